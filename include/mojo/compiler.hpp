@@ -1,0 +1,47 @@
+// A compiler is a pure function (source, target, stage) -> artifact. It knows
+// nothing of caching or loading (tinygrad's seam). The stages are the names of
+// the pipeline: llvm -> llvm-opt -> ptx -> cubin; `--emit=X` stops at X.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "mojo/target.hpp"
+
+namespace mojo {
+
+enum class Emit { llvm, llvm_opt, ptx, cubin };
+
+std::string_view emit_name(Emit emit) noexcept;  // "llvm", "llvm-opt", "ptx", "cubin"
+Emit parse_emit(std::string_view name);          // throws InvalidArgumentError
+
+struct CompileRequest {
+  std::string_view program_name;  // the template file, as it appears in diagnostics
+  std::string_view source;        // the whole translation unit (templates::expand + entry lines)
+  Target target;
+  Emit emit = Emit::cubin;
+  std::string_view description;   // "rms_norm {dtype=bf16 hidden=4096 ...} for sm_90", for errors
+};
+
+struct CompileResult {
+  std::string binary;  // PTX text or cubin bytes (no trailing NUL)
+  std::string log;     // warnings, if any
+};
+
+class Compiler {
+ public:
+  virtual ~Compiler() = default;
+  virtual std::string_view name() const = 0;  // "nvrtc"
+  // Everything about this compiler that changes its output (name, version,
+  // fixed options); part of every KernelKey.
+  virtual const std::string& identity() const = 0;
+  virtual bool can_emit(Emit emit) const = 0;
+  // Throws CompileError (summary line + log with source excerpts).
+  virtual CompileResult compile(const CompileRequest& request) const = 0;
+};
+
+// "nvrtc" (the default). Throws InvalidArgumentError for unknown names.
+std::unique_ptr<Compiler> make_compiler(std::string_view name);
+
+}  // namespace mojo

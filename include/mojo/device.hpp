@@ -1,0 +1,169 @@
+// A thin RAII layer over the CUDA Driver API. libcuda.so.1 is opened with
+// dlopen on first use, so programs linking mojo-jit start on machines with no
+// driver; asking for a device there throws NoDeviceError. Every failing driver
+// call throws DeviceError naming the call and the driver's error.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "mojo/target.hpp"
+#include "mojo/tensor.hpp"
+
+// The driver's opaque handle types (identical to cuda.h's typedefs).
+struct CUctx_st;
+struct CUstream_st;
+struct CUevent_st;
+struct CUmod_st;
+struct CUfunc_st;
+
+namespace mojo {
+
+using StreamHandle = CUstream_st*;  // nullptr is the legacy default stream
+
+// True when libcuda.so.1 loads and reports at least one GPU. Never throws.
+bool device_available() noexcept;
+
+class Device {
+ public:
+  static int count();  // 0 when there is no driver
+  // Opens device `ordinal` and makes its primary context current on this thread.
+  static Device open(int ordinal = 0);
+
+  int ordinal() const noexcept { return ordinal_; }
+  const std::string& name() const noexcept { return name_; }
+  Target target() const noexcept { return target_; }  // from the compute capability
+  int sm_count() const noexcept { return sm_count_; }
+  int max_shared_per_block() const noexcept { return max_smem_block_; }
+  int max_shared_per_block_optin() const noexcept { return max_smem_optin_; }
+  int max_shared_per_sm() const noexcept { return max_smem_sm_; }
+  std::size_t total_memory() const noexcept { return total_memory_; }
+
+  // Makes this device's primary context current on the calling thread.
+  void make_current() const;
+  void synchronize() const;
+
+ private:
+  struct PrimaryContext;
+  std::shared_ptr<PrimaryContext> context_;
+  int ordinal_ = 0;
+  std::string name_;
+  Target target_;
+  int sm_count_ = 0, max_smem_block_ = 0, max_smem_optin_ = 0, max_smem_sm_ = 0;
+  std::size_t total_memory_ = 0;
+};
+
+class Stream {
+ public:
+  Stream();  // a non-blocking stream in the current context
+  ~Stream();
+  Stream(Stream&& other) noexcept;
+  Stream& operator=(Stream&& other) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  StreamHandle handle() const noexcept { return stream_; }
+  operator StreamHandle() const noexcept { return stream_; }
+  void synchronize() const;
+
+ private:
+  StreamHandle stream_ = nullptr;
+};
+
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(Event&& other) noexcept;
+  Event& operator=(Event&& other) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  void record(StreamHandle stream = nullptr);
+  void synchronize() const;
+  // Milliseconds between two recorded events.
+  static float elapsed_ms(const Event& start, const Event& end);
+
+ private:
+  CUevent_st* event_ = nullptr;
+};
+
+// Device memory, freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  DevicePtr ptr() const noexcept { return ptr_; }
+  std::size_t size() const noexcept { return size_; }
+  // A tensor view of this buffer (throws ShapeError if spec does not fit).
+  Tensor as(const TensorSpec& spec, std::size_t byte_offset = 0) const;
+
+  // Synchronous copies; `bytes` must fit in the buffer.
+  void copy_from_host(const void* src, std::size_t bytes, std::size_t offset = 0);
+  void copy_to_host(void* dst, std::size_t bytes, std::size_t offset = 0) const;
+  void fill_bytes(std::uint8_t value);
+
+ private:
+  DevicePtr ptr_ = 0;
+  std::size_t size_ = 0;
+};
+
+class Function;
+
+// A loaded PTX or cubin image; unloaded on destruction.
+class Module {
+ public:
+  // PTX must be NUL-terminated text; cubin is an ELF image.
+  static Module load(std::string_view image);
+  ~Module();
+  Module(Module&& other) noexcept;
+  Module& operator=(Module&& other) noexcept;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  Function function(const std::string& name) const;
+
+ private:
+  Module() = default;
+  CUmod_st* module_ = nullptr;
+};
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+// A kernel inside a loaded Module (valid while the Module lives).
+class Function {
+ public:
+  Function() = default;
+  explicit Function(CUfunc_st* f) : function_(f) {}
+
+  int num_registers() const;
+  int static_shared_bytes() const;
+  int local_bytes() const;
+  int max_threads_per_block() const;
+  // Raises the dynamic shared memory limit (needed above 48 KiB).
+  void set_max_dynamic_shared(int bytes) const;
+
+  CUfunc_st* handle() const noexcept { return function_; }
+  explicit operator bool() const noexcept { return function_ != nullptr; }
+
+ private:
+  CUfunc_st* function_ = nullptr;
+};
+
+// cuLaunchKernel: `args` points at one pointer per kernel parameter.
+void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream,
+            void** args);
+
+}  // namespace mojo

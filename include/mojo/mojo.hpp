@@ -1,0 +1,12 @@
+// mojo-jit: JIT-compiled LLM operator kernels for NVIDIA GPUs.
+#pragma once
+
+#include "mojo/cache.hpp"
+#include "mojo/compiler.hpp"
+#include "mojo/device.hpp"
+#include "mojo/error.hpp"
+#include "mojo/op.hpp"
+#include "mojo/runtime.hpp"
+#include "mojo/target.hpp"
+#include "mojo/templates.hpp"
+#include "mojo/tensor.hpp"

@@ -1,0 +1,184 @@
+// Operators. An OpDef knows one operator's signature (named tensors and
+// scalars), validates arguments, derives the template params of a
+// specialization from tensor specs and the target, and gives the launch
+// geometry and kernel arguments. It never touches the driver or a compiler.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mojo/device.hpp"
+#include "mojo/target.hpp"
+#include "mojo/tensor.hpp"
+
+namespace mojo {
+
+// A scalar argument: stored as a double or an int64, converted by the op.
+class Scalar {
+ public:
+  Scalar(float v) : real_(v), is_int_(false) {}
+  Scalar(double v) : real_(v), is_int_(false) {}
+  Scalar(int v) : int_(v), is_int_(true) {}
+  Scalar(long v) : int_(v), is_int_(true) {}
+  Scalar(long long v) : int_(v), is_int_(true) {}
+  Scalar(bool v) : int_(v), is_int_(true) {}
+
+  double as_double() const noexcept { return is_int_ ? double(int_) : real_; }
+  std::int64_t as_int() const noexcept { return is_int_ ? int_ : std::int64_t(real_); }
+  bool is_int() const noexcept { return is_int_; }
+
+ private:
+  union {
+    double real_;
+    std::int64_t int_;
+  };
+  bool is_int_;
+};
+
+struct ScalarArg {
+  std::string_view name;
+  Scalar value;
+};
+
+// A view of a list of T that binds to `{a, b, c}`, std::vector and std::span
+// alike without copying or allocating.
+template <class T>
+class ArgList {
+ public:
+  ArgList() = default;
+  ArgList(std::initializer_list<T> list) : data_(list.begin()), size_(list.size()) {}
+  ArgList(std::span<const T> s) : data_(s.data()), size_(s.size()) {}
+  ArgList(const std::vector<T>& v) : data_(v.data()), size_(v.size()) {}
+  const T* begin() const noexcept { return data_; }
+  const T* end() const noexcept { return data_ + size_; }
+  std::size_t size() const noexcept { return size_; }
+  const T& operator[](std::size_t i) const noexcept { return data_[i]; }
+
+ private:
+  const T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+using TensorList = ArgList<Tensor>;
+using ScalarList = ArgList<ScalarArg>;
+
+// The compile-time parameters of one specialization: a short ordered list of
+// named integers (a dtype is stored as its enum value). Fixed capacity, so
+// computing them on every launch never allocates.
+struct Param {
+  std::string_view name;  // a string literal owned by the OpDef
+  std::int64_t value = 0;
+  bool is_dtype = false;
+};
+
+class Params {
+ public:
+  static constexpr int kCapacity = 16;
+  void add(std::string_view name, std::int64_t value);
+  void add_dtype(std::string_view name, DType dtype);
+  std::int64_t get(std::string_view name) const;  // throws if absent (a bug in the OpDef)
+  DType dtype(std::string_view name) const { return DType(get(name)); }
+  std::span<const Param> items() const noexcept { return {items_.data(), std::size_t(count_)}; }
+  // "dtype=bf16 hidden=4096 vec=8"
+  std::string str() const;
+  friend bool operator==(const Params& a, const Params& b) noexcept;
+
+ private:
+  std::array<Param, kCapacity> items_{};
+  int count_ = 0;
+};
+
+struct LaunchGeometry {
+  Dim3 grid, block;
+  unsigned dynamic_smem = 0;
+};
+
+// The kernel's arguments in cuLaunchKernel's form, in a fixed inline buffer.
+class KernelArgs {
+ public:
+  template <class T>
+  void push(const T& value) {
+    static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= 16);
+    used_ = (used_ + alignof(T) - 1) / alignof(T) * alignof(T);
+    if (count_ == kMaxArgs || used_ + sizeof(T) > sizeof(storage_)) overflow();
+    std::memcpy(storage_ + used_, &value, sizeof(T));
+    pointers_[count_++] = storage_ + used_;
+    used_ += sizeof(T);
+  }
+  void** data() noexcept { return pointers_.data(); }
+  int count() const noexcept { return count_; }
+
+ private:
+  [[noreturn]] static void overflow();
+  static constexpr int kMaxArgs = 24;
+  alignas(16) unsigned char storage_[256];
+  std::array<void*, kMaxArgs> pointers_{};
+  std::size_t used_ = 0;
+  int count_ = 0;
+};
+
+struct TensorArgInfo {
+  std::string_view name;
+  std::string_view role;  // "in", "out", "inout"
+  std::string_view doc;
+};
+struct ScalarArgInfo {
+  std::string_view name;
+  double default_value;
+  std::string_view doc;
+};
+
+class OpDef {
+ public:
+  virtual ~OpDef() = default;
+
+  virtual std::string_view name() const = 0;
+  virtual std::string_view summary() const = 0;
+  virtual std::span<const TensorArgInfo> tensor_args() const = 0;
+  virtual std::span<const ScalarArgInfo> scalar_args() const = 0;
+  virtual std::span<const DType> dtypes() const = 0;
+  // The kernel_templates/ file this op instantiates.
+  virtual std::string_view template_file() const = 0;
+
+  // Validates tensors (in tensor_args() order) and scalars and derives the
+  // params for `target`. A tensor whose data is 0 is taken as 16-byte aligned
+  // (compiling without memory); pointers are checked by pack_args.
+  virtual Params specialize(TensorList tensors, ScalarList scalars, const Target& target) const = 0;
+  virtual LaunchGeometry geometry(const Params& params, TensorList tensors) const = 0;
+  // Checks pointers (null, alignment the params assume) and packs the kernel arguments.
+  virtual void pack_args(const Params& params, TensorList tensors, ScalarList scalars,
+                         KernelArgs& args) const = 0;
+  // Tensor specs from the shapes a user names on the command line
+  // (e.g. {"x": [4096, 4096]}); shapes the op can derive may be left out.
+  virtual std::vector<TensorSpec> specs_from_shapes(
+      DType dtype, const std::map<std::string, std::vector<std::int64_t>, std::less<>>& shapes) const = 0;
+
+  // "rms_norm_bf16_hidden4096_vec8_threads128_rows1": readable in PTX and profiles.
+  std::string kernel_name(const Params& params) const;
+  // The line appended to the template that instantiates the kernel:
+  // MOJO_KERNEL_<op>(<kernel_name>, <param values in order>).
+  std::string entry_line(const Params& params) const;
+  // Value of a scalar argument by name, or its declared default.
+  double scalar(ScalarList scalars, std::string_view name) const;
+  // Throws InvalidArgumentError for a scalar name this op does not declare.
+  void check_scalar_names(ScalarList scalars) const;
+  // Throws InvalidArgumentError unless exactly tensor_args().size() tensors are given.
+  void check_tensor_count(TensorList tensors) const;
+};
+
+// All built-in operators.
+std::span<const OpDef* const> all_ops();
+// Throws UnknownOpError naming the known ops.
+const OpDef& find_op(std::string_view name);
+
+// The C type name a dtype has in the device prelude ("float", "mojo::bf16", ...).
+std::string_view device_type_name(DType dtype) noexcept;
+
+}  // namespace mojo

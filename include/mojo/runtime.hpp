@@ -1,0 +1,103 @@
+// The Runtime glues ops -> cache -> compiler -> device:
+//
+//   mojo::Runtime rt;
+//   rt.launch("rms_norm", {out, x, w}, {{"eps", 1e-6f}}, stream);
+//
+// The first call for a new specialization compiles (or loads from the disk
+// cache); later calls cost a hash lookup and a cuLaunchKernel, with no
+// allocation, formatting or file-system access. Everything but launching
+// works without a GPU: compile() takes an explicit target.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mojo/cache.hpp"
+#include "mojo/compiler.hpp"
+#include "mojo/device.hpp"
+#include "mojo/op.hpp"
+#include "mojo/templates.hpp"
+
+namespace mojo {
+
+struct RuntimeOptions {
+  std::filesystem::path cache_dir;  // empty: DiskCache::default_dir()
+  bool disk_cache = true;           // false: memory only (also MOJO_JIT_DISABLE_DISK_CACHE=1)
+  std::string compiler;             // empty: $MOJO_JIT_COMPILER, else "nvrtc"
+  std::vector<std::filesystem::path> template_paths;  // searched before $MOJO_JIT_TEMPLATE_PATH
+  int device = 0;                   // ordinal of the GPU launches go to
+};
+
+// One compiled specialization, as compile() returns it.
+struct Artifact {
+  std::string op;
+  Params params;
+  Target target;
+  Emit emit = Emit::cubin;
+  std::string kernel_name;
+  KernelKey key;
+  std::shared_ptr<const std::string> binary;  // PTX text or cubin bytes
+  bool compiled = false;  // false: it came from the cache
+};
+
+struct LoadedKernel;
+
+// A specialization resolved once: launch() does no lookup at all. It checks
+// that the tensors still fit the specialization (a different hidden size or
+// alignment throws rather than running the wrong kernel). Valid while its
+// Runtime lives.
+class KernelHandle {
+ public:
+  void launch(TensorList tensors, ScalarList scalars = {}, StreamHandle stream = nullptr) const;
+  const Function& function() const noexcept;
+  const Params& params() const noexcept { return params_; }
+  const std::string& kernel_name() const noexcept;
+
+ private:
+  friend class Runtime;
+  KernelHandle(const OpDef* op, const LoadedKernel* kernel, Params params, Target target)
+      : op_(op), kernel_(kernel), params_(params), target_(target) {}
+  const OpDef* op_;
+  const LoadedKernel* kernel_;
+  Params params_;
+  Target target_;
+};
+
+class Runtime {
+ public:
+  explicit Runtime(RuntimeOptions options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Specializes, compiles or loads on first use, and launches on `stream`.
+  void launch(std::string_view op, TensorList tensors, ScalarList scalars = {},
+              StreamHandle stream = nullptr);
+  // Resolves a specialization now; the handle launches with no lookup.
+  KernelHandle get_kernel(std::string_view op, TensorList tensors, ScalarList scalars = {});
+
+  // Compiles (or finds in the cache) one specialization for an explicit
+  // target: no GPU needed. Tensors may have data == 0.
+  Artifact compile(std::string_view op, TensorList tensors, ScalarList scalars, const Target& target,
+                   Emit emit);
+  // The key compile() would use, without compiling.
+  KernelKey key(std::string_view op, TensorList tensors, ScalarList scalars, const Target& target,
+                Emit emit);
+
+  CacheStats stats() const;
+  // Empty when the disk cache is off.
+  std::filesystem::path cache_dir() const;
+  const Compiler& compiler() const;
+  TemplateRegistry& templates();
+  // The GPU launches go to; opened on first use (throws NoDeviceError without one).
+  const Device& device();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mojo

@@ -1,0 +1,91 @@
+// rms_norm: out[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * weight
+//
+// Over the last dim of a contiguous [rows, HIDDEN] tensor; storage in T, math
+// and accumulation in float, one rounding at the store.
+//
+// Params, in MOJO_KERNEL_rms_norm order:
+//   T        f32, f16 or bf16 storage for out, x and weight
+//   HIDDEN   row length, a compile-time constant so the row loop unrolls and
+//            the row can live in registers
+//   VEC      elements per load/store: 16 bytes when the pointers and HIDDEN
+//            allow, else smaller (1 for odd hidden sizes)
+//   THREADS  threads per row: a power of two <= 32, or a multiple of 32
+//   ROWS     rows per block; > 1 only when THREADS <= 32 (narrow rows)
+// Kernel args: (T* out, const T* x, const T* weight, float eps, long long rows)
+// Geometry: block = THREADS * ROWS threads, grid = ceil(rows / ROWS).
+//
+// Why this shape: the op moves 2 * rows * HIDDEN elements and does almost no
+// math, so it is a single pass over HBM. Each thread loads its ITEMS vectors
+// of the row once and keeps them in registers across the reduction (rows of
+// up to 16 vectors per thread); wider rows re-read x, which then hits L2.
+#include "mojo_prelude.cuh"
+
+namespace mojo_rms_norm {
+
+template <class T, int HIDDEN, int VEC, int THREADS, int ROWS>
+__device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ x,
+                                    const T* __restrict__ weight, float eps, long long rows) {
+  static_assert(HIDDEN % VEC == 0, "VEC must divide HIDDEN");
+  static_assert(ROWS == 1 || THREADS <= 32, "several rows per block need narrow rows");
+  constexpr int NV = HIDDEN / VEC;                      // vectors per row
+  constexpr int ITEMS = (NV + THREADS - 1) / THREADS;  // vectors per thread
+  constexpr bool IN_REGISTERS = ITEMS <= 16;
+  using P = mojo::Pack<T, VEC>;
+  __shared__ float scratch[32];
+
+  const unsigned tid = mojo::thread_x();
+  const int lane = int(tid % THREADS);
+  const long long row = (long long)mojo::block_x() * ROWS + tid / THREADS;
+  // Threads past the last row still take part in the warp-wide shuffles.
+  const bool active = row < rows;
+  const T* xr = x + (active ? row : 0) * HIDDEN;
+  T* outr = out + (active ? row : 0) * HIDDEN;
+
+  P cached[IN_REGISTERS ? ITEMS : 1];
+  float sum_sq = 0.f;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int v = lane + i * THREADS;
+    if (active && v < NV) {
+      P p = mojo::load<T, VEC>(xr + v * VEC);
+      if constexpr (IN_REGISTERS) cached[i] = p;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        float f = mojo::to_float(p.v[j]);
+        sum_sq += f * f;
+      }
+    }
+  }
+
+  if constexpr (THREADS <= 32) {
+    sum_sq = mojo::group_sum<THREADS>(sum_sq);
+  } else {
+    sum_sq = mojo::block_sum<THREADS>(sum_sq, scratch);
+  }
+  const float scale = mojo::rsqrt_approx(sum_sq * (1.0f / HIDDEN) + eps);
+
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int v = lane + i * THREADS;
+    if (active && v < NV) {
+      P p;
+      if constexpr (IN_REGISTERS) p = cached[i];
+      else p = mojo::load<T, VEC>(xr + v * VEC);
+      const P w = mojo::load<T, VEC>(weight + v * VEC);
+      P o;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j)
+        o.v[j] = mojo::from_float<T>(mojo::to_float(p.v[j]) * scale * mojo::to_float(w.v[j]));
+      mojo::store<T, VEC>(outr + v * VEC, o);
+    }
+  }
+}
+
+}  // namespace mojo_rms_norm
+
+#define MOJO_KERNEL_rms_norm(NAME, T, HIDDEN, VEC, THREADS, ROWS)                              \
+  extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                 \
+      NAME(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ weight,         \
+           float eps, long long rows) {                                                        \
+    mojo_rms_norm::run<T, HIDDEN, VEC, THREADS, ROWS>(out, x, weight, eps, rows);              \
+  }

@@ -1,0 +1,96 @@
+#include "compiler/nvrtc_compiler.hpp"
+
+#include <fmt/format.h>
+#include <nvrtc.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "compiler/diagnostics.hpp"
+#include "mojo/error.hpp"
+
+namespace mojo {
+
+namespace {
+
+void check(nvrtcResult r, const char* call) {
+  if (r != NVRTC_SUCCESS) throw Error(fmt::format("{} failed: {}", call, nvrtcGetErrorString(r)));
+}
+
+struct ProgramDeleter {
+  void operator()(nvrtcProgram p) const { nvrtcDestroyProgram(&p); }
+};
+using Program = std::unique_ptr<std::remove_pointer_t<nvrtcProgram>, ProgramDeleter>;
+
+}  // namespace
+
+NvrtcCompiler::NvrtcCompiler() {
+  int major = 0, minor = 0;
+  check(nvrtcVersion(&major, &minor), "nvrtcVersion");
+  int count = 0;
+  check(nvrtcGetNumSupportedArchs(&count), "nvrtcGetNumSupportedArchs");
+  supported_sms_.resize(std::size_t(count));
+  check(nvrtcGetSupportedArchs(supported_sms_.data()), "nvrtcGetSupportedArchs");
+
+  // The prelude needs no SDK header, so NVRTC may skip its implicit ones
+  // (--minimal, NVRTC >= 12.4): faster compiles, identical code.
+  options_ = {"-std=c++17"};
+  if (major > 12 || (major == 12 && minor >= 4)) options_.push_back("--minimal");
+  identity_ = fmt::format("nvrtc-{}.{} {}", major, minor, fmt::join(options_, " "));
+}
+
+CompileResult NvrtcCompiler::compile(const CompileRequest& request) const {
+  if (!can_emit(request.emit))
+    throw InvalidArgumentError(fmt::format("NVRTC cannot emit '{}' (it emits ptx and cubin); use --compiler=llvm",
+                                           emit_name(request.emit)));
+  const int sm = request.target.sm;
+  if (std::find(supported_sms_.begin(), supported_sms_.end(), sm) == supported_sms_.end()) {
+    std::vector<std::string> names;
+    for (int s : supported_sms_) names.push_back(fmt::format("sm_{}", s));
+    throw ArchError(fmt::format("{}: NVRTC ({}) cannot compile for {}; it supports {}", request.description,
+                                identity_, request.target.sm_name(), fmt::join(names, ", ")));
+  }
+
+  std::string source(request.source);
+  std::string program_name(request.program_name);
+  nvrtcProgram raw = nullptr;
+  check(nvrtcCreateProgram(&raw, source.c_str(), program_name.c_str(), 0, nullptr, nullptr),
+        "nvrtcCreateProgram");
+  Program program(raw);
+
+  std::string arch = fmt::format(
+      "-arch={}", request.emit == Emit::cubin ? request.target.sm_name() : request.target.compute_name());
+  std::vector<const char*> options;
+  for (const std::string& o : options_) options.push_back(o.c_str());
+  options.push_back(arch.c_str());
+
+  nvrtcResult result = nvrtcCompileProgram(raw, int(options.size()), options.data());
+  std::size_t log_size = 0;
+  check(nvrtcGetProgramLogSize(raw, &log_size), "nvrtcGetProgramLogSize");
+  std::string log(log_size, '\0');
+  check(nvrtcGetProgramLog(raw, log.data()), "nvrtcGetProgramLog");
+  while (!log.empty() && log.back() == '\0') log.pop_back();
+
+  if (result != NVRTC_SUCCESS) {
+    throw CompileError(fmt::format("{}: NVRTC failed for {}: {}", request.description, request.target.sm_name(),
+                                   diagnostics::first_error(log)),
+                       diagnostics::annotate(log, request.source));
+  }
+
+  CompileResult out;
+  out.log = std::move(log);
+  std::size_t size = 0;
+  if (request.emit == Emit::cubin) {
+    check(nvrtcGetCUBINSize(raw, &size), "nvrtcGetCUBINSize");
+    out.binary.resize(size);
+    check(nvrtcGetCUBIN(raw, out.binary.data()), "nvrtcGetCUBIN");
+  } else {
+    check(nvrtcGetPTXSize(raw, &size), "nvrtcGetPTXSize");
+    out.binary.resize(size);
+    check(nvrtcGetPTX(raw, out.binary.data()), "nvrtcGetPTX");
+    while (!out.binary.empty() && out.binary.back() == '\0') out.binary.pop_back();  // the size counts the NUL
+  }
+  return out;
+}
+
+}  // namespace mojo

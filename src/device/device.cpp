@@ -1,0 +1,198 @@
+#include "mojo/device.hpp"
+
+#include <fmt/format.h>
+
+#include <utility>
+
+#include "device/driver.hpp"
+#include "mojo/error.hpp"
+
+namespace mojo {
+
+bool device_available() noexcept {
+  try {
+    return Device::count() > 0;
+  } catch (...) {
+    return false;
+  }
+}
+
+// ---- Device ---------------------------------------------------------------
+
+struct Device::PrimaryContext {
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  ~PrimaryContext() {
+    if (context != nullptr) driver::api().cuDevicePrimaryCtxRelease(device);
+  }
+};
+
+int Device::count() {
+  int n = 0;
+  MOJO_CU(cuDeviceGetCount(&n));
+  return n;
+}
+
+Device Device::open(int ordinal) {
+  int n = count();
+  if (n == 0) throw NoDeviceError("no GPU: the CUDA driver reports 0 devices");
+  if (ordinal < 0 || ordinal >= n)
+    throw NoDeviceError(fmt::format("no GPU {}: the driver reports {} device(s)", ordinal, n));
+
+  Device d;
+  d.ordinal_ = ordinal;
+  d.context_ = std::make_shared<PrimaryContext>();
+  MOJO_CU(cuDeviceGet(&d.context_->device, ordinal));
+  CUdevice dev = d.context_->device;
+  MOJO_CU(cuDevicePrimaryCtxRetain(&d.context_->context, dev));
+
+  char name[256] = {};
+  MOJO_CU(cuDeviceGetName(name, sizeof name, dev));
+  d.name_ = name;
+  auto attribute = [dev](CUdevice_attribute a) {
+    int v = 0;
+    MOJO_CU(cuDeviceGetAttribute(&v, a, dev));
+    return v;
+  };
+  int major = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+  int minor = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+  d.target_ = Target{major * 10 + minor, false};
+  d.sm_count_ = attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  d.max_smem_block_ = attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+  d.max_smem_optin_ = attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+  d.max_smem_sm_ = attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
+  MOJO_CU(cuDeviceTotalMem(&d.total_memory_, dev));
+  d.make_current();
+  return d;
+}
+
+void Device::make_current() const { MOJO_CU(cuCtxSetCurrent(context_->context)); }
+
+void Device::synchronize() const {
+  make_current();
+  MOJO_CU(cuCtxSynchronize());
+}
+
+// ---- Stream / Event -------------------------------------------------------
+
+Stream::Stream() { MOJO_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING)); }
+Stream::~Stream() {
+  if (stream_ != nullptr) driver::api().cuStreamDestroy(stream_);
+}
+Stream::Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
+Stream& Stream::operator=(Stream&& other) noexcept {
+  std::swap(stream_, other.stream_);
+  return *this;
+}
+void Stream::synchronize() const { MOJO_CU(cuStreamSynchronize(stream_)); }
+
+Event::Event() { MOJO_CU(cuEventCreate(&event_, CU_EVENT_DEFAULT)); }
+Event::~Event() {
+  if (event_ != nullptr) driver::api().cuEventDestroy(event_);
+}
+Event::Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+Event& Event::operator=(Event&& other) noexcept {
+  std::swap(event_, other.event_);
+  return *this;
+}
+void Event::record(StreamHandle stream) { MOJO_CU(cuEventRecord(event_, stream)); }
+void Event::synchronize() const { MOJO_CU(cuEventSynchronize(event_)); }
+float Event::elapsed_ms(const Event& start, const Event& end) {
+  float ms = 0;
+  MOJO_CU(cuEventElapsedTime(&ms, start.event_, end.event_));
+  return ms;
+}
+
+// ---- DeviceBuffer ---------------------------------------------------------
+
+DeviceBuffer::DeviceBuffer(std::size_t bytes) : size_(bytes) {
+  if (bytes > 0) MOJO_CU(cuMemAlloc(&ptr_, bytes));
+}
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_ != 0) driver::api().cuMemFree(ptr_);
+}
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : ptr_(std::exchange(other.ptr_, 0)), size_(std::exchange(other.size_, 0)) {}
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  std::swap(ptr_, other.ptr_);
+  std::swap(size_, other.size_);
+  return *this;
+}
+
+static void check_range(std::size_t offset, std::size_t bytes, std::size_t size, const char* what) {
+  if (offset > size || bytes > size - offset)
+    throw InvalidArgumentError(fmt::format("{}: {} bytes at offset {} do not fit a {}-byte buffer",
+                                           what, bytes, offset, size));
+}
+
+Tensor DeviceBuffer::as(const TensorSpec& spec, std::size_t byte_offset) const {
+  std::int64_t extent = 0;  // last element reachable through the strides, plus one
+  for (int i = 0; i < spec.rank(); ++i) extent += (spec.dim(i) - 1) * spec.stride(i);
+  std::size_t bytes = spec.numel() == 0 ? 0 : std::size_t(extent + 1) * dtype_size(spec.dtype());
+  if (byte_offset > size_ || bytes > size_ - byte_offset)
+    throw ShapeError(fmt::format("tensor {} at offset {} needs {} bytes; the buffer has {}",
+                                 spec.str(), byte_offset, bytes, size_));
+  return Tensor{spec, ptr_ + byte_offset};
+}
+
+void DeviceBuffer::copy_from_host(const void* src, std::size_t bytes, std::size_t offset) {
+  check_range(offset, bytes, size_, "DeviceBuffer::copy_from_host");
+  if (bytes > 0) MOJO_CU(cuMemcpyHtoD(ptr_ + offset, src, bytes));
+}
+void DeviceBuffer::copy_to_host(void* dst, std::size_t bytes, std::size_t offset) const {
+  check_range(offset, bytes, size_, "DeviceBuffer::copy_to_host");
+  if (bytes > 0) MOJO_CU(cuMemcpyDtoH(dst, ptr_ + offset, bytes));
+}
+void DeviceBuffer::fill_bytes(std::uint8_t value) {
+  if (size_ > 0) MOJO_CU(cuMemsetD8(ptr_, value, size_));
+}
+
+// ---- Module / Function / launch -------------------------------------------
+
+Module Module::load(std::string_view image) {
+  Module m;
+  MOJO_CU(cuModuleLoadData(&m.module_, image.data()));
+  return m;
+}
+Module::~Module() {
+  if (module_ != nullptr) driver::api().cuModuleUnload(module_);
+}
+Module::Module(Module&& other) noexcept : module_(std::exchange(other.module_, nullptr)) {}
+Module& Module::operator=(Module&& other) noexcept {
+  std::swap(module_, other.module_);
+  return *this;
+}
+
+Function Module::function(const std::string& name) const {
+  CUfunction f = nullptr;
+  CUresult r = driver::api().cuModuleGetFunction(&f, module_, name.c_str());
+  if (r == CUDA_ERROR_NOT_FOUND)
+    throw DeviceError(fmt::format("the loaded module has no kernel named '{}'", name), int(r));
+  driver::check(r, "cuModuleGetFunction");
+  return Function(f);
+}
+
+static int function_attribute(CUfunction f, CUfunction_attribute a) {
+  int v = 0;
+  MOJO_CU(cuFuncGetAttribute(&v, a, f));
+  return v;
+}
+int Function::num_registers() const { return function_attribute(function_, CU_FUNC_ATTRIBUTE_NUM_REGS); }
+int Function::static_shared_bytes() const {
+  return function_attribute(function_, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES);
+}
+int Function::local_bytes() const { return function_attribute(function_, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES); }
+int Function::max_threads_per_block() const {
+  return function_attribute(function_, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+}
+void Function::set_max_dynamic_shared(int bytes) const {
+  MOJO_CU(cuFuncSetAttribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
+}
+
+void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream,
+            void** args) {
+  MOJO_CU(cuLaunchKernel(f.handle(), grid.x, grid.y, grid.z, block.x, block.y, block.z, dynamic_smem,
+                         stream, args, nullptr));
+}
+
+}  // namespace mojo

@@ -1,0 +1,62 @@
+// Argument checks every OpDef shares; each throws a typed error naming the op
+// and the tensor.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <span>
+#include <string_view>
+
+#include "mojo/error.hpp"
+#include "mojo/op.hpp"
+
+namespace mojo::checks {
+
+// Largest power of two dividing the address, capped at 256; a null pointer
+// (compiling with no memory) counts as fully aligned.
+inline unsigned alignment_of(DevicePtr p) noexcept {
+  if (p == 0) return 256;
+  unsigned a = 1;
+  while (a < 256 && p % (a * 2) == 0) a *= 2;
+  return a;
+}
+
+inline void expect_dtype_in(std::string_view op, std::string_view arg, DType dtype,
+                            std::span<const DType> allowed) {
+  if (std::find(allowed.begin(), allowed.end(), dtype) != allowed.end()) return;
+  std::vector<std::string_view> names;
+  for (DType d : allowed) names.push_back(dtype_name(d));
+  throw DTypeError(fmt::format("{}: {} has dtype {}; supported: {}", op, arg, dtype_name(dtype),
+                               fmt::join(names, ", ")));
+}
+
+inline void expect_same_dtype(std::string_view op, std::string_view arg, const TensorSpec& t,
+                              std::string_view ref_arg, const TensorSpec& ref) {
+  if (t.dtype() != ref.dtype())
+    throw DTypeError(fmt::format("{}: {} has dtype {} but {} has dtype {}; they must match", op, arg,
+                                 dtype_name(t.dtype()), ref_arg, dtype_name(ref.dtype())));
+}
+
+inline void expect_contiguous(std::string_view op, std::string_view arg, const TensorSpec& t) {
+  if (!t.is_contiguous())
+    throw ShapeError(fmt::format("{}: {} {} is not contiguous; pass a contiguous (row-major) tensor", op,
+                                 arg, t.str()));
+}
+
+inline void expect_same_shape(std::string_view op, std::string_view arg, const TensorSpec& t,
+                              std::string_view ref_arg, const TensorSpec& ref) {
+  if (!std::ranges::equal(t.shape(), ref.shape()))
+    throw ShapeError(fmt::format("{}: {} has shape [{}] but {} has shape [{}]; they must match", op, arg,
+                                 fmt::join(t.shape(), ", "), ref_arg, fmt::join(ref.shape(), ", ")));
+}
+
+// Non-null and aligned to `bytes` (the vector width the kernel was specialized for).
+inline void expect_pointer(std::string_view op, std::string_view arg, DevicePtr p, unsigned bytes) {
+  if (p == 0) throw PointerError(fmt::format("{}: {} is a null pointer", op, arg));
+  if (p % bytes != 0)
+    throw PointerError(fmt::format("{}: {} at {:#x} is not {}-byte aligned as this kernel needs", op, arg,
+                                   p, bytes));
+}
+
+}  // namespace mojo::checks

@@ -1,0 +1,113 @@
+// What every OpDef shares: params, kernel names and entry lines, scalar lookup.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "mojo/error.hpp"
+#include "mojo/op.hpp"
+
+namespace mojo {
+
+void Params::add(std::string_view name, std::int64_t value) {
+  if (count_ == kCapacity) throw Error(fmt::format("Params: more than {} params", kCapacity));
+  items_[count_++] = Param{name, value, false};
+}
+
+void Params::add_dtype(std::string_view name, DType dtype) {
+  add(name, static_cast<std::int64_t>(dtype));
+  items_[count_ - 1].is_dtype = true;
+}
+
+std::int64_t Params::get(std::string_view name) const {
+  for (const Param& p : items())
+    if (p.name == name) return p.value;
+  throw Error(fmt::format("internal error: no param '{}' in {{{}}}", name, str()));
+}
+
+std::string Params::str() const {
+  std::string s;
+  for (const Param& p : items()) {
+    if (!s.empty()) s += ' ';
+    if (p.is_dtype)
+      s += fmt::format("{}={}", p.name, dtype_name(DType(p.value)));
+    else
+      s += fmt::format("{}={}", p.name, p.value);
+  }
+  return s;
+}
+
+bool operator==(const Params& a, const Params& b) noexcept {
+  return std::equal(a.items().begin(), a.items().end(), b.items().begin(), b.items().end(),
+                    [](const Param& x, const Param& y) {
+                      return x.name == y.name && x.value == y.value && x.is_dtype == y.is_dtype;
+                    });
+}
+
+void KernelArgs::overflow() { throw Error("internal error: too many kernel arguments for KernelArgs"); }
+
+std::string_view device_type_name(DType dtype) noexcept {
+  switch (dtype) {
+    case DType::f32: return "float";
+    case DType::f16: return "mojo::f16";
+    case DType::bf16: return "mojo::bf16";
+    case DType::i32: return "int";
+    case DType::i64: return "long long";
+    case DType::u8: return "unsigned char";
+  }
+  return "void";
+}
+
+std::string OpDef::kernel_name(const Params& params) const {
+  std::string s(name());
+  for (const Param& p : params.items()) {
+    if (p.is_dtype)
+      s += fmt::format("_{}", dtype_name(DType(p.value)));
+    else
+      s += fmt::format("_{}{}", p.name, p.value);
+  }
+  return s;
+}
+
+std::string OpDef::entry_line(const Params& params) const {
+  std::string s = fmt::format("MOJO_KERNEL_{}({}", name(), kernel_name(params));
+  for (const Param& p : params.items()) {
+    if (p.is_dtype)
+      s += fmt::format(", {}", device_type_name(DType(p.value)));
+    else
+      s += fmt::format(", {}", p.value);
+  }
+  return s + ")";
+}
+
+double OpDef::scalar(ScalarList scalars, std::string_view name) const {
+  for (const ScalarArg& s : scalars)
+    if (s.name == name) return s.value.as_double();
+  for (const ScalarArgInfo& info : scalar_args())
+    if (info.name == name) return info.default_value;
+  throw Error(fmt::format("internal error: {} has no scalar '{}'", this->name(), name));
+}
+
+void OpDef::check_scalar_names(ScalarList scalars) const {
+  for (const ScalarArg& s : scalars) {
+    auto args = scalar_args();
+    bool known = std::any_of(args.begin(), args.end(), [&](const ScalarArgInfo& i) { return i.name == s.name; });
+    if (!known) {
+      std::vector<std::string_view> names;
+      for (const ScalarArgInfo& i : args) names.push_back(i.name);
+      throw InvalidArgumentError(fmt::format("{}: unknown scalar '{}'; it takes: {}", name(), s.name,
+                                             names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "))));
+    }
+  }
+}
+
+void OpDef::check_tensor_count(TensorList tensors) const {
+  auto args = tensor_args();
+  if (tensors.size() != args.size()) {
+    std::vector<std::string_view> names;
+    for (const TensorArgInfo& a : args) names.push_back(a.name);
+    throw InvalidArgumentError(fmt::format("{} takes {} tensors ({}), got {}", name(), args.size(),
+                                           fmt::join(names, ", "), tensors.size()));
+  }
+}
+
+}  // namespace mojo
