@@ -55,7 +55,7 @@ std::string_view kind_suffix(Emit kind) { return emit_name(kind); }
 std::optional<std::string> read_file(const fs::path& path, std::string* error) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    if (errno != ENOENT && error) *error = fmt::format("cannot open: {}", std::strerror(errno));
+    if (errno != ENOENT && errno != ENOTDIR && error) *error = fmt::format("cannot open: {}", std::strerror(errno));
     return std::nullopt;
   }
   std::string data;

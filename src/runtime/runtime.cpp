@@ -158,7 +158,7 @@ struct Runtime::Impl {
         result = std::make_shared<const std::string>(std::move(*payload));
       } else if (!problem.empty()) {
         ++bad_entries;
-        log::warn(fmt::format("bad cache entry for {}: {}; recompiling", u.description, problem));
+        log::warn(fmt::format("unusable cache entry for {}: {}; recompiling", u.description, problem));
       }
     }
     if (!result) {

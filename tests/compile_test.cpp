@@ -1,0 +1,121 @@
+// Compiling specializations with no GPU: PTX that ptxas accepts, cubin,
+// and compile errors a template author can act on.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "mojo/error.hpp"
+#include "mojo/runtime.hpp"
+#include "test_util.hpp"
+
+using namespace mojo;
+
+namespace {
+RuntimeOptions memory_only() {
+  RuntimeOptions o;
+  o.disk_cache = false;
+  return o;
+}
+std::vector<Tensor> rms_args(DType d, std::int64_t rows, std::int64_t hidden) {
+  TensorSpec x(d, {rows, hidden}), w(d, {hidden});
+  return {{x}, {x}, {w}};
+}
+}  // namespace
+
+struct RmsNormCompiles : ::testing::TestWithParam<std::tuple<DType, const char*, std::int64_t>> {};
+
+TEST_P(RmsNormCompiles, PtxIsAcceptedByPtxas) {
+  auto [dtype, arch, hidden] = GetParam();
+  Runtime rt(memory_only());
+  Artifact a = rt.compile("rms_norm", rms_args(dtype, 8, hidden), {}, Target::parse(arch), Emit::ptx);
+  const std::string& ptx = *a.binary;
+  EXPECT_NE(ptx.find(".target " + std::string(arch)), std::string::npos);
+  EXPECT_NE(ptx.find(".entry " + a.kernel_name), std::string::npos);
+  EXPECT_EQ(ptx.find('\0'), std::string::npos) << "no NUL inside PTX text";
+
+  test::TempDir dir;
+  test::write_file(dir.path() / "k.ptx", ptx);
+  auto r = test::run_command(std::string(MOJO_TEST_PTXAS) + " -arch=" + arch + " " + (dir.path() / "k.ptx").string() +
+                             " -o " + (dir.path() / "k.cubin").string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDTypesAndTargets, RmsNormCompiles,
+                         ::testing::Combine(::testing::Values(DType::f32, DType::f16, DType::bf16),
+                                            ::testing::Values("sm_80", "sm_90"),
+                                            ::testing::Values(std::int64_t(4096), std::int64_t(127))));
+
+TEST(Compile, CubinIsAnElfForTheTarget) {
+  Runtime rt(memory_only());
+  Artifact a = rt.compile("rms_norm", rms_args(DType::bf16, 1, 5120), {}, Target::parse("sm_90a"), Emit::cubin);
+  ASSERT_GT(a.binary->size(), 4u);
+  EXPECT_EQ(a.binary->substr(0, 4), "\x7f" "ELF");
+  EXPECT_TRUE(a.compiled);
+  EXPECT_EQ(rt.stats().compiles, 1u);
+}
+
+TEST(Compile, SecondRequestIsServedFromMemory) {
+  Runtime rt(memory_only());
+  Artifact a = rt.compile("rms_norm", rms_args(DType::f16, 1, 256), {}, Target::parse("sm_80"), Emit::ptx);
+  Artifact b = rt.compile("rms_norm", rms_args(DType::f16, 99, 256), {}, Target::parse("sm_80"), Emit::ptx);
+  EXPECT_FALSE(b.compiled);
+  EXPECT_EQ(a.binary, b.binary) << "the same bytes, not a copy";
+  EXPECT_EQ(rt.stats().compiles, 1u);
+}
+
+TEST(Compile, BrokenTemplateGivesCompileErrorWithLogAndSource) {
+  test::TempDir dir;
+  std::string text = test::read_file(MOJO_TEST_TEMPLATE_DIR "/rms_norm.cu");
+  std::size_t at = text.find("  const float scale");
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at, "  undefined_helper(sum_sq);\n");
+  test::write_file(dir.path() / "rms_norm.cu", text);
+  int line = int(std::count(text.begin(), text.begin() + long(at), '\n')) + 1;
+
+  RuntimeOptions o = memory_only();
+  o.template_paths = {dir.path()};
+  Runtime rt(o);
+  try {
+    rt.compile("rms_norm", rms_args(DType::f32, 2, 64), {}, Target::parse("sm_90"), Emit::ptx);
+    FAIL() << "compiled a broken template";
+  } catch (const CompileError& e) {
+    std::string what = e.what();
+    EXPECT_EQ(what.find('\n'), std::string::npos) << "what() is one line: " << what;
+    EXPECT_NE(what.find("rms_norm {dtype=f32 hidden=64"), std::string::npos) << what;
+    EXPECT_NE(what.find("sm_90"), std::string::npos) << what;
+    EXPECT_NE(what.find("undefined_helper"), std::string::npos) << what;
+    EXPECT_NE(e.log().find("rms_norm.cu(" + std::to_string(line) + ")"), std::string::npos) << e.log();
+    EXPECT_NE(e.log().find(">" + fmt::format("{:6}", line) + " |   undefined_helper(sum_sq);"), std::string::npos)
+        << e.log();
+  }
+  EXPECT_EQ(rt.stats().compiles, 0u);
+}
+
+TEST(Compile, UnsupportedArchIsAnArchError) {
+  Runtime rt(memory_only());
+  std::string msg = test::error_of<ArchError>(
+      [&] { rt.compile("rms_norm", rms_args(DType::f32, 2, 64), {}, Target::parse("sm_50"), Emit::ptx); });
+  EXPECT_NE(msg.find("cannot compile for sm_50"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("sm_90"), std::string::npos) << msg;
+}
+
+TEST(Compile, NvrtcCannotEmitLlvm) {
+  Runtime rt(memory_only());
+  std::string msg = test::error_of<InvalidArgumentError>(
+      [&] { rt.compile("rms_norm", rms_args(DType::f32, 2, 64), {}, Target::parse("sm_90"), Emit::llvm); });
+  EXPECT_NE(msg.find("NVRTC cannot emit 'llvm'"), std::string::npos) << msg;
+}
+
+TEST(Compile, UnknownCompilerIsRejected) {
+  RuntimeOptions o = memory_only();
+  o.compiler = "gcc";
+  EXPECT_EQ(test::error_of<InvalidArgumentError>([&] { Runtime rt(o); }),
+            "unknown compiler 'gcc': expected nvrtc or llvm");
+  test::ScopedEnv env("MOJO_JIT_COMPILER", "llvm");
+  EXPECT_NE(test::error_of<InvalidArgumentError>([&] { Runtime rt(memory_only()); }).find("not part of this build"),
+            std::string::npos);
+}
+
+TEST(Compile, EmitNamesRoundTrip) {
+  for (Emit e : {Emit::llvm, Emit::llvm_opt, Emit::ptx, Emit::cubin}) EXPECT_EQ(parse_emit(emit_name(e)), e);
+  EXPECT_THROW(parse_emit("sass"), InvalidArgumentError);
+}

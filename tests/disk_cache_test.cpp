@@ -1,0 +1,153 @@
+#include <gtest/gtest.h>
+
+#include "mojo/cache.hpp"
+#include "mojo/error.hpp"
+#include "test_util.hpp"
+
+using namespace mojo;
+namespace fs = std::filesystem;
+
+namespace {
+const KernelKey kKey = compute_key(KeyInputs{"src", "k", "p", "sm_90", "c", Emit::cubin});
+const std::string kPayload = std::string("\x7f" "ELF fake cubin payload\0with a NUL", 34);
+
+struct DiskCacheTest : ::testing::Test {
+  test::TempDir dir;
+  DiskCache cache{dir.path() / "cache"};
+  fs::path stored() {
+    cache.store(kKey, Emit::cubin, "op=test\n", kPayload);
+    return cache.entry_path(kKey, Emit::cubin);
+  }
+  // Loads and expects a rejected entry whose problem mentions `why`, then the file gone.
+  void expect_rejected(const std::string& why) {
+    std::string problem;
+    EXPECT_FALSE(cache.load(kKey, Emit::cubin, &problem).has_value());
+    EXPECT_NE(problem.find(why), std::string::npos) << problem;
+    EXPECT_NE(problem.find("removed"), std::string::npos) << problem;
+    EXPECT_FALSE(fs::exists(cache.entry_path(kKey, Emit::cubin)));
+  }
+};
+}  // namespace
+
+TEST_F(DiskCacheTest, RoundTripsBytesExactly) {
+  fs::path path = stored();
+  EXPECT_TRUE(fs::exists(path));
+  EXPECT_EQ(path.filename().string(), kKey.hex() + ".cubin");
+  EXPECT_EQ(path.parent_path().filename().string(), kKey.hex().substr(0, 2));
+  auto loaded = cache.load(kKey, Emit::cubin);
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(*loaded, kPayload);
+  EXPECT_EQ(fs::file_size(path), 64 + 8 + kPayload.size()) << "header + meta + payload";
+}
+
+TEST_F(DiskCacheTest, MissingEntryIsAMissNotAProblem) {
+  std::string problem;
+  EXPECT_FALSE(cache.load(kKey, Emit::ptx, &problem).has_value());
+  EXPECT_TRUE(problem.empty()) << problem;
+}
+
+TEST_F(DiskCacheTest, DirectoriesArePrivate) {
+  stored();
+  EXPECT_EQ(fs::status(dir.path() / "cache").permissions() & fs::perms::all, fs::perms::owner_all);
+  EXPECT_EQ(fs::status(cache.entry_path(kKey, Emit::cubin).parent_path()).permissions() & fs::perms::all,
+            fs::perms::owner_all);
+}
+
+TEST_F(DiskCacheTest, FlippedPayloadByteIsDetected) {
+  fs::path path = stored();
+  std::string bytes = test::read_file(path);
+  bytes[bytes.size() - 3] ^= 0x10;
+  test::write_file(path, bytes);
+  expect_rejected("payload checksum mismatch");
+}
+
+TEST_F(DiskCacheTest, FlippedHeaderByteIsDetected) {
+  fs::path path = stored();
+  std::string bytes = test::read_file(path);
+  bytes[20] ^= 0x01;  // inside the key
+  test::write_file(path, bytes);
+  expect_rejected("header checksum mismatch");
+}
+
+TEST_F(DiskCacheTest, TruncatedEntryIsDetected) {
+  fs::path path = stored();
+  fs::resize_file(path, fs::file_size(path) - 5);
+  expect_rejected("size mismatch");
+}
+
+TEST_F(DiskCacheTest, ZeroLengthFileIsDetected) {
+  fs::path path = stored();
+  fs::resize_file(path, 0);
+  expect_rejected("truncated");
+}
+
+TEST_F(DiskCacheTest, EntryOfAnotherKeyIsDetected) {
+  KernelKey other = compute_key(KeyInputs{"other", "k", "p", "sm_90", "c", Emit::cubin});
+  cache.store(other, Emit::cubin, "", kPayload);
+  fs::create_directories(cache.entry_path(kKey, Emit::cubin).parent_path());
+  fs::rename(cache.entry_path(other, Emit::cubin), cache.entry_path(kKey, Emit::cubin));
+  expect_rejected("names key " + other.hex());
+}
+
+TEST_F(DiskCacheTest, ForeignFileIsDetected) {
+  fs::path path = stored();
+  test::write_file(path, std::string(200, 'x'));
+  expect_rejected("bad magic");
+}
+
+TEST_F(DiskCacheTest, KilledWritersTempFileIsIgnoredAndCleared) {
+  fs::path path = stored();
+  // What a writer killed before its rename leaves behind: a partial temp file.
+  fs::path temp = path.parent_path() / ("." + path.filename().string() + ".tmp.4242.1.0");
+  test::write_file(temp, test::read_file(path).substr(0, 30));
+  EXPECT_EQ(cache.load(kKey, Emit::cubin), kPayload);
+  std::vector<std::string> problems;
+  EXPECT_EQ(cache.list(&problems).size(), 1u);
+  EXPECT_TRUE(problems.empty());
+  EXPECT_EQ(cache.clear(), 2u);
+  EXPECT_FALSE(fs::exists(temp));
+}
+
+TEST_F(DiskCacheTest, ListReportsMetaAndBadFiles) {
+  stored();
+  KernelKey other = compute_key(KeyInputs{"other", "k", "p", "sm_90", "c", Emit::ptx});
+  cache.store(other, Emit::ptx, "op=other\n", "ptx text");
+  test::write_file(cache.entry_path(other, Emit::ptx), "garbage");
+  std::vector<std::string> problems;
+  auto entries = cache.list(&problems);
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].key, kKey);
+  EXPECT_EQ(entries[0].meta, "op=test\n");
+  EXPECT_EQ(entries[0].payload_bytes, kPayload.size());
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("truncated"), std::string::npos) << problems[0];
+}
+
+TEST_F(DiskCacheTest, UnwritableDirectoryThrowsAndLeavesNothing) {
+  if (::geteuid() == 0) {
+    // root ignores permissions: use a path under a regular file instead.
+    test::write_file(dir.path() / "file", "x");
+    DiskCache bad(dir.path() / "file" / "cache");
+    EXPECT_THROW(bad.store(kKey, Emit::cubin, "", kPayload), Error);
+    return;
+  }
+  fs::create_directories(dir.path() / "ro");
+  fs::permissions(dir.path() / "ro", fs::perms::owner_read | fs::perms::owner_exec);
+  DiskCache bad(dir.path() / "ro" / "cache");
+  EXPECT_THROW(bad.store(kKey, Emit::cubin, "", kPayload), Error);
+}
+
+TEST(DiskCacheDefaultDir, FollowsTheEnvironment) {
+  {
+    test::ScopedEnv dir("MOJO_JIT_CACHE_DIR", "/tmp/explicit");
+    EXPECT_EQ(DiskCache::default_dir(), fs::path("/tmp/explicit"));
+  }
+  test::ScopedEnv no_dir("MOJO_JIT_CACHE_DIR", nullptr);
+  {
+    test::ScopedEnv xdg("XDG_CACHE_HOME", "/tmp/xdg");
+    EXPECT_EQ(DiskCache::default_dir(), fs::path("/tmp/xdg/mojo-jit"));
+  }
+  test::ScopedEnv no_xdg("XDG_CACHE_HOME", nullptr);
+  test::ScopedEnv home("HOME", "/tmp/home");
+  EXPECT_EQ(DiskCache::default_dir(), fs::path("/tmp/home/.cache/mojo-jit"));
+}

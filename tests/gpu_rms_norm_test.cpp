@@ -1,0 +1,182 @@
+// rms_norm on the GPU against the CPU reference. Every test here skips
+// cleanly on a machine with no driver or GPU.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <new>
+#include <random>
+
+#include "mojo/error.hpp"
+#include "mojo/reference.hpp"
+#include "mojo/runtime.hpp"
+#include "test_util.hpp"
+
+// Counts heap allocations made by this thread, to prove the hot path makes none.
+namespace {
+thread_local std::size_t tls_allocations = 0;
+}
+void* operator new(std::size_t n) {
+  ++tls_allocations;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+using namespace mojo;
+
+namespace {
+
+// Tolerance per dtype: the GPU computes in float, the reference in double;
+// both round once to the storage type, so they may differ by one ulp of it.
+struct Tolerance {
+  double atol, rtol;
+};
+Tolerance tolerance(DType d) {
+  switch (d) {
+    case DType::bf16: return {1e-2, 8e-3};  // ulp = 2^-8 relative
+    case DType::f16: return {1e-3, 1e-3};   // ulp = 2^-11 relative
+    default: return {1e-5, 2e-5};           // rsqrt.approx: 2^-22 relative
+  }
+}
+
+// Random values in ±[0.05, 2]: never zero, so a kernel that writes zeros fails.
+std::vector<float> random_values(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> mag(0.05f, 2.f);
+  std::bernoulli_distribution sign(0.5);
+  std::vector<float> v(n);
+  for (float& x : v) x = sign(rng) ? mag(rng) : -mag(rng);
+  return v;
+}
+
+struct GpuFixture : ::testing::Test {
+  test::TempDir cache;
+  std::unique_ptr<Runtime> rt;
+  void SetUp() override {
+    if (!device_available()) GTEST_SKIP() << "no GPU or no CUDA driver on this machine";
+    RuntimeOptions o;
+    o.cache_dir = cache.path();
+    rt = std::make_unique<Runtime>(o);
+    rt->device();
+  }
+};
+
+// Runs rms_norm on [rows, hidden] with x starting `x_offset` bytes into its
+// buffer, checks every element against the reference and that no byte
+// outside `out` was touched.
+void check_rms_norm(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t hidden, std::size_t x_offset = 0) {
+  const std::size_t n = std::size_t(rows * hidden), es = dtype_size(dtype);
+  const TensorSpec x_spec(dtype, {rows, hidden}), w_spec(dtype, {hidden});
+  auto x_host = reference::encode(dtype, random_values(n, 1));
+  auto w_host = reference::encode(dtype, random_values(std::size_t(hidden), 2));
+  const float eps = 1e-5f;
+
+  constexpr std::size_t kGuard = 256;  // poisoned bytes after `out`
+  DeviceBuffer x(x_host.size() + x_offset), w(w_host.size()), out(x_host.size() + kGuard);
+  x.copy_from_host(x_host.data(), x_host.size(), x_offset);
+  w.copy_from_host(w_host.data(), w_host.size());
+  out.fill_bytes(0xff);  // NaN in every float type: an unwritten element cannot pass
+  rt.launch("rms_norm", {out.as(x_spec), x.as(x_spec, x_offset), w.as(w_spec)}, {{"eps", eps}});
+  rt.device().synchronize();
+
+  std::vector<std::uint8_t> got(out.size()), want(x_host.size());
+  out.copy_to_host(got.data(), got.size());
+  reference::rms_norm(dtype, x_host.data(), w_host.data(), want.data(), rows, hidden, eps);
+  const Tolerance tol = tolerance(dtype);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    double g = reference::load(dtype, got.data(), i), r = reference::load(dtype, want.data(), i);
+    if (!(std::abs(g - r) <= tol.atol + tol.rtol * std::abs(r)) && bad++ < 5)
+      ADD_FAILURE() << dtype_name(dtype) << " [" << rows << ", " << hidden << "] element " << i << " (row "
+                    << i / std::size_t(hidden) << "): gpu " << g << " vs cpu " << r;
+  }
+  EXPECT_EQ(bad, 0u) << "elements outside tolerance";
+  for (std::size_t i = n * es; i < got.size(); ++i) ASSERT_EQ(got[i], 0xff) << "wrote past the end at byte " << i;
+}
+
+}  // namespace
+
+struct GpuRmsNorm : GpuFixture, ::testing::WithParamInterface<std::tuple<DType, std::int64_t, std::int64_t>> {};
+
+TEST_P(GpuRmsNorm, MatchesCpuReference) {
+  auto [dtype, rows, hidden] = GetParam();
+  check_rms_norm(*rt, dtype, rows, hidden);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GpuRmsNorm,
+    ::testing::Combine(::testing::Values(DType::f32, DType::f16, DType::bf16),
+                       ::testing::Values(std::int64_t(1), std::int64_t(3), std::int64_t(4096)),
+                       ::testing::Values(std::int64_t(1), std::int64_t(127), std::int64_t(4096), std::int64_t(5120),
+                                         std::int64_t(8192 + 8))),
+    [](const auto& info) {
+      return fmt::format("{}_rows{}_hidden{}", dtype_name(std::get<0>(info.param)), std::get<1>(info.param),
+                         std::get<2>(info.param));
+    });
+
+TEST_F(GpuFixture, GpuMisalignedInputRunsOnNarrowerVectors) {
+  check_rms_norm(*rt, DType::bf16, 5, 4096, 2);   // 2-byte aligned: vec 1
+  check_rms_norm(*rt, DType::f32, 5, 4096, 8);    // 8-byte aligned: vec 2
+  EXPECT_EQ(rt->stats().compiles, 2u);
+}
+
+TEST_F(GpuFixture, GpuWideRowsReadTwiceStillMatch) {
+  check_rms_norm(*rt, DType::f32, 2, 262144 + 4);  // > 16 vectors per thread: not held in registers
+}
+
+TEST_F(GpuFixture, GpuKernelHandleLaunchesAndRejectsOtherShapes) {
+  const TensorSpec x(DType::f16, {8, 256}), w(DType::f16, {256});
+  DeviceBuffer xb(x.nbytes()), wb(w.nbytes()), ob(x.nbytes());
+  KernelHandle h = rt->get_kernel("rms_norm", {ob.as(x), xb.as(x), wb.as(w)});
+  EXPECT_EQ(h.kernel_name(), "rms_norm_f16_hidden256_vec8_threads32_rows4");
+  EXPECT_GT(h.function().num_registers(), 0);
+  h.launch({ob.as(x), xb.as(x), wb.as(w)}, {{"eps", 1e-6f}});
+  const TensorSpec x2(DType::f16, {4, 128}), w2(DType::f16, {128});
+  std::string msg = test::error_of<InvalidArgumentError>([&] { h.launch({ob.as(x2), xb.as(x2), wb.as(w2)}); });
+  EXPECT_NE(msg.find("this handle runs {dtype=f16 hidden=256"), std::string::npos) << msg;
+  rt->device().synchronize();
+}
+
+TEST_F(GpuFixture, GpuEmptyTensorLaunchesNothing) {
+  const TensorSpec x(DType::f32, {0, 64}), w(DType::f32, {64});
+  DeviceBuffer wb(w.nbytes()), xb(256);
+  EXPECT_NO_THROW(rt->launch("rms_norm", {{x, xb.ptr()}, {x, xb.ptr()}, wb.as(w)}));
+}
+
+TEST_F(GpuFixture, GpuNullPointerIsAPointerErrorNotAFault) {
+  const TensorSpec x(DType::f32, {4, 64}), w(DType::f32, {64});
+  DeviceBuffer xb(x.nbytes()), wb(w.nbytes());
+  EXPECT_THROW(rt->launch("rms_norm", {{x, 0}, xb.as(x), wb.as(w)}), PointerError);
+}
+
+TEST_F(GpuFixture, GpuCacheHitLaunchDoesNotAllocate) {
+  const TensorSpec x(DType::bf16, {32, 4096}), w(DType::bf16, {4096});
+  DeviceBuffer xb(x.nbytes()), wb(w.nbytes()), ob(x.nbytes());
+  const Tensor out = ob.as(x), in = xb.as(x), weight = wb.as(w);
+  rt->launch("rms_norm", {out, in, weight}, {{"eps", 1e-6f}});  // compiles
+  KernelHandle h = rt->get_kernel("rms_norm", {out, in, weight});
+  const std::size_t before = tls_allocations;
+  for (int i = 0; i < 100; ++i) {
+    rt->launch("rms_norm", {out, in, weight}, {{"eps", 1e-6f}});
+    h.launch({out, in, weight}, {{"eps", 1e-6f}});
+  }
+  EXPECT_EQ(tls_allocations - before, 0u) << "heap allocations on the cache-hit path";
+  EXPECT_GE(rt->stats().memory_hits, 100u);
+  EXPECT_EQ(rt->stats().compiles, 1u);
+  rt->device().synchronize();
+}
+
+TEST_F(GpuFixture, GpuSecondProcessFindsTheKernelOnDisk) {
+  const TensorSpec x(DType::bf16, {2, 4096}), w(DType::bf16, {4096});
+  DeviceBuffer xb(x.nbytes()), wb(w.nbytes()), ob(x.nbytes());
+  rt->launch("rms_norm", {ob.as(x), xb.as(x), wb.as(w)});
+  EXPECT_EQ(rt->stats().compiles, 1u);
+  // The quickstart runs the same specialization (bf16, hidden 4096) in a new process.
+  auto r = test::run_command("MOJO_JIT_CACHE_DIR=" + cache.str() + " " + MOJO_TEST_QUICKSTART);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("found in the cache"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
+}

@@ -1,0 +1,153 @@
+// rms_norm's OpDef: params derived from specs and alignment, and every bad
+// input rejected with a message that names the problem.
+#include <gtest/gtest.h>
+
+#include "mojo/error.hpp"
+#include "mojo/op.hpp"
+#include "test_util.hpp"
+
+using namespace mojo;
+using test::error_of;
+
+namespace {
+const Target kSm90 = Target::parse("sm_90");
+const OpDef& op() { return find_op("rms_norm"); }
+
+std::vector<Tensor> args(DType d, std::int64_t rows, std::int64_t hidden, DevicePtr base = 0) {
+  TensorSpec x(d, {rows, hidden}), w(d, {hidden});
+  return {{x, base ? base : 0}, {x, base ? base + 0x100000 : 0}, {w, base ? base + 0x200000 : 0}};
+}
+Params params(DType d, std::int64_t rows, std::int64_t hidden, DevicePtr base = 0) {
+  return op().specialize(args(d, rows, hidden, base), {}, kSm90);
+}
+}  // namespace
+
+TEST(RmsNormOp, HiddenIsACompileTimeParamAndVectorsAre16Bytes) {
+  Params p = params(DType::bf16, 4096, 4096);
+  EXPECT_EQ(p.str(), "dtype=bf16 hidden=4096 vec=8 threads=128 rows=1");
+  EXPECT_EQ(params(DType::f32, 4096, 4096).get("vec"), 4);
+  EXPECT_EQ(op().kernel_name(p), "rms_norm_bf16_hidden4096_vec8_threads128_rows1");
+  EXPECT_EQ(op().entry_line(p), "MOJO_KERNEL_rms_norm(rms_norm_bf16_hidden4096_vec8_threads128_rows1, mojo::bf16, "
+                                "4096, 8, 128, 1)");
+}
+
+TEST(RmsNormOp, RowCountDoesNotChangeTheSpecialization) {
+  EXPECT_EQ(params(DType::f16, 1, 5120), params(DType::f16, 16384, 5120));
+}
+
+TEST(RmsNormOp, OddHiddenSizesFallBackToNarrowerVectors) {
+  EXPECT_EQ(params(DType::bf16, 3, 127).get("vec"), 1);
+  EXPECT_EQ(params(DType::bf16, 3, 8200).get("vec"), 8);
+  EXPECT_EQ(params(DType::bf16, 3, 8198).get("vec"), 2);
+  EXPECT_EQ(params(DType::f32, 3, 1).get("vec"), 1);
+}
+
+TEST(RmsNormOp, NarrowRowsShareABlock) {
+  Params p = params(DType::f32, 3, 1);
+  EXPECT_EQ(p.get("threads"), 1);
+  EXPECT_EQ(p.get("rows"), 128);
+  Params q = params(DType::f16, 3, 127);  // 127 vectors of 1
+  EXPECT_EQ(q.get("threads"), 32);
+  EXPECT_EQ(q.get("rows"), 4);
+}
+
+TEST(RmsNormOp, WideRowsUseUpTo1024Threads) {
+  EXPECT_EQ(params(DType::f32, 1, 8192).get("threads"), 512);
+  EXPECT_EQ(params(DType::f32, 1, 1 << 20).get("threads"), 1024);
+}
+
+TEST(RmsNormOp, MisalignedPointerGetsNarrowerVectors) {
+  // 0x1000002 is only 2-byte aligned: a bf16 kernel must load one element at a time.
+  TensorSpec x(DType::bf16, {4, 4096}), w(DType::bf16, {4096});
+  std::vector<Tensor> t = {{x, 0x1000000}, {x, 0x2000002}, {w, 0x3000000}};
+  EXPECT_EQ(op().specialize(t, {}, kSm90).get("vec"), 1);
+  t[1].data = 0x2000008;  // 8-byte aligned: 4 bf16 per load
+  EXPECT_EQ(op().specialize(t, {}, kSm90).get("vec"), 4);
+}
+
+TEST(RmsNormOp, GeometryCoversEveryRow) {
+  auto t = args(DType::f32, 4097, 4096);
+  LaunchGeometry g = op().geometry(op().specialize(t, {}, kSm90), t);
+  EXPECT_EQ(g.grid.x, 4097u);
+  EXPECT_EQ(g.block.x, 256u);
+  auto narrow = args(DType::f32, 1000, 1);
+  g = op().geometry(op().specialize(narrow, {}, kSm90), narrow);
+  EXPECT_EQ(g.grid.x, 8u);  // ceil(1000 / 128)
+  EXPECT_EQ(g.block.x, 128u);
+}
+
+TEST(RmsNormOp, AnyRankFlattensLeadingDims) {
+  TensorSpec x(DType::bf16, {2, 3, 5, 64}), w(DType::bf16, {64});
+  std::vector<Tensor> t = {{x}, {x}, {w}};
+  LaunchGeometry g = op().geometry(op().specialize(t, {}, kSm90), t);
+  Params p = op().specialize(t, {}, kSm90);
+  EXPECT_EQ(p.get("hidden"), 64);
+  EXPECT_EQ(std::int64_t(g.grid.x) * p.get("rows"), 32) << "30 rows, 4 per block -> 8 blocks";
+}
+
+TEST(RmsNormOp, PacksArgumentsInKernelOrder) {
+  auto t = args(DType::f16, 10, 256, 0x7000000);
+  Params p = op().specialize(t, {}, kSm90);
+  KernelArgs a;
+  op().pack_args(p, t, {{"eps", 1e-5f}}, a);
+  ASSERT_EQ(a.count(), 5);
+  EXPECT_EQ(*static_cast<DevicePtr*>(a.data()[0]), 0x7000000u);
+  EXPECT_EQ(*static_cast<DevicePtr*>(a.data()[1]), 0x7100000u);
+  EXPECT_EQ(*static_cast<DevicePtr*>(a.data()[2]), 0x7200000u);
+  EXPECT_FLOAT_EQ(*static_cast<float*>(a.data()[3]), 1e-5f);
+  EXPECT_EQ(*static_cast<long long*>(a.data()[4]), 10);
+  KernelArgs d;
+  op().pack_args(p, t, {}, d);
+  EXPECT_FLOAT_EQ(*static_cast<float*>(d.data()[3]), 1e-6f) << "eps defaults to 1e-6";
+}
+
+TEST(RmsNormOp, DTypeErrors) {
+  TensorSpec x(DType::bf16, {4, 64}), w16(DType::f16, {64}), xi(DType::i32, {4, 64});
+  std::string msg = error_of<DTypeError>([&] { op().specialize({{x}, {x}, {w16}}, {}, kSm90); });
+  EXPECT_EQ(msg, "rms_norm: weight has dtype f16 but x has dtype bf16; they must match");
+  msg = error_of<DTypeError>([&] { op().specialize({{xi}, {xi}, {TensorSpec(DType::i32, {64})}}, {}, kSm90); });
+  EXPECT_EQ(msg, "rms_norm: x has dtype i32; supported: f32, f16, bf16");
+}
+
+TEST(RmsNormOp, ShapeErrors) {
+  TensorSpec x(DType::f32, {4, 64}), out(DType::f32, {4, 32}), w(DType::f32, {64}), w2(DType::f32, {63});
+  EXPECT_EQ(error_of<ShapeError>([&] { op().specialize({{out}, {x}, {w}}, {}, kSm90); }),
+            "rms_norm: out has shape [4, 32] but x has shape [4, 64]; they must match");
+  EXPECT_EQ(error_of<ShapeError>([&] { op().specialize({{x}, {x}, {w2}}, {}, kSm90); }),
+            "rms_norm: weight has shape [63]; expected [64] (the last dim of x)");
+  TensorSpec empty_rows(DType::f32, {4, 0});
+  EXPECT_NE(error_of<ShapeError>([&] { op().specialize({{empty_rows}, {empty_rows}, {TensorSpec(DType::f32, {0})}}, {}, kSm90); })
+                .find("hidden size (last dim of x) is 0"),
+            std::string::npos);
+}
+
+TEST(RmsNormOp, NonContiguousInputIsRejected) {
+  std::int64_t shape[] = {4, 64}, strides[] = {128, 1};
+  TensorSpec strided(DType::f32, shape, strides), x(DType::f32, {4, 64}), w(DType::f32, {64});
+  std::string msg = error_of<ShapeError>([&] { op().specialize({{x}, {strided}, {w}}, {}, kSm90); });
+  EXPECT_EQ(msg, "rms_norm: x f32[4, 64] strides [128, 1] is not contiguous; pass a contiguous (row-major) tensor");
+}
+
+TEST(RmsNormOp, NullAndMisalignedPointersAreRejectedAtLaunch) {
+  auto t = args(DType::bf16, 4, 4096, 0x7000000);
+  Params p = op().specialize(t, {}, kSm90);
+  KernelArgs a;
+  t[2].data = 0;
+  EXPECT_EQ(error_of<PointerError>([&] { op().pack_args(p, t, {}, a); }), "rms_norm: weight is a null pointer");
+  t[2].data = 0x7200004;  // the vec=8 kernel needs 16-byte alignment
+  EXPECT_EQ(error_of<PointerError>([&] { op().pack_args(p, t, {}, a); }),
+            "rms_norm: weight at 0x7200004 is not 16-byte aligned as this kernel needs");
+}
+
+TEST(RmsNormOp, WrongArgumentCountsAndScalars) {
+  TensorSpec x(DType::f32, {4, 64});
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] { op().specialize({{x}, {x}}, {}, kSm90); }),
+            "rms_norm takes 3 tensors (out, x, weight), got 2");
+  auto t = args(DType::f32, 4, 64);
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] { op().specialize(t, {{"epsilon", 1e-5}}, kSm90); }),
+            "rms_norm: unknown scalar 'epsilon'; it takes: eps");
+}
+
+TEST(Ops, UnknownOpListsTheKnownOnes) {
+  EXPECT_EQ(error_of<UnknownOpError>([] { find_op("rmsnorm"); }), "unknown op 'rmsnorm'; known ops: rms_norm");
+}
