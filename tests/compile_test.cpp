@@ -64,7 +64,7 @@ TEST(Compile, SecondRequestIsServedFromMemory) {
 
 TEST(Compile, BrokenTemplateGivesCompileErrorWithLogAndSource) {
   test::TempDir dir;
-  std::string text = test::read_file(MOJO_TEST_TEMPLATE_DIR "/rms_norm.cu");
+  std::string text = test::read_file(MOJO_TEST_TEMPLATE_DIR + "/rms_norm.cu");
   std::size_t at = text.find("  const float scale");
   ASSERT_NE(at, std::string::npos);
   text.insert(at, "  undefined_helper(sum_sq);\n");

@@ -68,7 +68,7 @@ TEST(KernelKey, DependsOnTheTemplateSourceNotItsLocation) {
   test::TempDir a, b;
   TensorSpec x(DType::f32, {8, 64}), w(DType::f32, {64});
   auto key_with = [&](const std::filesystem::path& dir, const std::string& extra) {
-    std::filesystem::copy(MOJO_TEST_TEMPLATE_DIR "/rms_norm.cu", dir / "rms_norm.cu",
+    std::filesystem::copy(MOJO_TEST_TEMPLATE_DIR + "/rms_norm.cu", dir / "rms_norm.cu",
                           std::filesystem::copy_options::overwrite_existing);
     if (!extra.empty()) test::write_file(dir / "rms_norm.cu", test::read_file(dir / "rms_norm.cu") + extra);
     RuntimeOptions o;

@@ -10,7 +10,7 @@ TEST(Templates, BuiltInTemplatesAreEmbedded) {
   TemplateRegistry reg;
   EXPECT_TRUE(reg.contains("rms_norm.cu"));
   EXPECT_TRUE(reg.contains("mojo_prelude.cuh"));
-  EXPECT_EQ(reg.load("rms_norm.cu"), test::read_file(MOJO_TEST_TEMPLATE_DIR "/rms_norm.cu"))
+  EXPECT_EQ(reg.load("rms_norm.cu"), test::read_file(MOJO_TEST_TEMPLATE_DIR + "/rms_norm.cu"))
       << "the embedded copy is byte-identical to the source file";
   auto names = reg.list();
   EXPECT_NE(std::find(names.begin(), names.end(), "rms_norm.cu"), names.end());

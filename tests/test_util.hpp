@@ -15,6 +15,15 @@
 
 namespace mojo::test {
 
+// A path relative to the directory of the running test binary.
+inline std::string beside_exe(const char* relative) {
+  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / relative).lexically_normal().string();
+}
+
+#define MOJO_TEST_CLI (::mojo::test::beside_exe(MOJO_TEST_CLI_REL))
+#define MOJO_TEST_QUICKSTART (::mojo::test::beside_exe(MOJO_TEST_QUICKSTART_REL))
+#define MOJO_TEST_TEMPLATE_DIR (::mojo::test::beside_exe(MOJO_TEST_TEMPLATE_DIR_REL))
+
 // A fresh directory, removed with everything in it at scope exit.
 class TempDir {
  public:

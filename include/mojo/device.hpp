@@ -20,6 +20,7 @@ struct CUstream_st;
 struct CUevent_st;
 struct CUmod_st;
 struct CUfunc_st;
+struct CUgraphExec_st;
 
 namespace mojo {
 
@@ -165,5 +166,39 @@ class Function {
 // cuLaunchKernel: `args` points at one pointer per kernel parameter.
 void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream,
             void** args);
+
+// Asynchronous device-to-device copy.
+void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream);
+
+// A CUDA graph recorded from the work `record` enqueues on `stream` (which
+// must not be the legacy default stream), replayed with one launch.
+class Graph {
+ public:
+  template <class F>
+  static Graph capture(StreamHandle stream, F&& record) {
+    begin_capture(stream);
+    try {
+      record();
+    } catch (...) {
+      abandon_capture(stream);
+      throw;
+    }
+    return end_capture(stream);
+  }
+  ~Graph();
+  Graph(Graph&& other) noexcept;
+  Graph& operator=(Graph&& other) noexcept;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  void launch(StreamHandle stream) const;
+
+ private:
+  Graph() = default;
+  static void begin_capture(StreamHandle stream);
+  static void abandon_capture(StreamHandle stream) noexcept;
+  static Graph end_capture(StreamHandle stream);
+  CUgraphExec_st* exec_ = nullptr;
+};
 
 }  // namespace mojo

@@ -196,3 +196,43 @@ void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, Str
 }
 
 }  // namespace mojo
+
+namespace mojo {
+
+void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream) {
+  if (bytes > 0) MOJO_CU(cuMemcpyDtoDAsync(dst, src, bytes, stream));
+}
+
+// ---- Graph --------------------------------------------------------------------
+
+void Graph::begin_capture(StreamHandle stream) {
+  if (stream == nullptr) throw InvalidArgumentError("Graph::capture needs a stream; the legacy default stream cannot be captured");
+  MOJO_CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+}
+
+void Graph::abandon_capture(StreamHandle stream) noexcept {
+  CUgraph graph = nullptr;
+  if (driver::api().cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS && graph) driver::api().cuGraphDestroy(graph);
+}
+
+Graph Graph::end_capture(StreamHandle stream) {
+  CUgraph graph = nullptr;
+  MOJO_CU(cuStreamEndCapture(stream, &graph));
+  Graph g;
+  CUresult r = driver::api().cuGraphInstantiateWithFlags(&g.exec_, graph, 0);
+  driver::api().cuGraphDestroy(graph);
+  driver::check(r, "cuGraphInstantiateWithFlags");
+  return g;
+}
+
+Graph::~Graph() {
+  if (exec_ != nullptr) driver::api().cuGraphExecDestroy(exec_);
+}
+Graph::Graph(Graph&& other) noexcept : exec_(std::exchange(other.exec_, nullptr)) {}
+Graph& Graph::operator=(Graph&& other) noexcept {
+  std::swap(exec_, other.exec_);
+  return *this;
+}
+void Graph::launch(StreamHandle stream) const { MOJO_CU(cuGraphLaunch(exec_, stream)); }
+
+}  // namespace mojo

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Verifies the whole library on a machine with a GPU, in one command:
+#   1. every test (the GPU ones included) -> OUT/tests.txt, OUT/tests.xml
+#   2. the GPU tests under compute-sanitizer memcheck -> OUT/memcheck.txt
+#   3. the benchmark -> OUT/bench.md
+# Exits non-zero if any step failed. Run it from the repository root after
+# `bash tools/setup.sh` (or, on the lent GPU machine, `bash .gpu/run bash tools/gpu_check.sh $OUT`).
+set -uo pipefail
+out=${1:?usage: tools/gpu_check.sh OUT_DIR [BUILD_DIR]}
+build=${2:-build}
+mkdir -p "$out"
+export MOJO_JIT_CACHE_DIR=${MOJO_JIT_CACHE_DIR:-$(mktemp -d)}
+failed=()
+
+nvidia-smi -L >"$out/device.txt" 2>&1 || true
+echo "== tests"
+"$build/tests/mojo_tests" --gtest_output="xml:$out/tests.xml" >"$out/tests.txt" 2>&1 || failed+=(tests)
+tail -n 3 "$out/tests.txt"
+
+echo "== compute-sanitizer memcheck on the GPU tests"
+if command -v compute-sanitizer >/dev/null; then
+  compute-sanitizer --tool memcheck --error-exitcode 1 "$build/tests/mojo_tests" --gtest_filter='*Gpu*' \
+    >"$out/memcheck.txt" 2>&1 || failed+=(memcheck)
+  grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/memcheck.txt" | tail -n 3
+else
+  echo "compute-sanitizer not found" | tee "$out/memcheck.txt"
+  failed+=(memcheck)
+fi
+
+echo "== benchmark"
+"$build/tools/mojo-bench" >"$out/bench.md" 2>&1 || failed+=(bench)
+cat "$out/bench.md"
+
+if ((${#failed[@]})); then
+  echo "gpu_check: FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "gpu_check: all passed"

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine and builds mojo-jit into build/:
+# installs the Debian packages it needs (only those missing), checks for the
+# CUDA toolkit, then configures and builds with the "default" CMake preset.
+#
+#   bash tools/setup.sh && build/examples/quickstart     # the main job
+#   bash tools/setup.sh && ctest --preset default        # the test suite
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+packages=(cmake ninja-build g++ pkg-config libfmt-dev libxxhash-dev libcli11-dev libgtest-dev googletest)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+cuda=${CUDA_HOME:-/usr/local/cuda}
+if [ ! -f "$cuda/include/nvrtc.h" ] || [ ! -f "$cuda/include/cuda.h" ]; then
+  echo "setup: no CUDA toolkit at $cuda (mojo-jit needs its NVRTC and cuda.h)." >&2
+  echo "setup: install the CUDA toolkit 12.4 or newer (e.g. cuda-toolkit-13-0 from NVIDIA's apt repository) and set CUDA_HOME to it." >&2
+  exit 1
+fi
+
+cmake --preset default >/dev/null
+cmake --build --preset default
