@@ -1,4 +1,7 @@
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "mojo/cache.hpp"
 #include "mojo/error.hpp"
@@ -150,4 +153,32 @@ TEST(DiskCacheDefaultDir, FollowsTheEnvironment) {
   test::ScopedEnv no_xdg("XDG_CACHE_HOME", nullptr);
   test::ScopedEnv home("HOME", "/tmp/home");
   EXPECT_EQ(DiskCache::default_dir(), fs::path("/tmp/home/.cache/mojo-jit"));
+}
+
+TEST(DiskCacheKill, WriterKilledAtAnyMomentLeavesAWholeEntryOrNone) {
+  // A child stores a large entry; the parent SIGKILLs it after a varying delay.
+  // Whatever the moment, a reader gets nothing or exactly the payload.
+  const std::string payload(64 << 20, 'p');
+  for (int delay_us : {0, 2000, 10000, 40000}) {
+    test::TempDir dir;
+    DiskCache cache(dir.path());
+    pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      try {
+        cache.store(kKey, Emit::cubin, "", payload);
+      } catch (...) {
+      }
+      ::_exit(0);
+    }
+    ::usleep(useconds_t(delay_us));
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    std::string problem;
+    auto loaded = cache.load(kKey, Emit::cubin, &problem);
+    if (loaded) EXPECT_EQ(loaded->size(), payload.size()) << "delay " << delay_us;
+    EXPECT_TRUE(problem.empty()) << problem;
+    if (loaded) EXPECT_TRUE(*loaded == payload);
+  }
 }

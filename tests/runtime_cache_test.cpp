@@ -93,3 +93,16 @@ TEST(RuntimeCache, LaunchWithoutAGpuIsANoDeviceError) {
   std::string msg = test::error_of<NoDeviceError>([] { Device::open(); });
   EXPECT_TRUE(msg.find("libcuda.so.1") != std::string::npos || msg.find("GPU") != std::string::npos) << msg;
 }
+
+TEST(RuntimeCache, AddingATemplatePathResolvesAgain) {
+  test::TempDir dir, templates;
+  RuntimeOptions o = in(dir.path());
+  Runtime rt(o);
+  Artifact before = rt.compile("rms_norm", rms_args(), {}, kSm90, Emit::ptx);
+  test::write_file(templates.path() / "rms_norm.cu",
+                   test::read_file(test::beside_exe(MOJO_TEST_TEMPLATE_DIR_REL) + "/rms_norm.cu") + "\n// tuned\n");
+  rt.add_template_path(templates.path());
+  Artifact after = rt.compile("rms_norm", rms_args(), {}, kSm90, Emit::ptx);
+  EXPECT_NE(before.key, after.key);
+  EXPECT_TRUE(after.compiled);
+}

@@ -13,6 +13,13 @@
 #include <sstream>
 #include <string>
 
+#include "mojo/tensor.hpp"
+
+namespace mojo {
+// Readable test names: "f16" rather than "1-byte object <01>".
+inline void PrintTo(DType d, std::ostream* os) { *os << dtype_name(d); }
+}  // namespace mojo
+
 namespace mojo::test {
 
 // A path relative to the directory of the running test binary.

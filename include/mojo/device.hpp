@@ -46,6 +46,9 @@ class Device {
 
   // Makes this device's primary context current on the calling thread.
   void make_current() const;
+  // make_current() only if another context (or none) is current: a
+  // thread-local read in the driver, cheap enough for every launch.
+  void ensure_current() const;
   void synchronize() const;
 
  private:

@@ -91,7 +91,11 @@ class Runtime {
   // Empty when the disk cache is off.
   std::filesystem::path cache_dir() const;
   const Compiler& compiler() const;
-  TemplateRegistry& templates();
+  const TemplateRegistry& templates() const;
+  // Searches `dir` for templates before every other place. Specializations
+  // resolved so far are looked up again (their keys may change); handles
+  // already given out stay valid.
+  void add_template_path(std::filesystem::path dir);
   // The GPU launches go to; opened on first use (throws NoDeviceError without one).
   const Device& device();
 

@@ -68,6 +68,12 @@ Device Device::open(int ordinal) {
 
 void Device::make_current() const { MOJO_CU(cuCtxSetCurrent(context_->context)); }
 
+void Device::ensure_current() const {
+  CUcontext current = nullptr;
+  MOJO_CU(cuCtxGetCurrent(&current));
+  if (current != context_->context) make_current();
+}
+
 void Device::synchronize() const {
   make_current();
   MOJO_CU(cuCtxSynchronize());

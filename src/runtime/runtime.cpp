@@ -72,24 +72,13 @@ std::string compiler_name(const RuntimeOptions& options) {
   return "nvrtc";
 }
 
-// The device whose context this thread last made current (per-thread, so a
-// launch from a new thread sets it once, not on every call).
-thread_local const Device* tls_current_device = nullptr;
-
-void make_current(const Device& device) {
-  if (tls_current_device != &device) {
-    device.make_current();
-    tls_current_device = &device;
-  }
-}
-
 void launch_loaded(const OpDef& op, const LoadedKernel& kernel, const Params& params, TensorList tensors,
                    ScalarList scalars, StreamHandle stream) {
   LaunchGeometry g = op.geometry(params, tensors);
   KernelArgs args;
   op.pack_args(params, tensors, scalars, args);
   if (g.grid.x == 0 || g.grid.y == 0 || g.grid.z == 0) return;  // empty tensor: nothing to do
-  make_current(*kernel.device);
+  kernel.device->ensure_current();
   mojo::launch(kernel.function, g.grid, g.block, g.dynamic_smem, stream, args.data());
 }
 
@@ -107,6 +96,7 @@ struct Runtime::Impl {
 
   std::shared_mutex loaded_mutex;
   std::unordered_map<FastKey, std::unique_ptr<LoadedKernel>, FastKeyHash> loaded;
+  std::vector<std::unique_ptr<LoadedKernel>> retired;  // unindexed, kept alive for KernelHandles
 
   std::mutex compile_mutex;  // one specialization resolved at a time; keeps compiles unique
   std::unordered_map<KernelKey, std::shared_ptr<const std::string>, KernelKeyHash> binaries;
@@ -198,7 +188,7 @@ struct Runtime::Impl {
     Unit u = translation_unit(op, params, target, Emit::cubin);
     bool compiled = false;
     auto bin = binary(op, u, params, target, Emit::cubin, &compiled);
-    make_current(dev);
+    dev.ensure_current();
     Module module = Module::load(*bin);
     Function function = module.function(u.kernel_name);
     auto kernel = std::make_unique<LoadedKernel>(
@@ -276,7 +266,16 @@ std::filesystem::path Runtime::cache_dir() const {
 }
 
 const Compiler& Runtime::compiler() const { return *impl_->compiler; }
-TemplateRegistry& Runtime::templates() { return impl_->templates; }
+const TemplateRegistry& Runtime::templates() const { return impl_->templates; }
+
+void Runtime::add_template_path(std::filesystem::path dir) {
+  std::lock_guard lock(impl_->compile_mutex);
+  impl_->templates.add_search_path(std::move(dir));
+  impl_->binaries.clear();
+  std::unique_lock write(impl_->loaded_mutex);
+  for (auto& [key, kernel] : impl_->loaded) impl_->retired.push_back(std::move(kernel));
+  impl_->loaded.clear();
+}
 
 const Device& Runtime::device() {
   if (const Device* d = impl_->device_ready.load(std::memory_order_acquire)) return *d;
