@@ -3,6 +3,7 @@
 // Layout and format: cache/README.md.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -34,15 +35,23 @@ struct KeyInputs {
 };
 KernelKey compute_key(const KeyInputs& inputs);
 
+// Why `dir` must not be trusted with code, or empty when it may: it must be
+// owned by this user (or root) and not writable by group or others. A
+// missing directory is trusted (it will be created 0700).
+std::string untrusted_reason(const std::filesystem::path& dir);
+
 // Bumped whenever the entry format or the key's recipe changes; older entries are ignored.
 inline constexpr std::uint32_t kCacheFormatVersion = 1;
 
 struct CacheStats {
-  std::uint64_t memory_hits = 0;  // launches served by a kernel already loaded
-  std::uint64_t disk_hits = 0;
-  std::uint64_t misses = 0;       // not in memory or on disk
+  std::uint64_t memory_hits = 0;    // launches served by a kernel already loaded
+  std::uint64_t disk_hits = 0;      // from the writable cache directory
+  std::uint64_t readonly_hits = 0;  // from a read-only layer (MOJO_JIT_CACHE_READONLY_DIRS)
+  std::uint64_t misses = 0;         // in no layer
   std::uint64_t compiles = 0;
-  std::uint64_t bad_entries = 0;  // entries found corrupt, removed and recompiled
+  std::uint64_t bad_entries = 0;    // entries found corrupt: reported, removed, recompiled
+  std::uint64_t evicted = 0;        // entries removed to stay under the size cap
+  std::uint64_t lock_waits = 0;     // times another process held a key this one needed
   double compile_seconds = 0;
 };
 
@@ -52,6 +61,39 @@ struct DiskEntryInfo {
   Emit kind = Emit::cubin;
   std::uint64_t payload_bytes = 0;
   std::string meta;  // "op=rms_norm params=... target=sm_90 compiler=nvrtc-13.0"
+};
+
+// An exclusive lock on one key across processes: flock() on a lock file beside
+// the entry. The kernel drops it when its holder dies, so a crashed compile
+// never blocks others. Released (and its file removed) on destruction.
+class KeyLock {
+ public:
+  enum class Status {
+    held,
+    unsupported,  // flock() does not work on this file system
+    timed_out,    // another process held it for longer than the timeout
+    failed,       // the lock file could not be created: the directory is unusable
+  };
+  KeyLock() = default;
+  ~KeyLock();
+  KeyLock(KeyLock&& other) noexcept;
+  KeyLock& operator=(KeyLock&& other) noexcept;
+  Status status() const noexcept { return status_; }
+  bool held() const noexcept { return status_ == Status::held; }
+  bool waited() const noexcept { return waited_; }  // another process held it first
+  const std::string& problem() const noexcept { return problem_; }  // why not held
+
+ private:
+  friend class DiskCache;
+  int fd_ = -1;
+  Status status_ = Status::failed;
+  bool waited_ = false;
+  std::string path_, problem_;
+};
+
+struct DiskUsage {
+  std::uint64_t entries = 0, bytes = 0;  // whole entry files
+  std::uint64_t stale_files = 0;         // temp and lock files left behind
 };
 
 class DiskCache {
@@ -65,15 +107,34 @@ class DiskCache {
   std::filesystem::path entry_path(const KernelKey& key, Emit kind) const;
 
   // The payload of a verified entry; nullopt when absent. A corrupt entry is
-  // removed, `*problem` says why, and nullopt is returned.
-  std::optional<std::string> load(const KernelKey& key, Emit kind, std::string* problem = nullptr) const;
+  // removed (unless `remove_bad` is false: a read-only layer), `*problem`
+  // says why, and nullopt is returned.
+  std::optional<std::string> load(const KernelKey& key, Emit kind, std::string* problem = nullptr,
+                                  bool remove_bad = true) const;
   // Writes to a temp file in the same directory, fsyncs and renames: readers
   // see the old state or the whole new entry. Throws Error on I/O failure.
   void store(const KernelKey& key, Emit kind, std::string_view meta, std::string_view payload) const;
 
+  // Sets the entry's last-used stamp (its mtime) to now: eviction is LRU by it.
+  void touch(const KernelKey& key, Emit kind) const;
+  // Takes the key's lock, waiting up to `timeout`. Where flock() does not work
+  // (some network file systems) or the wait times out, the returned lock is
+  // not held and says why; the caller then goes on without it (writes stay
+  // atomic through rename, so the worst case is a duplicate compile).
+  KeyLock lock(const KernelKey& key, Emit kind, std::chrono::milliseconds timeout) const;
+
   // Every entry of the current format; `problems` gets one line per bad file.
   std::vector<DiskEntryInfo> list(std::vector<std::string>* problems = nullptr) const;
-  // Removes every entry and leftover temp file; returns how many files went.
+  // Checks every entry; with `remove`, deletes the bad ones. Returns the good count.
+  std::size_t verify(std::vector<std::string>* problems, bool remove) const;
+  // Sizes from the file system, without reading entries.
+  DiskUsage usage() const;
+  // Deletes least-recently-used entries until at most `max_bytes` remain, and
+  // temp/lock files older than `stale_after`. Safe while others read: a reader
+  // holds the file it opened; a later lookup misses and recompiles. Returns
+  // the number of entries deleted.
+  std::size_t prune(std::uint64_t max_bytes, std::chrono::seconds stale_after = std::chrono::hours(1)) const;
+  // Removes every entry and leftover temp/lock file; returns how many files went.
   std::size_t clear() const;
 
  private:

@@ -67,6 +67,13 @@ class NoDeviceError : public DeviceError {
   explicit NoDeviceError(const std::string& message) : DeviceError(message, -1) {}
 };
 
+// Offline mode (MOJO_JIT_OFFLINE=1): the specialization is in no cache layer
+// and compiling is not allowed.
+class CacheMissError : public Error {
+ public:
+  using Error::Error;
+};
+
 // The template registry has no template of that name.
 class TemplateNotFoundError : public Error {
  public:

@@ -23,11 +23,19 @@
 
 namespace mojo {
 
+// Every option has an environment variable too (README, "Environment");
+// an option set here wins over the environment.
 struct RuntimeOptions {
   std::filesystem::path cache_dir;  // empty: DiskCache::default_dir()
   bool disk_cache = true;           // false: memory only (also MOJO_JIT_DISABLE_DISK_CACHE=1)
+  // Looked up after cache_dir, never written (also MOJO_JIT_CACHE_READONLY_DIRS, ':'-separated).
+  std::vector<std::filesystem::path> readonly_cache_dirs;
+  bool offline = false;             // a miss throws CacheMissError (also MOJO_JIT_OFFLINE=1)
+  std::uint64_t cache_max_bytes = 0;  // 0: $MOJO_JIT_CACHE_MAX_BYTES, else 1 GiB
+  bool trust_cache_dir = false;     // use a cache dir others can write (also MOJO_JIT_CACHE_TRUST=1)
   std::string compiler;             // empty: $MOJO_JIT_COMPILER, else "nvrtc"
   std::vector<std::filesystem::path> template_paths;  // searched before $MOJO_JIT_TEMPLATE_PATH
+  std::filesystem::path dump_dir;   // empty: $MOJO_JIT_DUMP; writes each compile's source and output
   int device = 0;                   // ordinal of the GPU launches go to
 };
 

@@ -2,6 +2,7 @@
 // each file = 64-byte header + meta text + payload. Written whole or not at
 // all (temp file, fsync, rename); verified before a byte reaches the driver.
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,11 +11,13 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "mojo/cache.hpp"
 #include "mojo/error.hpp"
@@ -76,7 +79,7 @@ std::optional<std::string> read_file(const fs::path& path, std::string* error) {
 }
 
 // Checks a whole entry file; returns the problem, or empty when valid.
-std::string verify(std::string_view file, const KernelKey* expected_key, Emit* kind, Header* out) {
+std::string check_entry(std::string_view file, const KernelKey* expected_key, Emit* kind, Header* out) {
   if (file.size() < sizeof(Header)) return fmt::format("truncated: {} bytes, shorter than the header", file.size());
   Header h;
   std::memcpy(&h, file.data(), sizeof h);
@@ -94,6 +97,17 @@ std::string verify(std::string_view file, const KernelKey* expected_key, Emit* k
   std::string_view payload = file.substr(sizeof h + h.meta_size);
   if (h.body_checksum != body_checksum(meta, payload)) return "payload checksum mismatch";
   if (out) *out = h;
+  return {};
+}
+
+// verify() for a file found by scanning: its name must match its header.
+std::string verify_entry_file(std::string_view file, const fs::path& path, Header* h) {
+  std::string bad = check_entry(file, nullptr, nullptr, h);
+  if (!bad.empty()) return bad;
+  auto key = KernelKey::from_hex(path.stem().string());
+  if (!key || key->high != h->key_high || key->low != h->key_low ||
+      path.extension().string() != fmt::format(".{}", emit_name(Emit(h->kind))))
+    return "file name does not match the key and kind in its header";
   return {};
 }
 
@@ -118,6 +132,26 @@ void make_private_dirs(const fs::path& dir) {
 }
 
 bool is_temp_name(const std::string& name) { return name.starts_with('.') && name.find(".tmp.") != std::string::npos; }
+bool is_lock_name(const std::string& name) { return name.ends_with(".lock"); }
+
+struct FileInfo {
+  fs::path path;
+  std::string name;
+  struct stat st;
+};
+
+// Every regular file under the current format's directory.
+template <class F>
+void for_each_file(const fs::path& dir, F&& f) {
+  fs::path root = dir / fmt::format("v{}", kCacheFormatVersion);
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    FileInfo info{it->path(), it->path().filename().string(), {}};
+    if (::lstat(info.path.c_str(), &info.st) != 0 || !S_ISREG(info.st.st_mode)) continue;
+    f(info);
+  }
+}
 
 }  // namespace
 
@@ -136,7 +170,8 @@ fs::path DiskCache::entry_path(const KernelKey& key, Emit kind) const {
          fmt::format("{}.{}", hex, kind_suffix(kind));
 }
 
-std::optional<std::string> DiskCache::load(const KernelKey& key, Emit kind, std::string* problem) const {
+std::optional<std::string> DiskCache::load(const KernelKey& key, Emit kind, std::string* problem,
+                                           bool remove_bad) const {
   fs::path path = entry_path(key, kind);
   std::string error;
   std::optional<std::string> file = read_file(path, &error);
@@ -145,11 +180,11 @@ std::optional<std::string> DiskCache::load(const KernelKey& key, Emit kind, std:
     return std::nullopt;
   }
   Header h;
-  std::string bad = verify(*file, &key, &kind, &h);
+  std::string bad = check_entry(*file, &key, &kind, &h);
   if (!bad.empty()) {
     std::error_code ec;
-    fs::remove(path, ec);  // a bad entry is never loaded; it is recompiled and rewritten
-    if (problem) *problem = fmt::format("{}: {}; removed", path.string(), bad);
+    if (remove_bad) fs::remove(path, ec);  // never loaded; recompiled and rewritten
+    if (problem) *problem = fmt::format("{}: {}{}", path.string(), bad, remove_bad ? "; removed" : "");
     return std::nullopt;
   }
   return file->substr(sizeof(Header) + h.meta_size);
@@ -201,41 +236,187 @@ void DiskCache::store(const KernelKey& key, Emit kind, std::string_view meta, st
 
 std::vector<DiskEntryInfo> DiskCache::list(std::vector<std::string>* problems) const {
   std::vector<DiskEntryInfo> out;
-  fs::path root = dir_ / fmt::format("v{}", kCacheFormatVersion);
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    if (!it->is_regular_file(ec)) continue;
-    std::string name = it->path().filename().string();
-    if (is_temp_name(name)) continue;
+  for_each_file(dir_, [&](const FileInfo& f) {
+    if (is_temp_name(f.name) || is_lock_name(f.name)) return;
     std::string error;
-    std::optional<std::string> file = read_file(it->path(), &error);
-    if (!file) continue;
+    std::optional<std::string> file = read_file(f.path, &error);
+    if (!file) return;
     Header h;
-    std::string bad = verify(*file, nullptr, nullptr, &h);
-    std::string stem = it->path().stem().string();
-    auto key = KernelKey::from_hex(stem);
-    if (bad.empty() && (!key || key->high != h.key_high || key->low != h.key_low))
-      bad = "file name does not match the key in its header";
+    std::string bad = verify_entry_file(*file, f.path, &h);
     if (!bad.empty()) {
-      if (problems) problems->push_back(fmt::format("{}: {}", it->path().string(), bad));
-      continue;
+      if (problems) problems->push_back(fmt::format("{}: {}", f.path.string(), bad));
+      return;
     }
-    out.push_back(DiskEntryInfo{it->path(), *key, Emit(h.kind), h.payload_size,
+    out.push_back(DiskEntryInfo{f.path, KernelKey{h.key_high, h.key_low}, Emit(h.kind), h.payload_size,
                                 file->substr(sizeof h, h.meta_size)});
-  }
+  });
   return out;
 }
 
 std::size_t DiskCache::clear() const {
   std::size_t removed = 0;
+  for_each_file(dir_, [&](const FileInfo&) { ++removed; });
   std::error_code ec;
-  fs::path root = dir_ / fmt::format("v{}", kCacheFormatVersion);
-  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec))
-    if (it->is_regular_file(ec)) ++removed;
-  fs::remove_all(root, ec);
+  fs::remove_all(dir_ / fmt::format("v{}", kCacheFormatVersion), ec);
   return removed;
+}
+
+void DiskCache::touch(const KernelKey& key, Emit kind) const {
+  // An explicit stamp: mtime, which every file system keeps (atime often is not).
+  ::utimensat(AT_FDCWD, entry_path(key, kind).c_str(), nullptr, 0);
+}
+
+KeyLock::~KeyLock() {
+  if (fd_ < 0) return;
+  // Unlink while still holding: a waiter that locks the old file afterwards
+  // sees that it is no longer at the path and retries (see lock()).
+  ::unlink(path_.c_str());
+  ::close(fd_);  // drops the flock
+}
+KeyLock::KeyLock(KeyLock&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      status_(other.status_),
+      waited_(other.waited_),
+      path_(std::move(other.path_)),
+      problem_(std::move(other.problem_)) {}
+KeyLock& KeyLock::operator=(KeyLock&& other) noexcept {
+  std::swap(fd_, other.fd_);
+  std::swap(status_, other.status_);
+  std::swap(waited_, other.waited_);
+  std::swap(path_, other.path_);
+  std::swap(problem_, other.problem_);
+  return *this;
+}
+
+KeyLock DiskCache::lock(const KernelKey& key, Emit kind, std::chrono::milliseconds timeout) const {
+  KeyLock lock;
+  fs::path entry = entry_path(key, kind);
+  fs::path path = entry.parent_path() / (entry.filename().string() + ".lock");
+  lock.path_ = path.string();
+  try {
+    make_private_dirs(path.parent_path());
+  } catch (const Error& e) {
+    lock.problem_ = e.what();
+    return lock;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      lock.problem_ = fmt::format("cannot open lock file {}: {}", path.string(), std::strerror(errno));
+      return lock;
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      // The file may have been pruned and recreated while we waited: only a
+      // lock on the file that is at `path` now counts.
+      struct stat held, now;
+      if (::fstat(fd, &held) == 0 && ::stat(path.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
+          held.st_dev == now.st_dev) {
+        lock.fd_ = fd;
+        lock.status_ = KeyLock::Status::held;
+        return lock;
+      }
+      ::close(fd);
+      continue;
+    }
+    int err = errno;
+    ::close(fd);
+    if (err != EWOULDBLOCK && err != EINTR) {
+      lock.problem_ = fmt::format("flock() does not work on {} ({}); going on without cross-process locks",
+                                  dir_.string(), std::strerror(err));
+      lock.status_ = KeyLock::Status::unsupported;
+      return lock;
+    }
+    lock.waited_ = true;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      lock.problem_ = fmt::format("gave up waiting {} ms for {}; compiling without it", timeout.count(),
+                                  path.string());
+      lock.status_ = KeyLock::Status::timed_out;
+      return lock;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+}
+
+std::size_t DiskCache::verify(std::vector<std::string>* problems, bool remove) const {
+  std::size_t good = 0;
+  for_each_file(dir_, [&](const FileInfo& f) {
+    if (is_temp_name(f.name) || is_lock_name(f.name)) return;
+    std::string error;
+    std::optional<std::string> file = read_file(f.path, &error);
+    if (!file) {
+      if (problems && !error.empty()) problems->push_back(fmt::format("{}: {}", f.path.string(), error));
+      return;
+    }
+    Header h;
+    std::string bad = verify_entry_file(*file, f.path, &h);
+    if (bad.empty()) {
+      ++good;
+      return;
+    }
+    if (remove) ::unlink(f.path.c_str());
+    if (problems) problems->push_back(fmt::format("{}: {}{}", f.path.string(), bad, remove ? "; removed" : ""));
+  });
+  return good;
+}
+
+DiskUsage DiskCache::usage() const {
+  DiskUsage u;
+  for_each_file(dir_, [&](const FileInfo& f) {
+    if (is_temp_name(f.name) || is_lock_name(f.name)) {
+      ++u.stale_files;
+    } else {
+      ++u.entries;
+      u.bytes += std::uint64_t(f.st.st_size);
+    }
+  });
+  return u;
+}
+
+std::size_t DiskCache::prune(std::uint64_t max_bytes, std::chrono::seconds stale_after) const {
+  struct Entry {
+    fs::path path;
+    std::uint64_t bytes;
+    struct timespec used;
+  };
+  std::vector<Entry> entries;
+  std::uint64_t total = 0;
+  const auto now = std::chrono::system_clock::now();
+  for_each_file(dir_, [&](const FileInfo& f) {
+    if (is_temp_name(f.name) || is_lock_name(f.name)) {
+      auto age = now - std::chrono::system_clock::from_time_t(f.st.st_mtim.tv_sec);
+      if (age > stale_after) ::unlink(f.path.c_str());  // a killed writer's leftovers
+      return;
+    }
+    entries.push_back({f.path, std::uint64_t(f.st.st_size), f.st.st_mtim});
+    total += std::uint64_t(f.st.st_size);
+  });
+  if (total <= max_bytes) return 0;
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.used.tv_sec, a.used.tv_nsec) < std::tie(b.used.tv_sec, b.used.tv_nsec);
+  });
+  std::size_t removed = 0;
+  for (const Entry& e : entries) {
+    if (total <= max_bytes) break;
+    if (::unlink(e.path.c_str()) == 0) ++removed;
+    total -= e.bytes;
+  }
+  return removed;
+}
+
+std::string untrusted_reason(const fs::path& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return {};
+  if (!S_ISDIR(st.st_mode)) return fmt::format("{} is not a directory", dir.string());
+  if (st.st_uid != ::geteuid() && st.st_uid != 0)
+    return fmt::format("{} is owned by uid {}, not by this user (uid {}) or root", dir.string(), st.st_uid,
+                       ::geteuid());
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    return fmt::format("{} is writable by {} (mode {:o})", dir.string(),
+                       (st.st_mode & S_IWOTH) ? "everyone" : "its group", st.st_mode & 07777);
+  return {};
 }
 
 }  // namespace mojo

@@ -1,13 +1,24 @@
-// One line to stderr, prefixed "mojo-jit: ". Used for the few events a user
-// must hear about without an exception: a corrupt cache entry, a cache
-// directory that cannot be written.
+// One line per event to stderr, prefixed "mojo-jit: <level>: ".
+// MOJO_JIT_LOG=error|warn|info|debug picks how much (default warn):
+//   warn   faults the user must hear about (corrupt entry, unusable cache dir)
+//   info   each compile with its cause, evictions, prewarm progress
+//   debug  disk hits, lock waits
 #pragma once
 
-#include <cstdio>
 #include <string>
+#include <string_view>
 
 namespace mojo::log {
 
-inline void warn(const std::string& message) { std::fprintf(stderr, "mojo-jit: warning: %s\n", message.c_str()); }
+enum class Level { error = 0, warn = 1, info = 2, debug = 3 };
+
+Level level() noexcept;  // read from MOJO_JIT_LOG once
+inline bool enabled(Level l) noexcept { return l <= level(); }
+void write(Level l, std::string_view message);
+
+inline void error(std::string_view m) { write(Level::error, m); }
+inline void warn(std::string_view m) { write(Level::warn, m); }
+inline void info(std::string_view m) { write(Level::info, m); }
+inline void debug(std::string_view m) { write(Level::debug, m); }
 
 }  // namespace mojo::log

@@ -3,8 +3,8 @@
 // Two maps. `loaded` answers the hot path: (op, params, target) -> a kernel
 // already loaded on the GPU, found with one hash of a few integers and no
 // allocation. On a miss, the specialization's full KernelKey (hash of the
-// whole translation unit, compiler identity, target, stage) is looked up in
-// memory, then on disk, and only then compiled.
+// whole translation unit, compiler identity, target, stage) goes to the
+// KernelCache: memory, then disk layers, and only then the compiler.
 #include "mojo/runtime.hpp"
 
 #include <fmt/format.h>
@@ -13,17 +13,20 @@
 #include <xxhash.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
+#include <sstream>
 #include <unordered_map>
 
+#include "cache/kernel_cache.hpp"
 #include "core/log.hpp"
 #include "mojo/error.hpp"
 
 namespace mojo {
+namespace fs = std::filesystem;
 
 struct LoadedKernel {
   std::string name;
@@ -57,18 +60,49 @@ FastKey fast_key(const OpDef* op, const Params& params, const Target& target) {
   return {h.high64, h.low64};
 }
 
-struct KernelKeyHash {
-  std::size_t operator()(const KernelKey& k) const noexcept { return k.low; }
-};
-
-bool env_flag(const char* name) {
+const char* env(const char* name) {
   const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' && std::string_view(v) != "0";
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+bool env_flag(const char* name) {
+  const char* v = env(name);
+  return v != nullptr && std::string_view(v) != "0";
+}
+
+std::vector<fs::path> env_paths(const char* name) {
+  std::vector<fs::path> out;
+  if (const char* v = env(name)) {
+    std::stringstream ss(v);
+    for (std::string dir; std::getline(ss, dir, ':');)
+      if (!dir.empty()) out.emplace_back(dir);
+  }
+  return out;
+}
+
+CacheOptions cache_options(const RuntimeOptions& o) {
+  CacheOptions c;
+  if (o.disk_cache && !env_flag("MOJO_JIT_DISABLE_DISK_CACHE"))
+    c.dir = o.cache_dir.empty() ? DiskCache::default_dir() : o.cache_dir;
+  c.readonly_dirs = o.readonly_cache_dirs;
+  for (fs::path& p : env_paths("MOJO_JIT_CACHE_READONLY_DIRS")) c.readonly_dirs.push_back(std::move(p));
+  c.offline = o.offline || env_flag("MOJO_JIT_OFFLINE");
+  c.trust_any_dir = o.trust_cache_dir || env_flag("MOJO_JIT_CACHE_TRUST");
+  if (o.cache_max_bytes > 0) {
+    c.max_bytes = o.cache_max_bytes;
+  } else if (const char* v = env("MOJO_JIT_CACHE_MAX_BYTES")) {
+    char* end = nullptr;
+    unsigned long long n = std::strtoull(v, &end, 10);
+    if (end == v || *end != '\0' || n == 0)
+      throw InvalidArgumentError(fmt::format("MOJO_JIT_CACHE_MAX_BYTES='{}': expected a positive number of bytes", v));
+    c.max_bytes = n;
+  }
+  if (const char* v = env("MOJO_JIT_LOCK_TIMEOUT_MS")) c.lock_timeout = std::chrono::milliseconds(std::atoll(v));
+  return c;
 }
 
 std::string compiler_name(const RuntimeOptions& options) {
   if (!options.compiler.empty()) return options.compiler;
-  if (const char* env = std::getenv("MOJO_JIT_COMPILER"); env && *env) return env;
+  if (const char* v = env("MOJO_JIT_COMPILER")) return v;
   return "nvrtc";
 }
 
@@ -82,13 +116,21 @@ void launch_loaded(const OpDef& op, const LoadedKernel& kernel, const Params& pa
   mojo::launch(kernel.function, g.grid, g.block, g.dynamic_smem, stream, args.data());
 }
 
+// One specialization made concrete: its translation unit and its key.
+struct Unit {
+  std::string source, kernel_name, description, meta;
+  KernelKey key;
+};
+
 }  // namespace
 
 struct Runtime::Impl {
   RuntimeOptions options;
+  mutable std::shared_mutex templates_mutex;
   TemplateRegistry templates;
   std::unique_ptr<Compiler> compiler;
-  std::optional<DiskCache> disk;
+  KernelCache cache;
+  fs::path dump_dir;
 
   std::mutex device_mutex;
   std::optional<Device> device;
@@ -97,18 +139,15 @@ struct Runtime::Impl {
   std::shared_mutex loaded_mutex;
   std::unordered_map<FastKey, std::unique_ptr<LoadedKernel>, FastKeyHash> loaded;
   std::vector<std::unique_ptr<LoadedKernel>> retired;  // unindexed, kept alive for KernelHandles
-
-  std::mutex compile_mutex;  // one specialization resolved at a time; keeps compiles unique
-  std::unordered_map<KernelKey, std::shared_ptr<const std::string>, KernelKeyHash> binaries;
-
-  std::atomic<std::uint64_t> memory_hits{0}, disk_hits{0}, misses{0}, compiles{0}, bad_entries{0};
-  std::atomic<std::int64_t> compile_ns{0};
+  std::mutex load_mutex;                               // one module load at a time
+  std::atomic<std::uint64_t> memory_hits{0};
 
   explicit Impl(RuntimeOptions o)
-      : options(std::move(o)), templates(options.template_paths), compiler(make_compiler(compiler_name(options))) {
-    if (options.disk_cache && !env_flag("MOJO_JIT_DISABLE_DISK_CACHE"))
-      disk.emplace(options.cache_dir.empty() ? DiskCache::default_dir() : options.cache_dir);
-  }
+      : options(std::move(o)),
+        templates(options.template_paths),
+        compiler(make_compiler(compiler_name(options))),
+        cache(cache_options(options)),
+        dump_dir(!options.dump_dir.empty() ? options.dump_dir : fs::path(env("MOJO_JIT_DUMP") ? env("MOJO_JIT_DUMP") : "")) {}
 
   const Device& open_device() {
     std::lock_guard lock(device_mutex);
@@ -119,80 +158,56 @@ struct Runtime::Impl {
     return *device;
   }
 
-  struct Unit {
-    std::string source, kernel_name, description;
-    KernelKey key;
-  };
-
-  Unit translation_unit(const OpDef& op, const Params& params, const Target& target, Emit emit) const {
+  Unit unit(const OpDef& op, const Params& params, const Target& target, Emit emit) const {
     Unit u;
     u.kernel_name = op.kernel_name(params);
-    u.source = templates.expand(op.template_file());
+    {
+      std::shared_lock lock(templates_mutex);
+      u.source = templates.expand(op.template_file());
+    }
     u.source += fmt::format("\n#line 1 \"<specialization>\"\n{}\n", op.entry_line(params));
-    u.description = fmt::format("{} {{{}}}", op.name(), params.str());
+    u.description = fmt::format("{} {{{}}} for {} ({})", op.name(), params.str(), target.sm_name(), emit_name(emit));
     std::string params_text = params.str(), target_name = target.sm_name();
     u.key = compute_key(KeyInputs{u.source, u.kernel_name, params_text, target_name, compiler->identity(), emit});
+    u.meta = fmt::format("op={}\nkernel={}\nparams={}\ntarget={}\ncompiler={}\nemit={}\n", op.name(), u.kernel_name,
+                         params_text, target_name, compiler->identity(), emit_name(emit));
     return u;
   }
 
-  // memory -> disk -> compile. Caller holds compile_mutex.
-  std::shared_ptr<const std::string> binary(const OpDef& op, const Unit& u, const Params& params,
-                                            const Target& target, Emit emit, bool* compiled) {
-    *compiled = false;
-    if (auto it = binaries.find(u.key); it != binaries.end()) return it->second;
-    std::shared_ptr<const std::string> result;
-    if (disk) {
-      std::string problem;
-      if (std::optional<std::string> payload = disk->load(u.key, emit, &problem)) {
-        ++disk_hits;
-        result = std::make_shared<const std::string>(std::move(*payload));
-      } else if (!problem.empty()) {
-        ++bad_entries;
-        log::warn(fmt::format("unusable cache entry for {}: {}; recompiling", u.description, problem));
-      }
-    }
-    if (!result) {
-      ++misses;
-      auto start = std::chrono::steady_clock::now();
-      CompileResult r = compiler->compile(
-          CompileRequest{op.template_file(), u.source, target, emit, u.description});
-      compile_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
-      ++compiles;
-      *compiled = true;
-      result = std::make_shared<const std::string>(std::move(r.binary));
-      if (disk) store(u, params, target, emit, *result);
-    }
-    binaries.emplace(u.key, result);
-    return result;
+  std::shared_ptr<const std::string> binary(const OpDef& op, const Unit& u, const Target& target, Emit emit,
+                                            bool* compiled) {
+    return cache.get(CacheRequest{u.key, emit, u.description, u.meta}, [&] {
+      std::string out = compiler->compile(CompileRequest{op.template_file(), u.source, target, emit, u.description}).binary;
+      if (!dump_dir.empty()) dump(u, target, emit, out);
+      return out;
+    }, compiled);
   }
 
-  void store(const Unit& u, const Params& params, const Target& target, Emit emit, const std::string& payload) {
-    std::string meta = fmt::format("op={}\nkernel={}\nparams={}\ntarget={}\ncompiler={}\nemit={}\n",
-                                   u.description.substr(0, u.description.find(' ')), u.kernel_name, params.str(),
-                                   target.sm_name(), compiler->identity(), emit_name(emit));
-    try {
-      disk->store(u.key, emit, meta, payload);
-    } catch (const Error& e) {
-      log::warn(fmt::format("{}; the disk cache is off for this process, kernels stay in memory", e.what()));
-      disk.reset();
-    }
+  // MOJO_JIT_DUMP: the translation unit, how it was compiled, and what came out.
+  void dump(const Unit& u, const Target& target, Emit emit, const std::string& out) const {
+    std::error_code ec;
+    fs::create_directories(dump_dir, ec);
+    std::string stem = (dump_dir / fmt::format("{}.{}.{}", u.kernel_name, target.sm_name(), u.key.hex().substr(0, 8))).string();
+    std::ofstream(stem + ".cu") << u.source;
+    std::ofstream(stem + ".txt") << u.meta << "key=" << u.key.hex() << "\n";
+    std::ofstream(stem + "." + std::string(emit_name(emit)), std::ios::binary) << out;
+    if (ec || !fs::exists(stem + ".cu")) log::warn(fmt::format("MOJO_JIT_DUMP: cannot write into {}", dump_dir.string()));
   }
 
   const LoadedKernel& load(const OpDef& op, const Params& params, const Target& target, const FastKey& key) {
-    std::lock_guard lock(compile_mutex);
+    const Device& dev = open_device();
+    Unit u = unit(op, params, target, Emit::cubin);
+    bool compiled = false;
+    auto bin = binary(op, u, target, Emit::cubin, &compiled);
+    std::lock_guard lock(load_mutex);
     {
       std::shared_lock read(loaded_mutex);
-      if (auto it = loaded.find(key); it != loaded.end()) return *it->second;
+      if (auto it = loaded.find(key); it != loaded.end()) return *it->second;  // another thread was first
     }
-    const Device& dev = open_device();
-    Unit u = translation_unit(op, params, target, Emit::cubin);
-    bool compiled = false;
-    auto bin = binary(op, u, params, target, Emit::cubin, &compiled);
     dev.ensure_current();
     Module module = Module::load(*bin);
     Function function = module.function(u.kernel_name);
-    auto kernel = std::make_unique<LoadedKernel>(
-        LoadedKernel{u.kernel_name, std::move(bin), std::move(module), function, &dev});
+    auto kernel = std::make_unique<LoadedKernel>(LoadedKernel{u.kernel_name, std::move(bin), std::move(module), function, &dev});
     std::unique_lock write(loaded_mutex);
     return *loaded.emplace(key, std::move(kernel)).first->second;
   }
@@ -230,8 +245,7 @@ Artifact Runtime::compile(std::string_view op_name, TensorList tensors, ScalarLi
                           Emit emit) {
   const OpDef& op = find_op(op_name);
   Params params = op.specialize(tensors, scalars, target);
-  Impl::Unit u = impl_->translation_unit(op, params, target, emit);
-  std::lock_guard lock(impl_->compile_mutex);
+  Unit u = impl_->unit(op, params, target, emit);
   Artifact a;
   a.op = std::string(op.name());
   a.params = params;
@@ -239,39 +253,34 @@ Artifact Runtime::compile(std::string_view op_name, TensorList tensors, ScalarLi
   a.emit = emit;
   a.kernel_name = u.kernel_name;
   a.key = u.key;
-  a.binary = impl_->binary(op, u, params, target, emit, &a.compiled);
+  a.binary = impl_->binary(op, u, target, emit, &a.compiled);
   return a;
 }
 
 KernelKey Runtime::key(std::string_view op_name, TensorList tensors, ScalarList scalars, const Target& target,
                        Emit emit) {
   const OpDef& op = find_op(op_name);
-  return impl_->translation_unit(op, op.specialize(tensors, scalars, target), target, emit).key;
+  return impl_->unit(op, op.specialize(tensors, scalars, target), target, emit).key;
 }
 
 CacheStats Runtime::stats() const {
-  CacheStats s;
+  CacheStats s = impl_->cache.stats();
   s.memory_hits = impl_->memory_hits;
-  s.disk_hits = impl_->disk_hits;
-  s.misses = impl_->misses;
-  s.compiles = impl_->compiles;
-  s.bad_entries = impl_->bad_entries;
-  s.compile_seconds = double(impl_->compile_ns.load()) * 1e-9;
   return s;
 }
 
-std::filesystem::path Runtime::cache_dir() const {
-  std::lock_guard lock(impl_->compile_mutex);
-  return impl_->disk ? impl_->disk->dir() : std::filesystem::path();
-}
+fs::path Runtime::cache_dir() const { return impl_->cache.writable_dir().value_or(fs::path()); }
 
 const Compiler& Runtime::compiler() const { return *impl_->compiler; }
 const TemplateRegistry& Runtime::templates() const { return impl_->templates; }
 
-void Runtime::add_template_path(std::filesystem::path dir) {
-  std::lock_guard lock(impl_->compile_mutex);
-  impl_->templates.add_search_path(std::move(dir));
-  impl_->binaries.clear();
+void Runtime::add_template_path(fs::path dir) {
+  {
+    std::unique_lock lock(impl_->templates_mutex);
+    impl_->templates.add_search_path(std::move(dir));
+  }
+  impl_->cache.forget_memory();
+  std::lock_guard load(impl_->load_mutex);
   std::unique_lock write(impl_->loaded_mutex);
   for (auto& [key, kernel] : impl_->loaded) impl_->retired.push_back(std::move(kernel));
   impl_->loaded.clear();

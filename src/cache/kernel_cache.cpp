@@ -1,0 +1,189 @@
+#include "cache/kernel_cache.hpp"
+
+#include <fmt/format.h>
+
+#include "core/log.hpp"
+#include "mojo/error.hpp"
+
+namespace mojo {
+namespace fs = std::filesystem;
+
+KernelCache::KernelCache(CacheOptions options) : options_(std::move(options)) {
+  if (options_.dir) {
+    std::string why = options_.trust_any_dir ? std::string() : untrusted_reason(*options_.dir);
+    if (why.empty())
+      disk_ = std::make_shared<const DiskCache>(*options_.dir);
+    else
+      log::warn(fmt::format("refusing the cache directory: {}; kernels stay in memory (set MOJO_JIT_CACHE_TRUST=1 "
+                            "to use it anyway: loading a cubin runs its code)",
+                            why));
+  }
+  for (const fs::path& dir : options_.readonly_dirs) {
+    std::string why = options_.trust_any_dir ? std::string() : untrusted_reason(dir);
+    if (why.empty())
+      readonly_.emplace_back(dir);
+    else
+      log::warn(fmt::format("refusing the read-only cache directory: {}", why));
+  }
+}
+
+std::shared_ptr<const DiskCache> KernelCache::disk() const {
+  std::lock_guard lock(mutex_);
+  return disk_;
+}
+
+std::optional<fs::path> KernelCache::writable_dir() const {
+  auto d = disk();
+  return d ? std::optional<fs::path>(d->dir()) : std::nullopt;
+}
+
+void KernelCache::forget_memory() {
+  std::lock_guard lock(mutex_);
+  memory_.clear();
+}
+
+void KernelCache::disable_disk(const std::string& why) {
+  std::lock_guard lock(mutex_);
+  if (!disk_) return;
+  disk_.reset();
+  log::warn(fmt::format("{}; the disk cache is off for this process, kernels stay in memory", why));
+}
+
+std::shared_ptr<const std::string> KernelCache::get(const CacheRequest& request,
+                                                    const std::function<std::string()>& compile, bool* compiled) {
+  *compiled = false;
+  std::promise<Binary> promise;
+  {
+    std::unique_lock lock(mutex_);
+    if (auto it = memory_.find(request.key); it != memory_.end()) {
+      std::shared_future<Binary> pending = it->second;
+      lock.unlock();
+      return pending.get();  // another thread may still be compiling it: wait, share the result
+    }
+    memory_.emplace(request.key, promise.get_future().share());
+  }
+  try {
+    Binary result = lookup_disk(request);
+    if (!result) {
+      result = compile_and_store(request, compile);
+      *compiled = true;
+    }
+    promise.set_value(result);
+    return result;
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+    std::lock_guard lock(mutex_);
+    memory_.erase(request.key);  // a later call tries again
+    throw;
+  }
+}
+
+KernelCache::Binary KernelCache::lookup_disk(const CacheRequest& request) {
+  auto hit = [&](std::string payload) { return std::make_shared<const std::string>(std::move(payload)); };
+  if (auto d = disk()) {
+    std::string problem;
+    if (auto payload = d->load(request.key, request.emit, &problem)) {
+      ++disk_hits_;
+      bool first_use;
+      {
+        std::lock_guard lock(mutex_);
+        first_use = stamped_.emplace(request.key.high, request.key.low).second;
+      }
+      if (first_use) d->touch(request.key, request.emit);  // last-used stamp, once per process
+      log::debug(fmt::format("disk hit for {}", request.description));
+      return hit(std::move(*payload));
+    }
+    if (!problem.empty()) {
+      ++bad_entries_;
+      log::warn(fmt::format("unusable cache entry for {}: {}; recompiling", request.description, problem));
+    }
+  }
+  for (const DiskCache& layer : readonly_) {
+    std::string problem;
+    if (auto payload = layer.load(request.key, request.emit, &problem, /*remove_bad=*/false)) {
+      ++readonly_hits_;
+      log::debug(fmt::format("read-only hit for {} in {}", request.description, layer.dir().string()));
+      return hit(std::move(*payload));
+    }
+    if (!problem.empty()) {
+      ++bad_entries_;
+      log::warn(fmt::format("unusable entry in read-only cache for {}: {}", request.description, problem));
+    }
+  }
+  return nullptr;
+}
+
+KernelCache::Binary KernelCache::compile_and_store(const CacheRequest& request,
+                                                   const std::function<std::string()>& compile) {
+  ++misses_;
+  if (options_.offline)
+    throw CacheMissError(fmt::format("{}: not in any cache layer, and offline mode (MOJO_JIT_OFFLINE) forbids "
+                                     "compiling; prewarm it with `mojo-jit prewarm`",
+                                     request.description));
+  KeyLock lock;
+  if (auto d = disk()) {
+    lock = d->lock(request.key, request.emit, options_.lock_timeout);
+    if (lock.waited()) ++lock_waits_;
+    switch (lock.status()) {
+      case KeyLock::Status::held: break;
+      case KeyLock::Status::failed: disable_disk(lock.problem()); break;
+      case KeyLock::Status::timed_out: log::warn(lock.problem()); break;
+      case KeyLock::Status::unsupported: {
+        std::lock_guard guard(mutex_);
+        if (!warned_lock_) log::warn(lock.problem());  // once: it holds for every key
+        warned_lock_ = true;
+      }
+    }
+    if (lock.waited()) {  // another process held the key: it has most likely stored it by now
+      std::string problem;
+      if (auto payload = d->load(request.key, request.emit, &problem)) {
+        ++disk_hits_;
+        return std::make_shared<const std::string>(std::move(*payload));
+      }
+    }
+  }
+  log::info(fmt::format("compiling {}", request.description));
+  auto start = std::chrono::steady_clock::now();
+  auto result = std::make_shared<const std::string>(compile());
+  compile_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  ++compiles_;
+  store(request, *result);
+  return result;
+}
+
+void KernelCache::store(const CacheRequest& request, const std::string& payload) {
+  auto d = disk();  // may have been turned off meanwhile
+  if (!d) return;
+  try {
+    d->store(request.key, request.emit, request.meta, payload);
+  } catch (const Error& e) {
+    disable_disk(e.what());  // e.g. ENOSPC or a read-only directory: this process goes on from memory
+    return;
+  }
+  // Size cap: keep a running estimate; scan and evict only when it passes the cap.
+  std::lock_guard lock(mutex_);
+  if (!disk_bytes_) disk_bytes_ = d->usage().bytes;
+  else *disk_bytes_ += payload.size() + request.meta.size() + 64;
+  if (*disk_bytes_ > options_.max_bytes) {
+    std::size_t removed = d->prune(options_.max_bytes / 10 * 9);
+    evicted_ += removed;
+    disk_bytes_ = d->usage().bytes;
+    log::info(fmt::format("evicted {} least-recently-used entries from {} (cap {} bytes)", removed,
+                          d->dir().string(), options_.max_bytes));
+  }
+}
+
+CacheStats KernelCache::stats() const {
+  CacheStats s;
+  s.disk_hits = disk_hits_;
+  s.readonly_hits = readonly_hits_;
+  s.misses = misses_;
+  s.compiles = compiles_;
+  s.bad_entries = bad_entries_;
+  s.evicted = evicted_;
+  s.lock_waits = lock_waits_;
+  s.compile_seconds = double(compile_ns_.load()) * 1e-9;
+  return s;
+}
+
+}  // namespace mojo
