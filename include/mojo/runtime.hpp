@@ -10,6 +10,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -18,6 +19,7 @@
 #include "mojo/cache.hpp"
 #include "mojo/compiler.hpp"
 #include "mojo/device.hpp"
+#include "mojo/manifest.hpp"
 #include "mojo/op.hpp"
 #include "mojo/templates.hpp"
 
@@ -50,6 +52,14 @@ struct Artifact {
   std::shared_ptr<const std::string> binary;  // PTX text or cubin bytes
   bool compiled = false;  // false: it came from the cache
 };
+
+struct PrewarmResult {
+  std::size_t compiled = 0, cached = 0, failed = 0;
+  double seconds = 0;
+  std::vector<std::string> failures;  // "<label>: <error>"
+};
+// Called after each item (serialized): items done, total, the item, whether it succeeded.
+using PrewarmProgress = std::function<void(std::size_t, std::size_t, const PrewarmItem&, bool)>;
 
 struct LoadedKernel;
 
@@ -91,9 +101,21 @@ class Runtime {
   // target: no GPU needed. Tensors may have data == 0.
   Artifact compile(std::string_view op, TensorList tensors, ScalarList scalars, const Target& target,
                    Emit emit);
+  // Compiles every item on `jobs` threads (0: one per core), no GPU needed.
+  // Idempotent: items already in a cache layer count as cached.
+  PrewarmResult prewarm(const std::vector<PrewarmItem>& items, Emit emit = Emit::cubin, int jobs = 0,
+                        const PrewarmProgress& progress = {});
   // The key compile() would use, without compiling.
   KernelKey key(std::string_view op, TensorList tensors, ScalarList scalars, const Target& target,
                 Emit emit);
+  // Everything that went into that key (to see why a lookup missed).
+  struct KeyParts {
+    std::string source;  // the whole translation unit
+    std::string kernel, params, target, compiler;
+    Emit emit;
+    KernelKey key;
+  };
+  KeyParts key_parts(std::string_view op, TensorList tensors, ScalarList scalars, const Target& target, Emit emit);
 
   CacheStats stats() const;
   // Empty when the disk cache is off.

@@ -19,6 +19,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 
 #include "cache/kernel_cache.hpp"
@@ -257,10 +258,55 @@ Artifact Runtime::compile(std::string_view op_name, TensorList tensors, ScalarLi
   return a;
 }
 
+PrewarmResult Runtime::prewarm(const std::vector<PrewarmItem>& items, Emit emit, int jobs,
+                               const PrewarmProgress& progress) {
+  const auto start = std::chrono::steady_clock::now();
+  PrewarmResult result;
+  std::mutex m;  // guards result and progress calls
+  std::atomic<std::size_t> next{0};
+  std::size_t done = 0;
+  auto worker = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < items.size();) {
+      const PrewarmItem& item = items[i];
+      std::string error;
+      bool compiled = false;
+      try {
+        compiled = compile(item.op, item.tensors, item.scalar_args(), item.target, emit).compiled;
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      std::lock_guard lock(m);
+      if (!error.empty()) {
+        ++result.failed;
+        result.failures.push_back(fmt::format("{}: {}", item.label, error));
+      } else {
+        ++(compiled ? result.compiled : result.cached);
+      }
+      if (progress) progress(++done, items.size(), item, error.empty());
+    }
+  };
+  unsigned n = jobs > 0 ? unsigned(jobs) : std::max(1u, std::thread::hardware_concurrency());
+  n = std::min<unsigned>(n, unsigned(std::max<std::size_t>(items.size(), 1)));
+  std::vector<std::thread> threads;
+  for (unsigned t = 1; t < n; ++t) threads.emplace_back(worker);
+  worker();
+  for (std::thread& t : threads) t.join();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
 KernelKey Runtime::key(std::string_view op_name, TensorList tensors, ScalarList scalars, const Target& target,
                        Emit emit) {
+  return key_parts(op_name, tensors, scalars, target, emit).key;
+}
+
+Runtime::KeyParts Runtime::key_parts(std::string_view op_name, TensorList tensors, ScalarList scalars,
+                                     const Target& target, Emit emit) {
   const OpDef& op = find_op(op_name);
-  return impl_->unit(op, op.specialize(tensors, scalars, target), target, emit).key;
+  Params params = op.specialize(tensors, scalars, target);
+  Unit u = impl_->unit(op, params, target, emit);
+  return KeyParts{std::move(u.source), u.kernel_name, params.str(), target.sm_name(), impl_->compiler->identity(),
+                  emit, u.key};
 }
 
 CacheStats Runtime::stats() const {

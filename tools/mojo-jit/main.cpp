@@ -4,10 +4,15 @@
 //   mojo-jit --emit=cubin rms_norm --dtype f16 --shape x=8x5120 -o k.cubin
 //   mojo-jit describe rms_norm --dtype bf16 --shape x=4096x4096
 //   mojo-jit list
-//   mojo-jit cache stats|list|clear|path
+//   mojo-jit prewarm --manifest cache/qwen3-8b.toml --arch sm_80,sm_90 -j 8
+//   mojo-jit cache path|stats|ls|verify|prune|clear [--json]
+//   mojo-jit cache explain rms_norm --dtype bf16 --shape x=4096x4096
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <fstream>
@@ -24,7 +29,9 @@ usage:
   mojo-jit [--emit=ptx|cubin|llvm|llvm-opt] OP --dtype DT --shape NAME=DIMS... [options]
   mojo-jit describe OP --dtype DT --shape NAME=DIMS... [options]
   mojo-jit list
-  mojo-jit cache path|stats|list|clear [--cache-dir DIR]
+  mojo-jit prewarm --manifest FILE [--arch sm_80,sm_90] [-j N] [--cache-dir DIR]
+  mojo-jit cache path|stats|ls|verify|prune|clear [--json] [--cache-dir DIR]
+  mojo-jit cache explain OP --dtype DT --shape NAME=DIMS... [options]
 
 Run 'mojo-jit <command> --help' for the options of a command.
 )";
@@ -158,8 +165,11 @@ int run_emit(int argc, char** argv) {
   return 0;
 }
 
-int run_describe(int argc, char** argv) {
-  CLI::App app{"Show the params, kernel name, key and launch geometry of one specialization", "mojo-jit describe"};
+// describe and cache explain: one specialization, its params and the parts of its key.
+int run_describe(int argc, char** argv, bool explain) {
+  CLI::App app{explain ? "Print the parts of a specialization's key and which cache layers hold it"
+                       : "Show the params, kernel name, key and launch geometry of one specialization",
+               explain ? "mojo-jit cache explain" : "mojo-jit describe"};
   SpecOptions spec;
   std::string emit = "cubin";
   app.add_option("--emit", emit, "stage whose key to show")->capture_default_str();
@@ -172,16 +182,38 @@ int run_describe(int argc, char** argv) {
   auto tensors = spec.tensors(op);
   auto scalars = spec.scalars(names);
   mojo::Target target = spec.target();
+  mojo::Emit kind = mojo::parse_emit(emit);
   mojo::Params params = op.specialize(tensors, scalars, target);
   mojo::LaunchGeometry g = op.geometry(params, tensors);
+  auto parts = rt.key_parts(spec.op, tensors, scalars, target, kind);
   fmt::print("op:       {}\n", op.name());
   for (std::size_t i = 0; i < tensors.size(); ++i)
     fmt::print("tensor:   {} = {}\n", op.tensor_args()[i].name, tensors[i].spec.str());
-  fmt::print("target:   {}\ncompiler: {}\nparams:   {}\nkernel:   {}\n", target.sm_name(), rt.compiler().identity(),
-             params.str(), op.kernel_name(params));
+  fmt::print("target:   {}\ncompiler: {}\nparams:   {}\nkernel:   {}\n", parts.target, parts.compiler, parts.params,
+             parts.kernel);
   fmt::print("grid:     [{}, {}, {}]\nblock:    [{}, {}, {}]\nsmem:     {}\n", g.grid.x, g.grid.y, g.grid.z, g.block.x,
              g.block.y, g.block.z, g.dynamic_smem);
-  fmt::print("key:      {} ({})\n", rt.key(spec.op, tensors, scalars, target, mojo::parse_emit(emit)).hex(), emit);
+  if (explain) {
+    fmt::print("source:   {} bytes, {} (the translation unit: template + prelude + instantiation)\n",
+               parts.source.size(), mojo::compute_key(mojo::KeyInputs{parts.source, "", "", "", "", kind}).hex());
+    fmt::print("emit:     {}\nformat:   v{}\n", emit, mojo::kCacheFormatVersion);
+  }
+  fmt::print("key:      {} ({})\n", parts.key.hex(), emit);
+  if (explain) {
+    auto show = [&](const std::filesystem::path& dir, const char* layer) {
+      mojo::DiskCache cache(dir);
+      std::string problem;
+      bool hit = cache.load(parts.key, kind, &problem, /*remove_bad=*/false).has_value();
+      fmt::print("{:<9} {}: {}\n", layer, cache.entry_path(parts.key, kind).string(),
+                 hit ? "present" : problem.empty() ? "absent" : "bad (" + problem + ")");
+    };
+    if (!rt.cache_dir().empty()) show(rt.cache_dir(), "cache:");
+    if (const char* ro = std::getenv("MOJO_JIT_CACHE_READONLY_DIRS")) {
+      std::stringstream ss(ro);
+      for (std::string dir; std::getline(ss, dir, ':');)
+        if (!dir.empty()) show(dir, "readonly:");
+    }
+  }
   return 0;
 }
 
@@ -199,33 +231,131 @@ int run_list(int argc, char** argv) {
   return 0;
 }
 
-int run_cache(int argc, char** argv) {
-  CLI::App app{"Inspect or clear the on-disk kernel cache", "mojo-jit cache"};
-  std::string action, cache_dir;
-  app.add_option("action", action, "path | stats | list | clear")->required()->check(CLI::IsMember({"path", "stats", "list", "clear"}));
+std::vector<mojo::Target> parse_targets(const std::string& list) {
+  std::vector<mojo::Target> out;
+  std::stringstream ss(list);
+  for (std::string t; std::getline(ss, t, ',');)
+    if (!t.empty()) out.push_back(mojo::Target::parse(t));
+  return out;
+}
+
+int run_prewarm(int argc, char** argv) {
+  CLI::App app{"Compile every specialization a manifest lists into the cache (no GPU needed)", "mojo-jit prewarm"};
+  std::string manifest_path, arch, compiler, cache_dir, emit = "cubin";
+  int jobs = 0;
+  app.add_option("--manifest", manifest_path, "TOML manifest (e.g. cache/qwen3-8b.toml)")->required();
+  app.add_option("--arch", arch, "comma-separated targets, e.g. sm_80,sm_90 (default: the manifest's)");
+  app.add_option("-j,--jobs", jobs, "parallel compiles (default: one per core)");
+  app.add_option("--compiler", compiler, "nvrtc (default: $MOJO_JIT_COMPILER or nvrtc)");
   app.add_option("--cache-dir", cache_dir, "cache directory (default: $MOJO_JIT_CACHE_DIR, ~/.cache/mojo-jit)");
+  app.add_option("--emit", emit, "stage to cache: cubin (what launches load) or ptx")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  mojo::Manifest manifest = mojo::Manifest::load(manifest_path);
+  std::vector<mojo::PrewarmItem> items = manifest.items(parse_targets(arch));
+  mojo::RuntimeOptions o;
+  o.compiler = compiler;
+  o.cache_dir = cache_dir;
+  mojo::Runtime rt(o);
+  if (rt.cache_dir().empty()) throw mojo::Error("prewarm needs a usable disk cache directory");
+  const bool tty = ::isatty(STDERR_FILENO);
+  auto progress = [&](std::size_t done, std::size_t total, const mojo::PrewarmItem& item, bool ok) {
+    if (tty) {
+      int filled = int(30 * done / total);
+      fmt::print(stderr, "\r[{}{}] {}/{} {:<60.60}", std::string(std::size_t(filled), '#'),
+                 std::string(std::size_t(30 - filled), '.'), done, total, item.label);
+      if (done == total) fmt::print(stderr, "\n");
+    } else if (!ok || done == total || done % std::max<std::size_t>(1, total / 10) == 0) {
+      fmt::print(stderr, "prewarm: {}/{} {}{}\n", done, total, item.label, ok ? "" : " FAILED");
+    }
+  };
+  mojo::PrewarmResult r = rt.prewarm(items, mojo::parse_emit(emit), jobs, progress);
+  for (const std::string& f : r.failures) fmt::print(stderr, "prewarm: failed: {}\n", f);
+  fmt::print("prewarm {}: {} specializations: {} compiled, {} already cached, {} failed in {:.1f} s -> {}\n",
+             manifest.name.empty() ? manifest_path : manifest.name, items.size(), r.compiled, r.cached, r.failed,
+             r.seconds, rt.cache_dir().string());
+  return r.failed == 0 ? 0 : 1;
+}
+
+int run_cache(int argc, char** argv) {
+  if (argc >= 2 && std::string_view(argv[1]) == "explain") return run_describe(argc - 1, argv + 1, true);
+  CLI::App app{"Inspect and maintain the on-disk kernel cache", "mojo-jit cache"};
+  std::string action, cache_dir;
+  bool json = false;
+  std::uint64_t max_bytes = 0;
+  app.add_option("action", action, "path | stats | ls | verify | prune | clear | explain OP ...")
+      ->required()
+      ->check(CLI::IsMember({"path", "stats", "ls", "list", "verify", "prune", "clear"}));
+  app.add_option("--cache-dir", cache_dir, "cache directory (default: $MOJO_JIT_CACHE_DIR, ~/.cache/mojo-jit)");
+  app.add_flag("--json", json, "machine-readable output");
+  app.add_option("--max-bytes", max_bytes, "prune: the size to prune down to (default: $MOJO_JIT_CACHE_MAX_BYTES or 1 GiB)");
   CLI11_PARSE(app, argc, argv);
 
   mojo::DiskCache cache(cache_dir.empty() ? mojo::DiskCache::default_dir() : std::filesystem::path(cache_dir));
+  nlohmann::json j;
+  j["dir"] = cache.dir().string();
+  std::string text;
   if (action == "path") {
-    fmt::print("{}\n", cache.dir().string());
+    text = cache.dir().string();
   } else if (action == "clear") {
-    fmt::print("removed {} files from {}\n", cache.clear(), cache.dir().string());
-  } else {
+    std::size_t n = cache.clear();
+    j["removed_files"] = n;
+    text = fmt::format("removed {} files from {}", n, cache.dir().string());
+  } else if (action == "prune") {
+    if (max_bytes == 0) {
+      const char* env = std::getenv("MOJO_JIT_CACHE_MAX_BYTES");
+      max_bytes = env ? std::strtoull(env, nullptr, 10) : 0;
+      if (max_bytes == 0) max_bytes = std::uint64_t(1) << 30;
+    }
+    std::size_t n = cache.prune(max_bytes);
+    mojo::DiskUsage u = cache.usage();
+    j["evicted"] = n;
+    j["entries"] = u.entries;
+    j["bytes"] = u.bytes;
+    text = fmt::format("evicted {} least-recently-used entries; {} entries, {} bytes remain (cap {})", n, u.entries,
+                       u.bytes, max_bytes);
+  } else if (action == "verify") {
+    std::vector<std::string> problems;
+    std::size_t good = cache.verify(&problems, /*remove=*/true);
+    j["good"] = good;
+    j["bad"] = problems;
+    text = fmt::format("{}: {} good entries, {} bad (removed)", cache.dir().string(), good, problems.size());
+    for (const auto& p : problems) text += "\nbad: " + p;
+  } else {  // stats, ls
     std::vector<std::string> problems;
     auto entries = cache.list(&problems);
+    mojo::DiskUsage u = cache.usage();
     std::uint64_t bytes = 0;
-    for (const auto& e : entries) bytes += e.payload_bytes;
-    if (action == "list")
+    std::map<std::string, std::size_t> by_kind;
+    for (const auto& e : entries) {
+      bytes += e.payload_bytes;
+      ++by_kind[std::string(mojo::emit_name(e.kind))];
+    }
+    j["entries"] = entries.size();
+    j["payload_bytes"] = bytes;
+    j["file_bytes"] = u.bytes;
+    j["stale_files"] = u.stale_files;
+    j["by_kind"] = by_kind;
+    j["bad"] = problems;
+    if (action != "stats") {
+      j["list"] = nlohmann::json::array();
       for (const auto& e : entries) {
         std::string meta = e.meta;
+        j["list"].push_back({{"key", e.key.hex()}, {"kind", mojo::emit_name(e.kind)}, {"bytes", e.payload_bytes},
+                             {"path", e.path.string()}, {"meta", meta}});
         std::replace(meta.begin(), meta.end(), '\n', ' ');
-        fmt::print("{} {:>5} {:>8} B  {}\n", e.key.hex(), mojo::emit_name(e.kind), e.payload_bytes, meta);
+        text += fmt::format("{} {:>5} {:>8} B  {}\n", e.key.hex(), mojo::emit_name(e.kind), e.payload_bytes, meta);
       }
-    fmt::print("{}: {} entries, {} bytes", cache.dir().string(), entries.size(), bytes);
-    fmt::print("{}\n", problems.empty() ? "" : fmt::format(", {} bad", problems.size()));
-    for (const auto& p : problems) fmt::print("bad: {}\n", p);
+    }
+    std::vector<std::string> kinds;
+    for (const auto& [k, n] : by_kind) kinds.push_back(fmt::format("{} {}", n, k));
+    text += fmt::format("{}: {} entries ({}), {} bytes", cache.dir().string(), entries.size(),
+                        kinds.empty() ? "none" : fmt::format("{}", fmt::join(kinds, ", ")), bytes);
+    if (!problems.empty()) text += fmt::format(", {} bad", problems.size());
+    if (u.stale_files) text += fmt::format(", {} temp/lock files", u.stale_files);
+    for (const auto& p : problems) text += "\nbad: " + p;
   }
+  fmt::print("{}\n", json ? j.dump(2) : text);
   return 0;
 }
 
@@ -239,7 +369,8 @@ int main(int argc, char** argv) {
   try {
     std::string_view command = argv[1];
     if (command == "list") return run_list(argc - 1, argv + 1);
-    if (command == "describe") return run_describe(argc - 1, argv + 1);
+    if (command == "describe") return run_describe(argc - 1, argv + 1, false);
+    if (command == "prewarm") return run_prewarm(argc - 1, argv + 1);
     if (command == "cache") return run_cache(argc - 1, argv + 1);
     return run_emit(argc, argv);
   } catch (const mojo::CompileError& e) {

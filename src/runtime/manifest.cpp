@@ -1,0 +1,179 @@
+#include "mojo/manifest.hpp"
+
+#include <fmt/format.h>
+
+#define TOML_HEADER_ONLY 1
+#define TOML_EXCEPTIONS 1
+#include <toml++/toml.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "mojo/error.hpp"
+
+namespace mojo {
+
+std::vector<ScalarArg> PrewarmItem::scalar_args() const {
+  std::vector<ScalarArg> out;
+  for (const auto& [name, value] : scalars) out.push_back({name, Scalar(value)});
+  return out;
+}
+
+namespace {
+
+[[noreturn]] void fail(std::string_view source, const toml::node* node, const std::string& what) {
+  if (node && node->source().begin.line > 0)
+    throw InvalidArgumentError(fmt::format("{}:{}: {}", source, node->source().begin.line, what));
+  throw InvalidArgumentError(fmt::format("{}: {}", source, what));
+}
+
+std::int64_t to_dim(std::string_view source, const toml::node& n) {
+  auto v = n.value<std::int64_t>();
+  if (!v || *v < 0) fail(source, &n, "a dimension must be a non-negative integer");
+  return *v;
+}
+
+std::vector<std::string> strings(std::string_view source, const toml::node* n, std::string_view key) {
+  std::vector<std::string> out;
+  const toml::array* arr = n ? n->as_array() : nullptr;
+  if (!arr) fail(source, n, fmt::format("'{}' must be an array of strings", key));
+  for (const toml::node& e : *arr) {
+    auto s = e.value<std::string>();
+    if (!s) fail(source, &e, fmt::format("'{}' must be an array of strings", key));
+    out.push_back(*s);
+  }
+  return out;
+}
+
+}  // namespace
+
+Manifest Manifest::parse(std::string_view text, std::string_view source) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    throw InvalidArgumentError(fmt::format("{}:{}: {}", source, e.source().begin.line, e.description()));
+  }
+  Manifest m;
+  for (auto&& [key, node] : root) {
+    if (key != "name" && key != "targets" && key != "kernel")
+      fail(source, &node, fmt::format("unknown key '{}' (expected name, targets, [[kernel]])", key.str()));
+  }
+  if (auto n = root["name"].value<std::string>()) m.name = *n;
+  if (root.contains("targets"))
+    for (const std::string& t : strings(source, root.get("targets"), "targets")) {
+      try {
+        m.targets.push_back(Target::parse(t));
+      } catch (const ArchError& e) {
+        fail(source, root.get("targets"), e.what());
+      }
+    }
+  const toml::array* kernels = root["kernel"].as_array();
+  if (!kernels || kernels->empty()) fail(source, nullptr, "no [[kernel]] entries");
+  for (const toml::node& kn : *kernels) {
+    const toml::table* kt = kn.as_table();
+    if (!kt) fail(source, &kn, "each [[kernel]] must be a table");
+    Kernel k;
+    for (auto&& [key, node] : *kt)
+      if (key != "op" && key != "dtypes" && key != "shapes" && key != "params")
+        fail(source, &node, fmt::format("unknown key '{}' in [[kernel]] (expected op, dtypes, shapes, params)", key.str()));
+    auto op = (*kt)["op"].value<std::string>();
+    if (!op) fail(source, &kn, "[[kernel]] needs op = \"<name>\"");
+    try {
+      find_op(*op);
+    } catch (const UnknownOpError& e) {
+      fail(source, kt->get("op"), e.what());
+    }
+    k.op = *op;
+    for (const std::string& d : strings(source, kt->get("dtypes"), "dtypes")) {
+      try {
+        k.dtypes.push_back(parse_dtype(d));
+      } catch (const DTypeError& e) {
+        fail(source, kt->get("dtypes"), e.what());
+      }
+    }
+    const toml::array* shapes = (*kt)["shapes"].as_array();
+    if (!shapes || shapes->empty()) fail(source, &kn, "[[kernel]] needs shapes = [{ x = [rows, hidden] }, ...]");
+    for (const toml::node& sn : *shapes) {
+      const toml::table* st = sn.as_table();
+      if (!st) fail(source, &sn, "each shape is a table such as { x = [1, 4096] }");
+      auto& shape = k.shapes.emplace_back();
+      for (auto&& [name, dims_node] : *st) {
+        const toml::array* dims = dims_node.as_array();
+        if (!dims) fail(source, &dims_node, fmt::format("shape of '{}' must be an array of dimensions", name.str()));
+        auto& out = shape[std::string(name.str())];
+        for (const toml::node& d : *dims) {
+          std::vector<std::int64_t> choices;
+          if (const toml::array* bucket = d.as_array()) {
+            for (const toml::node& b : *bucket) choices.push_back(to_dim(source, b));
+            if (choices.empty()) fail(source, &d, "an empty bucket of dimensions");
+          } else {
+            choices.push_back(to_dim(source, d));
+          }
+          out.push_back(std::move(choices));
+        }
+      }
+    }
+    if (const toml::table* params = (*kt)["params"].as_table())
+      for (auto&& [name, value] : *params) {
+        auto v = value.value<double>();
+        if (!v) fail(source, &value, fmt::format("param '{}' must be a number", name.str()));
+        k.scalars.emplace_back(std::string(name.str()), *v);
+      }
+    m.kernels.push_back(std::move(k));
+  }
+  return m;
+}
+
+Manifest Manifest::load(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgumentError(fmt::format("cannot read manifest {}", path.string()));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), path.string());
+}
+
+std::vector<PrewarmItem> Manifest::items(const std::vector<Target>& requested) const {
+  const std::vector<Target>& targets = requested.empty() ? this->targets : requested;
+  if (targets.empty()) throw InvalidArgumentError("no targets: give --arch (e.g. sm_80,sm_90) or targets = [...] in the manifest");
+  std::vector<PrewarmItem> out;
+  for (const Kernel& k : kernels) {
+    const OpDef& op = find_op(k.op);
+    for (DType dtype : k.dtypes)
+      for (const auto& shape : k.shapes) {
+        // Expand buckets: every combination of the listed dims, tensor by tensor.
+        std::vector<std::map<std::string, std::vector<std::int64_t>, std::less<>>> concrete(1);
+        for (const auto& [name, dims] : shape)
+          for (const auto& choices : dims) {
+            std::vector<std::map<std::string, std::vector<std::int64_t>, std::less<>>> next;
+            for (const auto& partial : concrete)
+              for (std::int64_t d : choices) {
+                auto c = partial;
+                c[name].push_back(d);
+                next.push_back(std::move(c));
+              }
+            concrete = std::move(next);
+          }
+        for (const auto& named : concrete) {
+          std::vector<std::string> parts;
+          for (const auto& [name, dims] : named) parts.push_back(fmt::format("{}={}", name, fmt::join(dims, "x")));
+          std::vector<Tensor> tensors;
+          for (const TensorSpec& s : op.specs_from_shapes(dtype, named)) tensors.push_back({s, 0});
+          for (const Target& t : targets) {
+            PrewarmItem item{k.op, tensors, k.scalars, t,
+                             fmt::format("{} {} {} {}", k.op, dtype_name(dtype), fmt::join(parts, " "), t.sm_name())};
+            std::vector<ScalarArg> scalars = item.scalar_args();
+            try {
+              op.specialize(item.tensors, scalars, t);  // reject what the op rejects, now
+            } catch (const Error& e) {
+              throw InvalidArgumentError(fmt::format("manifest entry {}: {}", item.label, e.what()));
+            }
+            out.push_back(std::move(item));
+          }
+        }
+      }
+  }
+  return out;
+}
+
+}  // namespace mojo
