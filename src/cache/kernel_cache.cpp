@@ -53,14 +53,19 @@ std::shared_ptr<const std::string> KernelCache::get(const CacheRequest& request,
                                                     const std::function<std::string()>& compile, bool* compiled) {
   *compiled = false;
   std::promise<Binary> promise;
-  {
+  for (;;) {
     std::unique_lock lock(mutex_);
-    if (auto it = memory_.find(request.key); it != memory_.end()) {
-      std::shared_future<Binary> pending = it->second;
-      lock.unlock();
-      return pending.get();  // another thread may still be compiling it: wait, share the result
+    auto it = memory_.find(request.key);
+    if (it == memory_.end()) {
+      memory_.emplace(request.key, promise.get_future().share());
+      break;
     }
-    memory_.emplace(request.key, promise.get_future().share());
+    std::shared_future<Binary> pending = it->second;
+    lock.unlock();
+    // Another thread has it or is making it: wait and share the result. A
+    // failure is published as null (exceptions are not shared across
+    // threads); then this thread tries itself and gets its own error.
+    if (Binary result = pending.get()) return result;
   }
   try {
     Binary result = lookup_disk(request);
@@ -71,9 +76,11 @@ std::shared_ptr<const std::string> KernelCache::get(const CacheRequest& request,
     promise.set_value(result);
     return result;
   } catch (...) {
-    promise.set_exception(std::current_exception());
-    std::lock_guard lock(mutex_);
-    memory_.erase(request.key);  // a later call tries again
+    {
+      std::lock_guard lock(mutex_);
+      memory_.erase(request.key);  // a later call tries again
+    }
+    promise.set_value(nullptr);
     throw;
   }
 }

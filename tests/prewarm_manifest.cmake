@@ -1,0 +1,22 @@
+# Prewarms MANIFEST for sm_80,sm_90 into a fresh WORK_DIR twice: the first run
+# must compile without failures, the second must find everything cached.
+file(REMOVE_RECURSE "${WORK_DIR}")
+foreach(run first second)
+  execute_process(COMMAND "${CLI}" prewarm --manifest "${MANIFEST}" --arch sm_80,sm_90 -j 2 --cache-dir "${WORK_DIR}"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("${run} run: ${out}")
+  if(rc)
+    message(FATAL_ERROR "prewarm failed (${rc}): ${out}${err}")
+  endif()
+  if(NOT out MATCHES " 0 failed")
+    message(FATAL_ERROR "prewarm reported failures: ${out}")
+  endif()
+endforeach()
+if(NOT out MATCHES ": [0-9]+ specializations: 0 compiled, [1-9][0-9]* already cached")
+  message(FATAL_ERROR "the second prewarm compiled again: ${out}")
+endif()
+execute_process(COMMAND "${CLI}" cache verify --cache-dir "${WORK_DIR}" OUTPUT_VARIABLE out)
+if(NOT out MATCHES " 0 bad")
+  message(FATAL_ERROR "verify found bad entries: ${out}")
+endif()
+file(REMOVE_RECURSE "${WORK_DIR}")
