@@ -3,6 +3,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
+
+#include "cache/entry.hpp"
 #include "mojo/cache.hpp"
 #include "mojo/error.hpp"
 #include "test_util.hpp"
@@ -181,4 +184,37 @@ TEST(DiskCacheKill, WriterKilledAtAnyMomentLeavesAWholeEntryOrNone) {
     EXPECT_TRUE(problem.empty()) << problem;
     if (loaded) EXPECT_TRUE(*loaded == payload);
   }
+}
+
+TEST(EntryFormat, SizesThatDoNotAddUpAreRejectedWithoutOverflow) {
+  // A header with a valid checksum whose meta size runs past the file, and a
+  // payload size chosen so that an unchecked subtraction would wrap around.
+  const std::string meta = "m", payload = "payload";
+  entry::Header h = entry::make_header(kKey, Emit::cubin, meta, payload);
+  std::string file(reinterpret_cast<const char*>(&h), sizeof h);
+  file += meta + payload;
+  ASSERT_EQ(entry::check(file, &kKey, nullptr, nullptr), "");
+  h.meta_size = file.size() - 10;  // more than the 8 body bytes, less than the file
+  h.payload_size = std::uint64_t(0) - (h.meta_size - 8);
+  entry::seal(h);
+  std::memcpy(file.data(), &h, sizeof h);
+  EXPECT_NE(entry::check(file, &kKey, nullptr, nullptr).find("size mismatch"), std::string::npos);
+}
+
+TEST(EntryFormat, UnknownPayloadKindIsNeverListed) {
+  test::TempDir dir;
+  DiskCache cache(dir.path());
+  cache.store(kKey, Emit::cubin, "", kPayload);
+  std::string file = test::read_file(cache.entry_path(kKey, Emit::cubin));
+  entry::Header h;
+  std::memcpy(&h, file.data(), sizeof h);
+  h.kind = 77;
+  entry::seal(h);
+  std::memcpy(file.data(), &h, sizeof h);
+  test::write_file(cache.entry_path(kKey, Emit::cubin), file);
+  std::vector<std::string> problems;
+  EXPECT_TRUE(cache.list(&problems).empty());
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("does not match the key and kind"), std::string::npos) << problems[0];
+  EXPECT_FALSE(cache.load(kKey, Emit::cubin).has_value());
 }

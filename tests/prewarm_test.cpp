@@ -107,3 +107,9 @@ TEST(Prewarm, ShippedQwenManifestIsValid) {
   EXPECT_EQ(m.name, "qwen3-8b");
   EXPECT_FALSE(m.items().empty());
 }
+
+TEST(Manifest, NonAsciiInputIsRejectedWithItsLine) {
+  std::string msg = test::error_of<InvalidArgumentError>(
+      [] { Manifest::parse("name = \"x\"\n# \xe3\x80\x81 ideographic comma\n", "m.toml"); });
+  EXPECT_EQ(msg, "m.toml:2: byte 0xe3 is not printable ASCII; manifests are ASCII text");
+}

@@ -8,9 +8,6 @@
 
 #include <fmt/format.h>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -19,6 +16,7 @@
 #include <thread>
 #include <utility>
 
+#include "cache/entry.hpp"
 #include "mojo/cache.hpp"
 #include "mojo/error.hpp"
 
@@ -27,30 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr char kMagic[8] = {'M', 'O', 'J', 'O', 'J', 'I', 'T', '\0'};
-
-// Little-endian on every platform CUDA runs on (x86-64, aarch64).
-struct Header {
-  char magic[8];
-  std::uint32_t format_version;
-  std::uint32_t kind;
-  std::uint64_t key_high, key_low;
-  std::uint64_t meta_size;
-  std::uint64_t payload_size;
-  std::uint64_t body_checksum;    // XXH3-64 of meta + payload
-  std::uint64_t header_checksum;  // XXH3-64 of the bytes above
-};
-static_assert(sizeof(Header) == 64);
-
-std::uint64_t header_checksum(const Header& h) { return XXH3_64bits(&h, offsetof(Header, header_checksum)); }
-
-std::uint64_t body_checksum(std::string_view meta, std::string_view payload) {
-  XXH3_state_t s;
-  XXH3_64bits_reset(&s);
-  XXH3_64bits_update(&s, meta.data(), meta.size());
-  XXH3_64bits_update(&s, payload.data(), payload.size());
-  return XXH3_64bits_digest(&s);
-}
+using entry::Header;
 
 std::string_view kind_suffix(Emit kind) { return emit_name(kind); }
 
@@ -78,31 +53,9 @@ std::optional<std::string> read_file(const fs::path& path, std::string* error) {
   return data;
 }
 
-// Checks a whole entry file; returns the problem, or empty when valid.
-std::string check_entry(std::string_view file, const KernelKey* expected_key, Emit* kind, Header* out) {
-  if (file.size() < sizeof(Header)) return fmt::format("truncated: {} bytes, shorter than the header", file.size());
-  Header h;
-  std::memcpy(&h, file.data(), sizeof h);
-  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return "not a mojo-jit cache entry (bad magic)";
-  if (h.header_checksum != header_checksum(h)) return "header checksum mismatch";
-  if (h.format_version != kCacheFormatVersion)
-    return fmt::format("format version {} (this build reads {})", h.format_version, kCacheFormatVersion);
-  if (expected_key && (h.key_high != expected_key->high || h.key_low != expected_key->low))
-    return fmt::format("header names key {:016x}{:016x}, not the file's key", h.key_high, h.key_low);
-  if (kind && h.kind != std::uint32_t(*kind)) return "header names another payload kind";
-  if (h.meta_size > file.size() || h.payload_size != file.size() - sizeof h - h.meta_size)
-    return fmt::format("size mismatch: header says {} + {} bytes, file holds {}", h.meta_size, h.payload_size,
-                       file.size() - sizeof h);
-  std::string_view meta = file.substr(sizeof h, h.meta_size);
-  std::string_view payload = file.substr(sizeof h + h.meta_size);
-  if (h.body_checksum != body_checksum(meta, payload)) return "payload checksum mismatch";
-  if (out) *out = h;
-  return {};
-}
-
 // verify() for a file found by scanning: its name must match its header.
 std::string verify_entry_file(std::string_view file, const fs::path& path, Header* h) {
-  std::string bad = check_entry(file, nullptr, nullptr, h);
+  std::string bad = entry::check(file, nullptr, nullptr, h);
   if (!bad.empty()) return bad;
   auto key = KernelKey::from_hex(path.stem().string());
   if (!key || key->high != h->key_high || key->low != h->key_low ||
@@ -180,14 +133,14 @@ std::optional<std::string> DiskCache::load(const KernelKey& key, Emit kind, std:
     return std::nullopt;
   }
   Header h;
-  std::string bad = check_entry(*file, &key, &kind, &h);
+  std::string bad = entry::check(*file, &key, &kind, &h);
   if (!bad.empty()) {
     std::error_code ec;
     if (remove_bad) fs::remove(path, ec);  // never loaded; recompiled and rewritten
     if (problem) *problem = fmt::format("{}: {}{}", path.string(), bad, remove_bad ? "; removed" : "");
     return std::nullopt;
   }
-  return file->substr(sizeof(Header) + h.meta_size);
+  return std::string(entry::payload_of(*file, h));
 }
 
 void DiskCache::store(const KernelKey& key, Emit kind, std::string_view meta, std::string_view payload) const {
@@ -202,16 +155,7 @@ void DiskCache::store(const KernelKey& key, Emit kind, std::string_view meta, st
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) throw Error(fmt::format("cannot create {}: {}", temp.string(), std::strerror(errno)));
 
-  Header h{};
-  std::memcpy(h.magic, kMagic, sizeof kMagic);
-  h.format_version = kCacheFormatVersion;
-  h.kind = std::uint32_t(kind);
-  h.key_high = key.high;
-  h.key_low = key.low;
-  h.meta_size = meta.size();
-  h.payload_size = payload.size();
-  h.body_checksum = body_checksum(meta, payload);
-  h.header_checksum = header_checksum(h);
+  const Header h = entry::make_header(key, kind, meta, payload);
   try {
     write_all(fd, std::string_view(reinterpret_cast<const char*>(&h), sizeof h), temp);
     write_all(fd, meta, temp);
@@ -248,7 +192,7 @@ std::vector<DiskEntryInfo> DiskCache::list(std::vector<std::string>* problems) c
       return;
     }
     out.push_back(DiskEntryInfo{f.path, KernelKey{h.key_high, h.key_low}, Emit(h.kind), h.payload_size,
-                                file->substr(sizeof h, h.meta_size)});
+                                std::string(entry::meta_of(*file, h))});
   });
   return out;
 }

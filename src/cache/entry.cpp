@@ -1,0 +1,63 @@
+#include "cache/entry.hpp"
+
+#include <fmt/format.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <cstddef>
+#include <cstring>
+
+namespace mojo::entry {
+namespace {
+
+constexpr char kMagic[8] = {'M', 'O', 'J', 'O', 'J', 'I', 'T', '\0'};
+
+std::uint64_t header_checksum(const Header& h) { return XXH3_64bits(&h, offsetof(Header, header_checksum)); }
+
+std::uint64_t body_checksum(std::string_view meta, std::string_view payload) {
+  XXH3_state_t s;
+  XXH3_64bits_reset(&s);
+  XXH3_64bits_update(&s, meta.data(), meta.size());
+  XXH3_64bits_update(&s, payload.data(), payload.size());
+  return XXH3_64bits_digest(&s);
+}
+
+}  // namespace
+
+Header make_header(const KernelKey& key, Emit kind, std::string_view meta, std::string_view payload) {
+  Header h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.format_version = kCacheFormatVersion;
+  h.kind = std::uint32_t(kind);
+  h.key_high = key.high;
+  h.key_low = key.low;
+  h.meta_size = meta.size();
+  h.payload_size = payload.size();
+  h.body_checksum = body_checksum(meta, payload);
+  h.header_checksum = header_checksum(h);
+  return h;
+}
+
+void seal(Header& h) { h.header_checksum = header_checksum(h); }
+
+std::string check(std::string_view file, const KernelKey* expected_key, const Emit* expected_kind, Header* out) {
+  if (file.size() < sizeof(Header)) return fmt::format("truncated: {} bytes, shorter than the header", file.size());
+  Header h;
+  std::memcpy(&h, file.data(), sizeof h);
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return "not a mojo-jit cache entry (bad magic)";
+  if (h.header_checksum != header_checksum(h)) return "header checksum mismatch";
+  if (h.format_version != kCacheFormatVersion)
+    return fmt::format("format version {} (this build reads {})", h.format_version, kCacheFormatVersion);
+  if (expected_key && (h.key_high != expected_key->high || h.key_low != expected_key->low))
+    return fmt::format("header names key {:016x}{:016x}, not the file's key", h.key_high, h.key_low);
+  if (expected_kind && h.kind != std::uint32_t(*expected_kind)) return "header names another payload kind";
+  const std::uint64_t body = file.size() - sizeof h;
+  if (h.meta_size > body || h.payload_size != body - h.meta_size)
+    return fmt::format("size mismatch: header says {} + {} bytes, file holds {}", h.meta_size, h.payload_size, body);
+  if (h.body_checksum != body_checksum(meta_of(file, h), payload_of(file, h))) return "payload checksum mismatch";
+  if (out) *out = h;
+  return {};
+}
+
+}  // namespace mojo::entry

@@ -1,0 +1,40 @@
+// The bytes of one cache entry (format: cache/README.md): a 64-byte header,
+// then meta text, then the payload. Pure functions over bytes, so the reader
+// is fuzzed directly (tests/fuzz).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "mojo/cache.hpp"
+
+namespace mojo::entry {
+
+// Little-endian on every platform CUDA runs on (x86-64, aarch64).
+struct Header {
+  char magic[8];
+  std::uint32_t format_version;
+  std::uint32_t kind;
+  std::uint64_t key_high, key_low;
+  std::uint64_t meta_size;
+  std::uint64_t payload_size;
+  std::uint64_t body_checksum;    // XXH3-64 of meta + payload
+  std::uint64_t header_checksum;  // XXH3-64 of the bytes above
+};
+static_assert(sizeof(Header) == 64);
+
+Header make_header(const KernelKey& key, Emit kind, std::string_view meta, std::string_view payload);
+// Recomputes the header checksum after a field was changed (tests, tools).
+void seal(Header& h);
+
+// Checks a whole entry file; returns the problem, or empty when it is valid
+// (then `*out` holds its header). `expected_key` / `expected_kind` may be null.
+std::string check(std::string_view file, const KernelKey* expected_key, const Emit* expected_kind, Header* out);
+
+inline std::string_view meta_of(std::string_view file, const Header& h) { return file.substr(sizeof h, h.meta_size); }
+inline std::string_view payload_of(std::string_view file, const Header& h) {
+  return file.substr(sizeof h + h.meta_size);
+}
+
+}  // namespace mojo::entry

@@ -1,0 +1,28 @@
+// The names of the pipeline's stages (--emit=...).
+#include <fmt/format.h>
+
+#include <utility>
+
+#include "mojo/compiler.hpp"
+#include "mojo/error.hpp"
+
+namespace mojo {
+
+namespace {
+constexpr std::pair<Emit, std::string_view> kEmitNames[] = {
+    {Emit::llvm, "llvm"}, {Emit::llvm_opt, "llvm-opt"}, {Emit::ptx, "ptx"}, {Emit::cubin, "cubin"}};
+}
+
+std::string_view emit_name(Emit emit) noexcept {
+  for (auto [e, name] : kEmitNames)
+    if (e == emit) return name;
+  return "?";
+}
+
+Emit parse_emit(std::string_view name) {
+  for (auto [e, n] : kEmitNames)
+    if (n == name) return e;
+  throw InvalidArgumentError(fmt::format("unknown emission '{}': expected llvm, llvm-opt, ptx or cubin", name));
+}
+
+}  // namespace mojo

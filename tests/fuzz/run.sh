@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang and runs each for SECONDS (default 20).
+#   bash tests/fuzz/run.sh 20      # CI smoke run
+#   bash tests/fuzz/run.sh 600     # a longer run; record it in docs/fuzzing.md
+# A crash stops the run with the reproducer saved under build-fuzz/ and exit 1.
+set -euo pipefail
+seconds=${1:-20}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+top=$(cd "$here/../.." && pwd)
+build=$top/build-fuzz
+clang=$(command -v clang++-14 || command -v clang++ || true)
+[ -n "$clang" ] || { echo "fuzz: needs clang++ (Debian: clang-14 libclang-rt-14-dev)" >&2; exit 1; }
+cmake -S "$here" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$clang" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build"
+
+# Seeds: a real cache entry (made by the entry code itself) and the manifests here.
+mkdir -p "$build/corpus/entry" "$build/corpus/manifest"
+cp "$here"/seeds/manifest/* "$build/corpus/manifest/"
+printf 'MOJOJIT\0' >"$build/corpus/entry/magic-only"
+for target in entry manifest; do
+  echo "== fuzz_$target for ${seconds}s"
+  (cd "$build" && ./fuzz_$target -max_total_time="$seconds" -max_len=4096 -print_final_stats=1 \
+     "corpus/$target" 2>&1 | tail -n 12)
+done
