@@ -7,8 +7,10 @@ namespace {
 
 struct Cli : ::testing::Test {
   mojo::test::TempDir cache;
-  mojo::test::CommandResult run(const std::string& args) {
-    return mojo::test::run_command(std::string(MOJO_TEST_CLI) + " " + args + " --cache-dir " + cache.str());
+  mojo::test::CommandResult run(const std::string& args) { return run("", args); }
+  // With environment assignments (e.g. "MOJO_JIT_LOG=info") before the command.
+  mojo::test::CommandResult run(const std::string& env, const std::string& args) {
+    return mojo::test::run_command(env + " " + std::string(MOJO_TEST_CLI) + " " + args + " --cache-dir " + cache.str());
   }
   mojo::test::CommandResult run_plain(const std::string& args) {
     return mojo::test::run_command(std::string(MOJO_TEST_CLI) + " " + args);
@@ -116,4 +118,24 @@ TEST_F(Cli, CacheListStatsAndClear) {
   EXPECT_NE(clear.output.find("removed 1 files"), std::string::npos) << clear.output;
   EXPECT_NE(run("cache stats").output.find("0 entries"), std::string::npos);
   EXPECT_EQ(run("cache path").output, cache.str() + "\n");
+}
+
+TEST_F(Cli, InfoLogSaysWhyEachCompileHappens) {
+  mojo::test::TempDir templates;
+  const std::string spec = "--emit=ptx rms_norm --dtype f16 --shape x=2x256 --arch sm_90";
+  auto first = run("MOJO_JIT_LOG=info", spec);
+  EXPECT_NE(first.output.find("mojo-jit: info: compiling rms_norm {dtype=f16 hidden=256 vec=8 threads=32 rows=4} for "
+                              "sm_90 (ptx): first use"),
+            std::string::npos)
+      << first.output.substr(0, 300);
+  auto hit = run("MOJO_JIT_LOG=info", spec);
+  EXPECT_EQ(hit.output.find("compiling"), std::string::npos) << "a disk hit compiles nothing";
+  // Evicted: the entry is gone but the specialization was compiled here before.
+  ASSERT_EQ(run("", "cache prune --max-bytes 1").exit_code, 0);
+  EXPECT_NE(run("MOJO_JIT_LOG=info", spec).output.find("(ptx): not in the cache (evicted or cleared)"), std::string::npos);
+  // An edited template: the key changed, and the log names the component.
+  mojo::test::write_file(templates.path() / "rms_norm.cu",
+                         mojo::test::read_file(MOJO_TEST_TEMPLATE_DIR + "/rms_norm.cu") + "// edited\n");
+  auto edited = run("MOJO_JIT_LOG=info MOJO_JIT_TEMPLATE_PATH=" + templates.str(), spec);
+  EXPECT_NE(edited.output.find("(ptx): key changed: source="), std::string::npos) << edited.output.substr(0, 300);
 }

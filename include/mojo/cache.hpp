@@ -115,6 +115,10 @@ class DiskCache {
   // see the old state or the whole new entry. Throws Error on I/O failure.
   void store(const KernelKey& key, Emit kind, std::string_view meta, std::string_view payload) const;
 
+  // The last key components compiled for a specialization (by its description),
+  // so that a later compile can say what changed. Best effort: never throws.
+  std::filesystem::path index_path(std::string_view specialization) const;
+  void write_index(std::string_view specialization, std::string_view components) const;
   // Sets the entry's last-used stamp (its mtime) to now: eviction is LRU by it.
   void touch(const KernelKey& key, Emit kind) const;
   // Takes the key's lock, waiting up to `timeout`. Where flock() does not work

@@ -16,6 +16,9 @@
 #include <thread>
 #include <utility>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include "cache/entry.hpp"
 #include "mojo/cache.hpp"
 #include "mojo/error.hpp"
@@ -100,6 +103,10 @@ void for_each_file(const fs::path& dir, F&& f) {
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
+    if (it->is_directory(ec) && it->path().filename() == "index") {  // compile-cause notes, not entries
+      it.disable_recursion_pending();
+      continue;
+    }
     FileInfo info{it->path(), it->path().filename().string(), {}};
     if (::lstat(info.path.c_str(), &info.st) != 0 || !S_ISREG(info.st.st_mode)) continue;
     f(info);
@@ -203,6 +210,26 @@ std::size_t DiskCache::clear() const {
   std::error_code ec;
   fs::remove_all(dir_ / fmt::format("v{}", kCacheFormatVersion), ec);
   return removed;
+}
+
+fs::path DiskCache::index_path(std::string_view specialization) const {
+  return dir_ / fmt::format("v{}", kCacheFormatVersion) / "index" /
+         fmt::format("{:016x}", XXH3_64bits(specialization.data(), specialization.size()));
+}
+
+void DiskCache::write_index(std::string_view specialization, std::string_view components) const {
+  fs::path path = index_path(specialization);
+  try {
+    make_private_dirs(path.parent_path());
+  } catch (const Error&) {
+    return;
+  }
+  fs::path temp = path.string() + fmt::format(".tmp.{}", ::getpid());
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  bool ok = ::write(fd, components.data(), components.size()) == ssize_t(components.size());
+  ::close(fd);
+  if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) ::unlink(temp.c_str());
 }
 
 void DiskCache::touch(const KernelKey& key, Emit kind) const {

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "core/log.hpp"
 #include "mojo/error.hpp"
 
@@ -68,9 +71,10 @@ std::shared_ptr<const std::string> KernelCache::get(const CacheRequest& request,
     if (Binary result = pending.get()) return result;
   }
   try {
-    Binary result = lookup_disk(request);
+    std::string problem;
+    Binary result = lookup_disk(request, &problem);
     if (!result) {
-      result = compile_and_store(request, compile);
+      result = compile_and_store(request, compile, problem);
       *compiled = true;
     }
     promise.set_value(result);
@@ -85,7 +89,7 @@ std::shared_ptr<const std::string> KernelCache::get(const CacheRequest& request,
   }
 }
 
-KernelCache::Binary KernelCache::lookup_disk(const CacheRequest& request) {
+KernelCache::Binary KernelCache::lookup_disk(const CacheRequest& request, std::string* corrupt) {
   auto hit = [&](std::string payload) { return std::make_shared<const std::string>(std::move(payload)); };
   if (auto d = disk()) {
     std::string problem;
@@ -103,6 +107,7 @@ KernelCache::Binary KernelCache::lookup_disk(const CacheRequest& request) {
     if (!problem.empty()) {
       ++bad_entries_;
       log::warn(fmt::format("unusable cache entry for {}: {}; recompiling", request.description, problem));
+      *corrupt = problem;
     }
   }
   for (const DiskCache& layer : readonly_) {
@@ -120,8 +125,34 @@ KernelCache::Binary KernelCache::lookup_disk(const CacheRequest& request) {
   return nullptr;
 }
 
+// Why this compile happens, for MOJO_JIT_LOG=info: the entry was corrupt, the
+// specialization was never compiled here, or its key changed, and how.
+std::string KernelCache::compile_cause(const CacheRequest& request, const std::string& corrupt) const {
+  if (!corrupt.empty()) return "the cached entry was corrupt";
+  auto d = disk();
+  if (!d) return "no disk cache";
+  std::ifstream in(d->index_path(request.description));
+  if (!in) return "first use";
+  std::stringstream before;
+  before << in.rdbuf();
+  if (before.str() == request.components) return "not in the cache (evicted or cleared)";
+  // Name each component whose line differs.
+  std::vector<std::string> changed;
+  std::stringstream old_lines(before.str()), new_lines{std::string(request.components)};
+  for (std::string a, b; std::getline(new_lines, b);) {
+    if (!std::getline(old_lines, a)) a.clear();
+    if (a != b) changed.push_back(fmt::format("{} (was {})", b, a.empty() ? "absent" : a.substr(a.find('=') + 1)));
+  }
+  return fmt::format("key changed: {}", fmt::join(changed, ", "));
+}
+
+void KernelCache::remember_components(const CacheRequest& request) const {
+  if (auto d = disk()) d->write_index(request.description, request.components);
+}
+
 KernelCache::Binary KernelCache::compile_and_store(const CacheRequest& request,
-                                                   const std::function<std::string()>& compile) {
+                                                   const std::function<std::string()>& compile,
+                                                   const std::string& corrupt) {
   ++misses_;
   if (options_.offline)
     throw CacheMissError(fmt::format("{}: not in any cache layer, and offline mode (MOJO_JIT_OFFLINE) forbids "
@@ -149,12 +180,14 @@ KernelCache::Binary KernelCache::compile_and_store(const CacheRequest& request,
       }
     }
   }
-  log::info(fmt::format("compiling {}", request.description));
+  if (log::enabled(log::Level::info))
+    log::info(fmt::format("compiling {}: {}", request.description, compile_cause(request, corrupt)));
   auto start = std::chrono::steady_clock::now();
   auto result = std::make_shared<const std::string>(compile());
   compile_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
   ++compiles_;
   store(request, *result);
+  remember_components(request);
   return result;
 }
 

@@ -37,8 +37,11 @@ struct CacheOptions {
 struct CacheRequest {
   KernelKey key;
   Emit emit = Emit::cubin;
-  std::string_view description;  // "rms_norm {dtype=bf16 ...} for sm_90", for logs and errors
+  std::string_view description;  // "rms_norm {dtype=bf16 ...} for sm_90 (cubin)": what, for logs and errors
   std::string_view meta;         // stored in the entry's header block
+  // The key's inputs that are not in `description` ("source=<hash>\ncompiler=<id>\n"):
+  // remembered per description, so that a compile can say which one changed.
+  std::string_view components;
 };
 
 class KernelCache {
@@ -59,8 +62,11 @@ class KernelCache {
     std::size_t operator()(const KernelKey& k) const noexcept { return k.low; }
   };
 
-  Binary lookup_disk(const CacheRequest& request);
-  Binary compile_and_store(const CacheRequest& request, const std::function<std::string()>& compile);
+  Binary lookup_disk(const CacheRequest& request, std::string* problem);
+  std::string compile_cause(const CacheRequest& request, const std::string& problem) const;
+  void remember_components(const CacheRequest& request) const;
+  Binary compile_and_store(const CacheRequest& request, const std::function<std::string()>& compile,
+                           const std::string& cause);
   void store(const CacheRequest& request, const std::string& payload);
   void disable_disk(const std::string& why);
   std::shared_ptr<const DiskCache> disk() const;

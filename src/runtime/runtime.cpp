@@ -119,7 +119,7 @@ void launch_loaded(const OpDef& op, const LoadedKernel& kernel, const Params& pa
 
 // One specialization made concrete: its translation unit and its key.
 struct Unit {
-  std::string source, kernel_name, description, meta;
+  std::string source, kernel_name, description, meta, components;
   KernelKey key;
 };
 
@@ -170,6 +170,9 @@ struct Runtime::Impl {
     u.description = fmt::format("{} {{{}}} for {} ({})", op.name(), params.str(), target.sm_name(), emit_name(emit));
     std::string params_text = params.str(), target_name = target.sm_name();
     u.key = compute_key(KeyInputs{u.source, u.kernel_name, params_text, target_name, compiler->identity(), emit});
+    XXH64_hash_t source_hash = XXH3_64bits(u.source.data(), u.source.size());
+    u.components = fmt::format("source={:016x}\ncompiler={}\nformat={}\n", source_hash, compiler->identity(),
+                               kCacheFormatVersion);
     u.meta = fmt::format("op={}\nkernel={}\nparams={}\ntarget={}\ncompiler={}\nemit={}\n", op.name(), u.kernel_name,
                          params_text, target_name, compiler->identity(), emit_name(emit));
     return u;
@@ -177,7 +180,7 @@ struct Runtime::Impl {
 
   std::shared_ptr<const std::string> binary(const OpDef& op, const Unit& u, const Target& target, Emit emit,
                                             bool* compiled) {
-    return cache.get(CacheRequest{u.key, emit, u.description, u.meta}, [&] {
+    return cache.get(CacheRequest{u.key, emit, u.description, u.meta, u.components}, [&] {
       std::string out = compiler->compile(CompileRequest{op.template_file(), u.source, target, emit, u.description}).binary;
       if (!dump_dir.empty()) dump(u, target, emit, out);
       return out;
