@@ -134,3 +134,22 @@ TEST(CacheProcesses, ReadOnlyDirectoryFallsBackToMemoryOnce) {
   for (std::size_t at = 0; (at = r.output.find("mojo-jit: warning:", at)) != std::string::npos; ++at) ++warnings;
   EXPECT_EQ(warnings, 1u) << "said once";
 }
+
+TEST(CacheProcesses, RacingPrewarmsCompileEachKeyOnceBetweenThem) {
+  test::TempDir dir;
+  test::write_file(dir.path() / "m.toml", "targets = [\"sm_90\"]\n[[kernel]]\nop = \"rms_norm\"\ndtypes = [\"f32\"]\n"
+                                          "shapes = [{ x = [1, 64] }, { x = [1, 128] }, { x = [1, 192] }, { x = [1, 256] }]\n");
+  std::string cmd;
+  for (int p = 0; p < 4; ++p)
+    cmd += std::string(MOJO_TEST_CLI) + " prewarm -j 1 --manifest " + (dir.path() / "m.toml").string() +
+           " --emit ptx --cache-dir " + (dir.path() / "cache").string() + " 2>/dev/null & ";
+  auto r = test::run_command(cmd + "wait");
+  std::regex summary_re(R"(4 specializations: (\d+) compiled, (\d+) already cached, 0 failed)");
+  int compiled = 0, summaries = 0;
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), summary_re), end; it != end; ++it) {
+    compiled += std::stoi((*it)[1]);
+    ++summaries;
+  }
+  EXPECT_EQ(summaries, 4) << r.output;
+  EXPECT_EQ(compiled, 4) << "each key compiled by exactly one process\n" << r.output;
+}

@@ -73,10 +73,7 @@ std::shared_ptr<const std::string> KernelCache::get(const CacheRequest& request,
   try {
     std::string problem;
     Binary result = lookup_disk(request, &problem);
-    if (!result) {
-      result = compile_and_store(request, compile, problem);
-      *compiled = true;
-    }
+    if (!result) result = compile_and_store(request, compile, problem, compiled);
     promise.set_value(result);
     return result;
   } catch (...) {
@@ -152,7 +149,7 @@ void KernelCache::remember_components(const CacheRequest& request) const {
 
 KernelCache::Binary KernelCache::compile_and_store(const CacheRequest& request,
                                                    const std::function<std::string()>& compile,
-                                                   const std::string& corrupt) {
+                                                   const std::string& corrupt, bool* compiled) {
   ++misses_;
   if (options_.offline)
     throw CacheMissError(fmt::format("{}: not in any cache layer, and offline mode (MOJO_JIT_OFFLINE) forbids "
@@ -172,12 +169,11 @@ KernelCache::Binary KernelCache::compile_and_store(const CacheRequest& request,
         warned_lock_ = true;
       }
     }
-    if (lock.waited()) {  // another process held the key: it has most likely stored it by now
-      std::string problem;
-      if (auto payload = d->load(request.key, request.emit, &problem)) {
-        ++disk_hits_;
-        return std::make_shared<const std::string>(std::move(*payload));
-      }
+    // Look again under the lock: another process may have stored the entry
+    // between our first look and taking the lock (whether or not we waited).
+    if (auto payload = d->load(request.key, request.emit)) {
+      ++disk_hits_;
+      return std::make_shared<const std::string>(std::move(*payload));
     }
   }
   if (log::enabled(log::Level::info))
@@ -186,6 +182,7 @@ KernelCache::Binary KernelCache::compile_and_store(const CacheRequest& request,
   auto result = std::make_shared<const std::string>(compile());
   compile_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
   ++compiles_;
+  *compiled = true;
   store(request, *result);
   remember_components(request);
   return result;

@@ -65,8 +65,10 @@ class KernelCache {
   Binary lookup_disk(const CacheRequest& request, std::string* problem);
   std::string compile_cause(const CacheRequest& request, const std::string& problem) const;
   void remember_components(const CacheRequest& request) const;
+  // Compiles under the key's cross-process lock, unless another process
+  // stored the entry meanwhile; `*compiled` says which.
   Binary compile_and_store(const CacheRequest& request, const std::function<std::string()>& compile,
-                           const std::string& cause);
+                           const std::string& corrupt, bool* compiled);
   void store(const CacheRequest& request, const std::string& payload);
   void disable_disk(const std::string& why);
   std::shared_ptr<const DiskCache> disk() const;

@@ -20,6 +20,8 @@
 #include <shared_mutex>
 #include <sstream>
 #include <thread>
+
+#include <unistd.h>
 #include <unordered_map>
 
 #include "cache/kernel_cache.hpp"
@@ -268,9 +270,13 @@ PrewarmResult Runtime::prewarm(const std::vector<PrewarmItem>& items, Emit emit,
   std::mutex m;  // guards result and progress calls
   std::atomic<std::size_t> next{0};
   std::size_t done = 0;
+  // Each process starts at its own place in the list, so that N processes
+  // prewarming one directory at once compile different keys instead of
+  // queueing on the same lock.
+  const std::size_t offset = items.empty() ? 0 : std::hash<int>{}(::getpid()) * 2654435761u % items.size();
   auto worker = [&] {
-    for (std::size_t i; (i = next.fetch_add(1)) < items.size();) {
-      const PrewarmItem& item = items[i];
+    for (std::size_t n; (n = next.fetch_add(1)) < items.size();) {
+      const PrewarmItem& item = items[(n + offset) % items.size()];
       std::string error;
       bool compiled = false;
       try {
