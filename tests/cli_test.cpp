@@ -139,3 +139,53 @@ TEST_F(Cli, InfoLogSaysWhyEachCompileHappens) {
   auto edited = run("MOJO_JIT_LOG=info MOJO_JIT_TEMPLATE_PATH=" + templates.str(), spec);
   EXPECT_NE(edited.output.find("(ptx): key changed: source="), std::string::npos) << edited.output.substr(0, 300);
 }
+
+TEST_F(Cli, VerifyRemovesBadEntriesAndSaysSoInJson) {
+  ASSERT_EQ(run("--emit=ptx " + kSpec).exit_code, 0);
+  ASSERT_EQ(run("--emit=cubin " + kSpec + " -o /dev/null").exit_code, 0);
+  // Corrupt the PTX entry's last byte.
+  std::filesystem::path ptx;
+  for (auto& e : std::filesystem::recursive_directory_iterator(cache.path()))
+    if (e.path().extension() == ".ptx") ptx = e.path();
+  ASSERT_FALSE(ptx.empty());
+  std::string bytes = mojo::test::read_file(ptx);
+  bytes.back() ^= 1;
+  mojo::test::write_file(ptx, bytes);
+  auto r = run("cache verify --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"good\": 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("payload checksum mismatch; removed"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(ptx));
+  auto stats = run("cache stats --json");
+  EXPECT_NE(stats.output.find("\"entries\": 1"), std::string::npos) << stats.output;
+  EXPECT_NE(stats.output.find("\"cubin\": 1"), std::string::npos) << stats.output;
+}
+
+TEST_F(Cli, PruneEvictsDownToTheCap) {
+  ASSERT_EQ(run("--emit=ptx " + kSpec).exit_code, 0);
+  ASSERT_EQ(run("--emit=ptx rms_norm --dtype f32 --shape x=4x1024 --arch sm_80").exit_code, 0);
+  auto r = run("cache prune --max-bytes 30000");
+  EXPECT_NE(r.output.find("evicted 1 least-recently-used entries; 1 entries"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, ExplainShowsTheKeyPartsAndWhereTheEntryIs) {
+  ASSERT_EQ(run("--emit=cubin " + kSpec + " -o /dev/null").exit_code, 0);
+  auto r = run("cache explain " + kSpec);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* s : {"params:   dtype=bf16 hidden=4096", "compiler: nvrtc-", "source:   ", "emit:     cubin",
+                        "format:   v1", "key:      ", ".cubin: present"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
+  auto other = run("cache explain " + kSpec + " --emit ptx");
+  EXPECT_NE(other.output.find(".ptx: absent"), std::string::npos) << other.output;
+}
+
+TEST_F(Cli, PrewarmFailureExitsNonZeroAndNamesTheEntry) {
+  mojo::test::TempDir templates;
+  mojo::test::write_file(templates.path() / "rms_norm.cu", "#error broken\n");
+  mojo::test::write_file(cache.path() / "m.toml",
+                         "targets = [\"sm_90\"]\n[[kernel]]\nop = \"rms_norm\"\ndtypes = [\"f16\"]\nshapes = [{ x = [1, 64] }]\n");
+  auto r = run("MOJO_JIT_TEMPLATE_PATH=" + templates.str(), "prewarm --manifest " + cache.str() + "/m.toml");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("prewarm: failed: rms_norm f16 x=1x64 sm_90:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1 specializations: 0 compiled, 0 already cached, 1 failed"), std::string::npos) << r.output;
+}
