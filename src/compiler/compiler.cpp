@@ -2,6 +2,9 @@
 #include <fmt/format.h>
 
 #include "compiler/nvrtc_compiler.hpp"
+#if MOJO_JIT_WITH_LLVM
+#include "compiler/llvm_compiler.hpp"
+#endif
 #include "mojo/compiler.hpp"
 #include "mojo/error.hpp"
 
@@ -9,9 +12,14 @@ namespace mojo {
 
 std::unique_ptr<Compiler> make_compiler(std::string_view name) {
   if (name == "nvrtc") return std::make_unique<NvrtcCompiler>();
-  if (name == "llvm")
+  if (name == "llvm") {
+#if MOJO_JIT_WITH_LLVM
+    return std::make_unique<LlvmCompiler>();
+#else
     throw InvalidArgumentError(
-        "compiler 'llvm' is not part of this build (clang + LLVM NVPTX is not built yet); use --compiler=nvrtc");
+        "compiler 'llvm' is not part of this build (configured with MOJO_JIT_WITH_LLVM=OFF); use --compiler=nvrtc");
+#endif
+  }
   throw InvalidArgumentError(fmt::format("unknown compiler '{}': expected nvrtc or llvm", name));
 }
 

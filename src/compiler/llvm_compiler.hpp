@@ -1,0 +1,29 @@
+// clang's CUDA front end + LLVM's NVPTX back end, in process: the same
+// templates as NVRTC, compiled without the CUDA SDK headers.
+//
+//   source (in-memory file system) -> clang -fcuda-is-device -> LLVM IR
+//     -> O3 -> NVPTX TargetMachine -> PTX -> nvJitLink -> cubin
+//
+// Errors from clang and from LLVM (including the fatal ones LLVM would end
+// the process with) become CompileError; the host process always survives.
+#pragma once
+
+#include <string>
+
+#include "mojo/compiler.hpp"
+
+namespace mojo {
+
+class LlvmCompiler final : public Compiler {
+ public:
+  LlvmCompiler();
+  std::string_view name() const override { return "llvm"; }
+  const std::string& identity() const override { return identity_; }
+  bool can_emit(Emit) const override { return true; }
+  CompileResult compile(const CompileRequest& request) const override;
+
+ private:
+  std::string identity_;
+};
+
+}  // namespace mojo
