@@ -113,3 +113,14 @@ TEST(Manifest, NonAsciiInputIsRejectedWithItsLine) {
       [] { Manifest::parse("name = \"x\"\n# \xe3\x80\x81 ideographic comma\n", "m.toml"); });
   EXPECT_EQ(msg, "m.toml:2: byte 0xe3 is not printable ASCII; manifests are ASCII text");
 }
+
+TEST(Manifest, UnknownTensorNameIsAnError) {
+  Manifest m = Manifest::parse("[[kernel]]\nop=\"rms_norm\"\ndtypes=[\"f32\"]\nshapes=[{x=[4,127], t=[127]}]\n", "m");
+  EXPECT_EQ(test::error_of<InvalidArgumentError>([&] { m.items({Target::parse("sm_90")}); }),
+            "manifest: rms_norm has no tensor 't'; its tensors: out, x, weight");
+}
+
+TEST(Manifest, HugeDimensionsAreErrorsNotOverflow) {
+  Manifest m = Manifest::parse("[[kernel]]\nop=\"rms_norm\"\ndtypes=[\"f32\"]\nshapes=[{x=[21, 3, 6300000000000000000]}]\n", "m");
+  EXPECT_THROW(m.items({Target::parse("sm_90")}), InvalidArgumentError);
+}

@@ -70,3 +70,13 @@ TEST(Target, BadArchSaysWhatItExpects) {
     EXPECT_NE(msg.find("sm_90a"), std::string::npos) << msg;
   }
 }
+
+TEST(TensorSpec, ElementCountsThatOverflowAreShapeErrors) {
+  EXPECT_NE(error_of<ShapeError>([] { TensorSpec(DType::f32, {21, 3, 6300000000000000000}); }).find("too many elements"),
+            std::string::npos);
+  EXPECT_NE(error_of<ShapeError>([] { TensorSpec(DType::f32, {1 << 30, 1 << 30}); }).find("too many elements"),
+            std::string::npos);
+  std::int64_t shape[] = {4, 8}, strides[] = {std::int64_t(1) << 62, 1};
+  EXPECT_NE(error_of<ShapeError>([&] { TensorSpec(DType::f32, shape, strides); }).find("reach past"), std::string::npos);
+  EXPECT_EQ(TensorSpec(DType::f32, {1 << 20, 1 << 20}).numel(), std::int64_t(1) << 40);
+}

@@ -50,7 +50,9 @@ TensorSpec::TensorSpec(DType dtype, std::span<const std::int64_t> shape) : dtype
     if (shape[i] < 0) throw ShapeError(fmt::format("negative dimension {} in shape", shape[i]));
     shape_[i] = shape[i];
     strides_[i] = stride;
-    stride *= std::max<std::int64_t>(shape[i], 1);
+    // Element counts and byte sizes must fit in 63 bits with room for the dtype size.
+    if (__builtin_mul_overflow(stride, std::max<std::int64_t>(shape[i], 1), &stride) || stride > (std::int64_t(1) << 59))
+      throw ShapeError(fmt::format("shape [{}] has too many elements (more than 2^59)", fmt::join(shape, ", ")));
   }
 }
 
@@ -59,9 +61,14 @@ TensorSpec::TensorSpec(DType dtype, std::span<const std::int64_t> shape,
     : TensorSpec(dtype, shape) {
   if (strides.size() != shape.size())
     throw ShapeError(fmt::format("{} strides given for a rank-{} shape", strides.size(), shape.size()));
+  std::int64_t extent = 0;  // the last element's offset: must fit like the element count
   for (int i = 0; i < rank_; ++i) {
     if (strides[i] < 0) throw ShapeError(fmt::format("negative stride {} in tensor", strides[i]));
     strides_[i] = strides[i];
+    std::int64_t step = 0;
+    if (shape_[i] > 0 && (__builtin_mul_overflow(shape_[i] - 1, strides[i], &step) ||
+                          __builtin_add_overflow(extent, step, &extent) || extent > (std::int64_t(1) << 59)))
+      throw ShapeError(fmt::format("strides [{}] reach past 2^59 elements", fmt::join(strides, ", ")));
   }
 }
 

@@ -6,6 +6,7 @@
 #define TOML_EXCEPTIONS 1
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -149,6 +150,16 @@ std::vector<PrewarmItem> Manifest::items(const std::vector<Target>& requested) c
   std::vector<PrewarmItem> out;
   for (const Kernel& k : kernels) {
     const OpDef& op = find_op(k.op);
+    for (const auto& shape : k.shapes)
+      for (const auto& [name, dims] : shape) {
+        auto args = op.tensor_args();
+        if (std::none_of(args.begin(), args.end(), [&](const TensorArgInfo& a) { return a.name == name; })) {
+          std::vector<std::string_view> names;
+          for (const TensorArgInfo& a : args) names.push_back(a.name);
+          throw InvalidArgumentError(fmt::format("manifest: {} has no tensor '{}'; its tensors: {}", k.op, name,
+                                                 fmt::join(names, ", ")));
+        }
+      }
     for (DType dtype : k.dtypes)
       for (const auto& shape : k.shapes) {
         // Expand buckets: every combination of the listed dims, tensor by tensor.
