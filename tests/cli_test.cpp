@@ -62,7 +62,7 @@ TEST_F(Cli, BadInputFailsWithOneLine) {
       {"--emit=ptx rms_norm --dtype f32 --shape x=4x4 --arch sm90", "mojo-jit: error: bad arch 'sm90'"},
       {"--emit=ptx rms_norm --dtype f32 --shape x=4x4 --param eps", "mojo-jit: error: bad --param 'eps'"},
       {"--emit=ptx rms_norm --dtype f32 --shape x=4x4 --param epsilon=1", "mojo-jit: error: rms_norm: unknown scalar 'epsilon'"},
-      {"--emit=sass rms_norm --dtype f32 --shape x=4x4", "mojo-jit: error: unknown emission 'sass'"},
+      {"--emit=asm rms_norm --dtype f32 --shape x=4x4", "mojo-jit: error: unknown emission 'asm'"},
       {"--emit=cubin rms_norm --dtype f32 --shape x=4x4", "mojo-jit: error: --emit=cubin writes a binary: give -o FILE"},
       {"--emit=llvm rms_norm --dtype f32 --shape x=4x4", "mojo-jit: error: NVRTC cannot emit 'llvm'"},
       {"--emit=ptx rms_norm --dtype i32 --shape x=4x4", "mojo-jit: error: rms_norm: x has dtype i32; supported: f32, f16, bf16"},
@@ -188,4 +188,15 @@ TEST_F(Cli, PrewarmFailureExitsNonZeroAndNamesTheEntry) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("prewarm: failed: rms_norm f16 x=1x64 sm_90:"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("1 specializations: 0 compiled, 0 already cached, 1 failed"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, EmitSassNeedsNvdisasm) {
+  auto r = run("--emit=sass " + kSpec);
+  if (r.exit_code == 0) {  // a machine with nvdisasm (the GPU machine)
+    EXPECT_NE(r.output.find("rms_norm_bf16_hidden4096"), std::string::npos) << r.output.substr(0, 400);
+    return;
+  }
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output.rfind("mojo-jit: error: --emit=sass needs nvdisasm", 0), 0u) << r.output;
+  EXPECT_TRUE(one_line(r.output)) << r.output;
 }

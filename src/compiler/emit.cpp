@@ -22,7 +22,7 @@ std::string_view emit_name(Emit emit) noexcept {
 Emit parse_emit(std::string_view name) {
   for (auto [e, n] : kEmitNames)
     if (n == name) return e;
-  throw InvalidArgumentError(fmt::format("unknown emission '{}': expected llvm, llvm-opt, ptx or cubin", name));
+  throw InvalidArgumentError(fmt::format("unknown emission '{}': expected llvm, llvm-opt, ptx, cubin (or sass from the CLI)", name));
 }
 
 }  // namespace mojo

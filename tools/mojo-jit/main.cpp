@@ -26,7 +26,7 @@ namespace {
 constexpr const char* kUsage = R"(mojo-jit: JIT kernel compiler for LLM operators
 
 usage:
-  mojo-jit [--emit=ptx|cubin|llvm|llvm-opt] OP --dtype DT --shape NAME=DIMS... [options]
+  mojo-jit [--emit=ptx|cubin|sass|llvm|llvm-opt] [--compiler=nvrtc|llvm] OP --dtype DT --shape NAME=DIMS... [options]
   mojo-jit describe OP --dtype DT --shape NAME=DIMS... [options]
   mojo-jit list
   mojo-jit prewarm --manifest FILE [--arch sm_80,sm_90] [-j N] [--cache-dir DIR]
@@ -125,6 +125,39 @@ struct SpecOptions {
   }
 };
 
+// nvdisasm from PATH, $CUDA_HOME/bin or /usr/local/cuda/bin; empty if none.
+std::string find_nvdisasm() {
+  std::vector<std::filesystem::path> dirs;
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream ss(path);
+    for (std::string d; std::getline(ss, d, ':');) dirs.emplace_back(d);
+  }
+  if (const char* cuda = std::getenv("CUDA_HOME")) dirs.emplace_back(std::filesystem::path(cuda) / "bin");
+  dirs.emplace_back("/usr/local/cuda/bin");
+  for (const auto& d : dirs)
+    if (::access((d / "nvdisasm").c_str(), X_OK) == 0) return (d / "nvdisasm").string();
+  return {};
+}
+
+// The SASS of a cubin, from nvdisasm.
+std::string disassemble(const std::string& nvdisasm, const std::string& cubin) {
+  char name[] = "/tmp/mojo-jit-sass-XXXXXX";
+  int fd = ::mkstemp(name);
+  if (fd < 0) throw mojo::Error("cannot create a temp file for nvdisasm");
+  bool ok = ::write(fd, cubin.data(), cubin.size()) == ssize_t(cubin.size());
+  ::close(fd);
+  std::string out;
+  if (ok) {
+    FILE* pipe = ::popen((nvdisasm + " -c -g " + name + " 2>&1").c_str(), "r");
+    char buf[4096];
+    while (pipe && std::fgets(buf, sizeof buf, pipe)) out += buf;
+    ok = pipe && ::pclose(pipe) == 0;
+  }
+  ::unlink(name);
+  if (!ok) throw mojo::Error("nvdisasm failed: " + out.substr(0, out.find('\n')));
+  return out;
+}
+
 void print_stats(const mojo::Runtime& rt) {
   mojo::CacheStats s = rt.stats();
   std::string dir = rt.cache_dir().empty() ? "(disk cache off)" : rt.cache_dir().string();
@@ -137,15 +170,23 @@ int run_emit(int argc, char** argv) {
   SpecOptions spec;
   std::string emit = "ptx", output;
   bool stats = false;
-  app.add_option("--emit", emit, "stage to stop at: ptx, cubin (llvm, llvm-opt need --compiler=llvm)")->capture_default_str();
+  app.add_option("--emit", emit, "stage to stop at: llvm, llvm-opt (--compiler=llvm), ptx, cubin, sass (needs nvdisasm)")
+      ->capture_default_str();
   app.add_option("-o,--output", output, "write to FILE instead of stdout (required for cubin)");
   app.add_flag("--stats", stats, "print cache statistics to stderr");
   spec.add_to(app);
   app.footer("example: mojo-jit --emit=ptx rms_norm --dtype bf16 --shape x=4096x4096 --arch sm_90");
   CLI11_PARSE(app, argc, argv);
 
-  mojo::Emit kind = mojo::parse_emit(emit);
-  if (kind == mojo::Emit::cubin && output.empty())
+  const bool sass = emit == "sass";  // disassembly of the cubin, not a stage of its own
+  std::string nvdisasm;
+  if (sass && (nvdisasm = find_nvdisasm()).empty()) {
+    fmt::print(stderr, "mojo-jit: error: --emit=sass needs nvdisasm (CUDA toolkit, or pip install "
+                       "nvidia-cuda-nvdisasm); none on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin\n");
+    return 2;
+  }
+  mojo::Emit kind = sass ? mojo::Emit::cubin : mojo::parse_emit(emit);
+  if (kind == mojo::Emit::cubin && !sass && output.empty())
     throw mojo::InvalidArgumentError("--emit=cubin writes a binary: give -o FILE");
   mojo::Runtime rt(spec.runtime_options());
   const mojo::OpDef& op = mojo::find_op(spec.op);
@@ -153,11 +194,13 @@ int run_emit(int argc, char** argv) {
   auto tensors = spec.tensors(op);
   auto scalars = spec.scalars(names);
   mojo::Artifact a = rt.compile(spec.op, tensors, scalars, spec.target(), kind);
+  const std::string text = sass ? disassemble(nvdisasm, *a.binary) : std::string();
+  const std::string& bytes = sass ? text : *a.binary;
   if (output.empty()) {
-    std::fwrite(a.binary->data(), 1, a.binary->size(), stdout);
+    std::fwrite(bytes.data(), 1, bytes.size(), stdout);
   } else {
     std::ofstream out(output, std::ios::binary);
-    out.write(a.binary->data(), std::streamsize(a.binary->size()));
+    out.write(bytes.data(), std::streamsize(bytes.size()));
     out.close();
     if (!out) throw mojo::Error(fmt::format("cannot write {}", output));
   }
