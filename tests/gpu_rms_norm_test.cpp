@@ -180,3 +180,40 @@ TEST_F(GpuFixture, GpuSecondProcessFindsTheKernelOnDisk) {
   EXPECT_NE(r.output.find("found in the cache"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
 }
+
+#if MOJO_TEST_WITH_LLVM
+// The same checks with kernels compiled by clang + LLVM instead of NVRTC.
+struct GpuLlvm : ::testing::Test {
+  test::TempDir cache;
+  std::unique_ptr<Runtime> rt;
+  void SetUp() override {
+    if (!device_available()) GTEST_SKIP() << "no GPU or no CUDA driver on this machine";
+    RuntimeOptions o;
+    o.cache_dir = cache.path();
+    o.compiler = "llvm";
+    rt = std::make_unique<Runtime>(o);
+    rt->device();
+  }
+};
+
+TEST_F(GpuLlvm, RmsNormMatchesCpuReference) {
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16})
+    for (std::int64_t hidden : {1, 127, 4096, 8200}) check_rms_norm(*rt, dtype, 3, hidden);
+}
+#endif
+
+TEST_F(GpuFixture, GpuBundleLoadsOnceAndEveryKernelRuns) {
+  // One module with 6 kernels; each launch finds its kernel in the bundle.
+  std::vector<PrewarmItem> items;
+  for (DType dtype : {DType::f32, DType::bf16})
+    for (std::int64_t hidden : {64, 1000, 4096}) {
+      TensorSpec x(dtype, {2, hidden}), w(dtype, {hidden});
+      items.push_back({"rms_norm", {{x}, {x}, {w}}, {}, rt->device().target(), "item"});
+    }
+  auto bundles = rt->compile_all(items, Emit::cubin);
+  ASSERT_EQ(bundles.size(), 1u);
+  EXPECT_EQ(bundles[0].kernels.size(), 6u);
+  for (DType dtype : {DType::f32, DType::bf16})
+    for (std::int64_t hidden : {64, 1000, 4096}) check_rms_norm(*rt, dtype, 5, hidden);
+  EXPECT_EQ(rt->stats().compiles, 1u) << "the launches compiled nothing more";
+}

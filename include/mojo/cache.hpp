@@ -61,6 +61,7 @@ struct DiskEntryInfo {
   Emit kind = Emit::cubin;
   std::uint64_t payload_bytes = 0;
   std::string meta;  // "op=rms_norm params=... target=sm_90 compiler=nvrtc-13.0"
+  bool alias = false;  // the kernel lives in a bundle; the payload names the bundle's key
 };
 
 // An exclusive lock on one key across processes: flock() on a lock file beside
@@ -114,6 +115,9 @@ class DiskCache {
   // Writes to a temp file in the same directory, fsyncs and renames: readers
   // see the old state or the whole new entry. Throws Error on I/O failure.
   void store(const KernelKey& key, Emit kind, std::string_view meta, std::string_view payload) const;
+  // An alias at a kernel's own key for a kernel stored in `bundle`'s module:
+  // load(key) then returns the bundle's payload (cache/README.md, Bundles).
+  void store_alias(const KernelKey& key, Emit kind, const KernelKey& bundle, std::string_view meta) const;
 
   // The last key components compiled for a specialization (by its description),
   // so that a later compile can say what changed. Best effort: never throws.
@@ -142,6 +146,8 @@ class DiskCache {
   std::size_t clear() const;
 
  private:
+  void write_entry(const KernelKey& key, Emit kind, std::uint32_t kind_code, std::string_view meta,
+                   std::string_view payload) const;
   std::filesystem::path dir_;
 };
 

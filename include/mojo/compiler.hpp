@@ -22,6 +22,9 @@ struct CompileRequest {
   Target target;
   Emit emit = Emit::cubin;
   std::string_view description;   // "rms_norm {dtype=bf16 hidden=4096 ...} for sm_90", for errors
+  // Back-end threads for a module with several kernels (LLVM splits the
+  // optimised module and generates code for the parts in parallel). 1: none.
+  unsigned jobs = 1;
 };
 
 struct CompileResult {

@@ -61,6 +61,16 @@ struct PrewarmResult {
 // Called after each item (serialized): items done, total, the item, whether it succeeded.
 using PrewarmProgress = std::function<void(std::size_t, std::size_t, const PrewarmItem&, bool)>;
 
+// One module holding many kernels (compile_all).
+struct Bundle {
+  Target target;
+  Emit emit = Emit::cubin;
+  KernelKey key;
+  std::vector<std::string> kernels;            // their names in the module
+  std::shared_ptr<const std::string> binary;   // PTX text or cubin bytes
+  bool compiled = false;                       // false: it came from the cache
+};
+
 struct LoadedKernel;
 
 // A specialization resolved once: launch() does no lookup at all. It checks
@@ -105,6 +115,11 @@ class Runtime {
   // Idempotent: items already in a cache layer count as cached.
   PrewarmResult prewarm(const std::vector<PrewarmItem>& items, Emit emit = Emit::cubin, int jobs = 0,
                         const PrewarmProgress& progress = {});
+  // All distinct specializations of `items` compiled together: one module per
+  // target, one front-end parse and one optimisation run (LLVM then splits the
+  // back end over `jobs` threads; 0: one per core). The cache then answers a
+  // lookup of any one of these kernels with its bundle, compiling nothing.
+  std::vector<Bundle> compile_all(const std::vector<PrewarmItem>& items, Emit emit = Emit::cubin, int jobs = 0);
   // The key compile() would use, without compiling.
   KernelKey key(std::string_view op, TensorList tensors, ScalarList scalars, const Target& target,
                 Emit emit);

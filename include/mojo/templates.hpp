@@ -26,6 +26,9 @@ class TemplateRegistry {
   // of a registry file inlined once, with #line markers so that diagnostics
   // name the original file and line. No absolute paths enter the result.
   std::string expand(std::string_view file) const;
+  // One translation unit for several templates (a bundle): each file, and
+  // everything they include, inlined once.
+  std::string expand(const std::vector<std::string>& files) const;
   // Names of every template available (search path and embedded).
   std::vector<std::string> list() const;
 

@@ -62,7 +62,7 @@ std::string verify_entry_file(std::string_view file, const fs::path& path, Heade
   if (!bad.empty()) return bad;
   auto key = KernelKey::from_hex(path.stem().string());
   if (!key || key->high != h->key_high || key->low != h->key_low ||
-      path.extension().string() != fmt::format(".{}", emit_name(Emit(h->kind))))
+      path.extension().string() != fmt::format(".{}", emit_name(entry::stage_of(*h))))
     return "file name does not match the key and kind in its header";
   return {};
 }
@@ -141,16 +141,34 @@ std::optional<std::string> DiskCache::load(const KernelKey& key, Emit kind, std:
   }
   Header h;
   std::string bad = entry::check(*file, &key, &kind, &h);
+  std::optional<KernelKey> bundle;
+  if (bad.empty() && entry::is_alias(h)) {
+    bundle = KernelKey::from_hex(entry::payload_of(*file, h));
+    if (!bundle || *bundle == key) bad = "an alias that names no valid bundle key";
+  }
   if (!bad.empty()) {
     std::error_code ec;
     if (remove_bad) fs::remove(path, ec);  // never loaded; recompiled and rewritten
     if (problem) *problem = fmt::format("{}: {}{}", path.string(), bad, remove_bad ? "; removed" : "");
     return std::nullopt;
   }
-  return std::string(entry::payload_of(*file, h));
+  if (!bundle) return std::string(entry::payload_of(*file, h));
+  // The kernel lives in a bundle: its module is the answer. An alias never
+  // leads to another alias; a missing bundle is a plain miss.
+  std::optional<std::string> module = load(*bundle, kind, problem, remove_bad);
+  return module;
 }
 
 void DiskCache::store(const KernelKey& key, Emit kind, std::string_view meta, std::string_view payload) const {
+  write_entry(key, kind, std::uint32_t(kind), meta, payload);
+}
+
+void DiskCache::store_alias(const KernelKey& key, Emit kind, const KernelKey& bundle, std::string_view meta) const {
+  write_entry(key, kind, std::uint32_t(kind) | entry::kAliasFlag, meta, bundle.hex());
+}
+
+void DiskCache::write_entry(const KernelKey& key, Emit kind, std::uint32_t kind_code, std::string_view meta,
+                            std::string_view payload) const {
   fs::path path = entry_path(key, kind);
   fs::path dir = path.parent_path();
   make_private_dirs(dir);
@@ -162,7 +180,7 @@ void DiskCache::store(const KernelKey& key, Emit kind, std::string_view meta, st
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) throw Error(fmt::format("cannot create {}: {}", temp.string(), std::strerror(errno)));
 
-  const Header h = entry::make_header(key, kind, meta, payload);
+  const Header h = entry::make_header(key, kind_code, meta, payload);
   try {
     write_all(fd, std::string_view(reinterpret_cast<const char*>(&h), sizeof h), temp);
     write_all(fd, meta, temp);
@@ -198,8 +216,8 @@ std::vector<DiskEntryInfo> DiskCache::list(std::vector<std::string>* problems) c
       if (problems) problems->push_back(fmt::format("{}: {}", f.path.string(), bad));
       return;
     }
-    out.push_back(DiskEntryInfo{f.path, KernelKey{h.key_high, h.key_low}, Emit(h.kind), h.payload_size,
-                                std::string(entry::meta_of(*file, h))});
+    out.push_back(DiskEntryInfo{f.path, KernelKey{h.key_high, h.key_low}, entry::stage_of(h), h.payload_size,
+                                std::string(entry::meta_of(*file, h)), entry::is_alias(h)});
   });
   return out;
 }

@@ -25,11 +25,11 @@ std::uint64_t body_checksum(std::string_view meta, std::string_view payload) {
 
 }  // namespace
 
-Header make_header(const KernelKey& key, Emit kind, std::string_view meta, std::string_view payload) {
+Header make_header(const KernelKey& key, std::uint32_t kind, std::string_view meta, std::string_view payload) {
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.format_version = kCacheFormatVersion;
-  h.kind = std::uint32_t(kind);
+  h.kind = kind;
   h.key_high = key.high;
   h.key_low = key.low;
   h.meta_size = meta.size();
@@ -51,7 +51,7 @@ std::string check(std::string_view file, const KernelKey* expected_key, const Em
     return fmt::format("format version {} (this build reads {})", h.format_version, kCacheFormatVersion);
   if (expected_key && (h.key_high != expected_key->high || h.key_low != expected_key->low))
     return fmt::format("header names key {:016x}{:016x}, not the file's key", h.key_high, h.key_low);
-  if (expected_kind && h.kind != std::uint32_t(*expected_kind)) return "header names another payload kind";
+  if (expected_kind && (h.kind & ~kAliasFlag) != std::uint32_t(*expected_kind)) return "header names another payload kind";
   const std::uint64_t body = file.size() - sizeof h;
   if (h.meta_size > body || h.payload_size != body - h.meta_size)
     return fmt::format("size mismatch: header says {} + {} bytes, file holds {}", h.meta_size, h.payload_size, body);

@@ -210,6 +210,25 @@ void KernelCache::store(const CacheRequest& request, const std::string& payload)
   }
 }
 
+void KernelCache::alias(const KernelKey& kernel_key, Emit emit, const KernelKey& bundle_key, const Binary& bundle,
+                        std::string_view meta) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!memory_.count(kernel_key)) {
+      std::promise<Binary> ready;
+      ready.set_value(bundle);
+      memory_.emplace(kernel_key, ready.get_future().share());
+    }
+  }
+  if (auto d = disk()) {
+    try {
+      d->store_alias(kernel_key, emit, bundle_key, meta);
+    } catch (const Error& e) {
+      disable_disk(e.what());
+    }
+  }
+}
+
 CacheStats KernelCache::stats() const {
   CacheStats s;
   s.disk_hits = disk_hits_;

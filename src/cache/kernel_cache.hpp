@@ -46,18 +46,23 @@ struct CacheRequest {
 
 class KernelCache {
  public:
+  using Binary = std::shared_ptr<const std::string>;
   explicit KernelCache(CacheOptions options);
 
   // The artifact for `request`, compiling with `compile` only when no layer
   // has it. `*compiled` tells whether this call compiled.
   std::shared_ptr<const std::string> get(const CacheRequest& request, const std::function<std::string()>& compile,
                                          bool* compiled);
+  // Records that the kernel with `kernel_key` lives in `bundle` (already in
+  // the cache under `bundle_key`): later lookups of the kernel get the bundle.
+  void alias(const KernelKey& kernel_key, Emit emit, const KernelKey& bundle_key, const Binary& bundle,
+             std::string_view meta);
   CacheStats stats() const;
   std::optional<std::filesystem::path> writable_dir() const;
   void forget_memory();  // drops the in-memory layer (disk layers stay)
 
+
  private:
-  using Binary = std::shared_ptr<const std::string>;
   struct KeyHash {
     std::size_t operator()(const KernelKey& k) const noexcept { return k.low; }
   };

@@ -7,6 +7,8 @@
 #include <clang/Frontend/CompilerInvocation.h>
 #include <clang/Frontend/TextDiagnosticPrinter.h>
 #include <fmt/format.h>
+#include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/Bitcode/BitcodeWriter.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/IR/DiagnosticInfo.h>
 #include <llvm/IR/DiagnosticPrinter.h>
@@ -23,10 +25,13 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
+#include <llvm/Transforms/Utils/SplitModule.h>
 #include <nvJitLink.h>
 
 #include <algorithm>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "compiler/diagnostics.hpp"
 #include "mojo/error.hpp"
@@ -87,8 +92,9 @@ std::string nvjitlink_version() {
   return nvJitLinkVersion(&major, &minor) == NVJITLINK_SUCCESS ? fmt::format("{}.{}", major, minor) : "unknown";
 }
 
-// PTX -> cubin for an exact sm_XX with nvJitLink (in process).
-std::string ptx_to_cubin(const std::string& ptx, const Target& target, std::string_view description) {
+// PTX (one text, or the parts of a split module) -> one cubin for an exact
+// sm_XX, with nvJitLink in process.
+std::string ptx_to_cubin(const std::vector<std::string>& ptx, const Target& target, std::string_view description) {
   std::string arch = fmt::format("-arch={}", target.sm_name());
   const char* options[] = {arch.c_str(), "-O3"};
   nvJitLinkHandle handle = nullptr;
@@ -105,7 +111,11 @@ std::string ptx_to_cubin(const std::string& ptx, const Target& target, std::stri
     return log;
   };
   std::string cubin;
-  nvJitLinkResult r = nvJitLinkAddData(handle, NVJITLINK_INPUT_PTX, ptx.data(), ptx.size(), "kernel.ptx");
+  nvJitLinkResult r = NVJITLINK_SUCCESS;
+  for (std::size_t i = 0; i < ptx.size() && r == NVJITLINK_SUCCESS; ++i) {
+    std::string name = fmt::format("part{}.ptx", i);
+    r = nvJitLinkAddData(handle, NVJITLINK_INPUT_PTX, ptx[i].data(), ptx[i].size(), name.c_str());
+  }
   if (r == NVJITLINK_SUCCESS) r = nvJitLinkComplete(handle);
   std::size_t size = 0;
   if (r == NVJITLINK_SUCCESS) r = nvJitLinkGetLinkedCubinSize(handle, &size);
@@ -120,6 +130,53 @@ std::string ptx_to_cubin(const std::string& ptx, const Target& target, std::stri
                                    target.sm_name(), int(r)),
                        log);
   return cubin;
+}
+
+std::unique_ptr<llvm::TargetMachine> make_machine(const std::string& cpu, std::string* error) {
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(kTriple, *error);
+  if (!target) return nullptr;
+  llvm::TargetOptions options;
+  options.AllowFPOpFusion = llvm::FPOpFusion::Fast;  // as NVRTC's default --fmad=true
+  return std::unique_ptr<llvm::TargetMachine>(target->createTargetMachine(
+      kTriple, cpu, kPtxFeature, options, std::nullopt, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+}
+
+// NVPTX code generation of `module`; false if the target cannot emit.
+bool emit_ptx(llvm::Module& module, llvm::TargetMachine& machine, std::string* ptx) {
+  llvm::SmallString<0> text;
+  llvm::raw_svector_ostream os(text);
+  llvm::legacy::PassManager passes;
+  if (machine.addPassesToEmitFile(passes, os, nullptr, llvm::CodeGenFileType::AssemblyFile)) return false;
+  passes.run(module);
+  ptx->assign(text.begin(), text.end());
+  return true;
+}
+
+// The back end for one part of a split module, on its own thread: its own
+// context (LLVM contexts are not shared across threads), its own recovery scope.
+std::string codegen_part(const llvm::SmallVector<char, 0>& bitcode, const std::string& cpu, std::string* error) {
+  std::string ptx;
+  auto run = [&] {
+    auto context = std::make_unique<llvm::LLVMContext>();
+    bool failed = false;
+    context->setDiagnosticHandler(std::make_unique<CollectingHandler>(error, &failed));
+    auto module = llvm::parseBitcodeFile(
+        llvm::MemoryBufferRef(llvm::StringRef(bitcode.data(), bitcode.size()), "part"), *context);
+    if (!module) {
+      *error += llvm::toString(module.takeError());
+      return;
+    }
+    auto machine = make_machine(cpu, error);
+    if (!machine || !emit_ptx(**module, *machine, &ptx) || failed) ptx.clear();
+    module->reset();
+  };
+  tls_fatal_error.clear();
+  llvm::CrashRecoveryContext crc;
+  if (!crc.RunSafely(run)) {
+    *error += "LLVM ERROR: " + (tls_fatal_error.empty() ? std::string("it crashed") : tls_fatal_error) + "\n";
+    return {};
+  }
+  return ptx;
 }
 
 }  // namespace
@@ -147,7 +204,8 @@ CompileResult LlvmCompiler::compile(const CompileRequest& request) const {
   std::string log;
   bool backend_failed = false;
   std::unique_ptr<llvm::Module> module;
-  std::string out;
+  std::string out;                     // IR text (emit llvm, llvm-opt)
+  std::vector<std::string> ptx_parts;  // PTX: one, or one per part of a split module
   std::string front_end_log;
 
   auto run = [&] {
@@ -188,16 +246,12 @@ CompileResult LlvmCompiler::compile(const CompileRequest& request) const {
 
     // ---- middle end: the O3 pipeline, with the NVPTX target's own passes ----
     std::string error;
-    const llvm::Target* llvm_target = llvm::TargetRegistry::lookupTarget(kTriple, error);
-    if (!llvm_target) {
+    std::unique_ptr<llvm::TargetMachine> machine = make_machine(cpu, &error);
+    if (!machine) {
       log += error;
       backend_failed = true;
       return;
     }
-    llvm::TargetOptions options;
-    options.AllowFPOpFusion = llvm::FPOpFusion::Fast;  // as NVRTC's default --fmad=true
-    std::unique_ptr<llvm::TargetMachine> machine(llvm_target->createTargetMachine(
-        kTriple, cpu, kPtxFeature, options, std::nullopt, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
     module->setDataLayout(machine->createDataLayout());
     {
       llvm::LoopAnalysisManager lam;
@@ -218,17 +272,36 @@ CompileResult LlvmCompiler::compile(const CompileRequest& request) const {
       return;
     }
 
-    // ---- back end: NVPTX -> PTX ----
-    llvm::SmallString<0> ptx;
-    llvm::raw_svector_ostream os(ptx);
-    llvm::legacy::PassManager passes;
-    if (machine->addPassesToEmitFile(passes, os, nullptr, llvm::CodeGenFileType::AssemblyFile)) {
-      log += "the NVPTX target cannot emit assembly\n";
-      backend_failed = true;
+    // ---- back end: NVPTX -> PTX, split across threads for a cubin of many kernels ----
+    const unsigned kernels = unsigned(std::count_if(module->begin(), module->end(), [](const llvm::Function& f) {
+      return !f.isDeclaration() && f.hasExternalLinkage();
+    }));
+    const unsigned parts = request.emit == Emit::cubin ? std::min(request.jobs, kernels) : 1;
+    if (parts <= 1) {
+      if (!emit_ptx(*module, *machine, &out)) {
+        log += "the NVPTX target cannot emit assembly\n";
+        backend_failed = true;
+      }
+      ptx_parts.push_back(std::move(out));
+      out.clear();
       return;
     }
-    passes.run(*module);
-    out.assign(ptx.begin(), ptx.end());
+    std::vector<llvm::SmallVector<char, 0>> bitcode;
+    llvm::SplitModule(*module, parts, [&](std::unique_ptr<llvm::Module> part) {
+      llvm::raw_svector_ostream os(bitcode.emplace_back());
+      llvm::WriteBitcodeToFile(*part, os);
+    });
+    ptx_parts.resize(bitcode.size());
+    std::vector<std::string> errors(bitcode.size());
+    std::vector<std::thread> threads;
+    for (std::size_t i = 0; i < bitcode.size(); ++i)
+      threads.emplace_back([&, i] { ptx_parts[i] = codegen_part(bitcode[i], cpu, &errors[i]); });
+    for (std::thread& t : threads) t.join();
+    for (std::size_t i = 0; i < bitcode.size(); ++i)
+      if (ptx_parts[i].empty()) {
+        log += errors[i];
+        backend_failed = true;
+      }
   };
 
   tls_fatal_error.clear();
@@ -242,7 +315,8 @@ CompileResult LlvmCompiler::compile(const CompileRequest& request) const {
     throw CompileError(fmt::format("{}: LLVM failed for {}: {}", request.description, cpu, reason),
                        front_end_log + log + (tls_fatal_error.empty() ? "" : "LLVM ERROR: " + tls_fatal_error + "\n"));
   }
-  if (!module || backend_failed || out.empty()) {
+  const bool ir = request.emit == Emit::llvm || request.emit == Emit::llvm_opt;
+  if (!module || backend_failed || (ir ? out.empty() : ptx_parts.empty())) {
     std::string all = front_end_log + log;
     throw CompileError(fmt::format("{}: clang/LLVM failed for {}: {}", request.description, cpu,
                                    diagnostics::first_error(all)),
@@ -253,7 +327,12 @@ CompileResult LlvmCompiler::compile(const CompileRequest& request) const {
 
   CompileResult result;
   result.log = front_end_log + log;
-  result.binary = request.emit == Emit::cubin ? ptx_to_cubin(out, target, request.description) : std::move(out);
+  if (ir)
+    result.binary = std::move(out);
+  else if (request.emit == Emit::cubin)
+    result.binary = ptx_to_cubin(ptx_parts, target, request.description);
+  else
+    result.binary = std::move(ptx_parts.front());
   return result;
 }
 

@@ -12,6 +12,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
@@ -33,8 +34,7 @@ namespace fs = std::filesystem;
 
 struct LoadedKernel {
   std::string name;
-  std::shared_ptr<const std::string> binary;
-  Module module;
+  std::shared_ptr<const Module> module;  // shared by the kernels of one bundle
   Function function;
   const Device* device;
 };
@@ -143,6 +143,7 @@ struct Runtime::Impl {
   std::unordered_map<FastKey, std::unique_ptr<LoadedKernel>, FastKeyHash> loaded;
   std::vector<std::unique_ptr<LoadedKernel>> retired;  // unindexed, kept alive for KernelHandles
   std::mutex load_mutex;                               // one module load at a time
+  std::unordered_map<const std::string*, std::weak_ptr<const Module>> modules;  // by binary: one load per bundle
   std::atomic<std::uint64_t> memory_hits{0};
 
   explicit Impl(RuntimeOptions o)
@@ -211,9 +212,14 @@ struct Runtime::Impl {
       if (auto it = loaded.find(key); it != loaded.end()) return *it->second;  // another thread was first
     }
     dev.ensure_current();
-    Module module = Module::load(*bin);
-    Function function = module.function(u.kernel_name);
-    auto kernel = std::make_unique<LoadedKernel>(LoadedKernel{u.kernel_name, std::move(bin), std::move(module), function, &dev});
+    std::shared_ptr<const Module> module = modules[bin.get()].lock();
+    if (!module) {
+      // The binary is kept alive by the cache's memory layer, so its address identifies it.
+      module = std::make_shared<const Module>(Module::load(*bin));
+      modules[bin.get()] = module;
+    }
+    Function function = module->function(u.kernel_name);
+    auto kernel = std::make_unique<LoadedKernel>(LoadedKernel{u.kernel_name, std::move(module), function, &dev});
     std::unique_lock write(loaded_mutex);
     return *loaded.emplace(key, std::move(kernel)).first->second;
   }
@@ -302,6 +308,66 @@ PrewarmResult Runtime::prewarm(const std::vector<PrewarmItem>& items, Emit emit,
   for (std::thread& t : threads) t.join();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
+}
+
+std::vector<Bundle> Runtime::compile_all(const std::vector<PrewarmItem>& items, Emit emit, int jobs) {
+  const unsigned threads = jobs > 0 ? unsigned(jobs) : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<Target> targets;
+  for (const PrewarmItem& item : items)
+    if (std::find(targets.begin(), targets.end(), item.target) == targets.end()) targets.push_back(item.target);
+
+  std::vector<Bundle> bundles;
+  for (const Target& target : targets) {
+    struct Spec {
+      const OpDef* op;
+      Params params;
+    };
+    std::vector<Spec> specs;
+    std::vector<std::string> files, names, params;
+    for (const PrewarmItem& item : items) {
+      if (!(item.target == target)) continue;
+      const OpDef& op = find_op(item.op);
+      Params p = op.specialize(item.tensors, item.scalar_args(), target);
+      std::string name = op.kernel_name(p);
+      if (std::find(names.begin(), names.end(), name) != names.end()) continue;  // rows etc. do not matter
+      names.push_back(name);
+      params.push_back(p.str());
+      specs.push_back({&op, p});
+      if (std::find(files.begin(), files.end(), op.template_file()) == files.end())
+        files.emplace_back(op.template_file());
+    }
+    // One translation unit: every template (the prelude once), then one entry line per kernel.
+    std::string source;
+    {
+      std::shared_lock lock(impl_->templates_mutex);
+      source = impl_->templates.expand(files);
+    }
+    for (const Spec& s : specs) source += fmt::format("\n#line 1 \"<specialization>\"\n{}\n", s.op->entry_line(s.params));
+    const std::string kernels_text = fmt::format("{}", fmt::join(names, "\n"));
+    const std::string params_text = fmt::format("{}", fmt::join(params, "\n"));
+    const std::string target_name = target.sm_name();
+    Bundle b;
+    b.target = target;
+    b.emit = emit;
+    b.kernels = names;
+    b.key = compute_key(KeyInputs{source, kernels_text, params_text, target_name, impl_->compiler->identity(), emit});
+    const std::string description = fmt::format("bundle of {} kernels for {} ({})", names.size(), target_name, emit_name(emit));
+    const std::string meta = fmt::format("bundle={} kernels\nkernels={}\ntarget={}\ncompiler={}\nemit={}\n", names.size(),
+                                         fmt::join(names, ","), target_name, impl_->compiler->identity(), emit_name(emit));
+    const std::string components = fmt::format("source={:016x}\ncompiler={}\nformat={}\n",
+                                               XXH3_64bits(source.data(), source.size()), impl_->compiler->identity(),
+                                               kCacheFormatVersion);
+    b.binary = impl_->cache.get(CacheRequest{b.key, emit, description, meta, components}, [&] {
+      return impl_->compiler->compile(CompileRequest{"bundle.cu", source, target, emit, description, threads}).binary;
+    }, &b.compiled);
+    // Index every kernel of the bundle under its own single-kernel key.
+    for (const Spec& s : specs) {
+      Unit u = impl_->unit(*s.op, s.params, target, emit);
+      impl_->cache.alias(u.key, emit, b.key, b.binary, u.meta + fmt::format("bundle={}\n", b.key.hex()));
+    }
+    bundles.push_back(std::move(b));
+  }
+  return bundles;
 }
 
 KernelKey Runtime::key(std::string_view op_name, TensorList tensors, ScalarList scalars, const Target& target,

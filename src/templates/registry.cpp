@@ -73,7 +73,9 @@ std::string TemplateRegistry::load(std::string_view file) const {
       file, dirs.empty() ? "empty" : fmt::format("{}", fmt::join(dirs, ":"))));
 }
 
-std::string TemplateRegistry::expand(std::string_view file) const {
+std::string TemplateRegistry::expand(std::string_view file) const { return expand(std::vector<std::string>{std::string(file)}); }
+
+std::string TemplateRegistry::expand(const std::vector<std::string>& files) const {
   static const std::regex include_re(R"re(^\s*#\s*include\s*"([^"]+)"\s*(//.*)?$)re");
   static const std::regex pragma_once_re(R"re(^\s*#\s*pragma\s+once\s*$)re");
   std::set<std::string, std::less<>> included;
@@ -105,7 +107,7 @@ std::string TemplateRegistry::expand(std::string_view file) const {
       }
     }
   };
-  inline_file(inline_file, file);
+  for (const std::string& file : files) inline_file(inline_file, file);
   return out;
 }
 

@@ -21,10 +21,10 @@ void check_one(std::string_view file) {
   if (meta.size() != h.meta_size || payload.size() != h.payload_size) __builtin_trap();
   if (sizeof h + meta.size() + payload.size() != file.size()) __builtin_trap();
   mojo::KernelKey key{h.key_high, h.key_low};
-  mojo::Emit kind = mojo::Emit(h.kind);
+  mojo::Emit kind = mojo::entry::stage_of(h);
   if (!mojo::entry::check(file, &key, &kind, nullptr).empty()) __builtin_trap();
   // Re-encoding the same parts gives the same header.
-  mojo::entry::Header again = mojo::entry::make_header(key, kind, meta, payload);
+  mojo::entry::Header again = mojo::entry::make_header(key, h.kind, meta, payload);
   if (std::memcmp(&again, &h, sizeof h) != 0) __builtin_trap();
   // Against another key it is refused.
   mojo::KernelKey other{~key.high, key.low};
@@ -52,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::uint64_t body = size - sizeof h;
   if (h.meta_size <= body && h.payload_size == body - h.meta_size) {
     std::string_view rest = std::string_view(file).substr(sizeof h);
-    mojo::entry::Header full = mojo::entry::make_header({h.key_high, h.key_low}, mojo::Emit(h.kind),
+    mojo::entry::Header full = mojo::entry::make_header({h.key_high, h.key_low}, h.kind,
                                                         rest.substr(0, h.meta_size), rest.substr(h.meta_size));
     std::memcpy(file.data(), &full, sizeof full);
     check_one(file);

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -30,6 +31,7 @@ usage:
   mojo-jit describe OP --dtype DT --shape NAME=DIMS... [options]
   mojo-jit list
   mojo-jit prewarm --manifest FILE [--arch sm_80,sm_90] [-j N] [--cache-dir DIR]
+  mojo-jit compile-all --manifest FILE [--arch sm_90] [--compiler llvm] [-j N] [-o FILE]
   mojo-jit cache path|stats|ls|verify|prune|clear [--json] [--cache-dir DIR]
   mojo-jit cache explain OP --dtype DT --shape NAME=DIMS... [options]
 
@@ -320,6 +322,40 @@ int run_prewarm(int argc, char** argv) {
   return r.failed == 0 ? 0 : 1;
 }
 
+int run_compile_all(int argc, char** argv) {
+  CLI::App app{"Compile every specialization of a manifest into one module per target (a bundle)", "mojo-jit compile-all"};
+  std::string manifest_path, arch, compiler, cache_dir, emit = "cubin", output;
+  int jobs = 0;
+  app.add_option("--manifest", manifest_path, "TOML manifest (e.g. cache/qwen3-8b.toml)")->required();
+  app.add_option("--arch", arch, "comma-separated targets, e.g. sm_80,sm_90 (default: the manifest's)");
+  app.add_option("-j,--jobs", jobs, "back-end threads with --compiler=llvm (default: one per core)");
+  app.add_option("--compiler", compiler, "nvrtc or llvm (default: $MOJO_JIT_COMPILER or nvrtc)");
+  app.add_option("--cache-dir", cache_dir, "cache directory (default: $MOJO_JIT_CACHE_DIR, ~/.cache/mojo-jit)");
+  app.add_option("--emit", emit, "cubin or ptx")->capture_default_str();
+  app.add_option("-o,--output", output, "also write the module to FILE (one target only)");
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<mojo::PrewarmItem> items = mojo::Manifest::load(manifest_path).items(parse_targets(arch));
+  mojo::RuntimeOptions o;
+  o.compiler = compiler;
+  o.cache_dir = cache_dir;
+  mojo::Runtime rt(o);
+  auto start = std::chrono::steady_clock::now();
+  std::vector<mojo::Bundle> bundles = rt.compile_all(items, mojo::parse_emit(emit), jobs);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const mojo::Bundle& b : bundles)
+    fmt::print("{} {}: {} kernels in one module, {} bytes, {} ({})\n", b.target.sm_name(), mojo::emit_name(b.emit),
+               b.kernels.size(), b.binary->size(), b.compiled ? "compiled" : "from the cache", b.key.hex());
+  fmt::print("compile-all: {} bundles in {:.2f} s with {}\n", bundles.size(), seconds, rt.compiler().identity());
+  if (!output.empty()) {
+    if (bundles.size() != 1) throw mojo::InvalidArgumentError("-o needs exactly one target: give --arch sm_XX");
+    std::ofstream out(output, std::ios::binary);
+    out.write(bundles[0].binary->data(), std::streamsize(bundles[0].binary->size()));
+    if (!out) throw mojo::Error(fmt::format("cannot write {}", output));
+  }
+  return 0;
+}
+
 int run_cache(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "explain") return run_describe(argc - 1, argv + 1, true);
   CLI::App app{"Inspect and maintain the on-disk kernel cache", "mojo-jit cache"};
@@ -387,7 +423,8 @@ int run_cache(int argc, char** argv) {
         j["list"].push_back({{"key", e.key.hex()}, {"kind", mojo::emit_name(e.kind)}, {"bytes", e.payload_bytes},
                              {"path", e.path.string()}, {"meta", meta}});
         std::replace(meta.begin(), meta.end(), '\n', ' ');
-        text += fmt::format("{} {:>5} {:>8} B  {}\n", e.key.hex(), mojo::emit_name(e.kind), e.payload_bytes, meta);
+        text += fmt::format("{} {:>5}{} {:>8} B  {}\n", e.key.hex(), mojo::emit_name(e.kind), e.alias ? " alias" : "",
+                            e.payload_bytes, meta);
       }
     }
     std::vector<std::string> kinds;
@@ -414,6 +451,7 @@ int main(int argc, char** argv) {
     if (command == "list") return run_list(argc - 1, argv + 1);
     if (command == "describe") return run_describe(argc - 1, argv + 1, false);
     if (command == "prewarm") return run_prewarm(argc - 1, argv + 1);
+    if (command == "compile-all") return run_compile_all(argc - 1, argv + 1);
     if (command == "cache") return run_cache(argc - 1, argv + 1);
     return run_emit(argc, argv);
   } catch (const mojo::CompileError& e) {

@@ -1,0 +1,103 @@
+// All-kernel modules: a set of specializations compiled as one module, and
+// each of its kernels found later by a single-kernel lookup, compiling nothing.
+#include <gtest/gtest.h>
+
+#include "mojo/manifest.hpp"
+#include "mojo/runtime.hpp"
+#include "test_util.hpp"
+
+using namespace mojo;
+
+namespace {
+// 3 dtypes x 4 hidden sizes = 12 distinct kernels (the 2 row counts share them).
+const char* kManifest = R"(
+[[kernel]]
+op = "rms_norm"
+dtypes = ["f32", "f16", "bf16"]
+shapes = [{ x = [[1, 8], 64] }, { x = [1, 128] }, { x = [1, 1000] }, { x = [2, 4096] }]
+)";
+
+RuntimeOptions with(const std::string& compiler, const std::filesystem::path& dir) {
+  RuntimeOptions o;
+  o.compiler = compiler;
+  o.cache_dir = dir;
+  return o;
+}
+
+void bundle_then_single_lookups(const std::string& compiler, Emit emit, int jobs) {
+  test::TempDir dir;
+  const Target sm90 = Target::parse("sm_90");
+  auto items = Manifest::parse(kManifest).items({sm90});
+  ASSERT_EQ(items.size(), 15u);
+  Bundle b;
+  {
+    Runtime rt(with(compiler, dir.path()));
+    auto bundles = rt.compile_all(items, emit, jobs);
+    ASSERT_EQ(bundles.size(), 1u);
+    b = bundles[0];
+    EXPECT_EQ(b.kernels.size(), 12u);
+    EXPECT_TRUE(b.compiled);
+    EXPECT_EQ(rt.stats().compiles, 1u) << "one compile for the whole set";
+    if (emit == Emit::ptx)
+      for (const std::string& k : b.kernels) EXPECT_NE(b.binary->find(".entry " + k + "("), std::string::npos) << k;
+    else
+      EXPECT_EQ(b.binary->substr(0, 4), "\x7f" "ELF");
+  }
+  Runtime later(with(compiler, dir.path()));
+  for (const PrewarmItem& item : items) {
+    Artifact a = later.compile(item.op, item.tensors, item.scalar_args(), item.target, emit);
+    EXPECT_FALSE(a.compiled) << item.label;
+    EXPECT_EQ(*a.binary, *b.binary) << "the kernel's lookup answers with its bundle: " << item.label;
+  }
+  EXPECT_EQ(later.stats().compiles, 0u);
+  EXPECT_EQ(Runtime(with(compiler, dir.path())).compile_all(items, emit, jobs)[0].compiled, false) << "idempotent";
+
+  std::vector<std::string> problems;
+  std::size_t aliases = 0;
+  for (const DiskEntryInfo& e : DiskCache(dir.path()).list(&problems)) aliases += e.alias;
+  EXPECT_EQ(aliases, 12u);
+  EXPECT_TRUE(problems.empty());
+}
+}  // namespace
+
+TEST(Bundle, NvrtcPtxBundleServesEachKernel) { bundle_then_single_lookups("nvrtc", Emit::ptx, 1); }
+TEST(Bundle, NvrtcCubinBundleServesEachKernel) { bundle_then_single_lookups("nvrtc", Emit::cubin, 1); }
+#if MOJO_TEST_WITH_LLVM
+TEST(Bundle, LlvmPtxBundleServesEachKernel) { bundle_then_single_lookups("llvm", Emit::ptx, 2); }
+TEST(Bundle, LlvmCubinBundleWithSplitBackEndServesEachKernel) { bundle_then_single_lookups("llvm", Emit::cubin, 2); }
+#endif
+
+TEST(Bundle, PtxBundleIsAcceptedByPtxas) {
+  RuntimeOptions o;
+  o.disk_cache = false;
+  Runtime rt(o);
+  auto b = rt.compile_all(Manifest::parse(kManifest).items({Target::parse("sm_80")}), Emit::ptx)[0];
+  test::TempDir dir;
+  test::write_file(dir.path() / "b.ptx", *b.binary);
+  auto r = test::run_command(std::string(MOJO_TEST_PTXAS) + " -arch=sm_80 " + (dir.path() / "b.ptx").string() + " -o " +
+                             (dir.path() / "b.cubin").string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST(Bundle, AliasToAMissingBundleIsAMissNotAnError) {
+  test::TempDir dir;
+  DiskCache cache(dir.path());
+  KernelKey kernel = compute_key(KeyInputs{"k", "k", "", "sm_90", "c", Emit::cubin});
+  KernelKey bundle = compute_key(KeyInputs{"b", "b", "", "sm_90", "c", Emit::cubin});
+  cache.store_alias(kernel, Emit::cubin, bundle, "");
+  std::string problem;
+  EXPECT_FALSE(cache.load(kernel, Emit::cubin, &problem).has_value());
+  EXPECT_TRUE(problem.empty()) << problem;
+  cache.store(bundle, Emit::cubin, "", "module bytes");
+  EXPECT_EQ(cache.load(kernel, Emit::cubin), "module bytes");
+}
+
+TEST(Bundle, CliCompileAll) {
+  test::TempDir dir;
+  test::write_file(dir.path() / "m.toml", kManifest);
+  auto r = test::run_command(std::string(MOJO_TEST_CLI) + " compile-all --manifest " + (dir.path() / "m.toml").string() +
+                             " --arch sm_90 --emit ptx --cache-dir " + dir.str() + " -o " + (dir.path() / "b.ptx").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("sm_90 ptx: 12 kernels in one module"), std::string::npos) << r.output;
+  EXPECT_NE(test::read_file(dir.path() / "b.ptx").find(".entry rms_norm_bf16_hidden4096"), std::string::npos);
+}
