@@ -61,7 +61,7 @@ TEST_P(LlvmCompiles, PtxIsAcceptedByPtxas) {
 
 INSTANTIATE_TEST_SUITE_P(AllDTypesAndTargets, LlvmCompiles,
                          ::testing::Combine(::testing::Values(DType::f32, DType::f16, DType::bf16),
-                                            ::testing::Values("sm_80", "sm_90", "sm_90a"),
+                                            ::testing::Values("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"),
                                             ::testing::Values(std::int64_t(4096), std::int64_t(127), std::int64_t(1))));
 
 TEST(LlvmCompiler, KeysDifferFromNvrtcForTheSameInputs) {

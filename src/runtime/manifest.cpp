@@ -151,7 +151,8 @@ std::vector<PrewarmItem> Manifest::items(const std::vector<Target>& requested) c
   for (const Kernel& k : kernels) {
     const OpDef& op = find_op(k.op);
     for (const auto& shape : k.shapes)
-      for (const auto& [name, dims] : shape) {
+      for (const auto& entry : shape) {
+        const std::string& name = entry.first;
         auto args = op.tensor_args();
         if (std::none_of(args.begin(), args.end(), [&](const TensorArgInfo& a) { return a.name == name; })) {
           std::vector<std::string_view> names;
