@@ -284,24 +284,36 @@ std::vector<mojo::Target> parse_targets(const std::string& list) {
   return out;
 }
 
-int run_prewarm(int argc, char** argv) {
-  CLI::App app{"Compile every specialization a manifest lists into the cache (no GPU needed)", "mojo-jit prewarm"};
+// Options shared by prewarm and compile-all: a manifest compiled for targets.
+struct ManifestOptions {
   std::string manifest_path, arch, compiler, cache_dir, emit = "cubin";
   int jobs = 0;
-  app.add_option("--manifest", manifest_path, "TOML manifest (e.g. cache/qwen3-8b.toml)")->required();
-  app.add_option("--arch", arch, "comma-separated targets, e.g. sm_80,sm_90 (default: the manifest's)");
-  app.add_option("-j,--jobs", jobs, "parallel compiles (default: one per core)");
-  app.add_option("--compiler", compiler, "nvrtc (default: $MOJO_JIT_COMPILER or nvrtc)");
-  app.add_option("--cache-dir", cache_dir, "cache directory (default: $MOJO_JIT_CACHE_DIR, ~/.cache/mojo-jit)");
-  app.add_option("--emit", emit, "stage to cache: cubin (what launches load) or ptx")->capture_default_str();
+
+  void add_to(CLI::App& app, const char* jobs_help) {
+    app.add_option("--manifest", manifest_path, "TOML manifest (e.g. cache/qwen3-8b.toml)")->required();
+    app.add_option("--arch", arch, "comma-separated targets, e.g. sm_80,sm_90 (default: the manifest's)");
+    app.add_option("-j,--jobs", jobs, jobs_help);
+    app.add_option("--compiler", compiler, "nvrtc or llvm (default: $MOJO_JIT_COMPILER or nvrtc)");
+    app.add_option("--cache-dir", cache_dir, "cache directory (default: $MOJO_JIT_CACHE_DIR, ~/.cache/mojo-jit)");
+    app.add_option("--emit", emit, "stage: cubin (what launches load) or ptx")->capture_default_str();
+  }
+  mojo::RuntimeOptions runtime_options() const {
+    mojo::RuntimeOptions o;
+    o.compiler = compiler;
+    o.cache_dir = cache_dir;
+    return o;
+  }
+};
+
+int run_prewarm(int argc, char** argv) {
+  CLI::App app{"Compile every specialization a manifest lists into the cache (no GPU needed)", "mojo-jit prewarm"};
+  ManifestOptions opt;
+  opt.add_to(app, "parallel compiles (default: one per core)");
   CLI11_PARSE(app, argc, argv);
 
-  mojo::Manifest manifest = mojo::Manifest::load(manifest_path);
-  std::vector<mojo::PrewarmItem> items = manifest.items(parse_targets(arch));
-  mojo::RuntimeOptions o;
-  o.compiler = compiler;
-  o.cache_dir = cache_dir;
-  mojo::Runtime rt(o);
+  mojo::Manifest manifest = mojo::Manifest::load(opt.manifest_path);
+  std::vector<mojo::PrewarmItem> items = manifest.items(parse_targets(opt.arch));
+  mojo::Runtime rt(opt.runtime_options());
   if (rt.cache_dir().empty()) throw mojo::Error("prewarm needs a usable disk cache directory");
   const bool tty = ::isatty(STDERR_FILENO);
   auto progress = [&](std::size_t done, std::size_t total, const mojo::PrewarmItem& item, bool ok) {
@@ -314,34 +326,26 @@ int run_prewarm(int argc, char** argv) {
       fmt::print(stderr, "prewarm: {}/{} {}{}\n", done, total, item.label, ok ? "" : " FAILED");
     }
   };
-  mojo::PrewarmResult r = rt.prewarm(items, mojo::parse_emit(emit), jobs, progress);
+  mojo::PrewarmResult r = rt.prewarm(items, mojo::parse_emit(opt.emit), opt.jobs, progress);
   for (const std::string& f : r.failures) fmt::print(stderr, "prewarm: failed: {}\n", f);
   fmt::print("prewarm {}: {} specializations: {} compiled, {} already cached, {} failed in {:.1f} s -> {}\n",
-             manifest.name.empty() ? manifest_path : manifest.name, items.size(), r.compiled, r.cached, r.failed,
+             manifest.name.empty() ? opt.manifest_path : manifest.name, items.size(), r.compiled, r.cached, r.failed,
              r.seconds, rt.cache_dir().string());
   return r.failed == 0 ? 0 : 1;
 }
 
 int run_compile_all(int argc, char** argv) {
   CLI::App app{"Compile every specialization of a manifest into one module per target (a bundle)", "mojo-jit compile-all"};
-  std::string manifest_path, arch, compiler, cache_dir, emit = "cubin", output;
-  int jobs = 0;
-  app.add_option("--manifest", manifest_path, "TOML manifest (e.g. cache/qwen3-8b.toml)")->required();
-  app.add_option("--arch", arch, "comma-separated targets, e.g. sm_80,sm_90 (default: the manifest's)");
-  app.add_option("-j,--jobs", jobs, "back-end threads with --compiler=llvm (default: one per core)");
-  app.add_option("--compiler", compiler, "nvrtc or llvm (default: $MOJO_JIT_COMPILER or nvrtc)");
-  app.add_option("--cache-dir", cache_dir, "cache directory (default: $MOJO_JIT_CACHE_DIR, ~/.cache/mojo-jit)");
-  app.add_option("--emit", emit, "cubin or ptx")->capture_default_str();
+  ManifestOptions opt;
+  std::string output;
+  opt.add_to(app, "back-end threads with --compiler=llvm (default: one per core)");
   app.add_option("-o,--output", output, "also write the module to FILE (one target only)");
   CLI11_PARSE(app, argc, argv);
 
-  std::vector<mojo::PrewarmItem> items = mojo::Manifest::load(manifest_path).items(parse_targets(arch));
-  mojo::RuntimeOptions o;
-  o.compiler = compiler;
-  o.cache_dir = cache_dir;
-  mojo::Runtime rt(o);
+  std::vector<mojo::PrewarmItem> items = mojo::Manifest::load(opt.manifest_path).items(parse_targets(opt.arch));
+  mojo::Runtime rt(opt.runtime_options());
   auto start = std::chrono::steady_clock::now();
-  std::vector<mojo::Bundle> bundles = rt.compile_all(items, mojo::parse_emit(emit), jobs);
+  std::vector<mojo::Bundle> bundles = rt.compile_all(items, mojo::parse_emit(opt.emit), opt.jobs);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (const mojo::Bundle& b : bundles)
     fmt::print("{} {}: {} kernels in one module, {} bytes, {} ({})\n", b.target.sm_name(), mojo::emit_name(b.emit),
