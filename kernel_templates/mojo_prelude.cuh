@@ -29,11 +29,13 @@ __device__ __forceinline__ unsigned thread_x() { return threadIdx.x; }
 __device__ __forceinline__ unsigned block_x() { return blockIdx.x; }
 __device__ __forceinline__ unsigned block_dim_x() { return blockDim.x; }
 __device__ __forceinline__ unsigned grid_dim_x() { return gridDim.x; }
+__device__ __forceinline__ unsigned block_y() { return blockIdx.y; }
 #else
 __device__ __forceinline__ unsigned thread_x() { return __nvvm_read_ptx_sreg_tid_x(); }
 __device__ __forceinline__ unsigned block_x() { return __nvvm_read_ptx_sreg_ctaid_x(); }
 __device__ __forceinline__ unsigned block_dim_x() { return __nvvm_read_ptx_sreg_ntid_x(); }
 __device__ __forceinline__ unsigned grid_dim_x() { return __nvvm_read_ptx_sreg_nctaid_x(); }
+__device__ __forceinline__ unsigned block_y() { return __nvvm_read_ptx_sreg_ctaid_y(); }
 #endif
 __device__ __forceinline__ void sync_block() { __syncthreads(); }
 
@@ -107,6 +109,56 @@ __device__ __forceinline__ float rcp_approx(float x) {
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+__device__ __forceinline__ float log2_approx(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float abs_f(float x) {
+  float y;
+  asm("abs.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float max_f(float a, float b) {
+  float y;
+  asm("max.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
+__device__ __forceinline__ float neg_inf() { return bits_to_float(0xff800000u); }
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+// e^x and ln(x) on the 2^x / log2 units: ~2 ulp, enough for every op here.
+__device__ __forceinline__ float exp_approx(float x) { return exp2_approx(x * kLog2e); }
+__device__ __forceinline__ float log_approx(float x) { return log2_approx(x) * kLn2; }
+
+// tanh(x) = sign(x) * (1 - 2 / (e^{2|x|} + 1)): relative error ~1e-6 away from
+// 0; below |x| < 2^-6 the odd Taylor series (error < 1e-9) avoids cancellation.
+__device__ __forceinline__ float tanh_f(float x) {
+  const float a = abs_f(x);
+  if (a < 0.015625f) {
+    const float x2 = x * x;
+    return x * (1.f + x2 * (-1.f / 3.f + x2 * (2.f / 15.f)));
+  }
+  const float t = 1.f - 2.f * rcp_approx(exp2_approx(2.f * kLog2e * a) + 1.f);
+  return x < 0.f ? -t : t;
+}
+
+// erf(x), absolute error < 1.2e-7 (Numerical Recipes' erfc Chebyshev fit).
+__device__ __forceinline__ float erf_f(float x) {
+  const float z = abs_f(x);
+  const float t = rcp_approx(1.f + 0.5f * z);
+  const float poly =
+      -z * z - 1.26551223f +
+      t * (1.00002368f +
+           t * (0.37409196f +
+                t * (0.09678418f +
+                     t * (-0.18628806f +
+                          t * (0.27886807f +
+                               t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
+  const float erfc = t * exp_approx(poly);
+  return x >= 0.f ? 1.f - erfc : erfc - 1.f;
+}
 
 // ---- vector loads and stores ---------------------------------------------------
 // Pack<T, N> is N elements moved as one aligned load/store of N * sizeof(T) bytes.
@@ -138,28 +190,52 @@ __device__ __forceinline__ float shfl_xor(float v, int lane_mask) {
   return r;
 }
 
-// Sum over aligned groups of WIDTH lanes (a power of two <= 32); every lane of
-// the warp must call it. Each lane gets its group's sum.
-template <int WIDTH> __device__ __forceinline__ float group_sum(float v) {
+struct Sum {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct Max {
+  __device__ __forceinline__ float operator()(float a, float b) const { return max_f(a, b); }
+};
+
+// Reduction over aligned groups of WIDTH lanes (a power of two <= 32); every
+// lane of the warp must call it. Each lane gets its group's result.
+template <int WIDTH, class Op = Sum> __device__ __forceinline__ float group_reduce(float v, Op op = Op()) {
 #pragma unroll
-  for (int offset = WIDTH / 2; offset > 0; offset /= 2) v += shfl_xor(v, offset);
+  for (int offset = WIDTH / 2; offset > 0; offset /= 2) v = op(v, shfl_xor(v, offset));
   return v;
 }
+template <int WIDTH> __device__ __forceinline__ float group_sum(float v) { return group_reduce<WIDTH>(v, Sum()); }
 
-// Sum over a block of THREADS threads (a multiple of 32). `scratch` holds 32
-// floats of shared memory. Every thread gets the sum.
-template <int THREADS> __device__ __forceinline__ float block_sum(float v, float* scratch) {
-  static_assert(THREADS % 32 == 0 && THREADS <= 1024, "block_sum needs whole warps");
-  v = group_sum<32>(v);
+// Reduction over a block of THREADS threads (a multiple of 32). `scratch`
+// holds 32 floats of shared memory. Every thread gets the result, combined
+// in the same order on every run (deterministic).
+template <int THREADS, class Op = Sum>
+__device__ __forceinline__ float block_reduce(float v, float* scratch, Op op = Op()) {
+  static_assert(THREADS % 32 == 0 && THREADS <= 1024, "block_reduce needs whole warps");
+  v = group_reduce<32>(v, op);
   if (THREADS == 32) return v;
   const unsigned tid = thread_x();
   if (tid % 32 == 0) scratch[tid / 32] = v;
   sync_block();
-  float total = 0.f;
+  float total = scratch[0];
 #pragma unroll
-  for (int w = 0; w < THREADS / 32; ++w) total += scratch[w];
+  for (int w = 1; w < THREADS / 32; ++w) total = op(total, scratch[w]);
   sync_block();  // scratch may be reused right after
   return total;
+}
+template <int THREADS> __device__ __forceinline__ float block_sum(float v, float* scratch) {
+  return block_reduce<THREADS>(v, scratch, Sum());
+}
+
+// The reduction a row op needs over the THREADS lanes that share one row:
+// shuffles within a group for narrow rows, the whole block otherwise.
+template <int THREADS, class Op = Sum>
+__device__ __forceinline__ float row_reduce(float v, float* scratch, Op op = Op()) {
+  if constexpr (THREADS <= 32) {
+    return group_reduce<THREADS>(v, op);
+  } else {
+    return block_reduce<THREADS>(v, scratch, op);
+  }
 }
 
 }  // namespace mojo

@@ -1,30 +1,36 @@
-// rms_norm: out[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * weight
+// rms_norm:     out[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * weight
+// add_rms_norm: residual[r, :] += x[r, :]; out[r, :] = rms_norm(residual[r, :])
+//               (the residual is rounded to T first, and that value normalised)
 //
-// Over the last dim of a contiguous [rows, HIDDEN] tensor; storage in T, math
-// and accumulation in float, one rounding at the store.
+// Over the last dim of [rows, HIDDEN] tensors whose rows are evenly strided;
+// storage in T, math and accumulation in float, one rounding at the store.
 //
-// Params, in MOJO_KERNEL_rms_norm order:
-//   T        f32, f16 or bf16 storage for out, x and weight
+// Params, in MOJO_KERNEL_rms_norm / MOJO_KERNEL_add_rms_norm order:
+//   T        f32, f16 or bf16 storage for every tensor
 //   HIDDEN   row length, a compile-time constant so the row loop unrolls and
 //            the row can live in registers
-//   VEC      elements per load/store: 16 bytes when the pointers and HIDDEN
-//            allow, else smaller (1 for odd hidden sizes)
+//   VEC      elements per load/store: 16 bytes when the pointers, strides and
+//            HIDDEN allow, else smaller (1 for odd hidden sizes)
 //   THREADS  threads per row: a power of two <= 32, or a multiple of 32
 //   ROWS     rows per block; > 1 only when THREADS <= 32 (narrow rows)
-// Kernel args: (T* out, const T* x, const T* weight, float eps, long long rows)
+// Kernel args: (T* out, T* residual, const T* x, const T* weight, float eps,
+//               long long rows, long long out_stride, long long residual_stride,
+//               long long x_stride); residual is unused by rms_norm.
 // Geometry: block = THREADS * ROWS threads, grid = ceil(rows / ROWS).
 //
-// Why this shape: the op moves 2 * rows * HIDDEN elements and does almost no
-// math, so it is a single pass over HBM. Each thread loads its ITEMS vectors
-// of the row once and keeps them in registers across the reduction (rows of
-// up to 16 vectors per thread); wider rows re-read x, which then hits L2.
+// Why this shape: the op moves 2 (add: 4) * rows * HIDDEN elements and does
+// almost no math, so it is a single pass over HBM. Each thread loads its
+// ITEMS vectors of the row once and keeps them in registers across the
+// reduction (rows of up to 16 vectors per thread); wider rows re-read the
+// row, which then hits L2.
 #include "mojo_prelude.cuh"
 
 namespace mojo_rms_norm {
 
-template <class T, int HIDDEN, int VEC, int THREADS, int ROWS>
-__device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ x,
-                                    const T* __restrict__ weight, float eps, long long rows) {
+template <class T, int HIDDEN, int VEC, int THREADS, int ROWS, bool ADD>
+__device__ __forceinline__ void run(T* __restrict__ out, T* __restrict__ residual, const T* __restrict__ x,
+                                    const T* __restrict__ weight, float eps, long long rows, long long out_stride,
+                                    long long residual_stride, long long x_stride) {
   static_assert(HIDDEN % VEC == 0, "VEC must divide HIDDEN");
   static_assert(ROWS == 1 || THREADS <= 32, "several rows per block need narrow rows");
   constexpr int NV = HIDDEN / VEC;                      // vectors per row
@@ -38,8 +44,12 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ x
   const long long row = (long long)mojo::block_x() * ROWS + tid / THREADS;
   // Threads past the last row still take part in the warp-wide shuffles.
   const bool active = row < rows;
-  const T* xr = x + (active ? row : 0) * HIDDEN;
-  T* outr = out + (active ? row : 0) * HIDDEN;
+  const long long r = active ? row : 0;
+  const T* xr = x + r * x_stride;
+  T* outr = out + r * out_stride;
+  T* resr = ADD ? residual + r * residual_stride : nullptr;
+  // The row the norm reads: x, or the updated residual.
+  const T* in = ADD ? resr : xr;
 
   P cached[IN_REGISTERS ? ITEMS : 1];
   float sum_sq = 0.f;
@@ -48,6 +58,13 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ x
     const int v = lane + i * THREADS;
     if (active && v < NV) {
       P p = mojo::load<T, VEC>(xr + v * VEC);
+      if constexpr (ADD) {
+        const P res = mojo::load<T, VEC>(resr + v * VEC);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j)
+          p.v[j] = mojo::from_float<T>(mojo::to_float(p.v[j]) + mojo::to_float(res.v[j]));
+        mojo::store<T, VEC>(resr + v * VEC, p);
+      }
       if constexpr (IN_REGISTERS) cached[i] = p;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
@@ -57,11 +74,7 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ x
     }
   }
 
-  if constexpr (THREADS <= 32) {
-    sum_sq = mojo::group_sum<THREADS>(sum_sq);
-  } else {
-    sum_sq = mojo::block_sum<THREADS>(sum_sq, scratch);
-  }
+  sum_sq = mojo::row_reduce<THREADS>(sum_sq, scratch);
   const float scale = mojo::rsqrt_approx(sum_sq * (1.0f / HIDDEN) + eps);
 
 #pragma unroll
@@ -70,7 +83,7 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ x
     if (active && v < NV) {
       P p;
       if constexpr (IN_REGISTERS) p = cached[i];
-      else p = mojo::load<T, VEC>(xr + v * VEC);
+      else p = mojo::load<T, VEC>(in + v * VEC);  // this thread wrote it: no barrier needed
       const P w = mojo::load<T, VEC>(weight + v * VEC);
       P o;
 #pragma unroll
@@ -83,9 +96,15 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ x
 
 }  // namespace mojo_rms_norm
 
-#define MOJO_KERNEL_rms_norm(NAME, T, HIDDEN, VEC, THREADS, ROWS)                              \
-  extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                 \
-      NAME(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ weight,         \
-           float eps, long long rows) {                                                        \
-    mojo_rms_norm::run<T, HIDDEN, VEC, THREADS, ROWS>(out, x, weight, eps, rows);              \
+#define MOJO_RMS_NORM_KERNEL(NAME, T, HIDDEN, VEC, THREADS, ROWS, ADD)                                    \
+  extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                            \
+      NAME(T* __restrict__ out, T* __restrict__ residual, const T* __restrict__ x,                        \
+           const T* __restrict__ weight, float eps, long long rows, long long out_stride,                 \
+           long long residual_stride, long long x_stride) {                                               \
+    mojo_rms_norm::run<T, HIDDEN, VEC, THREADS, ROWS, ADD>(out, residual, x, weight, eps, rows, out_stride, \
+                                                           residual_stride, x_stride);                    \
   }
+#define MOJO_KERNEL_rms_norm(NAME, T, HIDDEN, VEC, THREADS, ROWS) \
+  MOJO_RMS_NORM_KERNEL(NAME, T, HIDDEN, VEC, THREADS, ROWS, false)
+#define MOJO_KERNEL_add_rms_norm(NAME, T, HIDDEN, VEC, THREADS, ROWS) \
+  MOJO_RMS_NORM_KERNEL(NAME, T, HIDDEN, VEC, THREADS, ROWS, true)

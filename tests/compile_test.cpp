@@ -21,29 +21,6 @@ std::vector<Tensor> rms_args(DType d, std::int64_t rows, std::int64_t hidden) {
 }
 }  // namespace
 
-struct RmsNormCompiles : ::testing::TestWithParam<std::tuple<DType, const char*, std::int64_t>> {};
-
-TEST_P(RmsNormCompiles, PtxIsAcceptedByPtxas) {
-  auto [dtype, arch, hidden] = GetParam();
-  Runtime rt(memory_only());
-  Artifact a = rt.compile("rms_norm", rms_args(dtype, 8, hidden), {}, Target::parse(arch), Emit::ptx);
-  const std::string& ptx = *a.binary;
-  EXPECT_NE(ptx.find(".target " + std::string(arch)), std::string::npos);
-  EXPECT_NE(ptx.find(".entry " + a.kernel_name), std::string::npos);
-  EXPECT_EQ(ptx.find('\0'), std::string::npos) << "no NUL inside PTX text";
-
-  test::TempDir dir;
-  test::write_file(dir.path() / "k.ptx", ptx);
-  auto r = test::run_command(std::string(MOJO_TEST_PTXAS) + " -arch=" + arch + " " + (dir.path() / "k.ptx").string() +
-                             " -o " + (dir.path() / "k.cubin").string());
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-}
-
-INSTANTIATE_TEST_SUITE_P(AllDTypesAndTargets, RmsNormCompiles,
-                         ::testing::Combine(::testing::Values(DType::f32, DType::f16, DType::bf16),
-                                            ::testing::Values("sm_80", "sm_90"),
-                                            ::testing::Values(std::int64_t(4096), std::int64_t(127))));
-
 TEST(Compile, CubinIsAnElfForTheTarget) {
   Runtime rt(memory_only());
   Artifact a = rt.compile("rms_norm", rms_args(DType::bf16, 1, 5120), {}, Target::parse("sm_90a"), Emit::cubin);

@@ -90,15 +90,19 @@ TEST(RmsNormOp, PacksArgumentsInKernelOrder) {
   Params p = op().specialize(t, {}, kSm90);
   KernelArgs a;
   op().pack_args(p, t, {{"eps", 1e-5f}}, a);
-  ASSERT_EQ(a.count(), 5);
+  // (out, residual, x, weight, eps, rows, out_stride, residual_stride, x_stride)
+  ASSERT_EQ(a.count(), 9);
   EXPECT_EQ(*static_cast<DevicePtr*>(a.data()[0]), 0x7000000u);
-  EXPECT_EQ(*static_cast<DevicePtr*>(a.data()[1]), 0x7100000u);
-  EXPECT_EQ(*static_cast<DevicePtr*>(a.data()[2]), 0x7200000u);
-  EXPECT_FLOAT_EQ(*static_cast<float*>(a.data()[3]), 1e-5f);
-  EXPECT_EQ(*static_cast<long long*>(a.data()[4]), 10);
+  EXPECT_EQ(*static_cast<DevicePtr*>(a.data()[1]), 0u) << "rms_norm has no residual";
+  EXPECT_EQ(*static_cast<DevicePtr*>(a.data()[2]), 0x7100000u);
+  EXPECT_EQ(*static_cast<DevicePtr*>(a.data()[3]), 0x7200000u);
+  EXPECT_FLOAT_EQ(*static_cast<float*>(a.data()[4]), 1e-5f);
+  EXPECT_EQ(*static_cast<long long*>(a.data()[5]), 10);
+  EXPECT_EQ(*static_cast<long long*>(a.data()[6]), 256);
+  EXPECT_EQ(*static_cast<long long*>(a.data()[8]), 256);
   KernelArgs d;
   op().pack_args(p, t, {}, d);
-  EXPECT_FLOAT_EQ(*static_cast<float*>(d.data()[3]), 1e-6f) << "eps defaults to 1e-6";
+  EXPECT_FLOAT_EQ(*static_cast<float*>(d.data()[4]), 1e-6f) << "eps defaults to 1e-6";
 }
 
 TEST(RmsNormOp, DTypeErrors) {
@@ -117,15 +121,31 @@ TEST(RmsNormOp, ShapeErrors) {
             "rms_norm: weight has shape [63]; expected [64] (the last dim of x)");
   TensorSpec empty_rows(DType::f32, {4, 0});
   EXPECT_NE(error_of<ShapeError>([&] { op().specialize({{empty_rows}, {empty_rows}, {TensorSpec(DType::f32, {0})}}, {}, kSm90); })
-                .find("hidden size (last dim of x) is 0"),
+                .find("rms_norm: the last dim of x is 0; supported: 1 to"),
             std::string::npos);
 }
 
-TEST(RmsNormOp, NonContiguousInputIsRejected) {
+TEST(RmsNormOp, StridedRowsAreTakenOverlappingOrScatteredAreNot) {
   std::int64_t shape[] = {4, 64}, strides[] = {128, 1};
   TensorSpec strided(DType::f32, shape, strides), x(DType::f32, {4, 64}), w(DType::f32, {64});
-  std::string msg = error_of<ShapeError>([&] { op().specialize({{x}, {strided}, {w}}, {}, kSm90); });
-  EXPECT_EQ(msg, "rms_norm: x f32[4, 64] strides [128, 1] is not contiguous; pass a contiguous (row-major) tensor");
+  std::vector<Tensor> t = {{x, 0x7000000}, {strided, 0x7100000}, {w, 0x7200000}};
+  Params p = op().specialize(t, {}, kSm90);
+  KernelArgs a;
+  op().pack_args(p, t, {}, a);
+  EXPECT_EQ(*static_cast<long long*>(a.data()[6]), 64) << "out stride";
+  EXPECT_EQ(*static_cast<long long*>(a.data()[8]), 128) << "x stride";
+  // A row stride of 66 floats leaves odd rows 8-byte aligned: vec 2, not 4.
+  std::int64_t odd_strides[] = {66, 1};
+  TensorSpec odd(DType::f32, shape, odd_strides);
+  EXPECT_EQ(op().specialize({{x}, {odd}, {w}}, {}, kSm90).get("vec"), 2);
+
+  std::int64_t overlap_strides[] = {32, 1}, column_strides[] = {1, 4};
+  TensorSpec overlap(DType::f32, shape, overlap_strides), column(DType::f32, shape, column_strides);
+  EXPECT_EQ(error_of<ShapeError>([&] { op().specialize({{x}, {overlap}, {w}}, {}, kSm90); }),
+            "rms_norm: x f32[4, 64] strides [32, 1] has strides this op cannot take: the last dim needs unit stride "
+            "and the rows an even stride of at least the row length");
+  EXPECT_NE(error_of<ShapeError>([&] { op().specialize({{x}, {column}, {w}}, {}, kSm90); }).find("cannot take"),
+            std::string::npos);
 }
 
 TEST(RmsNormOp, NullAndMisalignedPointersAreRejectedAtLaunch) {
@@ -149,5 +169,8 @@ TEST(RmsNormOp, WrongArgumentCountsAndScalars) {
 }
 
 TEST(Ops, UnknownOpListsTheKnownOnes) {
-  EXPECT_EQ(error_of<UnknownOpError>([] { find_op("rmsnorm"); }), "unknown op 'rmsnorm'; known ops: rms_norm");
+  EXPECT_EQ(error_of<UnknownOpError>([] { find_op("rmsnorm"); }),
+            "unknown op 'rmsnorm'; known ops: rms_norm, add_rms_norm, layer_norm, layer_norm_backward, softmax, "
+            "log_softmax, softmax_backward, silu, gelu, swiglu, gelu_and_mul, rotary_embedding, embedding, "
+            "store_kv_cache");
 }

@@ -172,6 +172,8 @@ void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, Str
 
 // Asynchronous device-to-device copy.
 void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream);
+// Waits for `stream`, then copies device memory to the host.
+void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, StreamHandle stream);
 
 // A CUDA graph recorded from the work `record` enqueues on `stream` (which
 // must not be the legacy default stream), replayed with one launch.

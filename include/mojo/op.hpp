@@ -55,7 +55,14 @@ template <class T>
 class ArgList {
  public:
   ArgList() = default;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winit-list-lifetime"  // a view of the braced list, used within the call
+#endif
   ArgList(std::initializer_list<T> list) : data_(list.begin()), size_(list.size()) {}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
   ArgList(std::span<const T> s) : data_(s.data()), size_(s.size()) {}
   ArgList(const std::vector<T>& v) : data_(v.data()), size_(v.size()) {}
   const T* begin() const noexcept { return data_; }
@@ -125,6 +132,10 @@ class KernelArgs {
   int count_ = 0;
 };
 
+// Tensor shapes by tensor name, as a user gives them on the command line or in
+// a manifest ({"x": [4096, 4096]}).
+using ShapeMap = std::map<std::string, std::vector<std::int64_t>, std::less<>>;
+
 struct TensorArgInfo {
   std::string_view name;
   std::string_view role;  // "in", "out", "inout"
@@ -157,9 +168,17 @@ class OpDef {
   virtual void pack_args(const Params& params, TensorList tensors, ScalarList scalars,
                          KernelArgs& args) const = 0;
   // Tensor specs from the shapes a user names on the command line
-  // (e.g. {"x": [4096, 4096]}); shapes the op can derive may be left out.
-  virtual std::vector<TensorSpec> specs_from_shapes(
-      DType dtype, const std::map<std::string, std::vector<std::int64_t>, std::less<>>& shapes) const = 0;
+  // (e.g. {"x": [4096, 4096]}); shapes the op can derive may be left out,
+  // index tensors (token ids, positions, slots) are i64.
+  virtual std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const = 0;
+  // Shapes for specs_from_shapes that make a typical specialization, in the
+  // command line's form ("x=32x4096"): documentation, and what tests compile.
+  virtual std::string_view example_shapes() const = 0;
+  // With debug checks on (RuntimeOptions::debug_checks), the Runtime calls
+  // this before a launch: ops that index memory with data (token ids,
+  // positions, slots) read those to the host and throw InvalidArgumentError
+  // for a value out of range, instead of the kernel skipping it.
+  virtual void check_data(TensorList /*tensors*/, StreamHandle /*stream*/) const {}
 
   // "rms_norm_bf16_hidden4096_vec8_threads128_rows1": readable in PTX and profiles.
   std::string kernel_name(const Params& params) const;
@@ -173,6 +192,15 @@ class OpDef {
   // Throws InvalidArgumentError unless exactly tensor_args().size() tensors are given.
   void check_tensor_count(TensorList tensors) const;
 };
+
+// Parses "NAME=DIMS" items ("x=32x4096", "ids=32"), each naming one of the
+// op's tensors; ShapeError with the op's tensor names for anything else.
+ShapeMap parse_shapes(const OpDef& op, std::span<const std::string> items);
+// The same for one space-separated string, such as OpDef::example_shapes().
+ShapeMap parse_shapes(const OpDef& op, std::string_view items);
+
+// "x=1x2 k=3" as command-line options: "--shape x=1x2 --shape k=3".
+std::string shapes_as_options(std::string_view items);
 
 // All built-in operators.
 std::span<const OpDef* const> all_ops();

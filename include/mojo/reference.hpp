@@ -28,5 +28,39 @@ std::vector<float> decode(DType dtype, const std::vector<std::uint8_t>& bytes);
 // rounded once to dtype.
 void rms_norm(DType dtype, const void* x, const void* weight, void* out, std::int64_t rows,
               std::int64_t hidden, double eps);
+// residual[r, :] = round(residual + x); out = rms_norm(residual) (residual updated in place).
+void add_rms_norm(DType dtype, void* residual, const void* x, const void* weight, void* out, std::int64_t rows,
+                  std::int64_t hidden, double eps);
+// out = (x - mean) * rstd * weight + bias; mean and rstd (float, per row) written when not null.
+void layer_norm(DType dtype, const void* x, const void* weight, const void* bias, void* out, float* mean,
+                float* rstd, std::int64_t rows, std::int64_t hidden, double eps);
+// The gradients of layer_norm given the forward's mean and rstd.
+void layer_norm_backward(DType dtype, const void* grad_out, const void* x, const void* weight, const float* mean,
+                         const float* rstd, void* grad_x, void* grad_weight, void* grad_bias, std::int64_t rows,
+                         std::int64_t hidden);
+// softmax (or log_softmax) over rows of `cols`.
+void softmax(DType dtype, const void* x, void* out, std::int64_t rows, std::int64_t cols, bool log);
+// grad_x = out * (grad_out - sum(grad_out * out)).
+void softmax_backward(DType dtype, const void* grad_out, const void* out, void* grad_x, std::int64_t rows,
+                      std::int64_t cols);
+
+enum class Activation { silu, gelu, gelu_tanh };
+double activate(Activation act, double x);
+// Plain: out[i] = act(x[i]) for n elements. Gated: x is [rows, 2 * d],
+// out [rows, d] = act(x[:, :d]) * x[:, d:], with rows = n / d.
+void activation(DType dtype, Activation act, bool gated, const void* x, void* out, std::int64_t n, std::int64_t d);
+
+// Rotary embedding in place on contiguous q [tokens, heads, head_dim] and
+// k [tokens, kv_heads, head_dim]; positions are i64; cos_sin is f32
+// [max_pos, rot_dim]. Positions out of range are skipped.
+void rotary_embedding(DType dtype, void* q, void* k, const std::int64_t* positions, const float* cos_sin,
+                      std::int64_t tokens, std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim,
+                      std::int64_t rot_dim, std::int64_t max_pos, bool neox);
+// out[t, :] = weight[ids[t], :], zeros for an id out of [0, vocab).
+void embedding(DType dtype, const std::int64_t* ids, const void* weight, void* out, std::int64_t tokens,
+               std::int64_t vocab, std::int64_t hidden);
+// cache[slot, :] = k[t, :] (rows of `row` elements) for slots in [0, num_slots).
+void store_kv_cache(DType dtype, const void* k, const void* v, const std::int64_t* slots, void* k_cache,
+                    void* v_cache, std::int64_t tokens, std::int64_t num_slots, std::int64_t row);
 
 }  // namespace mojo::reference

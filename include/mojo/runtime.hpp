@@ -39,6 +39,11 @@ struct RuntimeOptions {
   std::vector<std::filesystem::path> template_paths;  // searched before $MOJO_JIT_TEMPLATE_PATH
   std::filesystem::path dump_dir;   // empty: $MOJO_JIT_DUMP; writes each compile's source and output
   int device = 0;                   // ordinal of the GPU launches go to
+  // Before each launch, ops that index memory with data (embedding ids,
+  // rotary positions, KV slots) read it back and throw InvalidArgumentError
+  // for a value out of range. Synchronizes the stream: for debugging only
+  // (also MOJO_JIT_DEBUG_CHECKS=1).
+  bool debug_checks = false;
 };
 
 // One compiled specialization, as compile() returns it.

@@ -209,6 +209,12 @@ void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle st
   if (bytes > 0) MOJO_CU(cuMemcpyDtoDAsync(dst, src, bytes, stream));
 }
 
+void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, StreamHandle stream) {
+  if (bytes == 0) return;
+  MOJO_CU(cuStreamSynchronize(stream));
+  MOJO_CU(cuMemcpyDtoH(dst, src, bytes));
+}
+
 // ---- Graph --------------------------------------------------------------------
 
 void Graph::begin_capture(StreamHandle stream) {

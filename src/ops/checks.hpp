@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "mojo/error.hpp"
@@ -60,3 +61,23 @@ inline void expect_pointer(std::string_view op, std::string_view arg, DevicePtr 
 }
 
 }  // namespace mojo::checks
+
+namespace mojo::shapes {
+
+// The shape the user gave for `name`, or ShapeError saying how to give it.
+inline const std::vector<std::int64_t>& required(std::string_view op, const ShapeMap& shapes, std::string_view name,
+                                                 std::string_view example) {
+  auto it = shapes.find(name);
+  if (it == shapes.end() || it->second.empty())
+    throw ShapeError(fmt::format("{}: give the shape of {}, e.g. {}", op, name, shapes_as_options(example)));
+  return it->second;
+}
+
+// The shape given for `name`, else `fallback`.
+inline std::vector<std::int64_t> value_or(const ShapeMap& shapes, std::string_view name,
+                                          std::vector<std::int64_t> fallback) {
+  auto it = shapes.find(name);
+  return it == shapes.end() ? fallback : it->second;
+}
+
+}  // namespace mojo::shapes

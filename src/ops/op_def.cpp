@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <sstream>
 
 #include "mojo/error.hpp"
 #include "mojo/op.hpp"
@@ -108,6 +109,51 @@ void OpDef::check_tensor_count(TensorList tensors) const {
     throw InvalidArgumentError(fmt::format("{} takes {} tensors ({}), got {}", name(), args.size(),
                                            fmt::join(names, ", "), tensors.size()));
   }
+}
+
+ShapeMap parse_shapes(const OpDef& op, std::span<const std::string> items) {
+  ShapeMap named;
+  for (const std::string& s : items) {
+    auto eq = s.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
+      throw ShapeError(fmt::format("bad --shape '{}': expected NAME=DIMS, e.g. x=4096x4096", s));
+    std::string name = s.substr(0, eq);
+    auto args = op.tensor_args();
+    if (std::none_of(args.begin(), args.end(), [&](const TensorArgInfo& a) { return a.name == name; })) {
+      std::vector<std::string_view> names;
+      for (const auto& a : args) names.push_back(a.name);
+      throw ShapeError(fmt::format("{} has no tensor '{}'; its tensors: {}", op.name(), name, fmt::join(names, ", ")));
+    }
+    std::vector<std::int64_t> dims;
+    std::stringstream in(s.substr(eq + 1));
+    for (std::string dim; std::getline(in, dim, 'x');) {
+      std::size_t used = 0;
+      long long v = -1;
+      try {
+        v = std::stoll(dim, &used);
+      } catch (const std::exception&) {
+      }
+      if (used != dim.size() || v < 0)
+        throw ShapeError(fmt::format("bad --shape '{}': '{}' is not a dimension; expected e.g. x=4096x4096", s, dim));
+      dims.push_back(v);
+    }
+    named[name] = dims;
+  }
+  return named;
+}
+
+std::string shapes_as_options(std::string_view items) {
+  std::string out;
+  std::stringstream in{std::string(items)};
+  for (std::string item; in >> item;) out += fmt::format("{}--shape {}", out.empty() ? "" : " ", item);
+  return out;
+}
+
+ShapeMap parse_shapes(const OpDef& op, std::string_view items) {
+  std::vector<std::string> list;
+  std::stringstream in{std::string(items)};
+  for (std::string item; in >> item;) list.push_back(item);
+  return parse_shapes(op, list);
 }
 
 }  // namespace mojo

@@ -9,7 +9,10 @@
 namespace mojo {
 
 std::span<const OpDef* const> all_ops() {
-  static const std::array<const OpDef*, 1> ops = {&rms_norm_op()};
+  static const std::array ops = {
+      &rms_norm_op(),  &add_rms_norm_op(), &layer_norm_op(),   &layer_norm_backward_op(), &softmax_op(),
+      &log_softmax_op(), &softmax_backward_op(), &silu_op(), &gelu_op(), &swiglu_op(), &gelu_and_mul_op(),
+      &rotary_embedding_op(), &embedding_op(), &store_kv_cache_op()};
   return ops;
 }
 

@@ -37,6 +37,7 @@ struct LoadedKernel {
   std::shared_ptr<const Module> module;  // shared by the kernels of one bundle
   Function function;
   const Device* device;
+  bool debug_checks;  // check the op's index data before each launch
 };
 
 namespace {
@@ -116,6 +117,7 @@ void launch_loaded(const OpDef& op, const LoadedKernel& kernel, const Params& pa
   op.pack_args(params, tensors, scalars, args);
   if (g.grid.x == 0 || g.grid.y == 0 || g.grid.z == 0) return;  // empty tensor: nothing to do
   kernel.device->ensure_current();
+  if (kernel.debug_checks) op.check_data(tensors, stream);
   mojo::launch(kernel.function, g.grid, g.block, g.dynamic_smem, stream, args.data());
 }
 
@@ -219,7 +221,8 @@ struct Runtime::Impl {
       modules[bin.get()] = module;
     }
     Function function = module->function(u.kernel_name);
-    auto kernel = std::make_unique<LoadedKernel>(LoadedKernel{u.kernel_name, std::move(module), function, &dev});
+    auto kernel = std::make_unique<LoadedKernel>(LoadedKernel{u.kernel_name, std::move(module), function, &dev,
+                                                                  options.debug_checks || env_flag("MOJO_JIT_DEBUG_CHECKS")});
     std::unique_lock write(loaded_mutex);
     return *loaded.emplace(key, std::move(kernel)).first->second;
   }

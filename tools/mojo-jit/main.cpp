@@ -74,33 +74,7 @@ struct SpecOptions {
   }
 
   std::vector<mojo::Tensor> tensors(const mojo::OpDef& op) const {
-    std::map<std::string, std::vector<std::int64_t>, std::less<>> named;
-    for (const std::string& s : shapes) {
-      auto eq = s.find('=');
-      if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
-        throw mojo::ShapeError(fmt::format("bad --shape '{}': expected NAME=DIMS, e.g. x=4096x4096", s));
-      std::string name = s.substr(0, eq);
-      auto args = op.tensor_args();
-      if (std::none_of(args.begin(), args.end(), [&](const mojo::TensorArgInfo& a) { return a.name == name; })) {
-        std::vector<std::string_view> names;
-        for (const auto& a : args) names.push_back(a.name);
-        throw mojo::ShapeError(fmt::format("{} has no tensor '{}'; its tensors: {}", op.name(), name, fmt::join(names, ", ")));
-      }
-      std::vector<std::int64_t> dims;
-      std::stringstream in(s.substr(eq + 1));
-      for (std::string dim; std::getline(in, dim, 'x');) {
-        std::size_t used = 0;
-        long long v = -1;
-        try {
-          v = std::stoll(dim, &used);
-        } catch (const std::exception&) {
-        }
-        if (used != dim.size() || v < 0)
-          throw mojo::ShapeError(fmt::format("bad --shape '{}': '{}' is not a dimension; expected e.g. x=4096x4096", s, dim));
-        dims.push_back(v);
-      }
-      named[name] = dims;
-    }
+    const mojo::ShapeMap named = mojo::parse_shapes(op, shapes);
     std::vector<mojo::Tensor> out;
     for (const mojo::TensorSpec& spec : op.specs_from_shapes(mojo::parse_dtype(dtype), named)) out.push_back({spec, 0});
     return out;
@@ -272,6 +246,8 @@ int run_list(int argc, char** argv) {
     std::vector<std::string_view> dtypes;
     for (mojo::DType d : op->dtypes()) dtypes.push_back(mojo::dtype_name(d));
     fmt::print("  dtypes {}\n  template {}\n", fmt::join(dtypes, ", "), op->template_file());
+    fmt::print("  example mojo-jit --emit=ptx {} --dtype {} {}\n", op->name(), dtypes.back(),
+               mojo::shapes_as_options(op->example_shapes()));
   }
   return 0;
 }

@@ -1,0 +1,61 @@
+// Activations, elementwise in float, stored in T:
+//   silu(x) = x / (1 + e^-x)
+//   gelu(x) = x/2 * (1 + erf(x / sqrt 2))                       ACT 1
+//   gelu_tanh(x) = x/2 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  ACT 2
+// and the gated forms over [..., 2 * D] -> [..., D] with a = the first half
+// of the last dim and b = the second: swiglu = silu(a) * b, gelu_and_mul =
+// gelu(a) * b.
+//
+// Params: T, ACT (0 silu, 1 gelu erf, 2 gelu tanh), GATED (0/1), D (the
+// output's last dim when gated, else 0), VEC. Kernel args: (T* out,
+// const T* x, long long n) with n the number of output elements, both
+// contiguous. Geometry: 256 threads, one vector of VEC outputs each.
+#include "mojo_prelude.cuh"
+
+namespace mojo_activation {
+
+template <int ACT> __device__ __forceinline__ float activate(float x) {
+  if constexpr (ACT == 0) {
+    return x * mojo::rcp_approx(1.f + mojo::exp_approx(-x));
+  } else if constexpr (ACT == 1) {
+    return 0.5f * x * (1.f + mojo::erf_f(x * 0.70710678118654752f));
+  } else {
+    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+    return 0.5f * x * (1.f + mojo::tanh_f(k * (x + 0.044715f * x * x * x)));
+  }
+}
+
+template <class T, int ACT, int GATED, int D, int VEC>
+__device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ x, long long n) {
+  using P = mojo::Pack<T, VEC>;
+  const long long v = (long long)mojo::block_x() * mojo::block_dim_x() + mojo::thread_x();
+  if (v * VEC >= n) return;
+  P o;
+  if constexpr (GATED) {
+    static_assert(D % VEC == 0, "VEC must divide D");
+    constexpr int NV = D / VEC;  // output vectors per row
+    const long long row = v / NV, c = (v % NV) * VEC;
+    const P a = mojo::load<T, VEC>(x + row * 2 * D + c);
+    const P b = mojo::load<T, VEC>(x + row * 2 * D + D + c);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j)
+      o.v[j] = mojo::from_float<T>(activate<ACT>(mojo::to_float(a.v[j])) * mojo::to_float(b.v[j]));
+  } else {
+    const P a = mojo::load<T, VEC>(x + v * VEC);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) o.v[j] = mojo::from_float<T>(activate<ACT>(mojo::to_float(a.v[j])));
+  }
+  mojo::store<T, VEC>(out + v * VEC, o);
+}
+
+}  // namespace mojo_activation
+
+#define MOJO_ACTIVATION_KERNEL(NAME, T, ACT, GATED, D, VEC)                                              \
+  extern "C" __global__ void __launch_bounds__(256)                                                      \
+      NAME(T* __restrict__ out, const T* __restrict__ x, long long n) {                                  \
+    mojo_activation::run<T, ACT, GATED, D, VEC>(out, x, n);                                              \
+  }
+#define MOJO_KERNEL_silu(NAME, T, VEC) MOJO_ACTIVATION_KERNEL(NAME, T, 0, 0, 0, VEC)
+#define MOJO_KERNEL_gelu(NAME, T, ACT, VEC) MOJO_ACTIVATION_KERNEL(NAME, T, ACT, 0, 0, VEC)
+#define MOJO_KERNEL_swiglu(NAME, T, D, VEC) MOJO_ACTIVATION_KERNEL(NAME, T, 0, 1, D, VEC)
+#define MOJO_KERNEL_gelu_and_mul(NAME, T, ACT, D, VEC) MOJO_ACTIVATION_KERNEL(NAME, T, ACT, 1, D, VEC)

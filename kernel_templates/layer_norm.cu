@@ -1,0 +1,227 @@
+// layer_norm:          out = (x - mean) * rstd * weight + bias, over the last dim;
+//                      optionally writes mean[r] and rstd[r] (float) for the backward
+// layer_norm_backward: grad_x, grad_weight, grad_bias from grad_out, x, weight, mean, rstd
+//
+// rstd = 1 / sqrt(var + eps), var the biased variance (as PyTorch). Storage
+// in T; math, mean and rstd in float.
+//
+// Forward params: T, HIDDEN, VEC, THREADS, ROWS (as rms_norm.cu), STATS (1:
+// write mean and rstd). Kernel args: (T* out, float* mean, float* rstd,
+// const T* x, const T* weight, const T* bias, float eps, long long rows,
+// long long out_stride, long long x_stride). Geometry: as rms_norm.
+//
+// Backward params: T, HIDDEN, VEC, THREADS, ROWS. Kernel args: (T* grad_x,
+// T* grad_weight, T* grad_bias, const T* grad_out, const T* x, const T* weight,
+// const float* mean, const float* rstd, long long rows), all contiguous.
+// Geometry: block = THREADS * ROWS threads; grid = ceil(rows / ROWS) row blocks
+// + ceil(HIDDEN / 32) column blocks.
+//
+// The backward is one launch with two kinds of block. Row blocks compute
+// grad_x a row at a time (the row's two sums need the whole row). Column
+// blocks each own 32 columns of grad_weight and grad_bias: lane = column,
+// warp w sums rows w, w + WARPS, ..., and the warps' sums are added in warp
+// order. No atomics, no workspace, and the same bits on every run.
+#include "mojo_prelude.cuh"
+
+namespace mojo_layer_norm {
+
+template <class T, int HIDDEN, int VEC, int THREADS, int ROWS, bool STATS>
+__device__ __forceinline__ void forward(T* __restrict__ out, float* __restrict__ mean_out,
+                                        float* __restrict__ rstd_out, const T* __restrict__ x,
+                                        const T* __restrict__ weight, const T* __restrict__ bias, float eps,
+                                        long long rows, long long out_stride, long long x_stride) {
+  static_assert(HIDDEN % VEC == 0, "VEC must divide HIDDEN");
+  constexpr int NV = HIDDEN / VEC;
+  constexpr int ITEMS = (NV + THREADS - 1) / THREADS;
+  constexpr bool IN_REGISTERS = ITEMS <= 16;
+  using P = mojo::Pack<T, VEC>;
+  __shared__ float scratch[32];
+
+  const unsigned tid = mojo::thread_x();
+  const int lane = int(tid % THREADS);
+  const long long row = (long long)mojo::block_x() * ROWS + tid / THREADS;
+  const bool active = row < rows;
+  const T* xr = x + (active ? row : 0) * x_stride;
+  T* outr = out + (active ? row : 0) * out_stride;
+
+  // Two passes (mean, then the squares around it): exact where the
+  // one-pass sum of squares cancels.
+  P cached[IN_REGISTERS ? ITEMS : 1];
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int v = lane + i * THREADS;
+    if (active && v < NV) {
+      const P p = mojo::load<T, VEC>(xr + v * VEC);
+      if constexpr (IN_REGISTERS) cached[i] = p;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) sum += mojo::to_float(p.v[j]);
+    }
+  }
+  const float mean = mojo::row_reduce<THREADS>(sum, scratch) * (1.0f / HIDDEN);
+  float sum_sq = 0.f;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int v = lane + i * THREADS;
+    if (active && v < NV) {
+      P p;
+      if constexpr (IN_REGISTERS) p = cached[i];
+      else p = mojo::load<T, VEC>(xr + v * VEC);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float d = mojo::to_float(p.v[j]) - mean;
+        sum_sq += d * d;
+      }
+    }
+  }
+  const float rstd = mojo::rsqrt_approx(mojo::row_reduce<THREADS>(sum_sq, scratch) * (1.0f / HIDDEN) + eps);
+  if (STATS && active && lane == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int v = lane + i * THREADS;
+    if (active && v < NV) {
+      P p;
+      if constexpr (IN_REGISTERS) p = cached[i];
+      else p = mojo::load<T, VEC>(xr + v * VEC);
+      const P w = mojo::load<T, VEC>(weight + v * VEC);
+      const P b = mojo::load<T, VEC>(bias + v * VEC);
+      P o;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j)
+        o.v[j] = mojo::from_float<T>((mojo::to_float(p.v[j]) - mean) * rstd * mojo::to_float(w.v[j]) +
+                                     mojo::to_float(b.v[j]));
+      mojo::store<T, VEC>(outr + v * VEC, o);
+    }
+  }
+}
+
+// grad_x for ROWS rows per block.
+template <class T, int HIDDEN, int VEC, int THREADS, int ROWS>
+__device__ __forceinline__ void backward_rows(unsigned block, T* __restrict__ grad_x, const T* __restrict__ grad_out,
+                                              const T* __restrict__ x, const T* __restrict__ weight,
+                                              const float* __restrict__ mean, const float* __restrict__ rstd,
+                                              long long rows) {
+  constexpr int NV = HIDDEN / VEC;
+  constexpr int ITEMS = (NV + THREADS - 1) / THREADS;
+  constexpr bool IN_REGISTERS = ITEMS <= 8;  // two packs per item
+  using P = mojo::Pack<T, VEC>;
+  __shared__ float scratch[32];
+
+  const unsigned tid = mojo::thread_x();
+  const int lane = int(tid % THREADS);
+  const long long row = (long long)block * ROWS + tid / THREADS;
+  const bool active = row < rows;
+  const long long offset = (active ? row : 0) * HIDDEN;
+  const float mu = active ? mean[row] : 0.f, rs = active ? rstd[row] : 0.f;
+
+  // g = grad_out * weight, xhat = (x - mean) * rstd:
+  // grad_x = rstd * (g - (sum(g) + xhat * sum(g * xhat)) / HIDDEN)
+  P dy_cached[IN_REGISTERS ? ITEMS : 1], x_cached[IN_REGISTERS ? ITEMS : 1];
+  float sum_g = 0.f, sum_gx = 0.f;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int v = lane + i * THREADS;
+    if (active && v < NV) {
+      const P dy = mojo::load<T, VEC>(grad_out + offset + v * VEC);
+      const P xv = mojo::load<T, VEC>(x + offset + v * VEC);
+      const P w = mojo::load<T, VEC>(weight + v * VEC);
+      if constexpr (IN_REGISTERS) {
+        dy_cached[i] = dy;
+        x_cached[i] = xv;
+      }
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float g = mojo::to_float(dy.v[j]) * mojo::to_float(w.v[j]);
+        sum_g += g;
+        sum_gx += g * (mojo::to_float(xv.v[j]) - mu) * rs;
+      }
+    }
+  }
+  sum_g = mojo::row_reduce<THREADS>(sum_g, scratch) * (1.0f / HIDDEN);
+  sum_gx = mojo::row_reduce<THREADS>(sum_gx, scratch) * (1.0f / HIDDEN);
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int v = lane + i * THREADS;
+    if (active && v < NV) {
+      P dy, xv;
+      if constexpr (IN_REGISTERS) {
+        dy = dy_cached[i];
+        xv = x_cached[i];
+      } else {
+        dy = mojo::load<T, VEC>(grad_out + offset + v * VEC);
+        xv = mojo::load<T, VEC>(x + offset + v * VEC);
+      }
+      const P w = mojo::load<T, VEC>(weight + v * VEC);
+      P o;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float g = mojo::to_float(dy.v[j]) * mojo::to_float(w.v[j]);
+        const float xhat = (mojo::to_float(xv.v[j]) - mu) * rs;
+        o.v[j] = mojo::from_float<T>(rs * (g - sum_g - xhat * sum_gx));
+      }
+      mojo::store<T, VEC>(grad_x + offset + v * VEC, o);
+    }
+  }
+}
+
+// grad_weight and grad_bias for 32 columns per block.
+template <class T, int HIDDEN, int BLOCK>
+__device__ __forceinline__ void backward_columns(unsigned block, T* __restrict__ grad_weight,
+                                                 T* __restrict__ grad_bias, const T* __restrict__ grad_out,
+                                                 const T* __restrict__ x, const float* __restrict__ mean,
+                                                 const float* __restrict__ rstd, long long rows) {
+  constexpr int WARPS = BLOCK / 32;
+  __shared__ float partial_w[WARPS][32], partial_b[WARPS][32];
+  const unsigned tid = mojo::thread_x();
+  const int lane = int(tid % 32), warp = int(tid / 32);
+  const int col = int(block) * 32 + lane;
+  float dw = 0.f, db = 0.f;
+  if (col < HIDDEN) {
+    for (long long r = warp; r < rows; r += WARPS) {
+      const float dy = mojo::to_float(grad_out[r * HIDDEN + col]);
+      dw += dy * (mojo::to_float(x[r * HIDDEN + col]) - mean[r]) * rstd[r];
+      db += dy;
+    }
+  }
+  partial_w[warp][lane] = dw;
+  partial_b[warp][lane] = db;
+  mojo::sync_block();
+  if (warp == 0 && col < HIDDEN) {
+#pragma unroll
+    for (int w = 1; w < WARPS; ++w) {
+      dw += partial_w[w][lane];
+      db += partial_b[w][lane];
+    }
+    grad_weight[col] = mojo::from_float<T>(dw);
+    grad_bias[col] = mojo::from_float<T>(db);
+  }
+}
+
+}  // namespace mojo_layer_norm
+
+#define MOJO_KERNEL_layer_norm(NAME, T, HIDDEN, VEC, THREADS, ROWS, STATS)                                  \
+  extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                              \
+      NAME(T* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd, const T* __restrict__ x, \
+           const T* __restrict__ weight, const T* __restrict__ bias, float eps, long long rows,              \
+           long long out_stride, long long x_stride) {                                                      \
+    mojo_layer_norm::forward<T, HIDDEN, VEC, THREADS, ROWS, STATS != 0>(out, mean, rstd, x, weight, bias,   \
+                                                                        eps, rows, out_stride, x_stride);   \
+  }
+
+#define MOJO_KERNEL_layer_norm_backward(NAME, T, HIDDEN, VEC, THREADS, ROWS)                                 \
+  extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                               \
+      NAME(T* __restrict__ grad_x, T* __restrict__ grad_weight, T* __restrict__ grad_bias,                   \
+           const T* __restrict__ grad_out, const T* __restrict__ x, const T* __restrict__ weight,            \
+           const float* __restrict__ mean, const float* __restrict__ rstd, long long rows) {                 \
+    const unsigned row_blocks = unsigned((rows + ROWS - 1) / ROWS);                                          \
+    const unsigned block = mojo::block_x();                                                                  \
+    if (block < row_blocks)                                                                                  \
+      mojo_layer_norm::backward_rows<T, HIDDEN, VEC, THREADS, ROWS>(block, grad_x, grad_out, x, weight, mean, \
+                                                                    rstd, rows);                             \
+    else                                                                                                     \
+      mojo_layer_norm::backward_columns<T, HIDDEN, THREADS * ROWS>(block - row_blocks, grad_weight,         \
+                                                                   grad_bias, grad_out, x, mean, rstd, rows); \
+  }

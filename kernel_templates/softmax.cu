@@ -1,0 +1,171 @@
+// softmax:          out[r, :] = exp(x[r, :] - max) / sum(exp(x[r, :] - max))
+// log_softmax:      out[r, :] = x[r, :] - max - log(sum(exp(x[r, :] - max)))
+// softmax_backward: grad_x[r, :] = out[r, :] * (grad_out[r, :] - sum(grad_out[r, :] * out[r, :]))
+//
+// Over the last dim; storage in T, math in float.
+//
+// Params: T, COLS, VEC, THREADS, ROWS (as rms_norm.cu), and for the forward
+// LOG (1: log_softmax). Kernel args:
+//   forward:  (T* out, const T* x, long long rows, long long out_stride, long long x_stride)
+//   backward: (T* grad_x, const T* grad_out, const T* out, long long rows), contiguous
+// Geometry: block = THREADS * ROWS threads, grid = ceil(rows / ROWS).
+//
+// A row up to 16 vectors per thread stays in registers: one read, the exact
+// max, then the sum. Wider rows (a vocabulary: 151,936 columns is ~19
+// vectors per thread of 1,024) take one online pass that keeps a running max
+// and rescales the running sum, then a second pass that writes; the second
+// read of the row hits L2.
+#include "mojo_prelude.cuh"
+
+namespace mojo_softmax {
+
+template <class T, int COLS, int VEC, int THREADS, int ROWS, bool LOG>
+__device__ __forceinline__ void forward(T* __restrict__ out, const T* __restrict__ x, long long rows,
+                                        long long out_stride, long long x_stride) {
+  static_assert(COLS % VEC == 0, "VEC must divide COLS");
+  constexpr int NV = COLS / VEC;
+  constexpr int ITEMS = (NV + THREADS - 1) / THREADS;
+  constexpr bool IN_REGISTERS = ITEMS <= 16;
+  using P = mojo::Pack<T, VEC>;
+  __shared__ float scratch[32];
+
+  const unsigned tid = mojo::thread_x();
+  const int lane = int(tid % THREADS);
+  const long long row = (long long)mojo::block_x() * ROWS + tid / THREADS;
+  const bool active = row < rows;
+  const T* xr = x + (active ? row : 0) * x_stride;
+  T* outr = out + (active ? row : 0) * out_stride;
+
+  float max = mojo::neg_inf(), sum = 0.f;
+  P cached[IN_REGISTERS ? ITEMS : 1];
+  if constexpr (IN_REGISTERS) {
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int v = lane + i * THREADS;
+      if (active && v < NV) {
+        cached[i] = mojo::load<T, VEC>(xr + v * VEC);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) max = mojo::max_f(max, mojo::to_float(cached[i].v[j]));
+      }
+    }
+    max = mojo::row_reduce<THREADS>(max, scratch, mojo::Max());
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int v = lane + i * THREADS;
+      if (active && v < NV) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) sum += mojo::exp_approx(mojo::to_float(cached[i].v[j]) - max);
+      }
+    }
+  } else {
+#pragma unroll 4
+    for (int v = lane; v < NV; v += THREADS) {
+      if (!active) break;
+      const P p = mojo::load<T, VEC>(xr + v * VEC);
+      float vmax = mojo::to_float(p.v[0]);
+#pragma unroll
+      for (int j = 1; j < VEC; ++j) vmax = mojo::max_f(vmax, mojo::to_float(p.v[j]));
+      if (vmax > max) {  // rescale the running sum to the new max
+        sum *= mojo::exp_approx(max - vmax);
+        max = vmax;
+      }
+      if (max == mojo::neg_inf()) continue;  // all -inf so far (masked): they add 0
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) sum += mojo::exp_approx(mojo::to_float(p.v[j]) - max);
+    }
+    const float row_max = mojo::row_reduce<THREADS>(max, scratch, mojo::Max());
+    // A thread that saw nothing has max = -inf and sum = 0: it adds 0.
+    sum = sum == 0.f ? 0.f : sum * mojo::exp_approx(max - row_max);
+    max = row_max;
+  }
+  sum = mojo::row_reduce<THREADS>(sum, scratch);
+  const float inv_sum = 1.f / sum;
+  const float log_sum = mojo::log_approx(sum);
+
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int v = lane + i * THREADS;
+    if (active && v < NV) {
+      P p;
+      if constexpr (IN_REGISTERS) p = cached[i];
+      else p = mojo::load<T, VEC>(xr + v * VEC);
+      P o;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float d = mojo::to_float(p.v[j]) - max;
+        o.v[j] = mojo::from_float<T>(LOG ? d - log_sum : mojo::exp_approx(d) * inv_sum);
+      }
+      mojo::store<T, VEC>(outr + v * VEC, o);
+    }
+  }
+}
+
+template <class T, int COLS, int VEC, int THREADS, int ROWS>
+__device__ __forceinline__ void backward(T* __restrict__ grad_x, const T* __restrict__ grad_out,
+                                         const T* __restrict__ out, long long rows) {
+  constexpr int NV = COLS / VEC;
+  constexpr int ITEMS = (NV + THREADS - 1) / THREADS;
+  constexpr bool IN_REGISTERS = ITEMS <= 8;  // two packs per item
+  using P = mojo::Pack<T, VEC>;
+  __shared__ float scratch[32];
+
+  const unsigned tid = mojo::thread_x();
+  const int lane = int(tid % THREADS);
+  const long long row = (long long)mojo::block_x() * ROWS + tid / THREADS;
+  const bool active = row < rows;
+  const long long offset = (active ? row : 0) * COLS;
+
+  P dy_cached[IN_REGISTERS ? ITEMS : 1], y_cached[IN_REGISTERS ? ITEMS : 1];
+  float dot = 0.f;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int v = lane + i * THREADS;
+    if (active && v < NV) {
+      const P dy = mojo::load<T, VEC>(grad_out + offset + v * VEC);
+      const P y = mojo::load<T, VEC>(out + offset + v * VEC);
+      if constexpr (IN_REGISTERS) {
+        dy_cached[i] = dy;
+        y_cached[i] = y;
+      }
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) dot += mojo::to_float(dy.v[j]) * mojo::to_float(y.v[j]);
+    }
+  }
+  dot = mojo::row_reduce<THREADS>(dot, scratch);
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int v = lane + i * THREADS;
+    if (active && v < NV) {
+      P dy, y;
+      if constexpr (IN_REGISTERS) {
+        dy = dy_cached[i];
+        y = y_cached[i];
+      } else {
+        dy = mojo::load<T, VEC>(grad_out + offset + v * VEC);
+        y = mojo::load<T, VEC>(out + offset + v * VEC);
+      }
+      P o;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j)
+        o.v[j] = mojo::from_float<T>(mojo::to_float(y.v[j]) * (mojo::to_float(dy.v[j]) - dot));
+      mojo::store<T, VEC>(grad_x + offset + v * VEC, o);
+    }
+  }
+}
+
+}  // namespace mojo_softmax
+
+#define MOJO_KERNEL_softmax(NAME, T, COLS, VEC, THREADS, ROWS, LOG)                                        \
+  extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                             \
+      NAME(T* __restrict__ out, const T* __restrict__ x, long long rows, long long out_stride,              \
+           long long x_stride) {                                                                           \
+    mojo_softmax::forward<T, COLS, VEC, THREADS, ROWS, LOG != 0>(out, x, rows, out_stride, x_stride);      \
+  }
+#define MOJO_KERNEL_log_softmax MOJO_KERNEL_softmax
+
+#define MOJO_KERNEL_softmax_backward(NAME, T, COLS, VEC, THREADS, ROWS)                                    \
+  extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                             \
+      NAME(T* __restrict__ grad_x, const T* __restrict__ grad_out, const T* __restrict__ out,              \
+           long long rows) {                                                                               \
+    mojo_softmax::backward<T, COLS, VEC, THREADS, ROWS>(grad_x, grad_out, out, rows);                     \
+  }

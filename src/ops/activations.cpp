@@ -1,0 +1,137 @@
+// Elementwise activations and their gated forms: silu, gelu, swiglu, gelu_and_mul.
+// Template: kernel_templates/activation.cu (params there).
+#include <fmt/format.h>
+
+#include "mojo/error.hpp"
+#include "ops/checks.hpp"
+#include "ops/registry.hpp"
+
+namespace mojo {
+namespace {
+
+constexpr DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
+constexpr TensorArgInfo kPlainTensors[] = {
+    {"out", "out", "same shape and dtype as x, contiguous"},
+    {"x", "in", "any shape, contiguous"},
+};
+constexpr TensorArgInfo kGatedTensors[] = {
+    {"out", "out", "[..., d], same dtype as x, contiguous"},
+    {"x", "in", "[..., 2 * d], contiguous: a = x[..., :d] is activated, b = x[..., d:] multiplies"},
+};
+constexpr ScalarArgInfo kGeluScalars[] = {{"approximate", 0, "0: the erf form; 1: the tanh approximation"}};
+constexpr int kThreads = 256;
+
+enum class Act { silu = 0, gelu = 1, gelu_tanh = 2 };
+
+class Activation final : public OpDef {
+ public:
+  Activation(std::string_view name, std::string_view summary, bool gelu, bool gated)
+      : name_(name), summary_(summary), gelu_(gelu), gated_(gated) {}
+  std::string_view name() const override { return name_; }
+  std::string_view summary() const override { return summary_; }
+  std::span<const TensorArgInfo> tensor_args() const override {
+    if (gated_) return kGatedTensors;
+    return kPlainTensors;
+  }
+  std::span<const ScalarArgInfo> scalar_args() const override {
+    if (gelu_) return kGeluScalars;
+    return {};
+  }
+  std::span<const DType> dtypes() const override { return kFloatTypes; }
+  std::string_view template_file() const override { return "activation.cu"; }
+  std::string_view example_shapes() const override { return gated_ ? "x=32x24576" : "x=32x12288"; }
+
+  Params specialize(TensorList t, ScalarList scalars, const Target&) const override {
+    check_tensor_count(t);
+    check_scalar_names(scalars);
+    const TensorSpec &out = t[0].spec, &x = t[1].spec;
+    checks::expect_dtype_in(name(), "x", x.dtype(), kFloatTypes);
+    checks::expect_same_dtype(name(), "out", out, "x", x);
+    checks::expect_contiguous(name(), "x", x);
+    checks::expect_contiguous(name(), "out", out);
+    std::int64_t d = 0;
+    if (gated_) {
+      if (x.rank() < 1 || x.dim(x.rank() - 1) % 2 != 0 || x.dim(x.rank() - 1) == 0)
+        throw ShapeError(fmt::format("{}: x is {}; its last dim must be even (the two halves a and b)", name(),
+                                     x.str()));
+      d = x.dim(x.rank() - 1) / 2;
+      if (d > (1 << 24)) throw ShapeError(fmt::format("{}: d = {} is larger than 2^24", name(), d));
+      bool ok = out.rank() == x.rank() && out.dim(out.rank() - 1) == d;
+      for (int i = 0; ok && i + 1 < x.rank(); ++i) ok = out.dim(i) == x.dim(i);
+      if (!ok)
+        throw ShapeError(fmt::format("{}: out is {} but x is {}; out must be x with the last dim halved", name(),
+                                     out.str(), x.str()));
+    } else {
+      checks::expect_same_shape(name(), "out", out, "x", x);
+    }
+    const std::int64_t size = std::int64_t(dtype_size(x.dtype()));
+    const unsigned alignment = std::min(checks::alignment_of(t[0].data), checks::alignment_of(t[1].data));
+    const std::int64_t run = gated_ ? d : out.numel();  // a vector never crosses a half or a row
+    std::int64_t vec = 16 / size;
+    while (vec > 1 && (run % vec != 0 || alignment < vec * size)) vec /= 2;
+
+    Params p;
+    p.add_dtype("dtype", x.dtype());
+    if (gelu_) {
+      const double approximate = scalar(scalars, "approximate");
+      if (approximate != 0 && approximate != 1)
+        throw InvalidArgumentError(fmt::format("{}: approximate is {}; expected 0 (erf) or 1 (tanh)", name(),
+                                               approximate));
+      p.add("act", std::int64_t(approximate != 0 ? Act::gelu_tanh : Act::gelu));
+    }
+    if (gated_) p.add("d", d);
+    p.add("vec", vec);
+    return p;
+  }
+
+  LaunchGeometry geometry(const Params& p, TensorList t) const override {
+    const std::int64_t vectors = t[0].spec.numel() / p.get("vec");
+    LaunchGeometry g;
+    g.grid.x = unsigned((vectors + kThreads - 1) / kThreads);
+    g.block.x = kThreads;
+    return g;
+  }
+
+  void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
+    const unsigned bytes = unsigned(p.get("vec") * std::int64_t(dtype_size(p.dtype("dtype"))));
+    checks::expect_pointer(name(), "out", t[0].data, bytes);
+    checks::expect_pointer(name(), "x", t[1].data, bytes);
+    args.push(t[0].data);
+    args.push(t[1].data);
+    args.push(static_cast<long long>(t[0].spec.numel()));
+  }
+
+  std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
+    const auto& x = shapes::required(name(), shapes, "x", example_shapes());
+    std::vector<std::int64_t> out = x;
+    if (gated_) out.back() /= 2;
+    return {TensorSpec(dtype, shapes::value_or(shapes, "out", out)), TensorSpec(dtype, x)};
+  }
+
+ private:
+  std::string_view name_, summary_;
+  bool gelu_, gated_;
+};
+
+}  // namespace
+
+const OpDef& silu_op() {
+  static const Activation op("silu", "out = x / (1 + exp(-x))", false, false);
+  return op;
+}
+const OpDef& gelu_op() {
+  static const Activation op("gelu", "out = x/2 * (1 + erf(x / sqrt 2)), or the tanh form with approximate=1", true,
+                             false);
+  return op;
+}
+const OpDef& swiglu_op() {
+  static const Activation op("swiglu", "out = silu(a) * b with a, b the halves of the last dim of x", false, true);
+  return op;
+}
+const OpDef& gelu_and_mul_op() {
+  static const Activation op("gelu_and_mul", "out = gelu(a) * b with a, b the halves of the last dim of x", true,
+                             true);
+  return op;
+}
+
+}  // namespace mojo

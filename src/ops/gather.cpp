@@ -1,0 +1,182 @@
+// The ops that move rows by an index: embedding (gather by token id) and
+// store_kv_cache (scatter into a paged KV cache by slot).
+// Templates: kernel_templates/embedding.cu and store_kv_cache.cu (params there).
+#include <fmt/format.h>
+
+#include "mojo/error.hpp"
+#include "ops/checks.hpp"
+#include "ops/indices.hpp"
+#include "ops/registry.hpp"
+#include "ops/rows.hpp"
+
+namespace mojo {
+namespace {
+
+constexpr DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
+
+constexpr TensorArgInfo kEmbeddingTensors[] = {
+    {"out", "out", "[..., hidden] with one row per id, same dtype as weight, contiguous"},
+    {"ids", "in", "i32 or i64 token ids, any shape, contiguous"},
+    {"weight", "in", "[vocab, hidden], contiguous"},
+};
+
+class Embedding final : public OpDef {
+ public:
+  std::string_view name() const override { return "embedding"; }
+  std::string_view summary() const override {
+    return "out[t, :] = weight[ids[t], :]; an id out of range gives zeros (an error with debug checks)";
+  }
+  std::span<const TensorArgInfo> tensor_args() const override { return kEmbeddingTensors; }
+  std::span<const ScalarArgInfo> scalar_args() const override { return {}; }
+  std::span<const DType> dtypes() const override { return kFloatTypes; }
+  std::string_view template_file() const override { return "embedding.cu"; }
+  std::string_view example_shapes() const override { return "ids=32 weight=151936x4096"; }
+
+  Params specialize(TensorList t, ScalarList scalars, const Target&) const override {
+    check_tensor_count(t);
+    check_scalar_names(scalars);
+    const TensorSpec &out = t[0].spec, &ids = t[1].spec, &w = t[2].spec;
+    checks::expect_dtype_in(name(), "weight", w.dtype(), kFloatTypes);
+    if (w.rank() != 2) throw ShapeError(fmt::format("embedding: weight is {}; expected [vocab, hidden]", w.str()));
+    checks::expect_contiguous(name(), "weight", w);
+    const std::int64_t hidden = rows::cols_of(name(), "weight", w);
+    indices::expect(name(), "ids", ids, ids.numel());
+    checks::expect_same_dtype(name(), "out", out, "weight", w);
+    checks::expect_contiguous(name(), "out", out);
+    if (out.rank() < 1 || out.dim(out.rank() - 1) != hidden || out.numel() != ids.numel() * hidden)
+      throw ShapeError(fmt::format("embedding: out is {}; expected {} rows of {} (one per id)", out.str(),
+                                   ids.numel(), hidden));
+    if (ids.numel() > std::int64_t(INT32_MAX)) throw ShapeError("embedding: more ids than the grid can take");
+    Params p;
+    p.add_dtype("dtype", w.dtype());
+    p.add_dtype("ids", ids.dtype());
+    rows::add_params(p, "hidden", hidden, rows::pick(hidden, w.dtype(), {t[0], t[2]}));
+    return p;
+  }
+
+  LaunchGeometry geometry(const Params& p, TensorList t) const override { return rows::geometry(t[1].spec.numel(), p); }
+
+  void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
+    const unsigned bytes = unsigned(p.get("vec") * std::int64_t(dtype_size(p.dtype("dtype"))));
+    checks::expect_pointer(name(), "out", t[0].data, bytes);
+    checks::expect_pointer(name(), "ids", t[1].data, unsigned(dtype_size(t[1].spec.dtype())));
+    checks::expect_pointer(name(), "weight", t[2].data, bytes);
+    for (int i = 0; i < 3; ++i) args.push(t[i].data);
+    args.push(static_cast<long long>(t[1].spec.numel()));
+    args.push(static_cast<long long>(t[2].spec.dim(0)));
+  }
+
+  void check_data(TensorList t, StreamHandle stream) const override {
+    indices::check_range(name(), "ids", t[1], t[2].spec.dim(0), false, stream);
+  }
+
+  std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
+    const auto& ids = shapes::required(name(), shapes, "ids", example_shapes());
+    const auto& w = shapes::required(name(), shapes, "weight", example_shapes());
+    std::vector<std::int64_t> out = ids;
+    out.push_back(w.back());
+    return {TensorSpec(dtype, shapes::value_or(shapes, "out", out)), TensorSpec(DType::i64, ids), TensorSpec(dtype, w)};
+  }
+};
+
+constexpr TensorArgInfo kKvTensors[] = {
+    {"k_cache", "inout", "[num_blocks, block_size, kv_heads, head_dim], contiguous"},
+    {"v_cache", "inout", "same shape and dtype as k_cache"},
+    {"k", "in", "[tokens, kv_heads, head_dim]; tokens may be strided (a view of qkv)"},
+    {"v", "in", "[tokens, kv_heads, head_dim]; tokens may be strided"},
+    {"slot_mapping", "in", "i32 or i64 [tokens]: block * block_size + offset; < 0 skips the token"},
+};
+
+class StoreKvCache final : public OpDef {
+ public:
+  std::string_view name() const override { return "store_kv_cache"; }
+  std::string_view summary() const override {
+    return "writes k and v of new tokens into a paged KV cache at slot_mapping; slots < 0 are skipped";
+  }
+  std::span<const TensorArgInfo> tensor_args() const override { return kKvTensors; }
+  std::span<const ScalarArgInfo> scalar_args() const override { return {}; }
+  std::span<const DType> dtypes() const override { return kFloatTypes; }
+  std::string_view template_file() const override { return "store_kv_cache.cu"; }
+  std::string_view example_shapes() const override { return "k_cache=2048x16x8x128 k=32x8x128"; }
+
+  Params specialize(TensorList t, ScalarList scalars, const Target&) const override {
+    check_tensor_count(t);
+    check_scalar_names(scalars);
+    const TensorSpec &kc = t[0].spec, &vc = t[1].spec, &k = t[2].spec, &v = t[3].spec;
+    checks::expect_dtype_in(name(), "k_cache", kc.dtype(), kFloatTypes);
+    if (kc.rank() != 4)
+      throw ShapeError(fmt::format("store_kv_cache: k_cache is {}; expected [num_blocks, block_size, kv_heads, "
+                                   "head_dim]",
+                                   kc.str()));
+    checks::expect_same_dtype(name(), "v_cache", vc, "k_cache", kc);
+    checks::expect_same_shape(name(), "v_cache", vc, "k_cache", kc);
+    checks::expect_contiguous(name(), "k_cache", kc);
+    checks::expect_contiguous(name(), "v_cache", vc);
+    const std::int64_t row = kc.dim(2) * kc.dim(3);
+    for (std::size_t i : {2, 3}) {
+      const TensorSpec& s = t[i].spec;
+      checks::expect_same_dtype(name(), kKvTensors[i].name, s, "k_cache", kc);
+      if (s.rank() != 3 || s.dim(1) != kc.dim(2) || s.dim(2) != kc.dim(3))
+        throw ShapeError(fmt::format("store_kv_cache: {} is {}; expected [tokens, {}, {}] to match the cache",
+                                     kKvTensors[i].name, s.str(), kc.dim(2), kc.dim(3)));
+      rows::token_stride(name(), kKvTensors[i].name, s);
+    }
+    if (v.dim(0) != k.dim(0))
+      throw ShapeError(fmt::format("store_kv_cache: k has {} tokens but v has {}", k.dim(0), v.dim(0)));
+    if (k.dim(0) > std::int64_t(INT32_MAX)) throw ShapeError("store_kv_cache: more tokens than the grid can take");
+    indices::expect(name(), "slot_mapping", t[4].spec, k.dim(0));
+    if (row < 1 || row > rows::kMaxCols)
+      throw ShapeError(fmt::format("store_kv_cache: kv_heads * head_dim = {}; supported: 1 to {}", row, rows::kMaxCols));
+    Params p;
+    p.add_dtype("dtype", kc.dtype());
+    p.add_dtype("slots", t[4].spec.dtype());
+    rows::add_params(p, "row", row, rows::pick(row, kc.dtype(), {t[0], t[1], as_rows(t[2]), as_rows(t[3])}));
+    return p;
+  }
+
+  LaunchGeometry geometry(const Params& p, TensorList t) const override { return rows::geometry(t[2].spec.dim(0), p); }
+
+  void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
+    const unsigned bytes = unsigned(p.get("vec") * std::int64_t(dtype_size(p.dtype("dtype"))));
+    for (std::size_t i = 0; i < 4; ++i) checks::expect_pointer(name(), kKvTensors[i].name, t[i].data, bytes);
+    checks::expect_pointer(name(), "slot_mapping", t[4].data, unsigned(dtype_size(t[4].spec.dtype())));
+    for (int i = 0; i < 5; ++i) args.push(t[i].data);
+    args.push(static_cast<long long>(t[2].spec.dim(0)));
+    args.push(static_cast<long long>(t[0].spec.dim(0) * t[0].spec.dim(1)));
+    args.push(static_cast<long long>(rows::token_stride(name(), "k", t[2].spec)));
+    args.push(static_cast<long long>(rows::token_stride(name(), "v", t[3].spec)));
+  }
+
+  void check_data(TensorList t, StreamHandle stream) const override {
+    indices::check_range(name(), "slot_mapping", t[4], t[0].spec.dim(0) * t[0].spec.dim(1), true, stream);
+  }
+
+  std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
+    const auto& kc = shapes::required(name(), shapes, "k_cache", example_shapes());
+    const auto& k = shapes::required(name(), shapes, "k", example_shapes());
+    return {TensorSpec(dtype, kc), TensorSpec(dtype, shapes::value_or(shapes, "v_cache", kc)), TensorSpec(dtype, k),
+            TensorSpec(dtype, shapes::value_or(shapes, "v", k)),
+            TensorSpec(DType::i64, shapes::value_or(shapes, "slot_mapping", {k.front()}))};
+  }
+
+ private:
+  // k and v seen as [tokens, kv_heads * head_dim] rows (checked: their heads are contiguous).
+  Tensor as_rows(const Tensor& t) const {
+    const std::int64_t shape[] = {t.spec.dim(0), t.spec.dim(1) * t.spec.dim(2)};
+    const std::int64_t strides[] = {rows::token_stride(name(), "k", t.spec), 1};
+    return {TensorSpec(t.spec.dtype(), shape, strides), t.data};
+  }
+};
+
+}  // namespace
+
+const OpDef& embedding_op() {
+  static const Embedding op;
+  return op;
+}
+const OpDef& store_kv_cache_op() {
+  static const StoreKvCache op;
+  return op;
+}
+
+}  // namespace mojo

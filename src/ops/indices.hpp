@@ -1,0 +1,23 @@
+// Index tensors (token ids, positions, KV slots): int32 or int64, one per
+// token, and the debug check that reads them back and names a bad one.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "mojo/op.hpp"
+
+namespace mojo::indices {
+
+inline constexpr DType kTypes[] = {DType::i32, DType::i64};
+
+// `t` is i32 or i64, contiguous, with `count` elements.
+void expect(std::string_view op, std::string_view arg, const TensorSpec& t, std::int64_t count);
+
+// Copies the index tensor to the host (after the stream's work) and throws
+// InvalidArgumentError naming the first element outside [0, end); with
+// `negative_skips`, values < 0 are allowed (they mean "skip this token").
+void check_range(std::string_view op, std::string_view arg, const Tensor& t, std::int64_t end, bool negative_skips,
+                 StreamHandle stream);
+
+}  // namespace mojo::indices

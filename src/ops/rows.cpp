@@ -1,0 +1,92 @@
+#include "ops/rows.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+
+#include "mojo/error.hpp"
+#include "ops/checks.hpp"
+
+namespace mojo::rows {
+
+// Vectors each thread should handle: enough loads in flight per thread to
+// cover HBM latency, few enough that short rows still use many threads.
+constexpr std::int64_t kVectorsPerThread = 4;
+
+std::int64_t cols_of(std::string_view op, std::string_view arg, const TensorSpec& t) {
+  if (t.rank() < 1) throw ShapeError(fmt::format("{}: {} must have at least one dimension", op, arg));
+  const std::int64_t cols = t.dim(t.rank() - 1);
+  if (cols < 1 || cols > kMaxCols)
+    throw ShapeError(fmt::format("{}: the last dim of {} is {}; supported: 1 to {}", op, arg, cols, kMaxCols));
+  return cols;
+}
+
+std::int64_t count(std::string_view op, const TensorSpec& t) {
+  const std::int64_t n = t.numel() / t.dim(t.rank() - 1);
+  if (n > std::int64_t(INT32_MAX)) throw ShapeError(fmt::format("{}: {} rows exceed the grid limit of {}", op, n, INT32_MAX));
+  return n;
+}
+
+std::int64_t stride(std::string_view op, std::string_view arg, const TensorSpec& t) {
+  const int r = t.rank();
+  bool ok = t.dim(r - 1) == 1 || t.stride(r - 1) == 1;
+  for (int i = 0; ok && i + 2 < r; ++i) ok = t.dim(i) == 1 || t.stride(i) == t.stride(i + 1) * t.dim(i + 1);
+  if (r >= 2 && t.stride(r - 2) < t.dim(r - 1) && t.numel() / t.dim(r - 1) > 1) ok = false;  // overlapping rows
+  if (!ok)
+    throw ShapeError(fmt::format("{}: {} {} has strides this op cannot take: the last dim needs unit stride and "
+                                 "the rows an even stride of at least the row length",
+                                 op, arg, t.str()));
+  return r >= 2 ? t.stride(r - 2) : t.dim(0);
+}
+
+std::int64_t token_stride(std::string_view op, std::string_view arg, const TensorSpec& t) {
+  if (t.rank() != 3) throw ShapeError(fmt::format("{}: {} is {}; expected [tokens, heads, head_dim]", op, arg, t.str()));
+  const bool ok = (t.dim(2) == 1 || t.stride(2) == 1) && (t.dim(1) == 1 || t.stride(1) == t.dim(2)) &&
+                  (t.dim(0) <= 1 || t.stride(0) >= t.dim(1) * t.dim(2));
+  if (!ok)
+    throw ShapeError(fmt::format("{}: {} {} needs each token's heads contiguous ([heads, head_dim] row-major)", op,
+                                 arg, t.str()));
+  return t.dim(0) <= 1 ? t.dim(1) * t.dim(2) : t.stride(0);
+}
+
+Layout pick(std::int64_t cols, DType dtype, std::initializer_list<Tensor> tensors, std::int64_t max_threads) {
+  const std::int64_t size = std::int64_t(dtype_size(dtype));
+  unsigned alignment = 256;
+  for (const Tensor& t : tensors) {
+    alignment = std::min(alignment, checks::alignment_of(t.data));
+    if (t.spec.rank() >= 2)  // every row start must be aligned too
+      alignment = std::min(alignment, checks::alignment_of(DevicePtr(t.spec.stride(t.spec.rank() - 2) * size)));
+  }
+  Layout l;
+  l.vec = 16 / size;
+  while (l.vec > 1 && (cols % l.vec != 0 || alignment < l.vec * size)) l.vec /= 2;
+
+  const std::int64_t vectors = cols / l.vec;
+  if (vectors <= 16) {  // narrow rows: a few lanes per row, many rows per 128-thread block
+    l.threads = std::int64_t(std::bit_ceil(std::uint64_t(vectors)));
+    l.rows_per_block = 128 / l.threads;
+  } else {
+    l.threads = std::clamp<std::int64_t>((vectors + kVectorsPerThread - 1) / kVectorsPerThread, 32, max_threads);
+    l.threads = (l.threads + 31) / 32 * 32;
+    l.rows_per_block = l.threads == 32 ? 4 : 1;
+  }
+  return l;
+}
+
+void add_params(Params& p, std::string_view cols_name, std::int64_t cols, const Layout& l) {
+  p.add(cols_name, cols);
+  p.add("vec", l.vec);
+  p.add("threads", l.threads);
+  p.add("rows", l.rows_per_block);
+}
+
+LaunchGeometry geometry(std::int64_t rows, const Params& p) {
+  const std::int64_t per_block = p.get("rows");
+  LaunchGeometry g;
+  g.grid.x = unsigned((rows + per_block - 1) / per_block);
+  g.block.x = unsigned(p.get("threads") * per_block);
+  return g;
+}
+
+}  // namespace mojo::rows

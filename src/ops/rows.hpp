@@ -1,0 +1,46 @@
+// What the row ops share (rms_norm, add_rms_norm, layer_norm, softmax, ...):
+// tensors seen as [rows, cols] with evenly strided rows, and the choice of
+// vector width, threads per row and rows per block for one row length.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string_view>
+
+#include "mojo/op.hpp"
+
+namespace mojo::rows {
+
+// Largest row length a row op specializes on (the row loop is unrolled).
+constexpr std::int64_t kMaxCols = 1 << 20;
+
+// The last dim (cols) of `t`, checked to be 1..kMaxCols.
+std::int64_t cols_of(std::string_view op, std::string_view arg, const TensorSpec& t);
+// numel / cols, checked to fit the grid (< 2^31 blocks).
+std::int64_t count(std::string_view op, const TensorSpec& t);
+// Elements between consecutive rows of `t` seen as [rows, cols]: the last dim
+// must have unit stride and the leading dims must collapse into one evenly
+// strided dim; ShapeError otherwise.
+std::int64_t stride(std::string_view op, std::string_view arg, const TensorSpec& t);
+
+// The token stride of a [tokens, heads, head_dim] tensor whose heads are
+// contiguous within a token (q, k and v may be views of a fused qkv tensor).
+std::int64_t token_stride(std::string_view op, std::string_view arg, const TensorSpec& t);
+
+struct Layout {
+  std::int64_t vec = 1;           // elements per load/store
+  std::int64_t threads = 32;      // threads per row
+  std::int64_t rows_per_block = 1;
+};
+
+// The widest vector (up to 16 bytes) that divides `cols` and to which every
+// tensor's address and row stride are aligned, and enough threads per row to
+// keep about four vectors in flight per thread.
+Layout pick(std::int64_t cols, DType dtype, std::initializer_list<Tensor> tensors, std::int64_t max_threads = 1024);
+
+void add_params(Params& p, std::string_view cols_name, std::int64_t cols, const Layout& l);
+
+// One block per ROWS rows of THREADS threads each.
+LaunchGeometry geometry(std::int64_t rows, const Params& p);
+
+}  // namespace mojo::rows

@@ -1,0 +1,145 @@
+// softmax, log_softmax and softmax_backward over the last dim.
+// Template: kernel_templates/softmax.cu (params there).
+#include <fmt/format.h>
+
+#include "mojo/error.hpp"
+#include "ops/checks.hpp"
+#include "ops/registry.hpp"
+#include "ops/rows.hpp"
+
+namespace mojo {
+namespace {
+
+constexpr DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
+constexpr TensorArgInfo kForwardTensors[] = {
+    {"out", "out", "[..., cols], same dtype as x; rows may be strided"},
+    {"x", "in", "[..., cols]; rows may be strided"},
+};
+constexpr TensorArgInfo kBackwardTensors[] = {
+    {"grad_x", "out", "[..., cols], contiguous"},
+    {"grad_out", "in", "[..., cols], contiguous"},
+    {"out", "in", "[..., cols]: the forward softmax's output, contiguous"},
+};
+
+class Softmax final : public OpDef {
+ public:
+  explicit Softmax(bool log) : log_(log) {}
+  std::string_view name() const override { return log_ ? "log_softmax" : "softmax"; }
+  std::string_view summary() const override {
+    return log_ ? "out = x - max - log(sum(exp(x - max))) over the last dim"
+                : "out = exp(x - max) / sum(exp(x - max)) over the last dim";
+  }
+  std::span<const TensorArgInfo> tensor_args() const override { return kForwardTensors; }
+  std::span<const ScalarArgInfo> scalar_args() const override { return {}; }
+  std::span<const DType> dtypes() const override { return kFloatTypes; }
+  std::string_view template_file() const override { return "softmax.cu"; }
+  std::string_view example_shapes() const override { return "x=32x151936"; }
+
+  Params specialize(TensorList t, ScalarList scalars, const Target&) const override {
+    check_tensor_count(t);
+    check_scalar_names(scalars);
+    const TensorSpec &out = t[0].spec, &x = t[1].spec;
+    checks::expect_dtype_in(name(), "x", x.dtype(), kFloatTypes);
+    const std::int64_t cols = rows::cols_of(name(), "x", x);
+    checks::expect_same_dtype(name(), "out", out, "x", x);
+    checks::expect_same_shape(name(), "out", out, "x", x);
+    rows::stride(name(), "out", out);
+    rows::stride(name(), "x", x);
+    rows::count(name(), x);
+    Params p;
+    p.add_dtype("dtype", x.dtype());
+    rows::add_params(p, "cols", cols, rows::pick(cols, x.dtype(), {t[0], t[1]}));
+    p.add("log", log_ ? 1 : 0);
+    return p;
+  }
+
+  LaunchGeometry geometry(const Params& p, TensorList t) const override {
+    return rows::geometry(t[1].spec.numel() / p.get("cols"), p);
+  }
+
+  void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
+    const unsigned bytes = unsigned(p.get("vec") * std::int64_t(dtype_size(p.dtype("dtype"))));
+    checks::expect_pointer(name(), "out", t[0].data, bytes);
+    checks::expect_pointer(name(), "x", t[1].data, bytes);
+    args.push(t[0].data);
+    args.push(t[1].data);
+    args.push(static_cast<long long>(t[1].spec.numel() / p.get("cols")));
+    args.push(static_cast<long long>(rows::stride(name(), "out", t[0].spec)));
+    args.push(static_cast<long long>(rows::stride(name(), "x", t[1].spec)));
+  }
+
+  std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
+    const auto& x = shapes::required(name(), shapes, "x", example_shapes());
+    return {TensorSpec(dtype, shapes::value_or(shapes, "out", x)), TensorSpec(dtype, x)};
+  }
+
+ private:
+  bool log_;
+};
+
+class SoftmaxBackward final : public OpDef {
+ public:
+  std::string_view name() const override { return "softmax_backward"; }
+  std::string_view summary() const override {
+    return "grad_x = out * (grad_out - sum(grad_out * out)) over the last dim, from softmax's output";
+  }
+  std::span<const TensorArgInfo> tensor_args() const override { return kBackwardTensors; }
+  std::span<const ScalarArgInfo> scalar_args() const override { return {}; }
+  std::span<const DType> dtypes() const override { return kFloatTypes; }
+  std::string_view template_file() const override { return "softmax.cu"; }
+  std::string_view example_shapes() const override { return "out=32x151936"; }
+
+  Params specialize(TensorList t, ScalarList scalars, const Target&) const override {
+    check_tensor_count(t);
+    check_scalar_names(scalars);
+    const TensorSpec& y = t[2].spec;
+    checks::expect_dtype_in(name(), "out", y.dtype(), kFloatTypes);
+    const std::int64_t cols = rows::cols_of(name(), "out", y);
+    for (std::size_t i = 0; i < 3; ++i) {
+      checks::expect_same_dtype(name(), kBackwardTensors[i].name, t[i].spec, "out", y);
+      checks::expect_same_shape(name(), kBackwardTensors[i].name, t[i].spec, "out", y);
+      checks::expect_contiguous(name(), kBackwardTensors[i].name, t[i].spec);
+    }
+    rows::count(name(), y);
+    Params p;
+    p.add_dtype("dtype", y.dtype());
+    rows::add_params(p, "cols", cols, rows::pick(cols, y.dtype(), {t[0], t[1], t[2]}));
+    return p;
+  }
+
+  LaunchGeometry geometry(const Params& p, TensorList t) const override {
+    return rows::geometry(t[2].spec.numel() / p.get("cols"), p);
+  }
+
+  void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
+    const unsigned bytes = unsigned(p.get("vec") * std::int64_t(dtype_size(p.dtype("dtype"))));
+    for (std::size_t i = 0; i < 3; ++i) {
+      checks::expect_pointer(name(), kBackwardTensors[i].name, t[i].data, bytes);
+      args.push(t[i].data);
+    }
+    args.push(static_cast<long long>(t[2].spec.numel() / p.get("cols")));
+  }
+
+  std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
+    const auto& y = shapes::required(name(), shapes, "out", example_shapes());
+    TensorSpec ys(dtype, y);
+    return {ys, ys, ys};
+  }
+};
+
+}  // namespace
+
+const OpDef& softmax_op() {
+  static const Softmax op(false);
+  return op;
+}
+const OpDef& log_softmax_op() {
+  static const Softmax op(true);
+  return op;
+}
+const OpDef& softmax_backward_op() {
+  static const SoftmaxBackward op;
+  return op;
+}
+
+}  // namespace mojo

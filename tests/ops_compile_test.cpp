@@ -1,0 +1,119 @@
+// Every op x dtype x target compiles with each compiler of this build, with
+// no GPU, and ptxas accepts the PTX; odd shapes (rows of 1, 31, 4097 and a
+// whole vocabulary) compile too.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "mojo/runtime.hpp"
+#include "test_util.hpp"
+
+using namespace mojo;
+
+namespace {
+
+std::vector<Tensor> tensors_for(const OpDef& op, DType dtype, std::string_view shapes) {
+  std::vector<Tensor> out;
+  for (const TensorSpec& s : op.specs_from_shapes(dtype, parse_shapes(op, shapes))) out.push_back({s, 0});
+  return out;
+}
+
+// Compiles to PTX and runs ptxas on it.
+void expect_ptxas_accepts(const std::string& compiler, const std::string& op_name, DType dtype, const char* arch,
+                          std::string_view shapes, ScalarList scalars = {}) {
+  RuntimeOptions o;
+  o.disk_cache = false;
+  o.compiler = compiler;
+  Runtime rt(o);
+  const OpDef& op = find_op(op_name);
+  Artifact a = rt.compile(op_name, tensors_for(op, dtype, shapes), scalars, Target::parse(arch), Emit::ptx);
+  const std::string& ptx = *a.binary;
+  EXPECT_NE(ptx.find(".target " + Target::parse(arch).sm_name()), std::string::npos);
+  EXPECT_NE(ptx.find(".entry " + a.kernel_name), std::string::npos) << "kernel " << a.kernel_name;
+  test::TempDir dir;
+  test::write_file(dir.path() / "k.ptx", ptx);
+  auto r = test::run_command(std::string(MOJO_TEST_PTXAS) + " -arch=" + arch + " " + (dir.path() / "k.ptx").string() +
+                             " -o " + (dir.path() / "k.cubin").string());
+  EXPECT_EQ(r.exit_code, 0) << op_name << " " << shapes << "\n" << r.output;
+}
+
+std::vector<std::string> compilers() {
+  std::vector<std::string> c = {"nvrtc"};
+  if (MOJO_TEST_WITH_LLVM) c.push_back("llvm");
+  return c;
+}
+std::vector<std::string> op_names() {
+  std::vector<std::string> names;
+  for (const OpDef* op : all_ops()) names.emplace_back(op->name());
+  return names;
+}
+
+}  // namespace
+
+struct EveryOpCompiles
+    : ::testing::TestWithParam<std::tuple<std::string, std::string, DType, const char*>> {};
+
+TEST_P(EveryOpCompiles, PtxIsAcceptedByPtxas) {
+  auto [compiler, op_name, dtype, arch] = GetParam();
+  const OpDef& op = find_op(op_name);
+  expect_ptxas_accepts(compiler, op_name, dtype, arch, op.example_shapes());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllOps, EveryOpCompiles,
+    ::testing::Combine(::testing::ValuesIn(compilers()), ::testing::ValuesIn(op_names()),
+                       ::testing::Values(DType::f32, DType::f16, DType::bf16),
+                       ::testing::Values("sm_80", "sm_90", "sm_90a")),
+    [](const auto& info) {
+      return fmt::format("{}_{}_{}_{}", std::get<0>(info.param), std::get<1>(info.param),
+                         dtype_name(std::get<2>(info.param)), std::get<3>(info.param));
+    });
+
+// Shapes off the fast path: one-element rows, odd rows (vector width 1),
+// rows wider than the registers hold, the vocabulary, partial rotary.
+struct OddShape {
+  const char* op;
+  const char* shapes;
+};
+constexpr OddShape kOddShapes[] = {
+    {"rms_norm", "x=3x1"},
+    {"rms_norm", "x=3x31"},
+    {"rms_norm", "x=3x4097"},
+    {"add_rms_norm", "x=5x127"},
+    {"layer_norm", "x=3x1 mean=3 rstd=3"},
+    {"layer_norm", "x=2x4097"},
+    {"layer_norm", "x=2x151936"},
+    {"layer_norm_backward", "x=7x31"},
+    {"layer_norm_backward", "x=2x65536"},
+    {"softmax", "x=1x1"},
+    {"softmax", "x=4x31"},
+    {"softmax", "x=1x151936"},
+    {"log_softmax", "x=2x262144"},
+    {"softmax_backward", "out=2x151936"},
+    {"swiglu", "x=3x2"},
+    {"gelu_and_mul", "x=3x8194"},
+    {"silu", "x=7"},
+    {"rotary_embedding", "q=3x4x64 k=3x1x64 cos_sin_cache=100x32"},
+    {"embedding", "ids=5 weight=100x31"},
+    {"store_kv_cache", "k_cache=4x16x1x3 k=5x1x3"},
+};
+
+struct OddShapesCompile : ::testing::TestWithParam<std::tuple<std::string, OddShape>> {};
+
+TEST_P(OddShapesCompile, PtxIsAcceptedByPtxas) {
+  auto [compiler, odd] = GetParam();
+  for (DType dtype : {DType::f32, DType::bf16}) expect_ptxas_accepts(compiler, odd.op, dtype, "sm_90", odd.shapes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Odd, OddShapesCompile,
+                         ::testing::Combine(::testing::ValuesIn(compilers()), ::testing::ValuesIn(kOddShapes)),
+                         [](const auto& info) {
+                           return fmt::format("{}_{}_{}", std::get<0>(info.param), std::get<1>(info.param).op,
+                                              info.index);
+                         });
+
+TEST(OpsCompile, GeluBothFormsAndGptjRotaryCompile) {
+  expect_ptxas_accepts("nvrtc", "gelu", DType::bf16, "sm_90", "x=4x4096", {{"approximate", 1}});
+  expect_ptxas_accepts("nvrtc", "gelu_and_mul", DType::f16, "sm_80", "x=4x4096", {{"approximate", 1}});
+  expect_ptxas_accepts("nvrtc", "rotary_embedding", DType::bf16, "sm_90", "q=4x32x128 k=4x8x128 cos_sin_cache=64x128",
+                       {{"neox", 0}});
+}
