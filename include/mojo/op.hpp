@@ -189,6 +189,8 @@ class OpDef {
   double scalar(ScalarList scalars, std::string_view name) const;
   // Throws InvalidArgumentError for a scalar name this op does not declare.
   void check_scalar_names(ScalarList scalars) const;
+  // Throws ShapeError naming this op's tensors unless one is called `tensor`.
+  void check_tensor_name(std::string_view tensor) const;
   // Throws InvalidArgumentError unless exactly tensor_args().size() tensors are given.
   void check_tensor_count(TensorList tensors) const;
 };

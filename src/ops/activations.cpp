@@ -9,7 +9,7 @@
 namespace mojo {
 namespace {
 
-constexpr DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
+using checks::kFloatTypes;
 constexpr TensorArgInfo kPlainTensors[] = {
     {"out", "out", "same shape and dtype as x, contiguous"},
     {"x", "in", "any shape, contiguous"},
@@ -93,7 +93,7 @@ class Activation final : public OpDef {
   }
 
   void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
-    const unsigned bytes = unsigned(p.get("vec") * std::int64_t(dtype_size(p.dtype("dtype"))));
+    const unsigned bytes = checks::vector_bytes(p);
     checks::expect_pointer(name(), "out", t[0].data, bytes);
     checks::expect_pointer(name(), "x", t[1].data, bytes);
     args.push(t[0].data);

@@ -14,6 +14,14 @@
 
 namespace mojo::checks {
 
+// The storage types of the floating-point ops.
+inline constexpr DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
+
+// Bytes per load/store of a kernel specialized with params "dtype" and "vec".
+inline unsigned vector_bytes(const Params& p) {
+  return unsigned(p.get("vec") * std::int64_t(dtype_size(p.dtype("dtype"))));
+}
+
 // Largest power of two dividing the address, capped at 256; a null pointer
 // (compiling with no memory) counts as fully aligned.
 inline unsigned alignment_of(DevicePtr p) noexcept {

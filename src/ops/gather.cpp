@@ -12,7 +12,7 @@
 namespace mojo {
 namespace {
 
-constexpr DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
+using checks::kFloatTypes;
 
 constexpr TensorArgInfo kEmbeddingTensors[] = {
     {"out", "out", "[..., hidden] with one row per id, same dtype as weight, contiguous"},
@@ -57,7 +57,7 @@ class Embedding final : public OpDef {
   LaunchGeometry geometry(const Params& p, TensorList t) const override { return rows::geometry(t[1].spec.numel(), p); }
 
   void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
-    const unsigned bytes = unsigned(p.get("vec") * std::int64_t(dtype_size(p.dtype("dtype"))));
+    const unsigned bytes = checks::vector_bytes(p);
     checks::expect_pointer(name(), "out", t[0].data, bytes);
     checks::expect_pointer(name(), "ids", t[1].data, unsigned(dtype_size(t[1].spec.dtype())));
     checks::expect_pointer(name(), "weight", t[2].data, bytes);
@@ -137,7 +137,7 @@ class StoreKvCache final : public OpDef {
   LaunchGeometry geometry(const Params& p, TensorList t) const override { return rows::geometry(t[2].spec.dim(0), p); }
 
   void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
-    const unsigned bytes = unsigned(p.get("vec") * std::int64_t(dtype_size(p.dtype("dtype"))));
+    const unsigned bytes = checks::vector_bytes(p);
     for (std::size_t i = 0; i < 4; ++i) checks::expect_pointer(name(), kKvTensors[i].name, t[i].data, bytes);
     checks::expect_pointer(name(), "slot_mapping", t[4].data, unsigned(dtype_size(t[4].spec.dtype())));
     for (int i = 0; i < 5; ++i) args.push(t[i].data);

@@ -10,7 +10,7 @@
 namespace mojo {
 namespace {
 
-constexpr DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
+using checks::kFloatTypes;
 constexpr ScalarArgInfo kEps[] = {{"eps", 1e-6, "added to the variance"}};
 
 // weight (and bias) must be [cols] of x's dtype, contiguous.
@@ -25,7 +25,7 @@ void check_vector(std::string_view op, std::string_view arg, const TensorSpec& t
 
 // Every tensor of a row op must be non-null and aligned to the vector the kernel uses.
 void expect_pointers(std::string_view op, std::span<const TensorArgInfo> infos, TensorList t, const Params& p) {
-  const unsigned bytes = unsigned(p.get("vec") * std::int64_t(dtype_size(p.dtype("dtype"))));
+  const unsigned bytes = checks::vector_bytes(p);
   for (std::size_t i = 0; i < t.size(); ++i)
     if (infos[i].role != std::string_view("stats")) checks::expect_pointer(op, infos[i].name, t[i].data, bytes);
 }
@@ -254,7 +254,7 @@ class LayerNormBackward final : public OpDef {
   }
 
   void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
-    const unsigned bytes = unsigned(p.get("vec") * std::int64_t(dtype_size(p.dtype("dtype"))));
+    const unsigned bytes = checks::vector_bytes(p);
     for (std::size_t i : {0, 3, 4, 5}) checks::expect_pointer(name(), kLayerNormBackwardTensors[i].name, t[i].data, bytes);
     for (std::size_t i : {1, 2})
       checks::expect_pointer(name(), kLayerNormBackwardTensors[i].name, t[i].data,

@@ -101,6 +101,14 @@ void OpDef::check_scalar_names(ScalarList scalars) const {
   }
 }
 
+void OpDef::check_tensor_name(std::string_view tensor) const {
+  auto args = tensor_args();
+  if (std::any_of(args.begin(), args.end(), [&](const TensorArgInfo& a) { return a.name == tensor; })) return;
+  std::vector<std::string_view> names;
+  for (const TensorArgInfo& a : args) names.push_back(a.name);
+  throw ShapeError(fmt::format("{} has no tensor '{}'; its tensors: {}", name(), tensor, fmt::join(names, ", ")));
+}
+
 void OpDef::check_tensor_count(TensorList tensors) const {
   auto args = tensor_args();
   if (tensors.size() != args.size()) {
@@ -118,12 +126,7 @@ ShapeMap parse_shapes(const OpDef& op, std::span<const std::string> items) {
     if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
       throw ShapeError(fmt::format("bad --shape '{}': expected NAME=DIMS, e.g. x=4096x4096", s));
     std::string name = s.substr(0, eq);
-    auto args = op.tensor_args();
-    if (std::none_of(args.begin(), args.end(), [&](const TensorArgInfo& a) { return a.name == name; })) {
-      std::vector<std::string_view> names;
-      for (const auto& a : args) names.push_back(a.name);
-      throw ShapeError(fmt::format("{} has no tensor '{}'; its tensors: {}", op.name(), name, fmt::join(names, ", ")));
-    }
+    op.check_tensor_name(name);
     std::vector<std::int64_t> dims;
     std::stringstream in(s.substr(eq + 1));
     for (std::string dim; std::getline(in, dim, 'x');) {

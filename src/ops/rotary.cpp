@@ -14,7 +14,7 @@
 namespace mojo {
 namespace {
 
-constexpr DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
+using checks::kFloatTypes;
 constexpr TensorArgInfo kTensors[] = {
     {"q", "inout", "[tokens, heads, head_dim]; tokens may be strided (a view of qkv)"},
     {"k", "inout", "[tokens, kv_heads, head_dim], same dtype as q; tokens may be strided"},

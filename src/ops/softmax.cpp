@@ -10,7 +10,7 @@
 namespace mojo {
 namespace {
 
-constexpr DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
+using checks::kFloatTypes;
 constexpr TensorArgInfo kForwardTensors[] = {
     {"out", "out", "[..., cols], same dtype as x; rows may be strided"},
     {"x", "in", "[..., cols]; rows may be strided"},
@@ -58,7 +58,7 @@ class Softmax final : public OpDef {
   }
 
   void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
-    const unsigned bytes = unsigned(p.get("vec") * std::int64_t(dtype_size(p.dtype("dtype"))));
+    const unsigned bytes = checks::vector_bytes(p);
     checks::expect_pointer(name(), "out", t[0].data, bytes);
     checks::expect_pointer(name(), "x", t[1].data, bytes);
     args.push(t[0].data);
@@ -112,7 +112,7 @@ class SoftmaxBackward final : public OpDef {
   }
 
   void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
-    const unsigned bytes = unsigned(p.get("vec") * std::int64_t(dtype_size(p.dtype("dtype"))));
+    const unsigned bytes = checks::vector_bytes(p);
     for (std::size_t i = 0; i < 3; ++i) {
       checks::expect_pointer(name(), kBackwardTensors[i].name, t[i].data, bytes);
       args.push(t[i].data);

@@ -152,22 +152,19 @@ std::vector<PrewarmItem> Manifest::items(const std::vector<Target>& requested) c
     const OpDef& op = find_op(k.op);
     for (const auto& shape : k.shapes)
       for (const auto& entry : shape) {
-        const std::string& name = entry.first;
-        auto args = op.tensor_args();
-        if (std::none_of(args.begin(), args.end(), [&](const TensorArgInfo& a) { return a.name == name; })) {
-          std::vector<std::string_view> names;
-          for (const TensorArgInfo& a : args) names.push_back(a.name);
-          throw InvalidArgumentError(fmt::format("manifest: {} has no tensor '{}'; its tensors: {}", k.op, name,
-                                                 fmt::join(names, ", ")));
+        try {
+          op.check_tensor_name(entry.first);
+        } catch (const ShapeError& e) {
+          throw InvalidArgumentError(fmt::format("manifest: {}", e.what()));
         }
       }
     for (DType dtype : k.dtypes)
       for (const auto& shape : k.shapes) {
         // Expand buckets: every combination of the listed dims, tensor by tensor.
-        std::vector<std::map<std::string, std::vector<std::int64_t>, std::less<>>> concrete(1);
+        std::vector<ShapeMap> concrete(1);
         for (const auto& [name, dims] : shape)
           for (const auto& choices : dims) {
-            std::vector<std::map<std::string, std::vector<std::int64_t>, std::less<>>> next;
+            std::vector<ShapeMap> next;
             for (const auto& partial : concrete)
               for (std::int64_t d : choices) {
                 auto c = partial;

@@ -136,6 +136,7 @@ struct Runtime::Impl {
   std::unique_ptr<Compiler> compiler;
   KernelCache cache;
   fs::path dump_dir;
+  bool debug_checks;
 
   std::mutex device_mutex;
   std::optional<Device> device;
@@ -153,7 +154,8 @@ struct Runtime::Impl {
         templates(options.template_paths),
         compiler(make_compiler(compiler_name(options))),
         cache(cache_options(options)),
-        dump_dir(!options.dump_dir.empty() ? options.dump_dir : fs::path(env("MOJO_JIT_DUMP") ? env("MOJO_JIT_DUMP") : "")) {}
+        dump_dir(!options.dump_dir.empty() ? options.dump_dir : fs::path(env("MOJO_JIT_DUMP") ? env("MOJO_JIT_DUMP") : "")),
+        debug_checks(options.debug_checks || env_flag("MOJO_JIT_DEBUG_CHECKS")) {}
 
   const Device& open_device() {
     std::lock_guard lock(device_mutex);
@@ -222,7 +224,7 @@ struct Runtime::Impl {
     }
     Function function = module->function(u.kernel_name);
     auto kernel = std::make_unique<LoadedKernel>(LoadedKernel{u.kernel_name, std::move(module), function, &dev,
-                                                                  options.debug_checks || env_flag("MOJO_JIT_DEBUG_CHECKS")});
+                                                                  debug_checks});
     std::unique_lock write(loaded_mutex);
     return *loaded.emplace(key, std::move(kernel)).first->second;
   }
