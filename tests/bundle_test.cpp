@@ -2,6 +2,7 @@
 // each of its kernels found later by a single-kernel lookup, compiling nothing.
 #include <gtest/gtest.h>
 
+#include "mojo/error.hpp"
 #include "mojo/manifest.hpp"
 #include "mojo/runtime.hpp"
 #include "test_util.hpp"
@@ -62,6 +63,7 @@ void bundle_then_single_lookups(const std::string& compiler, Emit emit, int jobs
 
 TEST(Bundle, NvrtcPtxBundleServesEachKernel) { bundle_then_single_lookups("nvrtc", Emit::ptx, 1); }
 TEST(Bundle, NvrtcCubinBundleServesEachKernel) { bundle_then_single_lookups("nvrtc", Emit::cubin, 1); }
+TEST(Bundle, NvrtcCubinBundleOnTwoThreadsServesEachKernel) { bundle_then_single_lookups("nvrtc", Emit::cubin, 2); }
 #if MOJO_TEST_WITH_LLVM
 TEST(Bundle, LlvmPtxBundleServesEachKernel) { bundle_then_single_lookups("llvm", Emit::ptx, 2); }
 TEST(Bundle, LlvmCubinBundleWithSplitBackEndServesEachKernel) { bundle_then_single_lookups("llvm", Emit::cubin, 2); }
@@ -100,4 +102,30 @@ TEST(Bundle, CliCompileAll) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("sm_90 ptx: 12 kernels in one module"), std::string::npos) << r.output;
   EXPECT_NE(test::read_file(dir.path() / "b.ptx").find(".entry rms_norm_bf16_hidden4096"), std::string::npos);
+}
+
+TEST(Bundle, ExamplesManifestHasEveryOpAndDtype) {
+  std::size_t want = 0;
+  for (const OpDef* op : all_ops()) want += op->dtypes().size();
+  auto items = Manifest::examples().items({Target::parse("sm_90")});
+  EXPECT_EQ(items.size(), want);
+  EXPECT_GE(want, 12u);
+  auto two = Manifest::examples({"softmax", "embedding"}).items({Target::parse("sm_80")});
+  ASSERT_EQ(two.size(), find_op("softmax").dtypes().size() + find_op("embedding").dtypes().size());
+  EXPECT_EQ(two.front().label.rfind("softmax ", 0), 0u) << two.front().label;
+  EXPECT_THROW(Manifest::examples({"no_such_op"}), UnknownOpError);
+}
+
+TEST(Bundle, CliCompileAllOps) {
+  test::TempDir dir;
+  const std::string cli = std::string(MOJO_TEST_CLI) + " compile-all --arch sm_80 --emit ptx --cache-dir " + dir.str();
+  auto r = test::run_command(cli + " --ops silu,swiglu");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("sm_80 ptx: 6 kernels in one module"), std::string::npos) << r.output;
+  r = test::run_command(cli);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("give --manifest FILE or --ops all|OP,OP,..."), std::string::npos) << r.output;
+  r = test::run_command(cli + " --ops silu --manifest m.toml");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("excludes"), std::string::npos) << r.output;
 }

@@ -11,7 +11,7 @@
 #include "mojo/error.hpp"
 #include "mojo/reference.hpp"
 #include "mojo/runtime.hpp"
-#include "test_util.hpp"
+#include "gpu_util.hpp"
 
 // Counts heap allocations made by this thread, to prove the hot path makes none.
 namespace {
@@ -42,27 +42,7 @@ Tolerance tolerance(DType d) {
   }
 }
 
-// Random values in ±[0.05, 2]: never zero, so a kernel that writes zeros fails.
-std::vector<float> random_values(std::size_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> mag(0.05f, 2.f);
-  std::bernoulli_distribution sign(0.5);
-  std::vector<float> v(n);
-  for (float& x : v) x = sign(rng) ? mag(rng) : -mag(rng);
-  return v;
-}
-
-struct GpuFixture : ::testing::Test {
-  test::TempDir cache;
-  std::unique_ptr<Runtime> rt;
-  void SetUp() override {
-    if (!device_available()) GTEST_SKIP() << "no GPU or no CUDA driver on this machine";
-    RuntimeOptions o;
-    o.cache_dir = cache.path();
-    rt = std::make_unique<Runtime>(o);
-    rt->device();
-  }
-};
+struct GpuFixture : test::GpuTest {};
 
 // Runs rms_norm on [rows, hidden] with x starting `x_offset` bytes into its
 // buffer, checks every element against the reference and that no byte
@@ -70,8 +50,8 @@ struct GpuFixture : ::testing::Test {
 void check_rms_norm(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t hidden, std::size_t x_offset = 0) {
   const std::size_t n = std::size_t(rows * hidden), es = dtype_size(dtype);
   const TensorSpec x_spec(dtype, {rows, hidden}), w_spec(dtype, {hidden});
-  auto x_host = reference::encode(dtype, random_values(n, 1));
-  auto w_host = reference::encode(dtype, random_values(std::size_t(hidden), 2));
+  auto x_host = reference::encode(dtype, test::random_values(n, 1));
+  auto w_host = reference::encode(dtype, test::random_values(std::size_t(hidden), 2));
   const float eps = 1e-5f;
 
   constexpr std::size_t kGuard = 256;  // poisoned bytes after `out`
@@ -183,17 +163,8 @@ TEST_F(GpuFixture, GpuSecondProcessFindsTheKernelOnDisk) {
 
 #if MOJO_TEST_WITH_LLVM
 // The same checks with kernels compiled by clang + LLVM instead of NVRTC.
-struct GpuLlvm : ::testing::Test {
-  test::TempDir cache;
-  std::unique_ptr<Runtime> rt;
-  void SetUp() override {
-    if (!device_available()) GTEST_SKIP() << "no GPU or no CUDA driver on this machine";
-    RuntimeOptions o;
-    o.cache_dir = cache.path();
-    o.compiler = "llvm";
-    rt = std::make_unique<Runtime>(o);
-    rt->device();
-  }
+struct GpuLlvm : test::GpuTest {
+  std::string compiler() const override { return "llvm"; }
 };
 
 TEST_F(GpuLlvm, RmsNormMatchesCpuReference) {

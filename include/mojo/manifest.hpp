@@ -41,6 +41,10 @@ struct Manifest {
   // Throws InvalidArgumentError naming the file, line and problem.
   static Manifest parse(std::string_view text, std::string_view source_name = "manifest");
   static Manifest load(const std::filesystem::path& path);
+  // Every dtype of each named op (none: every op) at its example shapes
+  // (OpDef::example_shapes): a set with one kernel per op x dtype, for
+  // `compile-all --ops` and the compile benchmark. UnknownOpError for a bad name.
+  static Manifest examples(const std::vector<std::string>& ops = {});
 
   // Every op x dtype x shape x target, validated against the op (throws on
   // an op, dtype or shape the op rejects). `targets` empty: the manifest's.

@@ -93,12 +93,14 @@ std::string nvjitlink_version() {
 }
 
 // PTX (one text, or the parts of a split module) -> one cubin for an exact
-// sm_XX, with nvJitLink in process.
-std::string ptx_to_cubin(const std::vector<std::string>& ptx, const Target& target, std::string_view description) {
-  std::string arch = fmt::format("-arch={}", target.sm_name());
-  const char* options[] = {arch.c_str(), "-O3"};
+// sm_XX, with nvJitLink in process (its ptxas on `jobs` threads).
+std::string ptx_to_cubin(const std::vector<std::string>& ptx, const Target& target, unsigned jobs,
+                         std::string_view description) {
+  const std::string arch = fmt::format("-arch={}", target.sm_name()), split = fmt::format("-Xptxas=--split-compile={}", jobs);
+  std::vector<const char*> options{arch.c_str(), "-O3"};
+  if (jobs > 1) options.push_back(split.c_str());
   nvJitLinkHandle handle = nullptr;
-  if (nvJitLinkCreate(&handle, 2, options) != NVJITLINK_SUCCESS)
+  if (nvJitLinkCreate(&handle, std::uint32_t(options.size()), options.data()) != NVJITLINK_SUCCESS)
     throw CompileError(fmt::format("{}: nvJitLink cannot target {}", description, target.sm_name()), "");
   auto log_of = [&] {
     std::size_t n = 0;
@@ -330,7 +332,7 @@ CompileResult LlvmCompiler::compile(const CompileRequest& request) const {
   if (ir)
     result.binary = std::move(out);
   else if (request.emit == Emit::cubin)
-    result.binary = ptx_to_cubin(ptx_parts, target, request.description);
+    result.binary = ptx_to_cubin(ptx_parts, target, request.jobs, request.description);
   else
     result.binary = std::move(ptx_parts.front());
   return result;

@@ -63,6 +63,9 @@ CompileResult NvrtcCompiler::compile(const CompileRequest& request) const {
   std::vector<const char*> options;
   for (const std::string& o : options_) options.push_back(o.c_str());
   options.push_back(arch.c_str());
+  // A module of many kernels: NVRTC optimises and generates code on several threads.
+  const std::string split = fmt::format("--split-compile={}", request.jobs);
+  if (request.jobs > 1) options.push_back(split.c_str());
 
   nvrtcResult result = nvrtcCompileProgram(raw, int(options.size()), options.data());
   std::size_t log_size = 0;

@@ -144,6 +144,23 @@ Manifest Manifest::load(const std::filesystem::path& path) {
   return parse(text.str(), path.string());
 }
 
+Manifest Manifest::examples(const std::vector<std::string>& ops) {
+  std::vector<const OpDef*> chosen;
+  if (ops.empty()) chosen.assign(all_ops().begin(), all_ops().end());
+  for (const std::string& name : ops) chosen.push_back(&find_op(name));
+  Manifest m;
+  m.name = "examples";
+  for (const OpDef* op : chosen) {
+    Kernel k{std::string(op->name()), {op->dtypes().begin(), op->dtypes().end()}, {{}}, {}};
+    for (const auto& [tensor, dims] : parse_shapes(*op, op->example_shapes())) {
+      auto& choices = k.shapes[0][tensor];  // one choice per dim: no buckets
+      for (std::int64_t d : dims) choices.push_back({d});
+    }
+    m.kernels.push_back(std::move(k));
+  }
+  return m;
+}
+
 std::vector<PrewarmItem> Manifest::items(const std::vector<Target>& requested) const {
   const std::vector<Target>& targets = requested.empty() ? this->targets : requested;
   if (targets.empty()) throw InvalidArgumentError("no targets: give --arch (e.g. sm_80,sm_90) or targets = [...] in the manifest");

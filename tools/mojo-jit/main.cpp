@@ -30,8 +30,8 @@ usage:
   mojo-jit [--emit=ptx|cubin|sass|llvm|llvm-opt] [--compiler=nvrtc|llvm] OP --dtype DT --shape NAME=DIMS... [options]
   mojo-jit describe OP --dtype DT --shape NAME=DIMS... [options]
   mojo-jit list
-  mojo-jit prewarm --manifest FILE [--arch sm_80,sm_90] [-j N] [--cache-dir DIR]
-  mojo-jit compile-all --manifest FILE [--arch sm_90] [--compiler llvm] [-j N] [-o FILE]
+  mojo-jit prewarm --manifest FILE|--ops all|OP,.. [--arch sm_80,sm_90] [-j N] [--cache-dir DIR]
+  mojo-jit compile-all --manifest FILE|--ops all|OP,.. [--arch sm_90] [--compiler llvm] [-j N] [-o FILE]
   mojo-jit cache path|stats|ls|verify|prune|clear [--json] [--cache-dir DIR]
   mojo-jit cache explain OP --dtype DT --shape NAME=DIMS... [options]
 
@@ -262,16 +262,33 @@ std::vector<mojo::Target> parse_targets(const std::string& list) {
 
 // Options shared by prewarm and compile-all: a manifest compiled for targets.
 struct ManifestOptions {
-  std::string manifest_path, arch, compiler, cache_dir, emit = "cubin";
+  std::string manifest_path, ops, arch, compiler, cache_dir, emit = "cubin";
   int jobs = 0;
 
   void add_to(CLI::App& app, const char* jobs_help) {
-    app.add_option("--manifest", manifest_path, "TOML manifest (e.g. cache/qwen3-8b.toml)")->required();
+    auto* manifest = app.add_option("--manifest", manifest_path, "TOML manifest (e.g. cache/qwen3-8b.toml)");
+    auto* op_list = app.add_option("--ops", ops, "instead of a manifest: 'all' or comma-separated ops, every dtype at "
+                                                 "the example shapes `mojo-jit list` shows");
+    manifest->excludes(op_list);
+    op_list->excludes(manifest);
     app.add_option("--arch", arch, "comma-separated targets, e.g. sm_80,sm_90 (default: the manifest's)");
     app.add_option("-j,--jobs", jobs, jobs_help);
     app.add_option("--compiler", compiler, "nvrtc or llvm (default: $MOJO_JIT_COMPILER or nvrtc)");
     app.add_option("--cache-dir", cache_dir, "cache directory (default: $MOJO_JIT_CACHE_DIR, ~/.cache/mojo-jit)");
     app.add_option("--emit", emit, "stage: cubin (what launches load) or ptx")->capture_default_str();
+  }
+  // The items to compile, from --manifest or --ops, for --arch (else the
+  // manifest's targets; --ops defaults to sm_90).
+  mojo::Manifest manifest() const {
+    if (!manifest_path.empty()) return mojo::Manifest::load(manifest_path);
+    if (ops.empty()) throw mojo::InvalidArgumentError("give --manifest FILE or --ops all|OP,OP,...");
+    std::vector<std::string> names;
+    std::stringstream ss(ops);
+    for (std::string name; std::getline(ss, name, ',');)
+      if (!name.empty() && name != "all") names.push_back(name);
+    mojo::Manifest m = mojo::Manifest::examples(names);
+    m.targets = {mojo::Target::parse("sm_90")};
+    return m;
   }
   mojo::RuntimeOptions runtime_options() const {
     mojo::RuntimeOptions o;
@@ -287,7 +304,7 @@ int run_prewarm(int argc, char** argv) {
   opt.add_to(app, "parallel compiles (default: one per core)");
   CLI11_PARSE(app, argc, argv);
 
-  mojo::Manifest manifest = mojo::Manifest::load(opt.manifest_path);
+  mojo::Manifest manifest = opt.manifest();
   std::vector<mojo::PrewarmItem> items = manifest.items(parse_targets(opt.arch));
   mojo::Runtime rt(opt.runtime_options());
   if (rt.cache_dir().empty()) throw mojo::Error("prewarm needs a usable disk cache directory");
@@ -318,7 +335,7 @@ int run_compile_all(int argc, char** argv) {
   app.add_option("-o,--output", output, "also write the module to FILE (one target only)");
   CLI11_PARSE(app, argc, argv);
 
-  std::vector<mojo::PrewarmItem> items = mojo::Manifest::load(opt.manifest_path).items(parse_targets(opt.arch));
+  std::vector<mojo::PrewarmItem> items = opt.manifest().items(parse_targets(opt.arch));
   mojo::Runtime rt(opt.runtime_options());
   auto start = std::chrono::steady_clock::now();
   std::vector<mojo::Bundle> bundles = rt.compile_all(items, mojo::parse_emit(opt.emit), opt.jobs);

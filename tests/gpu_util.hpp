@@ -1,0 +1,134 @@
+// Helpers for the GPU tests: a Runtime on the GPU (or a skipped test), device
+// tensors with poisoned guard bytes, random inputs that are never zero, and
+// the comparison against a CPU reference with per-dtype tolerances.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mojo/device.hpp"
+#include "mojo/reference.hpp"
+#include "mojo/runtime.hpp"
+#include "test_util.hpp"
+
+namespace mojo::test {
+
+// Random values in ±[lo, hi]: never zero, so a kernel that writes zeros fails.
+inline std::vector<float> random_values(std::size_t n, std::uint32_t seed, float lo = 0.05f, float hi = 2.f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> mag(lo, hi);
+  std::bernoulli_distribution sign(0.5);
+  std::vector<float> v(n);
+  for (float& x : v) x = sign(rng) ? mag(rng) : -mag(rng);
+  return v;
+}
+
+// A Runtime with a private cache on GPU 0, compiling with compiler(); the
+// test is skipped on a machine with no driver or GPU.
+class GpuTest : public ::testing::Test {
+ protected:
+  virtual std::string compiler() const { return "nvrtc"; }
+  void SetUp() override {
+    if (!device_available()) GTEST_SKIP() << "no GPU or no CUDA driver on this machine";
+    RuntimeOptions o;
+    o.cache_dir = cache.path();
+    o.compiler = compiler();
+    rt = std::make_unique<Runtime>(o);
+    rt->device();
+  }
+  TempDir cache;
+  std::unique_ptr<Runtime> rt;
+};
+
+// A contiguous tensor on the device followed by kGuard poisoned bytes. An
+// output starts all 0xff (NaN in every float type: an element the kernel does
+// not write cannot pass); an input starts with the given host bytes.
+class GpuTensor {
+ public:
+  static constexpr std::size_t kGuard = 256;
+  explicit GpuTensor(TensorSpec spec) : spec_(spec), buffer_(spec.nbytes() + kGuard) { buffer_.fill_bytes(0xff); }
+  GpuTensor(TensorSpec spec, const std::vector<std::uint8_t>& host) : GpuTensor(spec) {
+    EXPECT_EQ(host.size(), spec.nbytes());
+    buffer_.copy_from_host(host.data(), std::min(host.size(), spec.nbytes()));
+  }
+  Tensor tensor() const { return buffer_.as(spec_); }
+  operator Tensor() const { return tensor(); }
+  // The tensor's bytes; a failure if anything was written past its end.
+  std::vector<std::uint8_t> read() const {
+    std::vector<std::uint8_t> all(buffer_.size());
+    buffer_.copy_to_host(all.data(), all.size());
+    for (std::size_t i = spec_.nbytes(); i < all.size(); ++i)
+      if (all[i] != 0xff) {
+        ADD_FAILURE() << "wrote past the end of a " << spec_.str() << " tensor, at byte " << i;
+        break;
+      }
+    all.resize(spec_.nbytes());
+    return all;
+  }
+
+ private:
+  TensorSpec spec_;
+  DeviceBuffer buffer_;
+};
+
+// A kernel computes in float, the reference in double, and both round once
+// to the storage type; they may also differ by what fp32 accumulation and the
+// fast approximations (ex2/rsqrt/tanh .approx) lose. An element passes when
+//   |gpu - cpu| <= rtol * |cpu| + atol * max|cpu over the tensor|
+// (atol relative to the tensor's scale: softmax outputs are ~1e-6).
+struct Tolerance {
+  double rtol, atol;
+};
+inline Tolerance tolerance(DType d) {
+  switch (d) {
+    case DType::bf16: return {8e-3, 4e-3};  // 1 ulp = 2^-8 relative: 2 ulp
+    case DType::f16: return {2e-3, 1e-3};   // 1 ulp = 2^-11 relative: 4 ulp (and f16 subnormals)
+    default: return {1e-4, 1e-6};           // f32: a few ulp of 2^-23 after approximations and sums
+  }
+}
+
+inline void expect_close(DType dtype, const std::vector<std::uint8_t>& got, const std::vector<std::uint8_t>& want,
+                         const std::string& what, Tolerance tol) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const std::size_t n = want.size() / dtype_size(dtype);
+  double scale = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double r = reference::load(dtype, want.data(), i);
+    if (std::isfinite(r)) scale = std::max(scale, std::abs(r));
+  }
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double g = reference::load(dtype, got.data(), i), r = reference::load(dtype, want.data(), i);
+    const bool ok = std::isfinite(r) ? std::abs(g - r) <= tol.rtol * std::abs(r) + tol.atol * scale : g == r;
+    if (!ok && bad++ < 5)
+      ADD_FAILURE() << what << " (" << dtype_name(dtype) << ") element " << i << ": gpu " << g << " vs cpu " << r;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": elements outside tolerance (rtol " << tol.rtol << ", atol " << tol.atol << " x "
+                     << scale << ")";
+}
+inline void expect_close(DType dtype, const std::vector<std::uint8_t>& got, const std::vector<std::uint8_t>& want,
+                         const std::string& what) {
+  expect_close(dtype, got, want, what, tolerance(dtype));
+}
+
+// Host bytes of i32 or i64 indices.
+inline std::vector<std::uint8_t> index_bytes(DType dtype, const std::vector<std::int64_t>& values) {
+  std::vector<std::uint8_t> out(values.size() * dtype_size(dtype));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::i32) {
+      const auto v = std::int32_t(values[i]);
+      std::memcpy(out.data() + 4 * i, &v, 4);
+    } else {
+      std::memcpy(out.data() + 8 * i, &values[i], 8);
+    }
+  }
+  return out;
+}
+
+}  // namespace mojo::test

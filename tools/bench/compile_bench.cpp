@@ -1,0 +1,170 @@
+// Compile-time tables (no GPU needed): cold compiles of one kernel, and the
+// compile modes (per kernel, all kernels in one module, LLVM's split back
+// end) for the whole example set, with NVRTC and with LLVM.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "bench.hpp"
+
+namespace bench {
+namespace {
+
+std::vector<mojo::Tensor> rms_specs(mojo::DType d, std::int64_t rows, std::int64_t hidden) {
+  mojo::TensorSpec x(d, {rows, hidden}), w(d, {hidden});
+  return {{x}, {x}, {w}};
+}
+
+std::vector<std::string> available_compilers() {
+  std::vector<std::string> out{"nvrtc"};
+  try {
+    mojo::make_compiler("llvm");
+    out.push_back("llvm");
+  } catch (const mojo::Error&) {  // a build without LLVM
+  }
+  return out;
+}
+
+struct Timing {
+  double wall_ms = 0, cpu = 0;  // ms
+};
+
+enum class Mode { per_kernel, one_module };
+
+// Compiles `items` into a fresh cache with `compiler`, after one warm-up
+// compile outside the set (so library loading is not in the numbers).
+Timing time_mode(Mode mode, const std::string& compiler, mojo::Emit emit, int jobs,
+                 const std::vector<mojo::PrewarmItem>& items, const mojo::Target& target) {
+  auto dir = fresh_dir("modes");
+  mojo::RuntimeOptions o;
+  o.cache_dir = dir;
+  o.compiler = compiler;
+  Timing t;
+  {
+    mojo::Runtime rt(o);
+    rt.compile("rms_norm", rms_specs(mojo::DType::f32, 1, 77), {}, target, emit);
+    const double cpu0 = cpu_ms();
+    const auto start = Clock::now();
+    if (mode == Mode::per_kernel) {
+      for (const mojo::PrewarmItem& item : items) rt.compile(item.op, item.tensors, item.scalar_args(), item.target, emit);
+    } else {
+      rt.compile_all(items, emit, jobs);
+    }
+    t = {ms_since(start), cpu_ms() - cpu0};
+    if (rt.stats().compiles != (mode == Mode::per_kernel ? items.size() : 1) + 1)
+      throw mojo::Error(fmt::format("bench: expected every kernel compiled, got {} compiles", rt.stats().compiles));
+  }
+  std::filesystem::remove_all(dir);
+  return t;
+}
+
+}  // namespace
+
+void bench_compile(const mojo::Target& target) {
+  auto dir = fresh_dir("compile");
+  mojo::RuntimeOptions o;
+  o.cache_dir = dir;
+  fmt::print("\n## Compile ({}, NVRTC, cubin)\n\n| what | ms |\n|---|---:|\n", target.sm_name());
+  {
+    mojo::Runtime rt(o);
+    auto t = Clock::now();
+    rt.compile("rms_norm", rms_specs(mojo::DType::bf16, 1, 4096), {}, target, mojo::Emit::cubin);
+    fmt::print("| cold compile, first in process (includes loading NVRTC) | {:.1f} |\n", ms_since(t));
+    t = Clock::now();
+    rt.compile("rms_norm", rms_specs(mojo::DType::bf16, 1, 5120), {}, target, mojo::Emit::cubin);
+    fmt::print("| cold compile, another specialization | {:.1f} |\n", ms_since(t));
+    t = Clock::now();
+    rt.compile("rms_norm", rms_specs(mojo::DType::f16, 1, 4096), {}, target, mojo::Emit::ptx);
+    fmt::print("| cold compile to PTX only | {:.1f} |\n", ms_since(t));
+  }
+  mojo::Runtime rt(o);
+  auto t = Clock::now();
+  rt.compile("rms_norm", rms_specs(mojo::DType::bf16, 1, 4096), {}, target, mojo::Emit::cubin);
+  fmt::print("| disk hit in a new Runtime (key + read + verify) | {:.2f} |\n", ms_since(t));
+  std::filesystem::remove_all(dir);
+}
+
+void bench_compile_modes(const mojo::Target& target, const Options& options) {
+  const std::vector<mojo::PrewarmItem> items = mojo::Manifest::examples().items({target});
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  const double n = double(items.size());
+  fmt::print("\n## Compile modes: every op x dtype at its example shapes = {} kernels, {}, {} cores\n\n", items.size(),
+             target.sm_name(), cores);
+  fmt::print("| mode | compiler | output | wall ms | CPU ms | ms per kernel (wall) |\n|---|---|---|---:|---:|---:|\n");
+  auto row = [&](const char* mode, const std::string& compiler, mojo::Emit emit, Timing t) {
+    fmt::print("| {} | {} | {} | {:.0f} | {:.0f} | {:.1f} |\n", mode, compiler, mojo::emit_name(emit), t.wall_ms,
+               t.cpu, t.wall_ms / n);
+  };
+  std::vector<std::string> summary;
+  double nvrtc_ptx_per_kernel = 0;
+  for (const std::string& compiler : available_compilers()) {
+    for (mojo::Emit emit : {mojo::Emit::ptx, mojo::Emit::cubin}) {
+      // The faster of two runs of each: the machine's other work makes single runs noisy.
+      auto best = [&](Mode mode, int jobs) {
+        Timing a = time_mode(mode, compiler, emit, jobs, items, target);
+        if (options.quick) return a;
+        Timing b = time_mode(mode, compiler, emit, jobs, items, target);
+        return a.wall_ms < b.wall_ms ? a : b;
+      };
+      Timing per = best(Mode::per_kernel, 1);
+      Timing one = best(Mode::one_module, 1);
+      row("per kernel, one after another", compiler, emit, per);
+      row("all kernels in one module", compiler, emit, one);
+      summary.push_back(fmt::format("{} {}: one module takes {:.2f}x less CPU than per kernel", compiler,
+                                    mojo::emit_name(emit), per.cpu / one.cpu));
+      if (cores > 1) {
+        Timing split = best(Mode::one_module, cores);
+        row(fmt::format("all kernels in one module, -j {}", cores).c_str(), compiler, emit, split);
+        summary.push_back(fmt::format("{} {} -j {}: {:.2f}x less wall time than one module on one thread", compiler,
+                                      mojo::emit_name(emit), cores, one.wall_ms / split.wall_ms));
+      }
+      if (emit == mojo::Emit::ptx && compiler == "nvrtc") nvrtc_ptx_per_kernel = per.wall_ms;
+      if (emit == mojo::Emit::ptx && compiler == "llvm")
+        summary.push_back(fmt::format("one new specialization to PTX: llvm takes {:.2f}x nvrtc's time (target <= 0.5)",
+                                      per.wall_ms / nvrtc_ptx_per_kernel));
+    }
+  }
+  fmt::print("\n-j N: LLVM splits the optimised module and runs its back end on N threads (for cubin; a PTX "
+             "module is one text), and ptxas inside nvJitLink or NVRTC runs with --split-compile=N.\n\n");
+  for (const std::string& s : summary) fmt::print("- {}\n", s);
+
+  // The first compile of a process: loading the shared libraries, initialising
+  // the compiler and compiling, timed from outside (exec to exit).
+  fmt::print("\n| first compile in a new process (rms_norm to PTX, median of {}) | process wall ms | of which in main() | "
+             "process CPU ms |\n|---|---:|---:|---:|\n", options.quick ? 1 : 3);
+  for (const std::string& compiler : available_compilers()) {
+    std::vector<double> wall, in_main, cpu;
+    for (int i = 0; i < (options.quick ? 1 : 3); ++i) {
+      const std::string cmd = fmt::format("{} --first-compile-child {} {}", options.self.string(), compiler, target.sm_name());
+      rusage before{}, after{};
+      ::getrusage(RUSAGE_CHILDREN, &before);
+      const auto start = Clock::now();
+      FILE* p = popen(cmd.c_str(), "r");
+      double m = -1;
+      const bool read = p && std::fscanf(p, "%lf", &m) == 1;
+      const int status = p ? pclose(p) : -1;
+      const double w = ms_since(start);
+      ::getrusage(RUSAGE_CHILDREN, &after);
+      if (!read || status != 0) continue;
+      wall.push_back(w);
+      in_main.push_back(m);
+      cpu.push_back(rusage_ms(after) - rusage_ms(before));
+    }
+    if (wall.empty()) fmt::print("| {} | failed | | |\n", compiler);
+    else fmt::print("| {} | {:.0f} | {:.0f} | {:.0f} |\n", compiler, median(wall), median(in_main), median(cpu));
+  }
+}
+
+int first_compile_child(const std::string& compiler, const std::string& arch) {
+  const auto start = Clock::now();
+  mojo::RuntimeOptions o;
+  o.disk_cache = false;
+  o.compiler = compiler;
+  mojo::Runtime rt(o);
+  rt.compile("rms_norm", rms_specs(mojo::DType::bf16, 1, 4096), {}, mojo::Target::parse(arch), mojo::Emit::ptx);
+  fmt::print("{:.3f}\n", ms_since(start));
+  return 0;
+}
+
+}  // namespace bench

@@ -1,0 +1,191 @@
+// Every op's kernel time at Qwen3-8B's shapes (GPU): hidden 4096,
+// intermediate 12288, 32 query and 8 KV heads of 128, vocab 151,936, with
+// 1 / 32 / 4096 / 16384 tokens (softmax on vocab rows: 1 / 32 / 512).
+//
+// Bandwidth counts the minimal traffic: each input read once, each output
+// written once, an in-place tensor both; a gathered tensor (embedding rows,
+// rotary cos/sin rows, KV-cache slots) counts only the rows touched.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <random>
+
+#include "bench.hpp"
+
+namespace bench {
+namespace {
+
+struct Case {
+  std::string op, shapes;  // shapes in the command line's form: "x=32x4096"
+};
+
+std::vector<Case> qwen3_cases() {
+  std::vector<Case> out;
+  for (int t : {1, 32, 4096, 16384}) {
+    for (const char* op : {"rms_norm", "add_rms_norm", "layer_norm", "layer_norm_backward"})
+      out.push_back({op, fmt::format("x={}x4096", t)});
+    for (const char* op : {"silu", "gelu"}) out.push_back({op, fmt::format("x={}x12288", t)});
+    for (const char* op : {"swiglu", "gelu_and_mul"}) out.push_back({op, fmt::format("x={}x24576", t)});
+    out.push_back({"rotary_embedding", fmt::format("q={0}x32x128 k={0}x8x128 cos_sin_cache=40960x128", t)});
+    out.push_back({"embedding", fmt::format("ids={} weight=151936x4096", t)});
+    out.push_back({"store_kv_cache", fmt::format("k_cache=2048x16x8x128 k={}x8x128", t)});
+  }
+  for (int rows : {1, 32, 512}) {
+    for (const char* op : {"softmax", "log_softmax"}) out.push_back({op, fmt::format("x={}x151936", rows)});
+    out.push_back({"softmax_backward", fmt::format("out={}x151936", rows)});
+  }
+  return out;
+}
+
+bool is_index(mojo::DType d) { return d == mojo::DType::i32 || d == mojo::DType::i64; }
+
+const mojo::TensorSpec& spec_named(const mojo::OpDef& op, const std::vector<mojo::TensorSpec>& specs,
+                                   std::string_view name) {
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    if (op.tensor_args()[i].name == name) return specs[i];
+  throw mojo::Error(fmt::format("bench: {} has no tensor {}", op.name(), name));
+}
+
+// The bytes the computation must move at least (see the file comment).
+double minimal_bytes(const mojo::OpDef& op, const std::vector<mojo::TensorSpec>& specs) {
+  double bytes = 0;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const mojo::TensorArgInfo& arg = op.tensor_args()[i];
+    if (specs[i].rank() == 0) continue;  // an optional tensor left out
+    const double n = double(specs[i].nbytes());
+    if (op.name() == "embedding" && arg.name == "weight") {
+      bytes += double(spec_named(op, specs, "out").nbytes());  // the rows gathered
+    } else if (op.name() == "rotary_embedding" && arg.name == "cos_sin_cache") {
+      bytes += double(spec_named(op, specs, "positions").numel() * specs[i].dim(1) * mojo::dtype_size(specs[i].dtype()));
+    } else if (op.name() == "store_kv_cache" && (arg.name == "k_cache" || arg.name == "v_cache")) {
+      bytes += double(spec_named(op, specs, "k").nbytes());  // the slots written
+    } else {
+      bytes += arg.role == "inout" ? 2 * n : n;
+    }
+  }
+  return bytes;
+}
+
+// Index tensors hold distinct in-range values: token ids < vocab, positions
+// < max_pos, slots < num_blocks * block_size.
+std::int64_t index_bound(const mojo::OpDef& op, const std::vector<mojo::TensorSpec>& specs) {
+  if (op.name() == "embedding") return spec_named(op, specs, "weight").dim(0);
+  if (op.name() == "rotary_embedding") return spec_named(op, specs, "cos_sin_cache").dim(0);
+  const mojo::TensorSpec& cache = spec_named(op, specs, "k_cache");
+  return cache.dim(0) * cache.dim(1);
+}
+
+double copy_bandwidth_gbs(bool quick) {
+  const std::size_t bytes = std::size_t(quick ? 256 : 1024) << 20;
+  mojo::DeviceBuffer a(bytes), b(bytes);
+  mojo::Stream stream;
+  mojo::Event start, stop;
+  mojo::copy_async(b.ptr(), a.ptr(), bytes, stream);
+  const int reps = 10;
+  start.record(stream);
+  for (int r = 0; r < reps; ++r) mojo::copy_async(b.ptr(), a.ptr(), bytes, stream);
+  stop.record(stream);
+  stop.synchronize();
+  double s = mojo::Event::elapsed_ms(start, stop) * 1e-3 / reps;
+  return 2.0 * double(bytes) / s * 1e-9;
+}
+
+struct Result {
+  double us = 0, bytes = 0;
+};
+
+// Median µs per launch of `c` over CUDA-graph replays that cycle through
+// enough buffer sets to stream > 256 MiB (more than the L2) per replay.
+Result time_case(mojo::Runtime& rt, const Case& c, mojo::DType dtype, bool quick) {
+  const mojo::OpDef& op = mojo::find_op(c.op);
+  const std::vector<mojo::TensorSpec> specs = op.specs_from_shapes(dtype, mojo::parse_shapes(op, c.shapes));
+  const double bytes = minimal_bytes(op, specs);
+  const int copies = int(std::clamp<double>(std::ceil(256.0 * (1 << 20) / bytes), 1, 64));
+  constexpr std::size_t kShareAbove = 16u << 20;
+
+  std::vector<mojo::DeviceBuffer> owned;
+  // One set of tensors per copy; tensors above kShareAbove are shared (big
+  // tables are only partly touched, and the rest of a set defeats the L2).
+  auto sets = std::vector<std::vector<mojo::Tensor>>(std::size_t(copies));
+  std::mt19937 rng(7);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const mojo::TensorSpec& s = specs[i];
+    for (int k = 0; k < copies; ++k) {
+      if (s.rank() == 0) {  // an optional tensor left out
+        sets[std::size_t(k)].push_back({s, 0});
+        continue;
+      }
+      if (k > 0 && s.nbytes() > kShareAbove) {
+        sets[std::size_t(k)].push_back(sets[0][i]);
+        continue;
+      }
+      mojo::DeviceBuffer& b = owned.emplace_back(std::max<std::size_t>(s.nbytes(), 1));
+      if (is_index(s.dtype())) {
+        std::vector<std::int64_t> values(std::size_t(index_bound(op, specs)));
+        std::iota(values.begin(), values.end(), 0);
+        std::shuffle(values.begin(), values.end(), rng);
+        values.resize(std::size_t(s.numel()));
+        if (s.dtype() == mojo::DType::i32) {
+          std::vector<std::int32_t> narrow(values.begin(), values.end());
+          b.copy_from_host(narrow.data(), s.nbytes());
+        } else {
+          b.copy_from_host(values.data(), s.nbytes());
+        }
+      } else {
+        b.fill_bytes(0x3c);  // a small finite value in every float type
+      }
+      sets[std::size_t(k)].push_back(b.as(s));
+    }
+  }
+  mojo::Stream stream;
+  mojo::KernelHandle h = rt.get_kernel(c.op, sets[0]);
+  const int per_graph = std::max(copies, 20);
+  mojo::Graph graph = mojo::Graph::capture(stream, [&] {
+    for (int i = 0; i < per_graph; ++i) h.launch(sets[std::size_t(i % copies)], {}, stream);
+  });
+  graph.launch(stream);  // warm-up
+  stream.synchronize();
+  mojo::Event start, stop;
+  std::vector<double> us;
+  for (int rep = 0; rep < (quick ? 3 : 10); ++rep) {
+    start.record(stream);
+    graph.launch(stream);
+    stop.record(stream);
+    stop.synchronize();
+    us.push_back(mojo::Event::elapsed_ms(start, stop) * 1e3 / per_graph);
+  }
+  return {median(us), bytes};
+}
+
+}  // namespace
+
+void bench_ops(mojo::Runtime& rt, const Options& options) {
+  const double copy_gbs = copy_bandwidth_gbs(options.quick);
+  const mojo::DType dtype = mojo::DType::bf16;
+  // What a launch costs when it does nothing: a one-element kernel, same method.
+  const double floor_us = time_case(rt, {"silu", "x=1x1"}, mojo::DType::f32, options.quick).us;
+  fmt::print("\n## Ops at Qwen3-8B shapes ({}; device copy bandwidth measured now: {:.0f} GB/s; "
+             "launch floor (1-element silu in a graph): {:.2f} µs)\n\n",
+             mojo::dtype_name(dtype), copy_gbs, floor_us);
+  fmt::print("| op | shapes | MB moved | µs | GB/s | % of measured copy | % of 3.0 TB/s |\n"
+             "|---|---|---:|---:|---:|---:|---:|\n");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Case& c : qwen3_cases()) {
+    Result r = time_case(rt, c, dtype, options.quick);
+    const double gbs = r.bytes / (r.us * 1e-6) * 1e-9;
+    fmt::print("| {} | {} | {:.2f} | {:.2f} | {:.0f} | {:.0f}% | {:.0f}% |\n", c.op, c.shapes, r.bytes * 1e-6, r.us, gbs,
+               100 * gbs / copy_gbs, 100 * gbs / kNominalCopyGBs);
+    rows.push_back({{"op", c.op}, {"dtype", mojo::dtype_name(dtype)}, {"shapes", c.shapes}, {"us", r.us},
+                    {"bytes", r.bytes}});
+  }
+  if (!options.json.empty()) {
+    nlohmann::json doc = {{"device", rt.device().name()}, {"copy_gbs", copy_gbs}, {"launch_floor_us", floor_us},
+                          {"ops", rows}};
+    std::ofstream(options.json) << doc.dump(2) << "\n";
+  }
+}
+
+}  // namespace bench
