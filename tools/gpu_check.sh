@@ -2,7 +2,8 @@
 # Verifies the whole library on a machine with a GPU, in one command:
 #   1. every test (the GPU ones included) -> OUT/tests.txt, OUT/tests.xml
 #   2. the GPU tests under compute-sanitizer memcheck -> OUT/memcheck.txt
-#   3. the benchmark -> OUT/bench.md
+#   3. the benchmark -> OUT/bench.md (and its op table as OUT/ops.json)
+#   4. PyTorch eager and torch.compile on the same ops, when torch is there -> OUT/torch.md
 # Exits non-zero if any step failed. Run it from the repository root after
 # `bash tools/setup.sh` (or, on the lent GPU machine, `bash .gpu/run bash tools/gpu_check.sh $OUT`).
 set -uo pipefail
@@ -28,8 +29,16 @@ else
 fi
 
 echo "== benchmark"
-"$build/tools/mojo-bench" >"$out/bench.md" 2>&1 || failed+=(bench)
+"$build/tools/mojo-bench" --json "$out/ops.json" >"$out/bench.md" 2>&1 || failed+=(bench)
 cat "$out/bench.md"
+
+echo "== PyTorch on the same ops"
+if [ -f "$out/ops.json" ] && python3 -c "import torch" 2>/dev/null; then
+  python3 "$(dirname "$0")/bench/torch_compare.py" "$out/ops.json" >"$out/torch.md" 2>"$out/torch.log" || failed+=(torch)
+  cat "$out/torch.md"
+else
+  echo "skipped: no ops.json or no PyTorch" | tee "$out/torch.md"
+fi
 
 if ((${#failed[@]})); then
   echo "gpu_check: FAILED: ${failed[*]}"

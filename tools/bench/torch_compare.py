@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""PyTorch eager and torch.compile on the computations of mojo-bench's op table.
+
+    build/tools/mojo-bench --only ops --json ops.json
+    python3 tools/bench/torch_compare.py ops.json
+
+Each op runs at the same shapes and dtype, timed the way mojo-bench times its
+kernels: a CUDA graph of >= 20 calls cycling through enough input copies to
+stream > 256 MiB per replay (more than the L2), CUDA events, median of 10
+replays. Prints a markdown table with the ratios (> 1: mojo-jit is faster).
+"""
+import json
+import math
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+EPS = 1e-6  # the ops' default eps in mojo-jit
+
+
+def parse_shapes(text):
+    """'x=32x4096 k=2x8' -> {'x': [32, 4096], 'k': [2, 8]}"""
+    return {name: [int(d) for d in dims.split("x")] for name, dims in (item.split("=") for item in text.split())}
+
+
+def rand(shape, dtype, gen):
+    return (torch.randn(shape, generator=gen, device="cuda") * 0.5).to(dtype)
+
+
+def perm(n, k, gen):
+    return torch.randperm(n, generator=gen, device="cuda")[:k]
+
+
+def rotate_neox(t, cos, sin):
+    half = cos.shape[-1]
+    t1, t2 = t[..., :half].float(), t[..., half : 2 * half].float()
+    rotated = torch.cat((t1 * cos - t2 * sin, t2 * cos + t1 * sin), dim=-1).to(t.dtype)
+    return torch.cat((rotated, t[..., 2 * half :]), dim=-1)
+
+
+def case(op, s, dt):
+    """(make_inputs(gen) -> tuple of tensors, fn(*inputs)) for one row of the table."""
+    if op in ("rms_norm", "add_rms_norm", "layer_norm", "layer_norm_backward"):
+        rows, h = math.prod(s["x"][:-1]), s["x"][-1]
+        if op == "rms_norm":
+            return (lambda g: (rand((rows, h), dt, g), rand((h,), dt, g)),
+                    lambda x, w: F.rms_norm(x, (h,), w, EPS))
+        if op == "add_rms_norm":
+            def add_rms_norm(x, r, w):
+                r.add_(x)
+                return F.rms_norm(r, (h,), w, EPS)
+            return (lambda g: (rand((rows, h), dt, g), rand((rows, h), dt, g), rand((h,), dt, g)), add_rms_norm)
+        if op == "layer_norm":
+            return (lambda g: (rand((rows, h), dt, g), rand((h,), dt, g), rand((h,), dt, g)),
+                    lambda x, w, b: F.layer_norm(x, (h,), w, b, EPS))
+        return (lambda g: (rand((rows, h), dt, g), rand((rows, h), dt, g), rand((h,), dt, g),
+                           rand((rows, 1), torch.float32, g), rand((rows, 1), torch.float32, g).abs() + 1),
+                lambda go, x, w, mean, rstd: torch.ops.aten.native_layer_norm_backward(
+                    go, x, [h], mean, rstd, w, w, [True, True, True]))
+    if op in ("softmax", "log_softmax", "softmax_backward"):
+        shape = s["x"] if "x" in s else s["out"]
+        if op == "softmax":
+            return lambda g: (rand(shape, dt, g),), lambda x: torch.softmax(x, -1)
+        if op == "log_softmax":
+            return lambda g: (rand(shape, dt, g),), lambda x: torch.log_softmax(x, -1)
+        return (lambda g: (rand(shape, dt, g), torch.softmax(rand(shape, dt, g), -1)),
+                lambda go, out: torch.ops.aten._softmax_backward_data(go, out, -1, dt))
+    if op in ("silu", "gelu"):
+        fn = F.silu if op == "silu" else F.gelu
+        return lambda g: (rand(s["x"], dt, g),), fn
+    if op in ("swiglu", "gelu_and_mul"):
+        act = F.silu if op == "swiglu" else F.gelu
+
+        def gated(x):
+            a, b = x.chunk(2, dim=-1)
+            return act(a) * b
+        return lambda g: (rand(s["x"], dt, g),), gated
+    if op == "rotary_embedding":
+        tokens, max_pos, rot = s["q"][0], s["cos_sin_cache"][0], s["cos_sin_cache"][1]
+
+        def rotary(q, k, pos, cache):
+            cs = cache[pos]
+            cos, sin = cs[:, : rot // 2].unsqueeze(1), cs[:, rot // 2 :].unsqueeze(1)
+            q.copy_(rotate_neox(q, cos, sin))
+            k.copy_(rotate_neox(k, cos, sin))
+        return (lambda g: (rand(s["q"], dt, g), rand(s["k"], dt, g), perm(max_pos, tokens, g),
+                           torch.rand((max_pos, rot), generator=g, device="cuda")), rotary)
+    if op == "embedding":
+        vocab = s["weight"][0]
+        return (lambda g: (perm(vocab, s["ids"][0], g), rand(s["weight"], dt, g)),
+                lambda ids, w: F.embedding(ids, w))
+    if op == "store_kv_cache":
+        tokens, slots = s["k"][0], s["k_cache"][0] * s["k_cache"][1]
+        row = s["k"][1] * s["k"][2]
+
+        def store(k_cache, v_cache, k, v, slot):
+            k_cache.view(-1, row)[slot] = k.view(tokens, row)
+            v_cache.view(-1, row)[slot] = v.view(tokens, row)
+        return (lambda g: (rand(s["k_cache"], dt, g), rand(s["k_cache"], dt, g), rand(s["k"], dt, g),
+                           rand(s["k"], dt, g), perm(slots, tokens, g)), store)
+    raise KeyError(op)
+
+
+def time_us(fn, input_sets, reps=10):
+    """Median µs per call over CUDA-graph replays cycling through input_sets."""
+    per_graph = max(len(input_sets), 20)
+    for inputs in input_sets:  # warm-up (and torch.compile's compile)
+        fn(*inputs)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(per_graph):
+            fn(*input_sets[i % len(input_sets)])
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / per_graph)
+    return statistics.median(times)
+
+
+def input_sets(make, bytes_moved):
+    """Copies of the inputs to stream > 256 MiB per replay; tensors > 16 MiB are shared (as in mojo-bench)."""
+    copies = int(min(64, max(1, math.ceil(256 * 2**20 / bytes_moved))))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    first = make(gen)
+    sets = [first]
+    for _ in range(copies - 1):
+        fresh = make(gen)
+        sets.append(tuple(a if a.numel() * a.element_size() > 16 * 2**20 else b for a, b in zip(first, fresh)))
+    return sets
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    with open(sys.argv[1]) as f:
+        bench = json.load(f)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    print(f"\n## mojo-jit vs PyTorch {torch.__version__} on {torch.cuda.get_device_name()} "
+          f"(ratio > 1: mojo-jit is faster; launch floor {bench['launch_floor_us']:.2f} µs)\n")
+    print("| op | shapes | mojo µs | eager µs | torch.compile µs | eager / mojo | compile / mojo |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for row in bench["ops"]:
+        op, dt, mojo_us = row["op"], DTYPES[row["dtype"]], row["us"]
+        make, fn = case(op, parse_shapes(row["shapes"]), dt)
+        sets = input_sets(make, row["bytes"])
+        cells = []
+        for f in (fn, torch.compile(fn, dynamic=False)):
+            try:
+                cells.append(time_us(f, sets))
+            except Exception as e:  # a computation torch cannot capture: say so, keep going
+                print(f"<!-- {op} {row['shapes']}: {type(e).__name__}: {e} -->", file=sys.stderr)
+                cells.append(float("nan"))
+        eager, compiled = cells
+        print(f"| {op} | {row['shapes']} | {mojo_us:.2f} | {eager:.2f} | {compiled:.2f} | "
+              f"{eager / mojo_us:.2f} | {compiled / mojo_us:.2f} |", flush=True)
+        del sets
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
