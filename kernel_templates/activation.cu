@@ -6,7 +6,7 @@
 // of the last dim and b = the second: swiglu = silu(a) * b, gelu_and_mul =
 // gelu(a) * b.
 //
-// Params: T, ACT (0 silu, 1 gelu erf, 2 gelu tanh), GATED (0/1), D (the
+// Params: T, ACT (mojo::activate's code: 1 gelu erf, 2 gelu tanh, 3 silu), GATED (0/1), D (the
 // output's last dim when gated, else 0), VEC. Kernel args: (T* out,
 // const T* x, long long n) with n the number of output elements, both
 // contiguous. Geometry: 256 threads, one vector of VEC outputs each.
@@ -14,16 +14,7 @@
 
 namespace mojo_activation {
 
-template <int ACT> __device__ __forceinline__ float activate(float x) {
-  if constexpr (ACT == 0) {
-    return x * mojo::rcp_approx(1.f + mojo::exp_approx(-x));
-  } else if constexpr (ACT == 1) {
-    return 0.5f * x * (1.f + mojo::erf_f(x * 0.70710678118654752f));
-  } else {
-    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
-    return 0.5f * x * (1.f + mojo::tanh_f(k * (x + 0.044715f * x * x * x)));
-  }
-}
+using mojo::activate;
 
 template <class T, int ACT, int GATED, int D, int VEC>
 __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ x, long long n) {
@@ -55,7 +46,7 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ x
       NAME(T* __restrict__ out, const T* __restrict__ x, long long n) {                                  \
     mojo_activation::run<T, ACT, GATED, D, VEC>(out, x, n);                                              \
   }
-#define MOJO_KERNEL_silu(NAME, T, VEC) MOJO_ACTIVATION_KERNEL(NAME, T, 0, 0, 0, VEC)
+#define MOJO_KERNEL_silu(NAME, T, VEC) MOJO_ACTIVATION_KERNEL(NAME, T, 3, 0, 0, VEC)
 #define MOJO_KERNEL_gelu(NAME, T, ACT, VEC) MOJO_ACTIVATION_KERNEL(NAME, T, ACT, 0, 0, VEC)
-#define MOJO_KERNEL_swiglu(NAME, T, D, VEC) MOJO_ACTIVATION_KERNEL(NAME, T, 0, 1, D, VEC)
+#define MOJO_KERNEL_swiglu(NAME, T, D, VEC) MOJO_ACTIVATION_KERNEL(NAME, T, 3, 1, D, VEC)
 #define MOJO_KERNEL_gelu_and_mul(NAME, T, ACT, D, VEC) MOJO_ACTIVATION_KERNEL(NAME, T, ACT, 1, D, VEC)

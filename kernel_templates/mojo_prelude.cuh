@@ -30,12 +30,14 @@ __device__ __forceinline__ unsigned block_x() { return blockIdx.x; }
 __device__ __forceinline__ unsigned block_dim_x() { return blockDim.x; }
 __device__ __forceinline__ unsigned grid_dim_x() { return gridDim.x; }
 __device__ __forceinline__ unsigned block_y() { return blockIdx.y; }
+__device__ __forceinline__ unsigned block_z() { return blockIdx.z; }
 #else
 __device__ __forceinline__ unsigned thread_x() { return __nvvm_read_ptx_sreg_tid_x(); }
 __device__ __forceinline__ unsigned block_x() { return __nvvm_read_ptx_sreg_ctaid_x(); }
 __device__ __forceinline__ unsigned block_dim_x() { return __nvvm_read_ptx_sreg_ntid_x(); }
 __device__ __forceinline__ unsigned grid_dim_x() { return __nvvm_read_ptx_sreg_nctaid_x(); }
 __device__ __forceinline__ unsigned block_y() { return __nvvm_read_ptx_sreg_ctaid_y(); }
+__device__ __forceinline__ unsigned block_z() { return __nvvm_read_ptx_sreg_ctaid_z(); }
 #endif
 __device__ __forceinline__ void sync_block() { __syncthreads(); }
 
@@ -158,6 +160,22 @@ __device__ __forceinline__ float erf_f(float x) {
                                t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
   const float erfc = t * exp_approx(poly);
   return x >= 0.f ? 1.f - erfc : erfc - 1.f;
+}
+
+// Activations by code, shared by the activation ops and fused epilogues:
+//   0 identity, 1 gelu (erf form), 2 gelu (tanh approximation), 3 silu.
+template <int ACT> __device__ __forceinline__ float activate(float x) {
+  if constexpr (ACT == 0) {
+    return x;
+  } else if constexpr (ACT == 1) {
+    return 0.5f * x * (1.f + erf_f(x * 0.70710678118654752f));
+  } else if constexpr (ACT == 2) {
+    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+    return 0.5f * x * (1.f + tanh_f(k * (x + 0.044715f * x * x * x)));
+  } else {
+    static_assert(ACT == 3, "activation codes: 0 identity, 1 gelu, 2 gelu_tanh, 3 silu");
+    return x * rcp_approx(1.f + exp_approx(-x));
+  }
 }
 
 // ---- vector loads and stores ---------------------------------------------------

@@ -179,6 +179,9 @@ class OpDef {
   // positions, slots) read those to the host and throw InvalidArgumentError
   // for a value out of range, instead of the kernel skipping it.
   virtual void check_data(TensorList /*tensors*/, StreamHandle /*stream*/) const {}
+  // The most dynamic shared memory a launch of this specialization uses; the
+  // Runtime opts the function in at load when it exceeds the default 48 KB.
+  virtual unsigned max_dynamic_smem(const Params& /*params*/) const { return 0; }
 
   // "rms_norm_bf16_hidden4096_vec8_threads128_rows1": readable in PTX and profiles.
   std::string kernel_name(const Params& params) const;

@@ -63,4 +63,15 @@ void embedding(DType dtype, const std::int64_t* ids, const void* weight, void* o
 void store_kv_cache(DType dtype, const void* k, const void* v, const std::int64_t* slots, void* k_cache,
                     void* v_cache, std::int64_t tokens, std::int64_t num_slots, std::int64_t row);
 
+// c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for `batch` contiguous
+// row-major problems; a, b are [M, K] / [K, N] ([K, M] / [N, K] transposed) of
+// dtype `in`, c is [M, N] of dtype `out`; float64 accumulation, one rounding.
+// With beta == 0, c is only written (its old values, even NaN, are ignored).
+void gemm(DType in, DType out, const void* a, const void* b, void* c, std::int64_t batch, std::int64_t m,
+          std::int64_t n, std::int64_t k, double alpha, double beta, bool trans_a, bool trans_b);
+// out[M, N] = act(x[M, K] * w[N, K]^T + bias) + residual; bias and residual
+// may be null; act: 0 none, 1 gelu, 2 gelu_tanh, 3 silu (the op's codes).
+void linear(DType dtype, const void* x, const void* w, const void* bias, const void* residual, void* out,
+            std::int64_t m, std::int64_t n, std::int64_t k, int act);
+
 }  // namespace mojo::reference

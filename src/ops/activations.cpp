@@ -21,7 +21,8 @@ constexpr TensorArgInfo kGatedTensors[] = {
 constexpr ScalarArgInfo kGeluScalars[] = {{"approximate", 0, "0: the erf form; 1: the tanh approximation"}};
 constexpr int kThreads = 256;
 
-enum class Act { silu = 0, gelu = 1, gelu_tanh = 2 };
+// The template's activation codes (mojo::activate in the prelude).
+enum class Act { gelu = 1, gelu_tanh = 2, silu = 3 };
 
 class Activation final : public OpDef {
  public:

@@ -19,5 +19,8 @@ const OpDef& gelu_and_mul_op();
 const OpDef& rotary_embedding_op();
 const OpDef& embedding_op();
 const OpDef& store_kv_cache_op();
+const OpDef& gemm_op();
+const OpDef& gemm_batched_op();
+const OpDef& linear_op();
 
 }  // namespace mojo

@@ -223,6 +223,7 @@ struct Runtime::Impl {
       modules[bin.get()] = module;
     }
     Function function = module->function(u.kernel_name);
+    if (const unsigned smem = op.max_dynamic_smem(params); smem > 48 * 1024) function.set_max_dynamic_shared(int(smem));
     auto kernel = std::make_unique<LoadedKernel>(LoadedKernel{u.kernel_name, std::move(module), function, &dev,
                                                                   debug_checks});
     std::unique_lock write(loaded_mutex);

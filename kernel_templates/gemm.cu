@@ -1,0 +1,222 @@
+// Matrix multiplication on tensor cores, the sm_80 path (any sm_80+ GPU):
+// mma.sync m16n8k16 with fp32 accumulation, ldmatrix fragment loads from
+// swizzled shared memory, and a STAGES-deep cp.async pipeline.
+//
+//   gemm, gemm_batched:  C = alpha * op(A) * op(B) + beta * C    (row-major)
+//   linear:              out = act(x * W^T + bias) + residual     (W: [N, K])
+//
+// Params, MOJO_KERNEL_gemm and MOJO_KERNEL_gemm_batched:
+//   TA, TC     input storage (f16 or bf16) and output storage (TA or float)
+//   BM BN BK   the block's tile of C and its step along K
+//   WM WN      warps along M and N; each owns a (BM/WM) x (BN/WN) tile of C
+//   STAGES     tiles of A and B in flight (shared memory holds them all)
+//   TRANS_A    A is stored [K, M] (op(A) = A^T); else [M, K]
+//   TRANS_B    B is stored [N, K] (op(B) = B^T); else [K, N]
+//   VEC        8: rows are loaded as 16-byte cp.async chunks (strides and
+//              pointers 16-byte aligned); 1: element by element, any stride
+//   BETA       1: C is read (beta != 0); 0: C is only written
+// MOJO_KERNEL_linear: T, BM, BN, BK, WM, WN, STAGES, VEC, BIAS (0/1), ACT
+//   (mojo::activate's code: 0 none, 1 gelu, 2 gelu_tanh, 3 silu), RESIDUAL (0/1).
+// Kernel args: (TC* c, const TA* a, const TA* b, const TC* bias, const TC* residual,
+//   float alpha, float beta, int m, int n, int k, long long lda, long long ldb,
+//   long long ldc, long long ldr, long long batch_a, long long batch_b, long long batch_c)
+//   with ld* the row strides in elements and batch_* the batch strides.
+// Geometry: WM * WN * 32 threads; grid.x = ceil(m / BM) * ceil(n / BN), visited
+//   in groups of GROUP_M block rows so that neighbouring blocks share tiles of
+//   B in L2; grid.z = batch; STAGES * (BM + BN) * BK * sizeof(TA) bytes of
+//   dynamic shared memory.
+//
+// Edges: loads outside the matrices are zero-filled (cp.async's src-size), so
+// every M, N and K is exact; stores are bounds-checked.
+#include "mojo_mma.cuh"
+
+namespace mojo_gemm {
+
+constexpr int GROUP_M = 8;
+
+// A tile of OUTER rows x INNER 2-byte elements in shared memory, stored as
+// 16-byte chunks whose index is XOR-swizzled by the row so that the 8 rows
+// one ldmatrix reads (and the chunks cp.async writes) fall in distinct banks.
+template <int OUTER, int INNER> struct Tile {
+  static constexpr int CHUNKS = INNER / 8;  // per row; a power of two
+  static constexpr int ROWS_PER_LINE = CHUNKS >= 8 ? 1 : 8 / CHUNKS;
+  static constexpr int SWIZZLE = CHUNKS >= 8 ? 8 : CHUNKS;
+  static constexpr int BYTES = OUTER * INNER * 2;
+  // Byte offset of element (row, col); col % 8 == 0 for chunk accesses.
+  static __device__ __forceinline__ int offset(int row, int col) {
+    const int chunk = (col / 8) ^ ((row / ROWS_PER_LINE) % SWIZZLE);
+    return (row * INNER + chunk * 8 + col % 8) * 2;
+  }
+};
+
+// Rows [row0, row0 + OUTER) x columns [col0, col0 + INNER) of a row-major
+// rows x cols matrix (leading dim ld) into a Tile; zeros outside the matrix.
+template <class T, int OUTER, int INNER, int THREADS, int VEC>
+__device__ __forceinline__ void load_tile(unsigned char* tile, const T* g, long long ld, int rows, int cols, int row0,
+                                          int col0, int tid) {
+  using L = Tile<OUTER, INNER>;
+  constexpr int TOTAL = OUTER * L::CHUNKS, PER_THREAD = (TOTAL + THREADS - 1) / THREADS;
+  if constexpr (VEC == 8) {
+#pragma unroll
+    for (int i = 0; i < PER_THREAD; ++i) {
+      const int chunk = tid + i * THREADS;
+      if (TOTAL % THREADS != 0 && chunk >= TOTAL) break;
+      const int r = chunk / L::CHUNKS, c = (chunk % L::CHUNKS) * 8;
+      const int gr = row0 + r, gc = col0 + c, left = cols - gc;
+      const int valid = gr < rows && left > 0 ? (left < 8 ? left : 8) : 0;
+      const T* src = valid > 0 ? g + (long long)gr * ld + gc : g;
+      mojo::cp_async_16(mojo::smem_address(tile + L::offset(r, c)), src, valid * 2);
+    }
+  } else {
+    // The slow path stays a loop: unrolled, its scalar loads would need more registers than there are.
+#pragma unroll 1
+    for (int i = 0; i < PER_THREAD; ++i) {
+      const int chunk = tid + i * THREADS;
+      if (chunk >= TOTAL) break;
+      const int r = chunk / L::CHUNKS, c = (chunk % L::CHUNKS) * 8;
+      const int gr = row0 + r, gc = col0 + c;
+      mojo::Pack<T, 8> p;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        p.v[j] = gr < rows && gc + j < cols ? g[(long long)gr * ld + gc + j] : mojo::from_float<T>(0.f);
+      mojo::store<T, 8>(reinterpret_cast<T*>(tile + L::offset(r, c)), p);
+    }
+  }
+}
+
+// Four 8x8 matrices of a 16 (x) x 16 (k) block at (x0, k0), x being M for A
+// and N for B: r0 = (x 0-7, k 0-7), r1 = (x 8-15, k 0-7), r2 = (x 0-7, k 8-15),
+// r3 = (x 8-15, k 8-15). K_INNER: the tile is [x][k]; else [k][x] (transposed on load).
+template <bool K_INNER, int OUTER, int INNER>
+__device__ __forceinline__ void load_fragment(const unsigned char* tile, int x0, int k0, int lane, unsigned (&r)[4]) {
+  const int matrix = lane / 8, row = lane % 8;
+  if constexpr (K_INNER) {
+    const int x = x0 + row + (matrix % 2) * 8, k = k0 + (matrix / 2) * 8;
+    mojo::ldmatrix_x4(r, mojo::smem_address(tile + Tile<OUTER, INNER>::offset(x, k)));
+  } else {
+    const int k = k0 + row + (matrix / 2) * 8, x = x0 + (matrix % 2) * 8;
+    mojo::ldmatrix_x4_trans(r, mojo::smem_address(tile + Tile<OUTER, INNER>::offset(k, x)));
+  }
+}
+
+template <class TA, class TC, int BM, int BN, int BK, int WM, int WN, int STAGES, bool TRANS_A, bool TRANS_B, int VEC,
+          bool BETA, bool BIAS, int ACT, bool RESIDUAL>
+__device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* __restrict__ b,
+                                    const TC* __restrict__ bias, const TC* residual, float alpha, float beta, int m,
+                                    int n, int k, long long lda, long long ldb, long long ldc, long long ldr,
+                                    long long batch_a, long long batch_b, long long batch_c) {
+  constexpr int THREADS = WM * WN * 32;
+  constexpr int WTM = BM / WM, WTN = BN / WN;  // one warp's tile of C
+  constexpr int MI = WTM / 16, NI = WTN / 8;   // its m16n8 mma tiles
+  static_assert(WTM % 16 == 0 && WTN % 16 == 0 && BK % 16 == 0, "warp tiles are multiples of 16x16, BK of 16");
+  static_assert(STAGES >= 2, "a pipeline needs two stages");
+  // A stage: the A tile ([BM][BK], or [BK][BM] when transposed), then B's.
+  using TileA = Tile<TRANS_A ? BK : BM, TRANS_A ? BM : BK>;
+  using TileB = Tile<TRANS_B ? BN : BK, TRANS_B ? BK : BN>;
+  constexpr int STAGE_BYTES = TileA::BYTES + TileB::BYTES;
+  extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
+
+  // Which tile of C: grouped so that GROUP_M block rows sweep N together.
+  const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
+  const int pid = (int)mojo::block_x(), per_group = GROUP_M * tiles_n;
+  const int first_m = (pid / per_group) * GROUP_M;
+  const int group_rows = tiles_m - first_m < GROUP_M ? tiles_m - first_m : GROUP_M;
+  const int m0 = (first_m + (pid % per_group) % group_rows) * BM, n0 = ((pid % per_group) / group_rows) * BN;
+  const long long batch = mojo::block_z();
+  a += batch * batch_a;
+  b += batch * batch_b;
+  c += batch * batch_c;
+
+  const int tid = (int)mojo::thread_x(), lane = tid % 32, warp = tid / 32;
+  const int wm = warp / WN, wn = warp % WN;
+
+  auto load_stage = [&](int stage, int kt) {
+    unsigned char* s = smem + stage * STAGE_BYTES;
+    const int k0 = kt * BK;
+    if constexpr (TRANS_A) load_tile<TA, BK, BM, THREADS, VEC>(s, a, lda, k, m, k0, m0, tid);
+    else load_tile<TA, BM, BK, THREADS, VEC>(s, a, lda, m, k, m0, k0, tid);
+    if constexpr (TRANS_B) load_tile<TA, BN, BK, THREADS, VEC>(s + TileA::BYTES, b, ldb, n, k, n0, k0, tid);
+    else load_tile<TA, BK, BN, THREADS, VEC>(s + TileA::BYTES, b, ldb, k, n, k0, n0, tid);
+  };
+
+  float acc[MI][NI][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+  const int k_tiles = (k + BK - 1) / BK;
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < k_tiles) load_stage(s, s);
+    mojo::cp_async_commit();
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    mojo::cp_async_wait<STAGES - 2>();  // tile kt has landed
+    mojo::sync_block();                 // ... for every warp, and stage kt - 1 is free again
+    const int next = kt + STAGES - 1;
+    if (next < k_tiles) load_stage(next % STAGES, next);
+    mojo::cp_async_commit();
+
+    const unsigned char* sa = smem + (kt % STAGES) * STAGE_BYTES;
+    const unsigned char* sb = sa + TileA::BYTES;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      unsigned fa[MI][4], fb[NI][2];
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+        load_fragment<!TRANS_A, TRANS_A ? BK : BM, TRANS_A ? BM : BK>(sa, wm * WTM + i * 16, kk, lane, fa[i]);
+#pragma unroll
+      for (int j = 0; j < NI; j += 2) {
+        unsigned r[4];
+        load_fragment<TRANS_B, TRANS_B ? BN : BK, TRANS_B ? BK : BN>(sb, wn * WTN + j * 8, kk, lane, r);
+        fb[j][0] = r[0];
+        fb[j][1] = r[2];
+        fb[j + 1][0] = r[1];
+        fb[j + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) mojo::mma_16816<TA>(acc[i][j], fa[i], fb[j]);
+    }
+  }
+  mojo::cp_async_wait<0>();
+
+  // Epilogue, in float, one rounding at the store.
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = m0 + wm * WTM + i * 16 + lane / 4 + (e / 2) * 8;
+        const int col = n0 + wn * WTN + j * 8 + (lane % 4) * 2 + e % 2;
+        if (row >= m || col >= n) continue;
+        float v = alpha * acc[i][j][e];
+        TC* out = c + (long long)row * ldc + col;
+        if constexpr (BETA) v += beta * mojo::to_float(*out);
+        if constexpr (BIAS) v += mojo::to_float(bias[col]);
+        v = mojo::activate<ACT>(v);
+        if constexpr (RESIDUAL) v += mojo::to_float(residual[(long long)row * ldr + col]);
+        *out = mojo::from_float<TC>(v);
+      }
+}
+
+}  // namespace mojo_gemm
+
+#define MOJO_GEMM_KERNEL(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL) \
+  extern "C" __global__ void __launch_bounds__(WM * WN * 32, 1)                                                    \
+      NAME(TC* c, const TA* __restrict__ a, const TA* __restrict__ b, const TC* __restrict__ bias,                 \
+           const TC* residual, float alpha, float beta, int m, int n, int k, long long lda, long long ldb,         \
+           long long ldc, long long ldr, long long batch_a, long long batch_b, long long batch_c) {               \
+    mojo_gemm::run<TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL>(         \
+        c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr, batch_a, batch_b, batch_c);            \
+  }
+#define MOJO_KERNEL_gemm(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA) \
+  MOJO_GEMM_KERNEL(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, 0, 0, 0)
+#define MOJO_KERNEL_gemm_batched MOJO_KERNEL_gemm
+#define MOJO_KERNEL_linear(NAME, T, BM, BN, BK, WM, WN, STAGES, VEC, BIAS, ACT, RESIDUAL) \
+  MOJO_GEMM_KERNEL(NAME, T, T, BM, BN, BK, WM, WN, STAGES, 0, 1, VEC, 0, BIAS, ACT, RESIDUAL)

@@ -1,0 +1,402 @@
+// gemm, gemm_batched and linear: matrix products on tensor cores.
+// Template: kernel_templates/gemm.cu (params and kernel args there).
+//
+// The params are the tile configuration, not the shape: M, N and K are kernel
+// arguments, so every shape in one M bucket shares a kernel. The bucket picks
+// the tile (decode-sized M gets a thin tile so that more blocks stream the
+// weights); the pipeline depth fits the target's shared memory.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "mojo/error.hpp"
+#include "ops/checks.hpp"
+#include "ops/registry.hpp"
+
+namespace mojo {
+namespace {
+
+constexpr DType kInputTypes[] = {DType::f16, DType::bf16};
+
+struct TileConfig {
+  int bm, bn, bk, wm, wn, stages;
+  unsigned smem_bytes() const { return unsigned(stages * (bm + bn) * bk * 2); }
+};
+
+// Dynamic shared memory a block may opt into on each architecture.
+unsigned smem_optin_bytes(const Target& t) {
+  if (t.sm == 80 || t.sm == 87) return 163 * 1024;
+  if (t.sm == 90 || t.sm == 100 || t.sm == 103) return 227 * 1024;
+  return 99 * 1024;
+}
+
+TileConfig pick_tile(std::int64_t m, const Target& target) {
+  TileConfig c = m <= 16   ? TileConfig{16, 64, 64, 1, 2, 4}    // decode: 64 threads, many blocks along N
+                 : m <= 64 ? TileConfig{64, 64, 32, 2, 2, 4}    // 128 threads, 32x32 per warp
+                           : TileConfig{128, 128, 32, 2, 4, 4};  // 256 threads, 64x32 per warp
+  while (c.stages > 2 && c.smem_bytes() > smem_optin_bytes(target)) --c.stages;
+  return c;
+}
+
+void expect_tensor_cores(std::string_view op, const Target& target) {
+  if (target.sm < 80)
+    throw ArchError(fmt::format("{}: needs bf16/f16 tensor cores (mma.sync m16n8k16, cp.async): sm_80 or later; "
+                                "the target is {}",
+                                op, target.sm_name()));
+}
+
+// A matrix (the last two dims of `t`) with unit inner stride: its row stride.
+std::int64_t row_stride(std::string_view op, std::string_view arg, const TensorSpec& t) {
+  const int r = t.rank();
+  if (t.stride(r - 1) != 1 && t.dim(r - 1) > 1)
+    throw ShapeError(fmt::format("{}: {} {} has a non-unit stride in its last dim; rows must be contiguous", op, arg,
+                                 t.str()));
+  const std::int64_t ld = t.stride(r - 2);
+  if (ld < t.dim(r - 1) && t.dim(r - 2) > 1)
+    throw ShapeError(fmt::format("{}: {} {} has overlapping rows (row stride {} < {})", op, arg, t.str(), ld,
+                                 t.dim(r - 1)));
+  return std::max<std::int64_t>(ld, t.dim(r - 1));
+}
+
+std::int64_t checked_dim(std::string_view op, std::string_view what, std::int64_t v) {
+  if (v > INT_MAX) throw ShapeError(fmt::format("{}: {} = {} exceeds the kernel's int range", op, what, v));
+  return v;
+}
+
+void add_tile(Params& p, const TileConfig& c) {
+  p.add("bm", c.bm);
+  p.add("bn", c.bn);
+  p.add("bk", c.bk);
+  p.add("wm", c.wm);
+  p.add("wn", c.wn);
+  p.add("stages", c.stages);
+}
+TileConfig tile_of(const Params& p) {
+  return {int(p.get("bm")), int(p.get("bn")), int(p.get("bk")), int(p.get("wm")), int(p.get("wn")),
+          int(p.get("stages"))};
+}
+
+LaunchGeometry tile_geometry(const Params& p, std::int64_t m, std::int64_t n, std::int64_t batch) {
+  const TileConfig c = tile_of(p);
+  const std::int64_t blocks = ((m + c.bm - 1) / c.bm) * ((n + c.bn - 1) / c.bn);
+  LaunchGeometry g;
+  g.grid = {unsigned(blocks), 1, unsigned(batch)};
+  g.block = {unsigned(c.wm * c.wn * 32), 1, 1};
+  g.dynamic_smem = c.smem_bytes();
+  return g;
+}
+
+// 16-byte chunk loads need every row start 16-byte aligned.
+bool chunk_aligned(DevicePtr p, std::initializer_list<std::int64_t> strides) {
+  if (checks::alignment_of(p) < 16) return false;
+  return std::all_of(strides.begin(), strides.end(), [](std::int64_t s) { return s % 8 == 0; });
+}
+
+constexpr TensorArgInfo kGemmTensors[] = {
+    {"c", "inout", "[M, N] f16/bf16 (as a and b) or f32; read when beta != 0; rows may be strided"},
+    {"a", "in", "[M, K], or [K, M] with trans_a; f16 or bf16; rows may be strided"},
+    {"b", "in", "[K, N], or [N, K] with trans_b; same dtype as a"},
+};
+constexpr TensorArgInfo kBatchedTensors[] = {
+    {"c", "inout", "[batch, M, N] f16/bf16 (as a and b) or f32; read when beta != 0"},
+    {"a", "in", "[batch, M, K], or [batch, K, M] with trans_a; f16 or bf16"},
+    {"b", "in", "[batch, K, N], or [batch, N, K] with trans_b; same dtype as a"},
+};
+constexpr ScalarArgInfo kGemmScalars[] = {{"alpha", 1, "scales a * b"},
+                                          {"beta", 0, "scales the old c (0: c is only written)"},
+                                          {"trans_a", 0, "1: a is stored [K, M]"},
+                                          {"trans_b", 0, "1: b is stored [N, K] (the LLM weight layout)"}};
+
+// gemm ([M, K] x [K, N]) and gemm_batched (a batch of those, strided).
+class Gemm final : public OpDef {
+ public:
+  explicit Gemm(bool batched) : batched_(batched) {}
+  std::string_view name() const override { return batched_ ? "gemm_batched" : "gemm"; }
+  std::string_view summary() const override {
+    return batched_ ? "c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for each batch i, on tensor cores"
+                    : "c = alpha * op(a) * op(b) + beta * c, op = N or T, on tensor cores (fp32 accumulation)";
+  }
+  std::span<const TensorArgInfo> tensor_args() const override {
+    if (batched_) return kBatchedTensors;
+    return kGemmTensors;
+  }
+  std::span<const ScalarArgInfo> scalar_args() const override { return kGemmScalars; }
+  std::span<const DType> dtypes() const override { return kInputTypes; }
+  std::string_view template_file() const override { return "gemm.cu"; }
+  std::string_view example_shapes() const override {
+    return batched_ ? "a=8x512x128 b=8x128x512" : "a=4096x4096 b=4096x4096";
+  }
+
+  Params specialize(TensorList t, ScalarList scalars, const Target& target) const override {
+    check_tensor_count(t);
+    check_scalar_names(scalars);
+    expect_tensor_cores(name(), target);
+    const Dims d = dims(t, flag(scalars, "trans_a"), flag(scalars, "trans_b"));
+    const TensorSpec &c = t[0].spec, &a = t[1].spec;
+    checks::expect_dtype_in(name(), "a", a.dtype(), kInputTypes);
+    checks::expect_same_dtype(name(), "b", t[2].spec, "a", a);
+    if (c.dtype() != a.dtype() && c.dtype() != DType::f32)
+      throw DTypeError(fmt::format("{}: c has dtype {}; expected {} (as a) or f32", name(), dtype_name(c.dtype()),
+                                   dtype_name(a.dtype())));
+    Params p;
+    p.add_dtype("dtype", a.dtype());
+    p.add_dtype("out", c.dtype());
+    add_tile(p, pick_tile(d.m, target));
+    p.add("ta", d.trans_a);
+    p.add("tb", d.trans_b);
+    const bool aligned = chunk_aligned(t[1].data, {d.lda, d.batch_a}) && chunk_aligned(t[2].data, {d.ldb, d.batch_b});
+    p.add("vec", aligned ? 8 : 1);
+    p.add("beta", scalar(scalars, "beta") != 0 ? 1 : 0);
+    return p;
+  }
+
+  LaunchGeometry geometry(const Params& p, TensorList t) const override {
+    const Dims d = dims(t, p.get("ta"), p.get("tb"));
+    return tile_geometry(p, d.m, d.n, d.batch);
+  }
+
+  void pack_args(const Params& p, TensorList t, ScalarList scalars, KernelArgs& args) const override {
+    const Dims d = dims(t, p.get("ta"), p.get("tb"));
+    const unsigned chunk = p.get("vec") == 8 ? 16 : 2;
+    checks::expect_pointer(name(), "c", t[0].data, unsigned(dtype_size(t[0].spec.dtype())));
+    checks::expect_pointer(name(), "a", t[1].data, chunk);
+    checks::expect_pointer(name(), "b", t[2].data, chunk);
+    args.push(t[0].data);
+    args.push(t[1].data);
+    args.push(t[2].data);
+    args.push(DevicePtr(0));  // bias
+    args.push(DevicePtr(0));  // residual
+    args.push(float(scalar(scalars, "alpha")));
+    args.push(float(scalar(scalars, "beta")));
+    args.push(int(d.m));
+    args.push(int(d.n));
+    args.push(int(d.k));
+    args.push(static_cast<long long>(d.lda));
+    args.push(static_cast<long long>(d.ldb));
+    args.push(static_cast<long long>(d.ldc));
+    args.push(0LL);  // ldr
+    args.push(static_cast<long long>(d.batch_a));
+    args.push(static_cast<long long>(d.batch_b));
+    args.push(static_cast<long long>(d.batch_c));
+  }
+
+  unsigned max_dynamic_smem(const Params& p) const override { return tile_of(p).smem_bytes(); }
+
+  std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
+    const auto& a = shapes::required(name(), shapes, "a", example_shapes());
+    const auto& b = shapes::required(name(), shapes, "b", example_shapes());
+    std::vector<std::int64_t> c = a;  // [.., M, N] for the untransposed layouts
+    if (!c.empty() && !b.empty()) c.back() = b.back();
+    return {TensorSpec(dtype, shapes::value_or(shapes, "c", c)), TensorSpec(dtype, a), TensorSpec(dtype, b)};
+  }
+
+ private:
+  struct Dims {
+    std::int64_t m, n, k, batch, lda, ldb, ldc, batch_a, batch_b, batch_c;
+    std::int64_t trans_a, trans_b;
+  };
+  std::int64_t flag(ScalarList scalars, std::string_view s) const {
+    const double v = scalar(scalars, s);
+    if (v != 0 && v != 1) throw InvalidArgumentError(fmt::format("{}: {} is {}; expected 0 or 1", name(), s, v));
+    return std::int64_t(v);
+  }
+  // Shapes, strides and transposes, validated against each other.
+  Dims dims(TensorList t, std::int64_t trans_a, std::int64_t trans_b) const {
+    const int rank = batched_ ? 3 : 2;
+    const char* names[] = {"c", "a", "b"};
+    for (int i = 0; i < 3; ++i)
+      if (t[i].spec.rank() != rank)
+        throw ShapeError(fmt::format("{}: {} is {}; expected rank {} ({})", name(), names[i], t[i].spec.str(), rank,
+                                     tensor_args()[i].doc));
+    const TensorSpec &c = t[0].spec, &a = t[1].spec, &b = t[2].spec;
+    const int r = rank - 2;  // index of the row dim
+    Dims d{};
+    d.trans_a = trans_a;
+    d.trans_b = trans_b;
+    d.m = a.dim(r + (d.trans_a ? 1 : 0));
+    d.k = a.dim(r + (d.trans_a ? 0 : 1));
+    const std::int64_t kb = b.dim(r + (d.trans_b ? 1 : 0));
+    d.n = b.dim(r + (d.trans_b ? 0 : 1));
+    if (kb != d.k)
+      throw ShapeError(fmt::format("{}: a is {} and b is {}{}: their K ({} and {}) differ", name(), a.str(), b.str(),
+                                   d.trans_a || d.trans_b ? " (with the transposes given)" : "", d.k, kb));
+    if (c.dim(r) != d.m || c.dim(r + 1) != d.n)
+      throw ShapeError(fmt::format("{}: c is {}; expected [{}{}, {}]", name(), c.str(),
+                                   batched_ ? fmt::format("{}, ", a.dim(0)) : "", d.m, d.n));
+    d.batch = batched_ ? a.dim(0) : 1;
+    if (batched_ && (b.dim(0) != d.batch || c.dim(0) != d.batch))
+      throw ShapeError(fmt::format("{}: batch sizes differ: c {}, a {}, b {}", name(), c.str(), a.str(), b.str()));
+    checked_dim(name(), "M", d.m);
+    checked_dim(name(), "N", d.n);
+    checked_dim(name(), "K", d.k);
+    checked_dim(name(), "batch", d.batch);
+    d.lda = row_stride(name(), "a", a);
+    d.ldb = row_stride(name(), "b", b);
+    d.ldc = row_stride(name(), "c", c);
+    if (batched_) {
+      d.batch_a = a.stride(0);
+      d.batch_b = b.stride(0);
+      d.batch_c = c.stride(0);
+    }
+    return d;
+  }
+  bool batched_;
+};
+
+constexpr TensorArgInfo kLinearTensors[] = {
+    {"out", "out", "[..., N], same dtype as x; rows may be strided"},
+    {"x", "in", "[..., K] f16 or bf16; rows may be strided"},
+    {"weight", "in", "[N, K] (the LLM layout: one row per output feature)"},
+    {"bias", "in", "[N], or absent (a rank-0 tensor)"},
+    {"residual", "in", "[..., N] added after the activation, or absent; may be out itself"},
+};
+constexpr ScalarArgInfo kLinearScalars[] = {
+    {"activation", 0, "applied after the bias: 0 none, 1 gelu (erf), 2 gelu (tanh), 3 silu"}};
+
+// linear: out = act(x * weight^T + bias) + residual, the epilogue fused.
+class Linear final : public OpDef {
+ public:
+  std::string_view name() const override { return "linear"; }
+  std::string_view summary() const override {
+    return "out = act(x * weight^T + bias) + residual on tensor cores; bias, activation and residual fused";
+  }
+  std::span<const TensorArgInfo> tensor_args() const override { return kLinearTensors; }
+  std::span<const ScalarArgInfo> scalar_args() const override { return kLinearScalars; }
+  std::span<const DType> dtypes() const override { return kInputTypes; }
+  std::string_view template_file() const override { return "gemm.cu"; }
+  std::string_view example_shapes() const override { return "x=32x4096 weight=6144x4096 bias=6144"; }
+
+  Params specialize(TensorList t, ScalarList scalars, const Target& target) const override {
+    check_tensor_count(t);
+    check_scalar_names(scalars);
+    expect_tensor_cores(name(), target);
+    const Dims d = dims(t);
+    const double act = scalar(scalars, "activation");
+    if (act != 0 && act != 1 && act != 2 && act != 3)
+      throw InvalidArgumentError(
+          fmt::format("{}: activation is {}; expected 0 (none), 1 (gelu), 2 (gelu tanh) or 3 (silu)", name(), act));
+    Params p;
+    p.add_dtype("dtype", t[1].spec.dtype());
+    add_tile(p, pick_tile(d.m, target));
+    const bool aligned = chunk_aligned(t[1].data, {d.ldx}) && chunk_aligned(t[2].data, {d.ldw});
+    p.add("vec", aligned ? 8 : 1);
+    p.add("bias", t[3].spec.rank() != 0 ? 1 : 0);
+    p.add("act", std::int64_t(act));
+    p.add("residual", t[4].spec.rank() != 0 ? 1 : 0);
+    return p;
+  }
+
+  LaunchGeometry geometry(const Params& p, TensorList t) const override {
+    const Dims d = dims(t);
+    return tile_geometry(p, d.m, d.n, 1);
+  }
+
+  void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
+    const Dims d = dims(t);
+    const unsigned chunk = p.get("vec") == 8 ? 16 : 2;
+    checks::expect_pointer(name(), "out", t[0].data, 2);
+    checks::expect_pointer(name(), "x", t[1].data, chunk);
+    checks::expect_pointer(name(), "weight", t[2].data, chunk);
+    if (p.get("bias")) checks::expect_pointer(name(), "bias", t[3].data, 2);
+    if (p.get("residual")) checks::expect_pointer(name(), "residual", t[4].data, 2);
+    args.push(t[0].data);
+    args.push(t[1].data);
+    args.push(t[2].data);
+    args.push(p.get("bias") ? t[3].data : DevicePtr(0));
+    args.push(p.get("residual") ? t[4].data : DevicePtr(0));
+    args.push(1.f);  // alpha
+    args.push(0.f);  // beta
+    args.push(int(d.m));
+    args.push(int(d.n));
+    args.push(int(d.k));
+    args.push(static_cast<long long>(d.ldx));
+    args.push(static_cast<long long>(d.ldw));
+    args.push(static_cast<long long>(d.ldo));
+    args.push(static_cast<long long>(d.ldr));
+    args.push(0LL);
+    args.push(0LL);
+    args.push(0LL);
+  }
+
+  unsigned max_dynamic_smem(const Params& p) const override { return tile_of(p).smem_bytes(); }
+
+  std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
+    const auto& x = shapes::required(name(), shapes, "x", example_shapes());
+    const auto& w = shapes::required(name(), shapes, "weight", example_shapes());
+    std::vector<std::int64_t> out = x;
+    if (!out.empty() && !w.empty()) out.back() = w.front();
+    auto optional = [&](std::string_view n) {
+      auto it = shapes.find(n);
+      return it == shapes.end() ? TensorSpec() : TensorSpec(dtype, it->second);
+    };
+    return {TensorSpec(dtype, shapes::value_or(shapes, "out", out)), TensorSpec(dtype, x), TensorSpec(dtype, w),
+            optional("bias"), optional("residual")};
+  }
+
+ private:
+  struct Dims {
+    std::int64_t m, n, k, ldx, ldw, ldo, ldr;
+  };
+  // x and out seen as [M, K] and [M, N] (leading dims collapsed), validated.
+  Dims dims(TensorList t) const {
+    const TensorSpec &out = t[0].spec, &x = t[1].spec, &w = t[2].spec, &bias = t[3].spec, &res = t[4].spec;
+    checks::expect_dtype_in(name(), "x", x.dtype(), kInputTypes);
+    if (x.rank() < 2)
+      throw ShapeError(fmt::format("{}: x is {}; expected [..., K] with at least 2 dims", name(), x.str()));
+    if (w.rank() != 2 || w.dim(1) != x.dim(x.rank() - 1))
+      throw ShapeError(fmt::format("{}: weight is {}; expected [N, {}] (one row per output feature)", name(), w.str(),
+                                   x.dim(x.rank() - 1)));
+    Dims d{};
+    d.k = x.dim(x.rank() - 1);
+    d.n = w.dim(0);
+    d.m = x.numel() / std::max<std::int64_t>(d.k, 1);
+    if (d.k == 0) d.m = out.numel() / std::max<std::int64_t>(d.n, 1);
+    checks::expect_same_dtype(name(), "weight", w, "x", x);
+    checks::expect_same_dtype(name(), "out", out, "x", x);
+    if (out.rank() != x.rank() || out.numel() != d.m * d.n || out.dim(out.rank() - 1) != d.n)
+      throw ShapeError(fmt::format("{}: out is {}; expected x's leading dims and N = {}", name(), out.str(), d.n));
+    if (bias.rank() != 0) {
+      checks::expect_same_dtype(name(), "bias", bias, "x", x);
+      if (bias.rank() != 1 || bias.dim(0) != d.n || !bias.is_contiguous())
+        throw ShapeError(fmt::format("{}: bias is {}; expected [{}] contiguous, or absent", name(), bias.str(), d.n));
+    }
+    if (res.rank() != 0) {
+      checks::expect_same_dtype(name(), "residual", res, "x", x);
+      checks::expect_same_shape(name(), "residual", res, "out", out);
+      d.ldr = leading_stride(res, "residual");
+    }
+    checked_dim(name(), "M", d.m);
+    checked_dim(name(), "N", d.n);
+    checked_dim(name(), "K", d.k);
+    d.ldx = leading_stride(x, "x");
+    d.ldo = leading_stride(out, "out");
+    d.ldw = row_stride(name(), "weight", w);
+    return d;
+  }
+  // Rows of a [..., cols] tensor as one evenly strided dim.
+  std::int64_t leading_stride(const TensorSpec& t, std::string_view arg) const {
+    for (int i = 0; i + 2 < t.rank(); ++i)
+      if (t.dim(i) > 1 && t.stride(i) != t.stride(i + 1) * t.dim(i + 1))
+        throw ShapeError(fmt::format("{}: {} {}: its leading dims must collapse into one evenly strided dim", name(),
+                                     arg, t.str()));
+    return row_stride(name(), arg, t);
+  }
+};
+
+}  // namespace
+
+const OpDef& gemm_op() {
+  static const Gemm op(false);
+  return op;
+}
+const OpDef& gemm_batched_op() {
+  static const Gemm op(true);
+  return op;
+}
+const OpDef& linear_op() {
+  static const Linear op;
+  return op;
+}
+
+}  // namespace mojo

@@ -1,0 +1,189 @@
+// gemm, gemm_batched and linear without a GPU: the tile each shape gets,
+// validation messages, the CPU reference itself, and every layout compiling
+// to PTX that ptxas takes with no local-memory spills.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "mojo/error.hpp"
+#include "mojo/reference.hpp"
+#include "mojo/runtime.hpp"
+#include "test_util.hpp"
+
+using namespace mojo;
+using test::error_of;
+
+namespace {
+
+const Target kSm90 = Target::parse("sm_90");
+
+std::vector<Tensor> specs(std::initializer_list<TensorSpec> list) {
+  std::vector<Tensor> out;
+  for (const TensorSpec& s : list) out.push_back({s, 0});
+  return out;
+}
+
+Params gemm_params(std::int64_t m, std::int64_t n, std::int64_t k, ScalarList scalars = {},
+                   DType dtype = DType::bf16) {
+  return find_op("gemm").specialize(
+      specs({TensorSpec(dtype, {m, n}), TensorSpec(dtype, {m, k}), TensorSpec(dtype, {k, n})}), scalars, kSm90);
+}
+
+}  // namespace
+
+TEST(Gemm, TileFollowsTheMBucket) {
+  const OpDef& op = find_op("gemm");
+  Params decode = gemm_params(1, 4096, 4096), mid = gemm_params(48, 4096, 4096), big = gemm_params(4096, 4096, 4096);
+  EXPECT_EQ(decode.get("bm"), 16);
+  EXPECT_EQ(mid.get("bm"), 64);
+  EXPECT_EQ(big.get("bm"), 128);
+  EXPECT_EQ(big.get("vec"), 8);
+  EXPECT_EQ(big.get("beta"), 0);
+  // 4 stages of (128 + 128) x 32 bf16 = 64 KB: above the 48 KB default, so the Runtime opts in at load.
+  EXPECT_EQ(op.max_dynamic_smem(big), 64u * 1024);
+  auto tensors = specs({TensorSpec(DType::bf16, {4096, 4096}), TensorSpec(DType::bf16, {4096, 4096}),
+                        TensorSpec(DType::bf16, {4096, 4096})});
+  LaunchGeometry g = op.geometry(big, tensors);
+  EXPECT_EQ(g.grid.x, 32u * 32u);
+  EXPECT_EQ(g.block.x, 256u);
+  EXPECT_EQ(g.dynamic_smem, 64u * 1024);
+  // Every shape of one bucket shares the kernel: M, N, K are arguments.
+  EXPECT_EQ(op.kernel_name(gemm_params(4095, 24, 104)), op.kernel_name(gemm_params(8192, 8192, 8192)));
+}
+
+TEST(Gemm, UnalignedRowsTakeTheElementPath) {
+  EXPECT_EQ(gemm_params(5, 9, 17).get("vec"), 1) << "lda = 17 elements: rows are not 16-byte aligned";
+  const TensorSpec c(DType::f16, {8, 8}), a(DType::f16, {8, 64}), b(DType::f16, {64, 8});
+  Params p = find_op("gemm").specialize({{c, 0}, {a, 0x1002}, {b, 0}}, {}, kSm90);
+  EXPECT_EQ(p.get("vec"), 1) << "a 2-byte aligned pointer";
+}
+
+TEST(Gemm, TransposesAndBetaAreParams) {
+  const OpDef& op = find_op("gemm");
+  // a stored [K, M] = [64, 32], b stored [N, K] = [16, 64]: c is [32, 16].
+  auto t = specs({TensorSpec(DType::bf16, {32, 16}), TensorSpec(DType::bf16, {64, 32}), TensorSpec(DType::bf16, {16, 64})});
+  Params p = op.specialize(t, {{"trans_a", 1}, {"trans_b", 1}, {"beta", 0.5}}, kSm90);
+  EXPECT_EQ(p.get("ta"), 1);
+  EXPECT_EQ(p.get("tb"), 1);
+  EXPECT_EQ(p.get("beta"), 1);
+  EXPECT_EQ(op.geometry(p, t).grid.x, 1u) << "one 64x64 tile covers 32x16";
+  EXPECT_EQ(gemm_params(32, 16, 64, {}, DType::f16).dtype("out"), DType::f16);
+}
+
+TEST(Gemm, BadInputIsAClearError) {
+  const OpDef& op = find_op("gemm");
+  auto bf = [](std::initializer_list<std::int64_t> s) { return TensorSpec(DType::bf16, s); };
+  EXPECT_EQ(error_of<ShapeError>([&] { op.specialize(specs({bf({4, 8}), bf({4, 16}), bf({15, 8})}), {}, kSm90); }),
+            "gemm: a is bf16[4, 16] and b is bf16[15, 8]: their K (16 and 15) differ");
+  EXPECT_EQ(error_of<ShapeError>([&] { op.specialize(specs({bf({4, 9}), bf({4, 16}), bf({16, 8})}), {}, kSm90); }),
+            "gemm: c is bf16[4, 9]; expected [4, 8]");
+  EXPECT_NE(error_of<ArchError>([&] {
+              op.specialize(specs({bf({4, 8}), bf({4, 16}), bf({16, 8})}), {}, Target::parse("sm_75"));
+            }).find("sm_80 or later; the target is sm_75"),
+            std::string::npos);
+  const TensorSpec f(DType::f32, {4, 4});
+  EXPECT_NE(error_of<DTypeError>([&] { op.specialize(specs({f, f, f}), {}, kSm90); }).find("supported: f16, bf16"),
+            std::string::npos);
+  EXPECT_EQ(error_of<DTypeError>([&] {
+              op.specialize(specs({TensorSpec(DType::f16, {4, 8}), bf({4, 16}), bf({16, 8})}), {}, kSm90);
+            }),
+            "gemm: c has dtype f16; expected bf16 (as a) or f32");
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              op.specialize(specs({bf({4, 8}), bf({4, 16}), bf({16, 8})}), {{"trans_a", 2}}, kSm90);
+            }),
+            "gemm: trans_a is 2; expected 0 or 1");
+  EXPECT_NE(error_of<ShapeError>([&] {
+              find_op("gemm_batched").specialize(specs({bf({2, 4, 8}), bf({3, 4, 16}), bf({2, 16, 8})}), {}, kSm90);
+            }).find("batch sizes differ"),
+            std::string::npos);
+}
+
+TEST(Linear, EpilogueFlagsComeFromTheTensorsGiven) {
+  const OpDef& op = find_op("linear");
+  const TensorSpec x(DType::bf16, {3, 5, 64}), w(DType::bf16, {96, 64}), out(DType::bf16, {3, 5, 96}),
+      bias(DType::bf16, {96});
+  Params plain = op.specialize(specs({out, x, w, TensorSpec(), TensorSpec()}), {}, kSm90);
+  EXPECT_EQ(plain.get("bias"), 0);
+  EXPECT_EQ(plain.get("residual"), 0);
+  EXPECT_EQ(plain.get("bm"), 16) << "M = 15 rows of x";
+  Params fused = op.specialize(specs({out, x, w, bias, out}), {{"activation", 3}}, kSm90);
+  EXPECT_EQ(fused.get("bias"), 1);
+  EXPECT_EQ(fused.get("act"), 3);
+  EXPECT_EQ(fused.get("residual"), 1);
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] { op.specialize(specs({out, x, w, bias, out}), {{"activation", 4}}, kSm90); }),
+            "linear: activation is 4; expected 0 (none), 1 (gelu), 2 (gelu tanh) or 3 (silu)");
+  EXPECT_EQ(error_of<ShapeError>([&] {
+              op.specialize(specs({out, x, TensorSpec(DType::bf16, {96, 65}), bias, TensorSpec()}), {}, kSm90);
+            }),
+            "linear: weight is bf16[96, 65]; expected [N, 64] (one row per output feature)");
+  EXPECT_EQ(error_of<ShapeError>([&] {
+              op.specialize(specs({out, x, w, TensorSpec(DType::bf16, {95}), TensorSpec()}), {}, kSm90);
+            }),
+            "linear: bias is bf16[95]; expected [96] contiguous, or absent");
+}
+
+TEST(GemmReference, SmallProductsAndTransposesAgree) {
+  // [[1, 2], [3, 4]] x [[5, 6], [7, 8]] = [[19, 22], [43, 50]]; with alpha 2, beta 1 on c = 1.
+  const auto a = reference::encode(DType::f32, {1, 2, 3, 4}), b = reference::encode(DType::f32, {5, 6, 7, 8});
+  auto c = reference::encode(DType::f32, {1, 1, 1, 1});
+  reference::gemm(DType::f32, DType::f32, a.data(), b.data(), c.data(), 1, 2, 2, 2, 2.0, 1.0, false, false);
+  EXPECT_EQ(reference::decode(DType::f32, c), (std::vector<float>{39, 45, 87, 101}));
+  // The same product from a^T and b^T stored, flagged as transposed.
+  const auto at = reference::encode(DType::f32, {1, 3, 2, 4}), bt = reference::encode(DType::f32, {5, 7, 6, 8});
+  std::vector<std::uint8_t> c2(16, 0xff);  // NaN: ignored with beta 0
+  reference::gemm(DType::f32, DType::f32, at.data(), bt.data(), c2.data(), 1, 2, 2, 2, 1.0, 0.0, true, true);
+  EXPECT_EQ(reference::decode(DType::f32, c2), (std::vector<float>{19, 22, 43, 50}));
+  // linear: x [1, 2] . w [2, 2]^T + bias, then + residual.
+  const auto x = reference::encode(DType::f32, {1, 2}), w = reference::encode(DType::f32, {1, 1, 2, -1}),
+             bias = reference::encode(DType::f32, {0.5, 0}), res = reference::encode(DType::f32, {10, 20});
+  std::vector<std::uint8_t> y(8);
+  reference::linear(DType::f32, x.data(), w.data(), bias.data(), res.data(), y.data(), 1, 2, 2, 0);
+  EXPECT_EQ(reference::decode(DType::f32, y), (std::vector<float>{13.5f, 20}));
+}
+
+// Every layout and tile bucket, with both compilers: PTX that ptxas takes for
+// sm_80 with no spills, and mma.sync (HMMA in SASS) in it.
+struct GemmCompiles : ::testing::TestWithParam<std::string> {};
+
+TEST_P(GemmCompiles, EveryLayoutAndBucketWithoutSpills) {
+  RuntimeOptions o;
+  o.disk_cache = false;
+  o.compiler = GetParam();
+  Runtime rt(o);
+  test::TempDir dir;
+  for (DType dtype : {DType::f16, DType::bf16})
+    for (std::int64_t m : {1, 48, 4096})
+      for (int ta : {0, 1})
+        for (int tb : {0, 1}) {
+          SCOPED_TRACE(fmt::format("{} m {} trans_a {} trans_b {}", dtype_name(dtype), m, ta, tb));
+          const std::int64_t n = 256, k = 512;
+          auto t = specs({TensorSpec(dtype, {m, n}), ta ? TensorSpec(dtype, {k, m}) : TensorSpec(dtype, {m, k}),
+                          tb ? TensorSpec(dtype, {n, k}) : TensorSpec(dtype, {k, n})});
+          Artifact art = rt.compile("gemm", t, {{"trans_a", ta}, {"trans_b", tb}}, Target::parse("sm_80"), Emit::ptx);
+          EXPECT_NE(art.binary->find("mma.sync.aligned.m16n8k16.row.col.f32"), std::string::npos);
+          test::write_file(dir.path() / "g.ptx", *art.binary);
+          auto r = test::run_command(std::string(MOJO_TEST_PTXAS) + " -v -arch=sm_80 " + (dir.path() / "g.ptx").string() +
+                                     " -o " + (dir.path() / "g.cubin").string());
+          ASSERT_EQ(r.exit_code, 0) << r.output;
+          EXPECT_NE(r.output.find("0 bytes spill stores, 0 bytes spill loads"), std::string::npos) << r.output;
+        }
+  // linear with the whole epilogue, on sm_90a too.
+  const TensorSpec x(DType::bf16, {4096, 4096}), w(DType::bf16, {12288, 4096}), y(DType::bf16, {4096, 12288}),
+      bias(DType::bf16, {12288});
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    Artifact art = rt.compile("linear", specs({y, x, w, bias, y}), {{"activation", 3}}, Target::parse(arch), Emit::ptx);
+    test::write_file(dir.path() / "l.ptx", *art.binary);
+    auto r = test::run_command(std::string(MOJO_TEST_PTXAS) + " -v -arch=" + arch + " " +
+                               (dir.path() / "l.ptx").string() + " -o " + (dir.path() / "l.cubin").string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("0 bytes spill stores"), std::string::npos) << r.output;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Compilers, GemmCompiles,
+                         ::testing::Values("nvrtc"
+#if MOJO_TEST_WITH_LLVM
+                                           ,
+                                           "llvm"
+#endif
+                                           ),
+                         [](const auto& info) { return info.param == "llvm" ? std::string("Llvm") : info.param; });

@@ -1,0 +1,144 @@
+// gemm, gemm_batched and linear on the GPU against the float64 CPU reference,
+// with each compiler: odd shapes (M = 1, 17, 4095; K not a multiple of the
+// tile), both transposes, alpha/beta, f32 output, every epilogue, strided
+// and unaligned inputs. Skips on a machine with no GPU.
+//
+// Tolerance: a dot product of K terms accumulated in fp32 on tensor cores vs
+// float64: |gpu - cpu| <= rtol * |cpu| + atol * max|cpu| with the output
+// dtype's rounding (gpu_util.hpp) and atol grown by sqrt(K) / 16 for the
+// accumulation (inputs in ±[0.05, 2], so |c| ~ sqrt(K)).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "gpu_util.hpp"
+
+using namespace mojo;
+using test::GpuTensor;
+
+namespace {
+
+struct GpuGemm : test::GpuTest, ::testing::WithParamInterface<std::string> {
+  std::string compiler() const override { return GetParam(); }
+};
+
+test::Tolerance gemm_tolerance(DType out, std::int64_t k) {
+  test::Tolerance t = test::tolerance(out);
+  t.atol *= std::max(1.0, std::sqrt(double(k)) / 16);
+  if (out == DType::f32) t.rtol = 1e-4, t.atol = std::max(t.atol, 1e-5);
+  return t;
+}
+
+std::vector<std::uint8_t> random_matrix(DType d, std::int64_t n, std::uint32_t seed) {
+  return reference::encode(d, test::random_values(std::size_t(n), seed));
+}
+
+struct Case {
+  std::int64_t m, n, k;
+  bool ta, tb;
+};
+
+void check_gemm(Runtime& rt, DType in, DType out, Case s, double alpha, double beta, std::int64_t batch = 1) {
+  SCOPED_TRACE(fmt::format("{}->{} batch {} m {} n {} k {} ta {} tb {} alpha {} beta {}", dtype_name(in), dtype_name(out),
+                           batch, s.m, s.n, s.k, s.ta, s.tb, alpha, beta));
+  const bool batched = batch > 1;
+  auto shape = [&](std::int64_t r, std::int64_t c) {
+    return batched ? std::vector<std::int64_t>{batch, r, c} : std::vector<std::int64_t>{r, c};
+  };
+  const TensorSpec a(in, shape(s.ta ? s.k : s.m, s.ta ? s.m : s.k)), b(in, shape(s.tb ? s.n : s.k, s.tb ? s.k : s.n)),
+      c(out, shape(s.m, s.n));
+  const auto ah = random_matrix(in, a.numel(), 1), bh = random_matrix(in, b.numel(), 2),
+             ch = random_matrix(out, c.numel(), 3);
+  GpuTensor ad(a, ah), bd(b, bh), cd(c, ch);
+  rt.launch(batched ? "gemm_batched" : "gemm", {cd, ad, bd},
+            {{"alpha", alpha}, {"beta", beta}, {"trans_a", s.ta ? 1 : 0}, {"trans_b", s.tb ? 1 : 0}});
+  rt.device().synchronize();
+  auto want = ch;
+  reference::gemm(in, out, ah.data(), bh.data(), want.data(), batch, s.m, s.n, s.k, alpha, beta, s.ta, s.tb);
+  test::expect_close(out, cd.read(), want, "c", gemm_tolerance(out, s.k));
+  EXPECT_EQ(ad.read(), ah);
+}
+
+}  // namespace
+
+TEST_P(GpuGemm, OddShapesAndTransposes) {
+  const Case cases[] = {{1, 1, 1, false, false},      {1, 4096, 4096, false, true}, {17, 33, 100, false, false},
+                        {17, 33, 100, true, true},    {64, 64, 64, true, false},    {4095, 257, 72, false, true},
+                        {256, 384, 520, false, false}, {130, 1000, 1024, true, true}};
+  for (DType in : {DType::bf16, DType::f16})
+    for (const Case& s : cases) check_gemm(*rt, in, in, s, 1.0, 0.0);
+}
+
+TEST_P(GpuGemm, AlphaBetaAndF32Output) {
+  for (DType in : {DType::bf16, DType::f16}) {
+    check_gemm(*rt, in, in, {96, 80, 64, false, false}, 0.5, 2.0);
+    check_gemm(*rt, in, DType::f32, {96, 80, 200, false, true}, 1.0, 0.0);
+    check_gemm(*rt, in, DType::f32, {33, 17, 48, true, false}, -1.5, 0.25);
+  }
+}
+
+TEST_P(GpuGemm, Batched) {
+  check_gemm(*rt, DType::bf16, DType::bf16, {64, 96, 128, false, false}, 1.0, 0.0, 3);
+  check_gemm(*rt, DType::f16, DType::f32, {17, 40, 56, true, true}, 1.0, 1.0, 5);
+}
+
+TEST_P(GpuGemm, UnalignedLeadingDimTakesTheElementPath) {
+  // K = 17: rows of a are 34 bytes apart, so no 16-byte chunk loads.
+  check_gemm(*rt, DType::bf16, DType::bf16, {40, 24, 17, false, false}, 1.0, 0.0);
+  check_gemm(*rt, DType::f16, DType::f16, {40, 24, 17, false, true}, 1.0, 0.0);
+}
+
+TEST_P(GpuGemm, BetaZeroIgnoresNanInC) {
+  const TensorSpec a(DType::bf16, {32, 64}), b(DType::bf16, {64, 48}), c(DType::bf16, {32, 48});
+  const auto ah = random_matrix(DType::bf16, a.numel(), 4), bh = random_matrix(DType::bf16, b.numel(), 5);
+  GpuTensor ad(a, ah), bd(b, bh), cd(c);  // c starts as NaN
+  rt->launch("gemm", {cd, ad, bd});
+  rt->device().synchronize();
+  std::vector<std::uint8_t> want(c.nbytes());
+  reference::gemm(DType::bf16, DType::bf16, ah.data(), bh.data(), want.data(), 1, 32, 48, 64, 1.0, 0.0, false, false);
+  test::expect_close(DType::bf16, cd.read(), want, "c", gemm_tolerance(DType::bf16, 64));
+}
+
+TEST_P(GpuGemm, LinearWithEveryEpilogue) {
+  for (DType d : {DType::bf16, DType::f16})
+    for (std::int64_t m : {1, 17, 300})
+      for (int act : {0, 1, 2, 3})
+        for (bool bias : {false, true})
+          for (bool residual : {false, true}) {
+            SCOPED_TRACE(fmt::format("{} m {} act {} bias {} residual {}", dtype_name(d), m, act, bias, residual));
+            const std::int64_t n = 136, k = 264;
+            const TensorSpec x(d, {m, k}), w(d, {n, k}), y(d, {m, n}), bs(d, {n});
+            const auto xh = random_matrix(d, x.numel(), 6), wh = random_matrix(d, w.numel(), 7),
+                       bh = random_matrix(d, n, 8), rh = random_matrix(d, y.numel(), 9);
+            GpuTensor xd(x, xh), wd(w, wh), yd(y), bd(bs, bh), rd(y, rh);
+            const Tensor absent{TensorSpec(), 0};
+            rt->launch("linear", {yd, xd, wd, bias ? bd.tensor() : absent, residual ? rd.tensor() : absent},
+                       {{"activation", act}});
+            rt->device().synchronize();
+            std::vector<std::uint8_t> want(y.nbytes());
+            reference::linear(d, xh.data(), wh.data(), bias ? bh.data() : nullptr, residual ? rh.data() : nullptr,
+                              want.data(), m, n, k, act);
+            test::expect_close(d, yd.read(), want, "out", gemm_tolerance(d, k));
+          }
+}
+
+TEST_P(GpuGemm, LinearResidualMayBeTheOutputItself) {
+  const std::int64_t m = 64, n = 128, k = 192;
+  const TensorSpec x(DType::bf16, {m, k}), w(DType::bf16, {n, k}), y(DType::bf16, {m, n});
+  const auto xh = random_matrix(DType::bf16, x.numel(), 10), wh = random_matrix(DType::bf16, w.numel(), 11),
+             yh = random_matrix(DType::bf16, y.numel(), 12);
+  GpuTensor xd(x, xh), wd(w, wh), yd(y, yh);
+  rt->launch("linear", {yd, xd, wd, Tensor{TensorSpec(), 0}, yd});  // y += x w^T
+  rt->device().synchronize();
+  std::vector<std::uint8_t> want(y.nbytes());
+  reference::linear(DType::bf16, xh.data(), wh.data(), nullptr, yh.data(), want.data(), m, n, k, 0);
+  test::expect_close(DType::bf16, yd.read(), want, "out", gemm_tolerance(DType::bf16, k));
+}
+
+INSTANTIATE_TEST_SUITE_P(Compilers, GpuGemm,
+                         ::testing::Values("nvrtc"
+#if MOJO_TEST_WITH_LLVM
+                                           ,
+                                           "llvm"
+#endif
+                                           ),
+                         [](const auto& info) { return info.param == "llvm" ? std::string("Llvm") : info.param; });
