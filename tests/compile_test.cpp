@@ -98,3 +98,41 @@ TEST(Compile, EmitNamesRoundTrip) {
   for (Emit e : {Emit::llvm, Emit::llvm_opt, Emit::ptx, Emit::cubin}) EXPECT_EQ(parse_emit(emit_name(e)), e);
   EXPECT_THROW(parse_emit("sass"), InvalidArgumentError);
 }
+
+// kernel_resources reads what ptxas -v reports, from the cubin alone.
+TEST(Compile, KernelResourcesMatchPtxasVerbose) {
+  auto nvrtc = make_compiler("nvrtc");
+  // An array written and read at data-dependent indices lives in local memory: a 1 KB stack frame.
+  const std::string source =
+      "extern \"C\" __global__ void spill(float* out, const int* index) {\n"
+      "  float buf[256];\n"
+      "  for (int j = 0; j < 256; ++j) buf[index[j] & 255] = out[j];\n"
+      "  out[0] = buf[index[256] & 255];\n"
+      "}\n";
+  const Target sm80 = Target::parse("sm_80");
+  const std::string cubin = nvrtc->compile({"spill.cu", source, sm80, Emit::cubin, "spill"}).binary;
+  const std::string ptx = nvrtc->compile({"spill.cu", source, sm80, Emit::ptx, "spill"}).binary;
+  test::TempDir dir;
+  test::write_file(dir.path() / "k.ptx", ptx);
+  auto r = test::run_command(std::string(MOJO_TEST_PTXAS) + " -v -arch=sm_80 " + (dir.path() / "k.ptx").string() +
+                             " -o " + (dir.path() / "k.cubin").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const KernelResources k = kernel_resources(cubin, "spill");
+  EXPECT_NE(r.output.find(fmt::format("Used {} registers", k.registers)), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(fmt::format("{} bytes stack frame", k.stack_bytes)), std::string::npos) << r.output;
+  EXPECT_EQ(k.stack_bytes, 1024u);
+  EXPECT_GT(k.registers, 0);
+
+  Runtime rt(memory_only());
+  Artifact a = rt.compile("rms_norm", rms_args(DType::bf16, 4, 4096), {}, sm80, Emit::cubin);
+  const KernelResources rms = kernel_resources(*a.binary, a.kernel_name);
+  EXPECT_EQ(rms.stack_bytes, 0u);
+  EXPECT_EQ(rms.static_shared_bytes, 128u) << "block_reduce's 32 floats";
+
+  EXPECT_EQ(test::error_of<InvalidArgumentError>([&] { kernel_resources(cubin, "nope"); }),
+            "the cubin has no kernel 'nope'");
+  EXPECT_EQ(test::error_of<InvalidArgumentError>([&] { kernel_resources(cubin.substr(0, 100), "spill"); }),
+            "not a readable cubin: truncated");
+  EXPECT_EQ(test::error_of<InvalidArgumentError>([&] { kernel_resources("#!/bin/sh", "spill"); }),
+            "not a readable cubin: not a 64-bit ELF file");
+}

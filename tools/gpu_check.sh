@@ -28,6 +28,19 @@ else
   failed+=(memcheck)
 fi
 
+echo "== SASS of the gemm kernel (tensor-core instructions, no local memory)"
+cli="$build/tools/mojo-jit"
+if command -v cuobjdump >/dev/null; then
+  "$cli" --emit=cubin gemm --dtype bf16 --shape a=4096x4096 --shape b=4096x4096 -o "$out/gemm.cubin" &&
+    cuobjdump --dump-sass "$out/gemm.cubin" >"$out/gemm.sass" || failed+=(sass)
+  hmma=$(grep -c HMMA "$out/gemm.sass" || true)
+  local_ops=$(grep -cE "\b(LDL|STL)\b" "$out/gemm.sass" || true)
+  echo "gemm bf16 4096^3: $hmma HMMA, $local_ops local loads/stores" | tee "$out/sass.txt"
+  { [ "$hmma" -gt 0 ] && [ "$local_ops" -eq 0 ]; } || failed+=(sass)
+else
+  echo "cuobjdump not found" | tee "$out/sass.txt"
+fi
+
 echo "== benchmark"
 "$build/tools/mojo-bench" --json "$out/ops.json" >"$out/bench.md" 2>&1 || failed+=(bench)
 cat "$out/bench.md"

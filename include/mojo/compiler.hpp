@@ -3,6 +3,7 @@
 // the pipeline: llvm -> llvm-opt -> ptx -> cubin; `--emit=X` stops at X.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -43,6 +44,16 @@ class Compiler {
   // Throws CompileError (summary line + log with source excerpts).
   virtual CompileResult compile(const CompileRequest& request) const = 0;
 };
+
+// What a kernel of a cubin uses, read from the ELF (no GPU needed): what
+// ptxas -v reports. stack_bytes > 0 means local memory (spills or arrays).
+struct KernelResources {
+  int registers = 0;
+  std::uint64_t static_shared_bytes = 0;
+  std::uint64_t stack_bytes = 0;
+};
+// Throws InvalidArgumentError when `cubin` is not a CUDA ELF or lacks `kernel`.
+KernelResources kernel_resources(std::string_view cubin, std::string_view kernel);
 
 // "nvrtc" (the default). Throws InvalidArgumentError for unknown names.
 std::unique_ptr<Compiler> make_compiler(std::string_view name);

@@ -14,11 +14,14 @@ cmake -S "$here" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$clang" -DCMAKE_BUIL
 cmake --build "$build"
 
 # Seeds: a real cache entry (made by the entry code itself) and the manifests here.
-mkdir -p "$build/corpus/entry" "$build/corpus/manifest"
+mkdir -p "$build/corpus/entry" "$build/corpus/manifest" "$build/corpus/cubin"
 cp "$here"/seeds/manifest/* "$build/corpus/manifest/"
+cp "$here"/seeds/cubin/* "$build/corpus/cubin/"
 printf 'MOJOJIT\0' >"$build/corpus/entry/magic-only"
-for target in entry manifest; do
+for target in entry manifest cubin; do
   echo "== fuzz_$target for ${seconds}s"
-  (cd "$build" && ./fuzz_$target -max_total_time="$seconds" -max_len=4096 -print_final_stats=1 \
+  max_len=4096
+  [ "$target" = cubin ] && max_len=16384  # the seed is a whole rms_norm cubin
+  (cd "$build" && ./fuzz_$target -max_total_time="$seconds" -max_len=$max_len -print_final_stats=1 \
      "corpus/$target" 2>&1 | tail -n 12)
 done

@@ -20,6 +20,7 @@ namespace {
 
 struct Case {
   std::string op, shapes;  // shapes in the command line's form: "x=32x4096"
+  double activation = 0;   // linear's fused activation
 };
 
 std::vector<Case> qwen3_cases() {
@@ -38,6 +39,26 @@ std::vector<Case> qwen3_cases() {
     out.push_back({"softmax_backward", fmt::format("out={}x151936", rows)});
   }
   return out;
+}
+
+// Square products and Qwen3-8B's linears (qkv, gate+up, down) at decode and
+// prefill sizes, plus gate+up with its bias and silu fused.
+std::vector<Case> gemm_cases() {
+  std::vector<Case> out;
+  for (int n : {4096, 8192}) out.push_back({"gemm", fmt::format("a={0}x{0} b={0}x{0}", n)});
+  for (int m : {1, 16, 128, 4096}) {
+    out.push_back({"linear", fmt::format("x={}x4096 weight=6144x4096", m)});
+    out.push_back({"linear", fmt::format("x={}x4096 weight=24576x4096", m)});
+    out.push_back({"linear", fmt::format("x={}x12288 weight=4096x12288", m)});
+  }
+  out.push_back({"linear", "x=4096x4096 weight=24576x4096 bias=24576", 3});
+  return out;
+}
+
+// 2 M N K of a gemm or linear case: out is [.., M, N] and a (or x) [.., M, K].
+double flops(const std::vector<mojo::TensorSpec>& specs) {
+  const mojo::TensorSpec &out = specs[0], &a = specs[1];
+  return 2.0 * double(out.numel()) * double(a.dim(a.rank() - 1));
 }
 
 bool is_index(mojo::DType d) { return d == mojo::DType::i32 || d == mojo::DType::i64; }
@@ -94,7 +115,7 @@ double copy_bandwidth_gbs(bool quick) {
 }
 
 struct Result {
-  double us = 0, bytes = 0;
+  double us = 0, bytes = 0, flops = 0, weight_bytes = 0;
 };
 
 // Median µs per launch of `c` over CUDA-graph replays that cycle through
@@ -107,8 +128,8 @@ Result time_case(mojo::Runtime& rt, const Case& c, mojo::DType dtype, bool quick
   constexpr std::size_t kShareAbove = 16u << 20;
 
   std::vector<mojo::DeviceBuffer> owned;
-  // One set of tensors per copy; tensors above kShareAbove are shared (big
-  // tables are only partly touched, and the rest of a set defeats the L2).
+  // One set of tensors per copy; a big table the op only partly touches
+  // (more than kShareAbove and more than the whole traffic) is shared.
   auto sets = std::vector<std::vector<mojo::Tensor>>(std::size_t(copies));
   std::mt19937 rng(7);
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -118,7 +139,7 @@ Result time_case(mojo::Runtime& rt, const Case& c, mojo::DType dtype, bool quick
         sets[std::size_t(k)].push_back({s, 0});
         continue;
       }
-      if (k > 0 && s.nbytes() > kShareAbove) {
+      if (k > 0 && s.nbytes() > kShareAbove && double(s.nbytes()) > bytes) {
         sets[std::size_t(k)].push_back(sets[0][i]);
         continue;
       }
@@ -141,10 +162,12 @@ Result time_case(mojo::Runtime& rt, const Case& c, mojo::DType dtype, bool quick
     }
   }
   mojo::Stream stream;
-  mojo::KernelHandle h = rt.get_kernel(c.op, sets[0]);
+  const std::vector<mojo::ScalarArg> scalars = c.op == "linear" ? std::vector<mojo::ScalarArg>{{"activation", mojo::Scalar(c.activation)}}
+                                                                 : std::vector<mojo::ScalarArg>{};
+  mojo::KernelHandle h = rt.get_kernel(c.op, sets[0], scalars);
   const int per_graph = std::max(copies, 20);
   mojo::Graph graph = mojo::Graph::capture(stream, [&] {
-    for (int i = 0; i < per_graph; ++i) h.launch(sets[std::size_t(i % copies)], {}, stream);
+    for (int i = 0; i < per_graph; ++i) h.launch(sets[std::size_t(i % copies)], scalars, stream);
   });
   graph.launch(stream);  // warm-up
   stream.synchronize();
@@ -157,7 +180,8 @@ Result time_case(mojo::Runtime& rt, const Case& c, mojo::DType dtype, bool quick
     stop.synchronize();
     us.push_back(mojo::Event::elapsed_ms(start, stop) * 1e3 / per_graph);
   }
-  return {median(us), bytes};
+  const bool product = c.op == "gemm" || c.op == "linear";
+  return {median(us), bytes, product ? flops(specs) : 0, product ? double(specs[2].nbytes()) : 0};
 }
 
 }  // namespace
@@ -180,6 +204,25 @@ void bench_ops(mojo::Runtime& rt, const Options& options) {
                100 * gbs / copy_gbs, 100 * gbs / kNominalCopyGBs);
     rows.push_back({{"op", c.op}, {"dtype", mojo::dtype_name(dtype)}, {"shapes", c.shapes}, {"us", r.us},
                     {"bytes", r.bytes}});
+  }
+  constexpr double kCublasTflops = 680;  // cuBLAS, bf16 4096^3 on the project's H100
+  fmt::print("\n## GEMM (bf16; sm_80 path: mma.sync + ldmatrix + cp.async; % of the {:.0f} TFLOP/s cuBLAS reaches "
+             "on bf16 4096^3 on an H100)\n\n",
+             kCublasTflops);
+  fmt::print("| op | shapes | µs | TFLOP/s | % of cuBLAS 4096^3 | weight GB/s (M <= 16) | % of measured copy |\n"
+             "|---|---|---:|---:|---:|---:|---:|\n");
+  for (const Case& c : gemm_cases()) {
+    Result r = time_case(rt, c, dtype, options.quick);
+    const double tflops = r.flops / (r.us * 1e-6) * 1e-12;
+    const mojo::TensorSpec x = mojo::find_op(c.op).specs_from_shapes(dtype, mojo::parse_shapes(mojo::find_op(c.op), c.shapes))[1];
+    const bool decode = x.numel() / x.dim(x.rank() - 1) <= 16;
+    const double weight_gbs = r.weight_bytes / (r.us * 1e-6) * 1e-9;
+    const std::string shapes = c.activation != 0 ? c.shapes + " activation=silu" : c.shapes;
+    fmt::print("| {} | {} | {:.2f} | {:.1f} | {:.0f}% | {} | {} |\n", c.op, shapes, r.us, tflops,
+               100 * tflops / kCublasTflops, decode ? fmt::format("{:.0f}", weight_gbs) : "",
+               decode ? fmt::format("{:.0f}%", 100 * weight_gbs / copy_gbs) : "");
+    rows.push_back({{"op", c.op}, {"dtype", mojo::dtype_name(dtype)}, {"shapes", c.shapes}, {"us", r.us},
+                    {"bytes", r.bytes}, {"flops", r.flops}, {"activation", c.activation}});
   }
   if (!options.json.empty()) {
     nlohmann::json doc = {{"device", rt.device().name()}, {"copy_gbs", copy_gbs}, {"launch_floor_us", floor_us},

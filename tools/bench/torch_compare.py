@@ -4,7 +4,9 @@
     build/tools/mojo-bench --only ops --json ops.json
     python3 tools/bench/torch_compare.py ops.json
 
-Each op runs at the same shapes and dtype, timed the way mojo-bench times its
+Each op runs at the same shapes and dtype (gemm and linear: torch.matmul and
+F.linear, i.e. cuBLAS, plus a separate activation kernel in eager mode),
+timed the way mojo-bench times its
 kernels: a CUDA graph of >= 20 calls cycling through enough input copies to
 stream > 256 MiB per replay (more than the L2), CUDA events, median of 10
 replays. Prints a markdown table with the ratios (> 1: mojo-jit is faster).
@@ -41,7 +43,7 @@ def rotate_neox(t, cos, sin):
     return torch.cat((rotated, t[..., 2 * half :]), dim=-1)
 
 
-def case(op, s, dt):
+def case(op, s, dt, activation=0):
     """(make_inputs(gen) -> tuple of tensors, fn(*inputs)) for one row of the table."""
     if op in ("rms_norm", "add_rms_norm", "layer_norm", "layer_norm_backward"):
         rows, h = math.prod(s["x"][:-1]), s["x"][-1]
@@ -101,6 +103,15 @@ def case(op, s, dt):
             v_cache.view(-1, row)[slot] = v.view(tokens, row)
         return (lambda g: (rand(s["k_cache"], dt, g), rand(s["k_cache"], dt, g), rand(s["k"], dt, g),
                            rand(s["k"], dt, g), perm(slots, tokens, g)), store)
+    if op == "gemm":
+        return lambda g: (rand(s["a"], dt, g), rand(s["b"], dt, g)), torch.matmul
+    if op == "linear":
+        act = {0: lambda y: y, 1: F.gelu, 2: lambda y: F.gelu(y, approximate="tanh"), 3: F.silu}[int(activation)]
+        n = s["weight"][0]
+        if "bias" in s:
+            return (lambda g: (rand(s["x"], dt, g), rand(s["weight"], dt, g), rand((n,), dt, g)),
+                    lambda x, w, b: act(F.linear(x, w, b)))
+        return lambda g: (rand(s["x"], dt, g), rand(s["weight"], dt, g)), lambda x, w: act(F.linear(x, w))
     raise KeyError(op)
 
 
@@ -151,7 +162,7 @@ def main():
     print("|---|---|---:|---:|---:|---:|---:|")
     for row in bench["ops"]:
         op, dt, mojo_us = row["op"], DTYPES[row["dtype"]], row["us"]
-        make, fn = case(op, parse_shapes(row["shapes"]), dt)
+        make, fn = case(op, parse_shapes(row["shapes"]), dt, row.get("activation", 0))
         sets = input_sets(make, row["bytes"])
         cells = []
         for f in (fn, torch.compile(fn, dynamic=False)):
@@ -161,7 +172,8 @@ def main():
                 print(f"<!-- {op} {row['shapes']}: {type(e).__name__}: {e} -->", file=sys.stderr)
                 cells.append(float("nan"))
         eager, compiled = cells
-        print(f"| {op} | {row['shapes']} | {mojo_us:.2f} | {eager:.2f} | {compiled:.2f} | "
+        shapes = row["shapes"] + (f" activation={row['activation']:g}" if row.get("activation") else "")
+        print(f"| {op} | {shapes} | {mojo_us:.2f} | {eager:.2f} | {compiled:.2f} | "
               f"{eager / mojo_us:.2f} | {compiled / mojo_us:.2f} |", flush=True)
         del sets
         torch.cuda.empty_cache()
