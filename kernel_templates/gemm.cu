@@ -4,6 +4,8 @@
 //
 //   gemm, gemm_batched:  C = alpha * op(A) * op(B) + beta * C    (row-major)
 //   linear:              out = act(x * W^T + bias) + residual     (W: [N, K])
+//   group_gemm:          out[rows of group g] = x[rows of group g] * W[g]^T, the
+//                        groups' rows given by offsets (MoE experts), one launch
 //
 // Params, MOJO_KERNEL_gemm and MOJO_KERNEL_gemm_batched:
 //   TA, TC     input storage (f16 or bf16) and output storage (TA or float)
@@ -17,10 +19,16 @@
 //   BETA       1: C is read (beta != 0); 0: C is only written
 // MOJO_KERNEL_linear: T, BM, BN, BK, WM, WN, STAGES, VEC, BIAS (0/1), ACT
 //   (mojo::activate's code: 0 none, 1 gelu, 2 gelu_tanh, 3 silu), RESIDUAL (0/1).
+// MOJO_KERNEL_group_gemm: T, BM, BN, BK, WM, WN, STAGES, VEC, OFFSETS (4: the
+//   offsets are int32, 8: int64).
 // Kernel args: (TC* c, const TA* a, const TA* b, const TC* bias, const TC* residual,
 //   float alpha, float beta, int m, int n, int k, long long lda, long long ldb,
-//   long long ldc, long long ldr, long long batch_a, long long batch_b, long long batch_c)
-//   with ld* the row strides in elements and batch_* the batch strides.
+//   long long ldc, long long ldr, long long batch_a, long long batch_b, long long batch_c,
+//   const void* offsets, long long total_rows)
+//   with ld* the row strides in elements and batch_* the batch strides. For
+//   group_gemm, grid.z runs over the groups, group g's rows of a and c are
+//   [offsets[g], offsets[g + 1]) (clamped to total_rows), b advances by
+//   batch_b per group, and m is the most rows a group may have.
 // Geometry: WM * WN * 32 threads; grid.x = ceil(m / BM) * ceil(n / BN), visited
 //   in groups of GROUP_M block rows so that neighbouring blocks share tiles of
 //   B in L2; grid.z = batch; STAGES * (BM + BN) * BK * sizeof(TA) bytes of
@@ -99,12 +107,19 @@ __device__ __forceinline__ void load_fragment(const unsigned char* tile, int x0,
   }
 }
 
+// Group g's first row, from int32 or int64 offsets.
+template <int OFFSETS> __device__ __forceinline__ long long group_offset(const void* offsets, long long g) {
+  if constexpr (OFFSETS == 4) return static_cast<const int*>(offsets)[g];
+  else return static_cast<const long long*>(offsets)[g];
+}
+
 template <class TA, class TC, int BM, int BN, int BK, int WM, int WN, int STAGES, bool TRANS_A, bool TRANS_B, int VEC,
-          bool BETA, bool BIAS, int ACT, bool RESIDUAL>
+          bool BETA, bool BIAS, int ACT, bool RESIDUAL, int OFFSETS>
 __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* __restrict__ b,
                                     const TC* __restrict__ bias, const TC* residual, float alpha, float beta, int m,
                                     int n, int k, long long lda, long long ldb, long long ldc, long long ldr,
-                                    long long batch_a, long long batch_b, long long batch_c) {
+                                    long long batch_a, long long batch_b, long long batch_c, const void* offsets,
+                                    long long total_rows) {
   constexpr int THREADS = WM * WN * 32;
   constexpr int WTM = BM / WM, WTN = BN / WN;  // one warp's tile of C
   constexpr int MI = WTM / 16, NI = WTN / 8;   // its m16n8 mma tiles
@@ -123,100 +138,120 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
   const int group_rows = tiles_m - first_m < GROUP_M ? tiles_m - first_m : GROUP_M;
   const int m0 = (first_m + (pid % per_group) % group_rows) * BM, n0 = ((pid % per_group) / group_rows) * BN;
   const long long batch = mojo::block_z();
-  a += batch * batch_a;
+  if constexpr (OFFSETS != 0) {
+    // This group's rows. The grid covers the m (max) rows given; a larger group takes more passes below.
+    long long first = group_offset<OFFSETS>(offsets, batch), end = group_offset<OFFSETS>(offsets, batch + 1);
+    first = first < 0 ? 0 : (first > total_rows ? total_rows : first);
+    end = end < first ? first : (end > total_rows ? total_rows : end);
+    m = (int)(end - first);
+    a += first * lda;
+    c += first * ldc;
+  } else {
+    a += batch * batch_a;
+    c += batch * batch_c;
+  }
   b += batch * batch_b;
-  c += batch * batch_c;
 
   const int tid = (int)mojo::thread_x(), lane = tid % 32, warp = tid / 32;
   const int wm = warp / WN, wn = warp % WN;
 
-  auto load_stage = [&](int stage, int kt) {
-    unsigned char* s = smem + stage * STAGE_BYTES;
-    const int k0 = kt * BK;
-    if constexpr (TRANS_A) load_tile<TA, BK, BM, THREADS, VEC>(s, a, lda, k, m, k0, m0, tid);
-    else load_tile<TA, BM, BK, THREADS, VEC>(s, a, lda, m, k, m0, k0, tid);
-    if constexpr (TRANS_B) load_tile<TA, BN, BK, THREADS, VEC>(s + TileA::BYTES, b, ldb, n, k, n0, k0, tid);
-    else load_tile<TA, BK, BN, THREADS, VEC>(s + TileA::BYTES, b, ldb, k, n, k0, n0, tid);
-  };
+  // One pass per BM rows of C this block owns: one for gemm and linear (the
+  // grid covers M); for groups, as many as the group's rows need.
+  for (int row0 = m0; row0 < m; row0 += tiles_m * BM) {
+    auto load_stage = [&](int stage, int kt) {
+      unsigned char* s = smem + stage * STAGE_BYTES;
+      const int k0 = kt * BK;
+      if constexpr (TRANS_A) load_tile<TA, BK, BM, THREADS, VEC>(s, a, lda, k, m, k0, row0, tid);
+      else load_tile<TA, BM, BK, THREADS, VEC>(s, a, lda, m, k, row0, k0, tid);
+      if constexpr (TRANS_B) load_tile<TA, BN, BK, THREADS, VEC>(s + TileA::BYTES, b, ldb, n, k, n0, k0, tid);
+      else load_tile<TA, BK, BN, THREADS, VEC>(s + TileA::BYTES, b, ldb, k, n, k0, n0, tid);
+    };
 
-  float acc[MI][NI][4];
+    float acc[MI][NI][4];
 #pragma unroll
-  for (int i = 0; i < MI; ++i)
+    for (int i = 0; i < MI; ++i)
 #pragma unroll
-    for (int j = 0; j < NI; ++j)
+      for (int j = 0; j < NI; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
-  const int k_tiles = (k + BK - 1) / BK;
+    const int k_tiles = (k + BK - 1) / BK;
 #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < k_tiles) load_stage(s, s);
-    mojo::cp_async_commit();
-  }
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    mojo::cp_async_wait<STAGES - 2>();  // tile kt has landed
-    mojo::sync_block();                 // ... for every warp, and stage kt - 1 is free again
-    const int next = kt + STAGES - 1;
-    if (next < k_tiles) load_stage(next % STAGES, next);
-    mojo::cp_async_commit();
-
-    const unsigned char* sa = smem + (kt % STAGES) * STAGE_BYTES;
-    const unsigned char* sb = sa + TileA::BYTES;
-#pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      unsigned fa[MI][4], fb[NI][2];
-#pragma unroll
-      for (int i = 0; i < MI; ++i)
-        load_fragment<!TRANS_A, TRANS_A ? BK : BM, TRANS_A ? BM : BK>(sa, wm * WTM + i * 16, kk, lane, fa[i]);
-#pragma unroll
-      for (int j = 0; j < NI; j += 2) {
-        unsigned r[4];
-        load_fragment<TRANS_B, TRANS_B ? BN : BK, TRANS_B ? BK : BN>(sb, wn * WTN + j * 8, kk, lane, r);
-        fb[j][0] = r[0];
-        fb[j][1] = r[2];
-        fb[j + 1][0] = r[1];
-        fb[j + 1][1] = r[3];
-      }
-#pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j) mojo::mma_16816<TA>(acc[i][j], fa[i], fb[j]);
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < k_tiles) load_stage(s, s);
+      mojo::cp_async_commit();
     }
-  }
-  mojo::cp_async_wait<0>();
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      mojo::cp_async_wait<STAGES - 2>();  // tile kt has landed
+      mojo::sync_block();                 // ... for every warp, and stage kt - 1 is free again
+      const int next = kt + STAGES - 1;
+      if (next < k_tiles) load_stage(next % STAGES, next);
+      mojo::cp_async_commit();
 
-  // Epilogue, in float, one rounding at the store.
+      const unsigned char* sa = smem + (kt % STAGES) * STAGE_BYTES;
+      const unsigned char* sb = sa + TileA::BYTES;
 #pragma unroll
-  for (int i = 0; i < MI; ++i)
+      for (int kk = 0; kk < BK; kk += 16) {
+        unsigned fa[MI][4], fb[NI][2];
 #pragma unroll
-    for (int j = 0; j < NI; ++j)
+        for (int i = 0; i < MI; ++i)
+          load_fragment<!TRANS_A, TRANS_A ? BK : BM, TRANS_A ? BM : BK>(sa, wm * WTM + i * 16, kk, lane, fa[i]);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = m0 + wm * WTM + i * 16 + lane / 4 + (e / 2) * 8;
-        const int col = n0 + wn * WTN + j * 8 + (lane % 4) * 2 + e % 2;
-        if (row >= m || col >= n) continue;
-        float v = alpha * acc[i][j][e];
-        TC* out = c + (long long)row * ldc + col;
-        if constexpr (BETA) v += beta * mojo::to_float(*out);
-        if constexpr (BIAS) v += mojo::to_float(bias[col]);
-        v = mojo::activate<ACT>(v);
-        if constexpr (RESIDUAL) v += mojo::to_float(residual[(long long)row * ldr + col]);
-        *out = mojo::from_float<TC>(v);
+        for (int j = 0; j < NI; j += 2) {
+          unsigned r[4];
+          load_fragment<TRANS_B, TRANS_B ? BN : BK, TRANS_B ? BK : BN>(sb, wn * WTN + j * 8, kk, lane, r);
+          fb[j][0] = r[0];
+          fb[j][1] = r[2];
+          fb[j + 1][0] = r[1];
+          fb[j + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NI; ++j) mojo::mma_16816<TA>(acc[i][j], fa[i], fb[j]);
       }
+    }
+    mojo::cp_async_wait<0>();
+
+    // Epilogue, in float, one rounding at the store.
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = row0 + wm * WTM + i * 16 + lane / 4 + (e / 2) * 8;
+          const int col = n0 + wn * WTN + j * 8 + (lane % 4) * 2 + e % 2;
+          if (row >= m || col >= n) continue;
+          float v = alpha * acc[i][j][e];
+          TC* out = c + (long long)row * ldc + col;
+          if constexpr (BETA) v += beta * mojo::to_float(*out);
+          if constexpr (BIAS) v += mojo::to_float(bias[col]);
+          v = mojo::activate<ACT>(v);
+          if constexpr (RESIDUAL) v += mojo::to_float(residual[(long long)row * ldr + col]);
+          *out = mojo::from_float<TC>(v);
+        }
+    mojo::sync_block();  // every warp is done with the stages before the next pass refills them
+  }
 }
 
 }  // namespace mojo_gemm
 
-#define MOJO_GEMM_KERNEL(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL) \
+#define MOJO_GEMM_KERNEL(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL, \
+                         OFFSETS)                                                                                 \
   extern "C" __global__ void __launch_bounds__(WM * WN * 32, 1)                                                    \
       NAME(TC* c, const TA* __restrict__ a, const TA* __restrict__ b, const TC* __restrict__ bias,                 \
            const TC* residual, float alpha, float beta, int m, int n, int k, long long lda, long long ldb,         \
-           long long ldc, long long ldr, long long batch_a, long long batch_b, long long batch_c) {               \
-    mojo_gemm::run<TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL>(         \
-        c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr, batch_a, batch_b, batch_c);            \
+           long long ldc, long long ldr, long long batch_a, long long batch_b, long long batch_c,                  \
+           const void* offsets, long long total_rows) {                                                           \
+    mojo_gemm::run<TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL, OFFSETS>( \
+        c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr, batch_a, batch_b, batch_c, offsets,    \
+        total_rows);                                                                                              \
   }
 #define MOJO_KERNEL_gemm(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA) \
-  MOJO_GEMM_KERNEL(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, 0, 0, 0)
+  MOJO_GEMM_KERNEL(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, 0, 0, 0, 0)
 #define MOJO_KERNEL_gemm_batched MOJO_KERNEL_gemm
 #define MOJO_KERNEL_linear(NAME, T, BM, BN, BK, WM, WN, STAGES, VEC, BIAS, ACT, RESIDUAL) \
-  MOJO_GEMM_KERNEL(NAME, T, T, BM, BN, BK, WM, WN, STAGES, 0, 1, VEC, 0, BIAS, ACT, RESIDUAL)
+  MOJO_GEMM_KERNEL(NAME, T, T, BM, BN, BK, WM, WN, STAGES, 0, 1, VEC, 0, BIAS, ACT, RESIDUAL, 0)
+#define MOJO_KERNEL_group_gemm(NAME, T, BM, BN, BK, WM, WN, STAGES, VEC, OFFSETS) \
+  MOJO_GEMM_KERNEL(NAME, T, T, BM, BN, BK, WM, WN, STAGES, 0, 1, VEC, 0, 0, 0, 0, OFFSETS)

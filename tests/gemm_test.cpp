@@ -121,6 +121,30 @@ TEST(Linear, EpilogueFlagsComeFromTheTensorsGiven) {
             "linear: bias is bf16[95]; expected [96] contiguous, or absent");
 }
 
+TEST(GroupGemm, ParamsAndErrors) {
+  const OpDef& op = find_op("group_gemm");
+  const TensorSpec x(DType::bf16, {4096, 4096}), w(DType::bf16, {64, 1536, 4096}), out(DType::bf16, {4096, 1536}),
+      off64(DType::i64, {65}), off32(DType::i32, {65});
+  Params p = op.specialize(specs({out, x, w, off64}), {}, kSm90);
+  EXPECT_EQ(p.get("bm"), 64) << "64 rows per group on average";
+  EXPECT_EQ(p.get("offsets"), 8);
+  EXPECT_EQ(op.specialize(specs({out, x, w, off32}), {}, kSm90).get("offsets"), 4);
+  LaunchGeometry g = op.geometry(p, specs({out, x, w, off64}));
+  EXPECT_EQ(g.grid.z, 64u) << "one grid slice per group";
+  EXPECT_EQ(g.grid.x, 64u * 24u) << "rows / 64 x N / 64 tiles: the grid covers a group holding every row";
+  EXPECT_EQ(error_of<ShapeError>([&] { op.specialize(specs({out, x, w, TensorSpec(DType::i64, {64})}), {}, kSm90); }),
+            "group_gemm: offsets is i64[64]; expected [65] (groups + 1)");
+  EXPECT_EQ(error_of<ShapeError>([&] {
+              op.specialize(specs({out, x, TensorSpec(DType::bf16, {64, 1536, 4095}), off64}), {}, kSm90);
+            }),
+            "group_gemm: weight is bf16[64, 1536, 4095]; expected contiguous [groups, N, 4096]");
+  EXPECT_NE(error_of<DTypeError>([&] { op.specialize(specs({out, x, w, TensorSpec(DType::f32, {65})}), {}, kSm90); })
+                .find("offsets has dtype f32"),
+            std::string::npos);
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] { op.specialize(specs({out, x, w, off64}), {{"max_rows", -1}}, kSm90); }),
+            "group_gemm: max_rows is -1; expected a whole number >= 0");
+}
+
 TEST(GemmReference, SmallProductsAndTransposesAgree) {
   // [[1, 2], [3, 4]] x [[5, 6], [7, 8]] = [[19, 22], [43, 50]]; with alpha 2, beta 1 on c = 1.
   const auto a = reference::encode(DType::f32, {1, 2, 3, 4}), b = reference::encode(DType::f32, {5, 6, 7, 8});
@@ -166,7 +190,17 @@ TEST_P(GemmCompiles, EveryLayoutAndBucketWithoutSpills) {
           ASSERT_EQ(r.exit_code, 0) << r.output;
           EXPECT_NE(r.output.find("0 bytes spill stores, 0 bytes spill loads"), std::string::npos) << r.output;
         }
-  // linear with the whole epilogue, on sm_90a too.
+  // group_gemm with both offset types, and linear with the whole epilogue, on sm_90a too.
+  for (DType offsets : {DType::i32, DType::i64}) {
+    const TensorSpec gx(DType::bf16, {512, 256}), gw(DType::bf16, {8, 384, 256}), gy(DType::bf16, {512, 384});
+    Artifact art = rt.compile("group_gemm", specs({gy, gx, gw, TensorSpec(offsets, {9})}), {}, Target::parse("sm_80"),
+                              Emit::ptx);
+    test::write_file(dir.path() / "gg.ptx", *art.binary);
+    auto r = test::run_command(std::string(MOJO_TEST_PTXAS) + " -v -arch=sm_80 " + (dir.path() / "gg.ptx").string() +
+                               " -o " + (dir.path() / "gg.cubin").string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("0 bytes spill stores"), std::string::npos) << r.output;
+  }
   const TensorSpec x(DType::bf16, {4096, 4096}), w(DType::bf16, {12288, 4096}), y(DType::bf16, {4096, 12288}),
       bias(DType::bf16, {12288});
   for (const char* arch : {"sm_80", "sm_90a"}) {

@@ -10,7 +10,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "gpu_util.hpp"
+#include "mojo/error.hpp"
 
 using namespace mojo;
 using test::GpuTensor;
@@ -132,6 +135,47 @@ TEST_P(GpuGemm, LinearResidualMayBeTheOutputItself) {
   std::vector<std::uint8_t> want(y.nbytes());
   reference::linear(DType::bf16, xh.data(), wh.data(), nullptr, yh.data(), want.data(), m, n, k, 0);
   test::expect_close(DType::bf16, yd.read(), want, "out", gemm_tolerance(DType::bf16, k));
+}
+
+TEST_P(GpuGemm, GroupGemmOverUnevenGroups) {
+  // 6 groups: empty, one row, 100, all the rest, empty, 37; rows before the
+  // first and after the last group stay untouched (poisoned).
+  const std::int64_t rows = 600, n = 136, k = 200, groups = 6;
+  const std::vector<std::int64_t> offsets = {3, 3, 4, 104, 560, 560, 597};
+  for (DType d : {DType::bf16, DType::f16})
+    for (DType index : {DType::i64, DType::i32})
+      for (double max_rows : {0.0, 64.0}) {  // 64: groups above it take several passes
+        SCOPED_TRACE(fmt::format("{} offsets {} max_rows {}", dtype_name(d), dtype_name(index), max_rows));
+        const TensorSpec x(d, {rows, k}), w(d, {groups, n, k}), y(d, {rows, n}), off(index, {groups + 1});
+        const auto xh = random_matrix(d, x.numel(), 13), wh = random_matrix(d, w.numel(), 14);
+        GpuTensor xd(x, xh), wd(w, wh), yd(y), od(off, test::index_bytes(index, offsets));
+        rt->launch("group_gemm", {yd, xd, wd, od}, {{"max_rows", max_rows}});
+        rt->device().synchronize();
+        std::vector<std::uint8_t> want(y.nbytes(), 0xff);
+        reference::group_gemm(d, xh.data(), wh.data(), offsets.data(), want.data(), groups, n, k);
+        const auto got = yd.read();
+        const std::size_t first = std::size_t(offsets.front() * n) * dtype_size(d),
+                          last = std::size_t(offsets.back() * n) * dtype_size(d);
+        EXPECT_TRUE(std::all_of(got.begin(), got.begin() + std::ptrdiff_t(first), [](auto b) { return b == 0xff; }));
+        EXPECT_TRUE(std::all_of(got.begin() + std::ptrdiff_t(last), got.end(), [](auto b) { return b == 0xff; }));
+        test::expect_close(d, std::vector<std::uint8_t>(got.begin() + std::ptrdiff_t(first), got.begin() + std::ptrdiff_t(last)),
+                           std::vector<std::uint8_t>(want.begin() + std::ptrdiff_t(first), want.begin() + std::ptrdiff_t(last)),
+                           "out", gemm_tolerance(d, k));
+      }
+}
+
+TEST_P(GpuGemm, GroupGemmDebugCheckNamesBadOffsets) {
+  RuntimeOptions o;
+  o.cache_dir = cache.path();
+  o.compiler = compiler();
+  o.debug_checks = true;
+  Runtime checked(o);
+  const TensorSpec x(DType::bf16, {10, 64}), w(DType::bf16, {2, 32, 64}), y(DType::bf16, {10, 32}),
+      off(DType::i64, {3});
+  GpuTensor xd(x, random_matrix(DType::bf16, x.numel(), 15)), wd(w, random_matrix(DType::bf16, w.numel(), 16)), yd(y),
+      od(off, test::index_bytes(DType::i64, {0, 7, 5}));
+  const std::string msg = test::error_of<InvalidArgumentError>([&] { checked.launch("group_gemm", {yd, xd, wd, od}); });
+  EXPECT_EQ(msg, "group_gemm: offsets[1..2] = 7, 5 are not a non-decreasing range within the 10 rows of x");
 }
 
 INSTANTIATE_TEST_SUITE_P(Compilers, GpuGemm,

@@ -74,4 +74,9 @@ void gemm(DType in, DType out, const void* a, const void* b, void* c, std::int64
 void linear(DType dtype, const void* x, const void* w, const void* bias, const void* residual, void* out,
             std::int64_t m, std::int64_t n, std::int64_t k, int act);
 
+// For each group g: out[r, :] = x[r, :] * w[g]^T for r in [offsets[g], offsets[g + 1]);
+// x [rows, K], w [groups, N, K], out [rows, N]; rows outside every group are left alone.
+void group_gemm(DType dtype, const void* x, const void* w, const std::int64_t* offsets, void* out, std::int64_t groups,
+                std::int64_t n, std::int64_t k);
+
 }  // namespace mojo::reference

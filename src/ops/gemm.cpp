@@ -179,6 +179,8 @@ class Gemm final : public OpDef {
     args.push(static_cast<long long>(d.batch_a));
     args.push(static_cast<long long>(d.batch_b));
     args.push(static_cast<long long>(d.batch_c));
+    args.push(DevicePtr(0));  // group offsets
+    args.push(0LL);
   }
 
   unsigned max_dynamic_smem(const Params& p) const override { return tile_of(p).smem_bytes(); }
@@ -317,6 +319,8 @@ class Linear final : public OpDef {
     args.push(0LL);
     args.push(0LL);
     args.push(0LL);
+    args.push(DevicePtr(0));  // group offsets
+    args.push(0LL);
   }
 
   unsigned max_dynamic_smem(const Params& p) const override { return tile_of(p).smem_bytes(); }
@@ -384,6 +388,145 @@ class Linear final : public OpDef {
   }
 };
 
+constexpr TensorArgInfo kGroupTensors[] = {
+    {"out", "out", "[rows, N], same dtype as x: each group's rows written with its own weight"},
+    {"x", "in", "[rows, K] f16 or bf16, the groups' rows one after another (tokens sorted by expert)"},
+    {"weight", "in", "[groups, N, K]: one [N, K] matrix per group (expert)"},
+    {"offsets", "in", "i32 or i64 [groups + 1]: group g owns rows [offsets[g], offsets[g + 1])"},
+};
+constexpr ScalarArgInfo kGroupScalars[] = {
+    {"max_rows", 0, "a hint: the most rows a group usually has (0: all rows); fewer blocks are launched and a "
+                    "larger group takes more passes"}};
+
+// group_gemm: many products of different M sharing N and K (MoE experts), one launch.
+class GroupGemm final : public OpDef {
+ public:
+  std::string_view name() const override { return "group_gemm"; }
+  std::string_view summary() const override {
+    return "out[rows of g] = x[rows of g] * weight[g]^T for every group g (MoE experts) in one launch";
+  }
+  std::span<const TensorArgInfo> tensor_args() const override { return kGroupTensors; }
+  std::span<const ScalarArgInfo> scalar_args() const override { return kGroupScalars; }
+  std::span<const DType> dtypes() const override { return kInputTypes; }
+  std::string_view template_file() const override { return "gemm.cu"; }
+  std::string_view example_shapes() const override { return "x=4096x4096 weight=64x1536x4096 offsets=65"; }
+
+  Params specialize(TensorList t, ScalarList scalars, const Target& target) const override {
+    check_tensor_count(t);
+    check_scalar_names(scalars);
+    expect_tensor_cores(name(), target);
+    const Dims d = dims(t, scalars);
+    Params p;
+    p.add_dtype("dtype", t[1].spec.dtype());
+    // The tile for a typical group: rows / groups (decode-sized groups get the thin tile).
+    add_tile(p, pick_tile(std::max<std::int64_t>(1, d.rows / std::max<std::int64_t>(d.groups, 1)), target));
+    const bool aligned = chunk_aligned(t[1].data, {d.ldx}) && chunk_aligned(t[2].data, {d.k, d.n * d.k});
+    p.add("vec", aligned ? 8 : 1);
+    p.add("offsets", std::int64_t(dtype_size(t[3].spec.dtype())));
+    return p;
+  }
+
+  LaunchGeometry geometry(const Params& p, TensorList t) const override {
+    const Dims d = dims(t, {});
+    return tile_geometry(p, d.rows, d.n, d.groups);
+  }
+
+  void pack_args(const Params& p, TensorList t, ScalarList scalars, KernelArgs& args) const override {
+    const Dims d = dims(t, scalars);
+    const unsigned chunk = p.get("vec") == 8 ? 16 : 2;
+    checks::expect_pointer(name(), "out", t[0].data, 2);
+    checks::expect_pointer(name(), "x", t[1].data, chunk);
+    checks::expect_pointer(name(), "weight", t[2].data, chunk);
+    checks::expect_pointer(name(), "offsets", t[3].data, unsigned(dtype_size(t[3].spec.dtype())));
+    args.push(t[0].data);
+    args.push(t[1].data);
+    args.push(t[2].data);
+    args.push(DevicePtr(0));  // bias
+    args.push(DevicePtr(0));  // residual
+    args.push(1.f);
+    args.push(0.f);
+    args.push(int(d.max_rows));
+    args.push(int(d.n));
+    args.push(int(d.k));
+    args.push(static_cast<long long>(d.ldx));
+    args.push(static_cast<long long>(d.k));  // weight rows
+    args.push(static_cast<long long>(d.ldo));
+    args.push(0LL);
+    args.push(0LL);
+    args.push(static_cast<long long>(d.n * d.k));  // one weight matrix per group
+    args.push(0LL);
+    args.push(t[3].data);
+    args.push(static_cast<long long>(d.rows));
+  }
+
+  // Offsets decide which memory the kernel touches: with debug checks on they
+  // are read back and must be non-decreasing, within the rows, and no group
+  // may exceed max_rows (its extra rows would be left unwritten).
+  void check_data(TensorList t, StreamHandle stream) const override {
+    const Dims d = dims(t, {});
+    std::vector<std::int64_t> off(std::size_t(d.groups + 1));
+    if (t[3].spec.dtype() == DType::i32) {
+      std::vector<std::int32_t> narrow(off.size());
+      copy_to_host(narrow.data(), t[3].data, narrow.size() * 4, stream);
+      std::copy(narrow.begin(), narrow.end(), off.begin());
+    } else {
+      copy_to_host(off.data(), t[3].data, off.size() * 8, stream);
+    }
+    for (std::size_t g = 0; g + 1 < off.size(); ++g)
+      if (off[g] < 0 || off[g] > off[g + 1] || off[g + 1] > d.rows)
+        throw InvalidArgumentError(fmt::format("{}: offsets[{}..{}] = {}, {} are not a non-decreasing range within "
+                                               "the {} rows of x",
+                                               name(), g, g + 1, off[g], off[g + 1], d.rows));
+  }
+
+  unsigned max_dynamic_smem(const Params& p) const override { return tile_of(p).smem_bytes(); }
+
+  std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
+    const auto& x = shapes::required(name(), shapes, "x", example_shapes());
+    const auto& w = shapes::required(name(), shapes, "weight", example_shapes());
+    std::vector<std::int64_t> out = x;
+    if (!out.empty() && w.size() == 3) out.back() = w[1];
+    return {TensorSpec(dtype, shapes::value_or(shapes, "out", out)), TensorSpec(dtype, x), TensorSpec(dtype, w),
+            TensorSpec(DType::i64, shapes::value_or(shapes, "offsets", {w.empty() ? 1 : w.front() + 1}))};
+  }
+
+ private:
+  struct Dims {
+    std::int64_t rows, groups, n, k, max_rows, ldx, ldo;
+  };
+  Dims dims(TensorList t, ScalarList scalars) const {
+    const TensorSpec &out = t[0].spec, &x = t[1].spec, &w = t[2].spec, &off = t[3].spec;
+    checks::expect_dtype_in(name(), "x", x.dtype(), kInputTypes);
+    checks::expect_same_dtype(name(), "weight", w, "x", x);
+    checks::expect_same_dtype(name(), "out", out, "x", x);
+    if (x.rank() != 2) throw ShapeError(fmt::format("{}: x is {}; expected [rows, K]", name(), x.str()));
+    if (w.rank() != 3 || w.dim(2) != x.dim(1) || !w.is_contiguous())
+      throw ShapeError(fmt::format("{}: weight is {}; expected contiguous [groups, N, {}]", name(), w.str(), x.dim(1)));
+    Dims d{};
+    d.rows = x.dim(0);
+    d.groups = w.dim(0);
+    d.n = w.dim(1);
+    d.k = w.dim(2);
+    if (out.rank() != 2 || out.dim(0) != d.rows || out.dim(1) != d.n)
+      throw ShapeError(fmt::format("{}: out is {}; expected [{}, {}]", name(), out.str(), d.rows, d.n));
+    checks::expect_dtype_in(name(), "offsets", off.dtype(), std::span<const DType>(kIndexTypes));
+    if (off.rank() != 1 || off.dim(0) != d.groups + 1 || !off.is_contiguous())
+      throw ShapeError(fmt::format("{}: offsets is {}; expected [{}] (groups + 1)", name(), off.str(), d.groups + 1));
+    const double max_rows = scalar(scalars, "max_rows");
+    if (max_rows < 0 || max_rows != double(std::int64_t(max_rows)))
+      throw InvalidArgumentError(fmt::format("{}: max_rows is {}; expected a whole number >= 0", name(), max_rows));
+    d.max_rows = max_rows > 0 ? std::min(d.rows, std::int64_t(max_rows)) : d.rows;
+    checked_dim(name(), "rows", d.rows);
+    checked_dim(name(), "N", d.n);
+    checked_dim(name(), "K", d.k);
+    checked_dim(name(), "groups", d.groups);
+    d.ldx = row_stride(name(), "x", x);
+    d.ldo = row_stride(name(), "out", out);
+    return d;
+  }
+  static constexpr DType kIndexTypes[] = {DType::i32, DType::i64};
+};
+
 }  // namespace
 
 const OpDef& gemm_op() {
@@ -392,6 +535,10 @@ const OpDef& gemm_op() {
 }
 const OpDef& gemm_batched_op() {
   static const Gemm op(true);
+  return op;
+}
+const OpDef& group_gemm_op() {
+  static const GroupGemm op;
   return op;
 }
 const OpDef& linear_op() {

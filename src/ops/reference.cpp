@@ -286,4 +286,16 @@ void linear(DType dtype, const void* x, const void* w, const void* bias, const v
     }
 }
 
+void group_gemm(DType dtype, const void* x, const void* w, const std::int64_t* offsets, void* out, std::int64_t groups,
+                std::int64_t n, std::int64_t k) {
+  const std::size_t es = dtype_size(dtype);
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const std::int64_t rows = offsets[g + 1] - offsets[g];
+    if (rows <= 0) continue;
+    linear(dtype, static_cast<const std::uint8_t*>(x) + std::size_t(offsets[g] * k) * es,
+           static_cast<const std::uint8_t*>(w) + std::size_t(g * n * k) * es, nullptr, nullptr,
+           static_cast<std::uint8_t*>(out) + std::size_t(offsets[g] * n) * es, rows, n, k, 0);
+  }
+}
+
 }  // namespace mojo::reference

@@ -22,5 +22,6 @@ const OpDef& store_kv_cache_op();
 const OpDef& gemm_op();
 const OpDef& gemm_batched_op();
 const OpDef& linear_op();
+const OpDef& group_gemm_op();
 
 }  // namespace mojo
