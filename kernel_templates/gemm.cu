@@ -1,6 +1,7 @@
-// Matrix multiplication on tensor cores, the sm_80 path (any sm_80+ GPU):
-// mma.sync m16n8k16 with fp32 accumulation, ldmatrix fragment loads from
-// swizzled shared memory, and a STAGES-deep cp.async pipeline.
+// Matrix multiplication, the sm_80 path (any sm_80+ GPU): f16/bf16 inputs on
+// tensor cores (mma.sync m16n8k16 with fp32 accumulation, ldmatrix fragment
+// loads from swizzled shared memory, a STAGES-deep cp.async pipeline); f32
+// inputs in exact fp32 on the CUDA cores (64 x 64 tiles, 4 x 4 per thread).
 //
 //   gemm, gemm_batched:  C = alpha * op(A) * op(B) + beta * C    (row-major)
 //   linear:              out = act(x * W^T + bias) + residual     (W: [N, K])
@@ -8,7 +9,7 @@
 //                        groups' rows given by offsets (MoE experts), one launch
 //
 // Params, MOJO_KERNEL_gemm and MOJO_KERNEL_gemm_batched:
-//   TA, TC     input storage (f16 or bf16) and output storage (TA or float)
+//   TA, TC     input storage (f16, bf16 or f32) and output storage (TA or float)
 //   BM BN BK   the block's tile of C and its step along K
 //   WM WN      warps along M and N; each owns a (BM/WM) x (BN/WN) tile of C
 //   STAGES     tiles of A and B in flight (shared memory holds them all)
@@ -113,13 +114,35 @@ template <int OFFSETS> __device__ __forceinline__ long long group_offset(const v
   else return static_cast<const long long*>(offsets)[g];
 }
 
+// One problem's operands, already offset to this block's batch or group.
+template <class TA, class TC> struct Problem {
+  TC* c;
+  const TA* a;
+  const TA* b;
+  const TC* bias;
+  const TC* residual;
+  float alpha, beta;
+  int m, n, k;
+  long long lda, ldb, ldc, ldr;
+};
+
+// c[row, col] = act(alpha * acc + beta * c + bias) + residual, rounded once.
+template <class TA, class TC, bool BETA, bool BIAS, int ACT, bool RESIDUAL>
+__device__ __forceinline__ void store_output(const Problem<TA, TC>& p, int row, int col, float acc) {
+  if (row >= p.m || col >= p.n) return;
+  float v = p.alpha * acc;
+  TC* out = p.c + (long long)row * p.ldc + col;
+  if constexpr (BETA) v += p.beta * mojo::to_float(*out);
+  if constexpr (BIAS) v += mojo::to_float(p.bias[col]);
+  v = mojo::activate<ACT>(v);
+  if constexpr (RESIDUAL) v += mojo::to_float(p.residual[(long long)row * p.ldr + col]);
+  *out = mojo::from_float<TC>(v);
+}
+
+// The BM x BN tile of C at (row0, n0) on tensor cores.
 template <class TA, class TC, int BM, int BN, int BK, int WM, int WN, int STAGES, bool TRANS_A, bool TRANS_B, int VEC,
-          bool BETA, bool BIAS, int ACT, bool RESIDUAL, int OFFSETS>
-__device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* __restrict__ b,
-                                    const TC* __restrict__ bias, const TC* residual, float alpha, float beta, int m,
-                                    int n, int k, long long lda, long long ldb, long long ldc, long long ldr,
-                                    long long batch_a, long long batch_b, long long batch_c, const void* offsets,
-                                    long long total_rows) {
+          bool BETA, bool BIAS, int ACT, bool RESIDUAL>
+__device__ __forceinline__ void mma_tile(const Problem<TA, TC>& p, int row0, int n0) {
   constexpr int THREADS = WM * WN * 32;
   constexpr int WTM = BM / WM, WTN = BN / WN;  // one warp's tile of C
   constexpr int MI = WTM / 16, NI = WTN / 8;   // its m16n8 mma tiles
@@ -130,7 +153,130 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
   using TileB = Tile<TRANS_B ? BN : BK, TRANS_B ? BK : BN>;
   constexpr int STAGE_BYTES = TileA::BYTES + TileB::BYTES;
   extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
+  const int tid = (int)mojo::thread_x(), lane = tid % 32, warp = tid / 32;
+  const int wm = warp / WN, wn = warp % WN;
 
+  auto load_stage = [&](int stage, int kt) {
+    unsigned char* s = smem + stage * STAGE_BYTES;
+    const int k0 = kt * BK;
+    if constexpr (TRANS_A) load_tile<TA, BK, BM, THREADS, VEC>(s, p.a, p.lda, p.k, p.m, k0, row0, tid);
+    else load_tile<TA, BM, BK, THREADS, VEC>(s, p.a, p.lda, p.m, p.k, row0, k0, tid);
+    if constexpr (TRANS_B) load_tile<TA, BN, BK, THREADS, VEC>(s + TileA::BYTES, p.b, p.ldb, p.n, p.k, n0, k0, tid);
+    else load_tile<TA, BK, BN, THREADS, VEC>(s + TileA::BYTES, p.b, p.ldb, p.k, p.n, k0, n0, tid);
+  };
+
+  float acc[MI][NI][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+  const int k_tiles = (p.k + BK - 1) / BK;
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < k_tiles) load_stage(s, s);
+    mojo::cp_async_commit();
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    mojo::cp_async_wait<STAGES - 2>();  // tile kt has landed
+    mojo::sync_block();                 // ... for every warp, and stage kt - 1 is free again
+    const int next = kt + STAGES - 1;
+    if (next < k_tiles) load_stage(next % STAGES, next);
+    mojo::cp_async_commit();
+
+    const unsigned char* sa = smem + (kt % STAGES) * STAGE_BYTES;
+    const unsigned char* sb = sa + TileA::BYTES;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      unsigned fa[MI][4], fb[NI][2];
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+        load_fragment<!TRANS_A, TRANS_A ? BK : BM, TRANS_A ? BM : BK>(sa, wm * WTM + i * 16, kk, lane, fa[i]);
+#pragma unroll
+      for (int j = 0; j < NI; j += 2) {
+        unsigned r[4];
+        load_fragment<TRANS_B, TRANS_B ? BN : BK, TRANS_B ? BK : BN>(sb, wn * WTN + j * 8, kk, lane, r);
+        fb[j][0] = r[0];
+        fb[j][1] = r[2];
+        fb[j + 1][0] = r[1];
+        fb[j + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) mojo::mma_16816<TA>(acc[i][j], fa[i], fb[j]);
+    }
+  }
+  mojo::cp_async_wait<0>();
+
+  // Accumulator e of tile (i, j): row lane / 4 (+ 8 for e >= 2), column 2 * (lane % 4) + e % 2.
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        store_output<TA, TC, BETA, BIAS, ACT, RESIDUAL>(p, row0 + wm * WTM + i * 16 + lane / 4 + (e / 2) * 8,
+                                                        n0 + wn * WTN + j * 8 + (lane % 4) * 2 + e % 2, acc[i][j][e]);
+}
+
+// The BM x BN tile of C at (row0, n0) in exact fp32 (f32 inputs: no tensor
+// cores, no tf32 rounding): each of the 256 threads owns a 4 x 4 block of
+// outputs and reads BK-deep slices of A and B staged in shared memory.
+template <class TC, int BM, int BN, int BK, bool TRANS_A, bool TRANS_B, bool BETA, bool BIAS, int ACT, bool RESIDUAL>
+__device__ __forceinline__ void simt_tile(const Problem<float, TC>& p, int row0, int n0) {
+  static_assert(BM == 64 && BN == 64, "the fp32 path is 16 x 16 threads of 4 x 4 outputs");
+  constexpr int THREADS = 256;
+  __shared__ float sa[BK][BM + 4], sb[BK][BN + 4];  // +4: rows start in different banks
+  const int tid = (int)mojo::thread_x(), tx = tid % 16, ty = tid / 16;
+  float acc[4][4] = {};
+  for (int k0 = 0; k0 < p.k; k0 += BK) {
+#pragma unroll
+    for (int i = tid; i < BM * BK; i += THREADS) {
+      const int mm = i % BM, kk = i / BM, row = row0 + mm, col = k0 + kk;
+      const bool in = row < p.m && col < p.k;
+      sa[kk][mm] = in ? p.a[TRANS_A ? (long long)col * p.lda + row : (long long)row * p.lda + col] : 0.f;
+    }
+#pragma unroll
+    for (int i = tid; i < BN * BK; i += THREADS) {
+      const int nn = i % BN, kk = i / BN, col = n0 + nn, krow = k0 + kk;
+      const bool in = col < p.n && krow < p.k;
+      sb[kk][nn] = in ? p.b[TRANS_B ? (long long)col * p.ldb + krow : (long long)krow * p.ldb + col] : 0.f;
+    }
+    mojo::sync_block();
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+      float x[4], y[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) x[i] = sa[kk][ty * 4 + i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) y[j] = sb[kk][tx * 4 + j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] += x[i] * y[j];
+    }
+    mojo::sync_block();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      store_output<float, TC, BETA, BIAS, ACT, RESIDUAL>(p, row0 + ty * 4 + i, n0 + tx * 4 + j, acc[i][j]);
+}
+
+template <class T> constexpr bool is_f32 = false;
+template <> constexpr bool is_f32<float> = true;
+
+template <class TA, class TC, int BM, int BN, int BK, int WM, int WN, int STAGES, bool TRANS_A, bool TRANS_B, int VEC,
+          bool BETA, bool BIAS, int ACT, bool RESIDUAL, int OFFSETS>
+__device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* __restrict__ b,
+                                    const TC* __restrict__ bias, const TC* residual, float alpha, float beta, int m,
+                                    int n, int k, long long lda, long long ldb, long long ldc, long long ldr,
+                                    long long batch_a, long long batch_b, long long batch_c, const void* offsets,
+                                    long long total_rows) {
   // Which tile of C: grouped so that GROUP_M block rows sweep N together.
   const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
   const int pid = (int)mojo::block_x(), per_group = GROUP_M * tiles_n;
@@ -151,87 +297,16 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
     c += batch * batch_c;
   }
   b += batch * batch_b;
-
-  const int tid = (int)mojo::thread_x(), lane = tid % 32, warp = tid / 32;
-  const int wm = warp / WN, wn = warp % WN;
+  const Problem<TA, TC> p{c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr};
 
   // One pass per BM rows of C this block owns: one for gemm and linear (the
   // grid covers M); for groups, as many as the group's rows need.
   for (int row0 = m0; row0 < m; row0 += tiles_m * BM) {
-    auto load_stage = [&](int stage, int kt) {
-      unsigned char* s = smem + stage * STAGE_BYTES;
-      const int k0 = kt * BK;
-      if constexpr (TRANS_A) load_tile<TA, BK, BM, THREADS, VEC>(s, a, lda, k, m, k0, row0, tid);
-      else load_tile<TA, BM, BK, THREADS, VEC>(s, a, lda, m, k, row0, k0, tid);
-      if constexpr (TRANS_B) load_tile<TA, BN, BK, THREADS, VEC>(s + TileA::BYTES, b, ldb, n, k, n0, k0, tid);
-      else load_tile<TA, BK, BN, THREADS, VEC>(s + TileA::BYTES, b, ldb, k, n, k0, n0, tid);
-    };
-
-    float acc[MI][NI][4];
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-      for (int j = 0; j < NI; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-
-    const int k_tiles = (k + BK - 1) / BK;
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < k_tiles) load_stage(s, s);
-      mojo::cp_async_commit();
-    }
-    for (int kt = 0; kt < k_tiles; ++kt) {
-      mojo::cp_async_wait<STAGES - 2>();  // tile kt has landed
-      mojo::sync_block();                 // ... for every warp, and stage kt - 1 is free again
-      const int next = kt + STAGES - 1;
-      if (next < k_tiles) load_stage(next % STAGES, next);
-      mojo::cp_async_commit();
-
-      const unsigned char* sa = smem + (kt % STAGES) * STAGE_BYTES;
-      const unsigned char* sb = sa + TileA::BYTES;
-#pragma unroll
-      for (int kk = 0; kk < BK; kk += 16) {
-        unsigned fa[MI][4], fb[NI][2];
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-          load_fragment<!TRANS_A, TRANS_A ? BK : BM, TRANS_A ? BM : BK>(sa, wm * WTM + i * 16, kk, lane, fa[i]);
-#pragma unroll
-        for (int j = 0; j < NI; j += 2) {
-          unsigned r[4];
-          load_fragment<TRANS_B, TRANS_B ? BN : BK, TRANS_B ? BK : BN>(sb, wn * WTN + j * 8, kk, lane, r);
-          fb[j][0] = r[0];
-          fb[j][1] = r[2];
-          fb[j + 1][0] = r[1];
-          fb[j + 1][1] = r[3];
-        }
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NI; ++j) mojo::mma_16816<TA>(acc[i][j], fa[i], fb[j]);
-      }
-    }
-    mojo::cp_async_wait<0>();
-
-    // Epilogue, in float, one rounding at the store.
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-      for (int j = 0; j < NI; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = row0 + wm * WTM + i * 16 + lane / 4 + (e / 2) * 8;
-          const int col = n0 + wn * WTN + j * 8 + (lane % 4) * 2 + e % 2;
-          if (row >= m || col >= n) continue;
-          float v = alpha * acc[i][j][e];
-          TC* out = c + (long long)row * ldc + col;
-          if constexpr (BETA) v += beta * mojo::to_float(*out);
-          if constexpr (BIAS) v += mojo::to_float(bias[col]);
-          v = mojo::activate<ACT>(v);
-          if constexpr (RESIDUAL) v += mojo::to_float(residual[(long long)row * ldr + col]);
-          *out = mojo::from_float<TC>(v);
-        }
-    mojo::sync_block();  // every warp is done with the stages before the next pass refills them
+    if constexpr (is_f32<TA>)
+      simt_tile<TC, BM, BN, BK, TRANS_A, TRANS_B, BETA, BIAS, ACT, RESIDUAL>(p, row0, n0);
+    else
+      mma_tile<TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL>(p, row0, n0);
+    mojo::sync_block();  // every warp is done with shared memory before the next pass refills it
   }
 }
 

@@ -57,6 +57,21 @@ TEST(Gemm, UnalignedRowsTakeTheElementPath) {
   EXPECT_EQ(p.get("vec"), 1) << "a 2-byte aligned pointer";
 }
 
+TEST(Gemm, F32IsExactOnCudaCoresOnAnyArch) {
+  const OpDef& op = find_op("gemm");
+  const TensorSpec f(DType::f32, {100, 100});
+  Params p = op.specialize(specs({f, f, f}), {}, Target::parse("sm_75"));
+  EXPECT_EQ(p.get("bm"), 64);
+  EXPECT_EQ(p.get("stages"), 1);
+  EXPECT_EQ(op.max_dynamic_smem(p), 0u) << "static shared memory only";
+  EXPECT_EQ(op.geometry(p, specs({f, f, f})).block.x, 256u);
+  // Tensor-core dtypes still need sm_80.
+  const TensorSpec h(DType::f16, {100, 100});
+  EXPECT_NE(error_of<ArchError>([&] { op.specialize(specs({h, h, h}), {}, Target::parse("sm_75")); })
+                .find("(f32 runs anywhere)"),
+            std::string::npos);
+}
+
 TEST(Gemm, TransposesAndBetaAreParams) {
   const OpDef& op = find_op("gemm");
   // a stored [K, M] = [64, 32], b stored [N, K] = [16, 64]: c is [32, 16].
@@ -80,9 +95,9 @@ TEST(Gemm, BadInputIsAClearError) {
               op.specialize(specs({bf({4, 8}), bf({4, 16}), bf({16, 8})}), {}, Target::parse("sm_75"));
             }).find("sm_80 or later; the target is sm_75"),
             std::string::npos);
-  const TensorSpec f(DType::f32, {4, 4});
-  EXPECT_NE(error_of<DTypeError>([&] { op.specialize(specs({f, f, f}), {}, kSm90); }).find("supported: f16, bf16"),
-            std::string::npos);
+  const TensorSpec i(DType::i32, {4, 4});
+  EXPECT_EQ(error_of<DTypeError>([&] { op.specialize(specs({i, i, i}), {}, kSm90); }),
+            "gemm: a has dtype i32; supported: f32, f16, bf16");
   EXPECT_EQ(error_of<DTypeError>([&] {
               op.specialize(specs({TensorSpec(DType::f16, {4, 8}), bf({4, 16}), bf({16, 8})}), {}, kSm90);
             }),
@@ -174,7 +189,7 @@ TEST_P(GemmCompiles, EveryLayoutAndBucketWithoutSpills) {
   o.compiler = GetParam();
   Runtime rt(o);
   test::TempDir dir;
-  for (DType dtype : {DType::f16, DType::bf16})
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16})
     for (std::int64_t m : {1, 48, 4096})
       for (int ta : {0, 1})
         for (int tb : {0, 1}) {
@@ -183,7 +198,8 @@ TEST_P(GemmCompiles, EveryLayoutAndBucketWithoutSpills) {
           auto t = specs({TensorSpec(dtype, {m, n}), ta ? TensorSpec(dtype, {k, m}) : TensorSpec(dtype, {m, k}),
                           tb ? TensorSpec(dtype, {n, k}) : TensorSpec(dtype, {k, n})});
           Artifact art = rt.compile("gemm", t, {{"trans_a", ta}, {"trans_b", tb}}, Target::parse("sm_80"), Emit::ptx);
-          EXPECT_NE(art.binary->find("mma.sync.aligned.m16n8k16.row.col.f32"), std::string::npos);
+          EXPECT_EQ(art.binary->find("mma.sync.aligned.m16n8k16.row.col.f32") != std::string::npos, dtype != DType::f32)
+              << "tensor cores for f16/bf16, exact fp32 FMAs for f32";
           test::write_file(dir.path() / "g.ptx", *art.binary);
           auto r = test::run_command(std::string(MOJO_TEST_PTXAS) + " -v -arch=sm_80 " + (dir.path() / "g.ptx").string() +
                                      " -o " + (dir.path() / "g.cubin").string());

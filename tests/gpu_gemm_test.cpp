@@ -3,10 +3,10 @@
 // tile), both transposes, alpha/beta, f32 output, every epilogue, strided
 // and unaligned inputs. Skips on a machine with no GPU.
 //
-// Tolerance: a dot product of K terms accumulated in fp32 on tensor cores vs
-// float64: |gpu - cpu| <= rtol * |cpu| + atol * max|cpu| with the output
-// dtype's rounding (gpu_util.hpp) and atol grown by sqrt(K) / 16 for the
-// accumulation (inputs in ±[0.05, 2], so |c| ~ sqrt(K)).
+// Tolerance: a dot product of K terms accumulated in fp32 (tensor cores for
+// f16/bf16, FMAs for f32) vs float64: |gpu - cpu| <= rtol * |cpu| + atol *
+// max|cpu| with the output dtype's rounding (gpu_util.hpp) and atol grown by
+// sqrt(K) / 16 for the accumulation (inputs in ±[0.05, 2], so |c| ~ sqrt(K)).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -67,7 +67,7 @@ TEST_P(GpuGemm, OddShapesAndTransposes) {
   const Case cases[] = {{1, 1, 1, false, false},      {1, 4096, 4096, false, true}, {17, 33, 100, false, false},
                         {17, 33, 100, true, true},    {64, 64, 64, true, false},    {4095, 257, 72, false, true},
                         {256, 384, 520, false, false}, {130, 1000, 1024, true, true}};
-  for (DType in : {DType::bf16, DType::f16})
+  for (DType in : {DType::bf16, DType::f16, DType::f32})
     for (const Case& s : cases) check_gemm(*rt, in, in, s, 1.0, 0.0);
 }
 
@@ -82,6 +82,7 @@ TEST_P(GpuGemm, AlphaBetaAndF32Output) {
 TEST_P(GpuGemm, Batched) {
   check_gemm(*rt, DType::bf16, DType::bf16, {64, 96, 128, false, false}, 1.0, 0.0, 3);
   check_gemm(*rt, DType::f16, DType::f32, {17, 40, 56, true, true}, 1.0, 1.0, 5);
+  check_gemm(*rt, DType::f32, DType::f32, {33, 65, 70, false, true}, 2.0, 0.5, 2);
 }
 
 TEST_P(GpuGemm, UnalignedLeadingDimTakesTheElementPath) {
@@ -102,7 +103,7 @@ TEST_P(GpuGemm, BetaZeroIgnoresNanInC) {
 }
 
 TEST_P(GpuGemm, LinearWithEveryEpilogue) {
-  for (DType d : {DType::bf16, DType::f16})
+  for (DType d : {DType::bf16, DType::f16, DType::f32})
     for (std::int64_t m : {1, 17, 300})
       for (int act : {0, 1, 2, 3})
         for (bool bias : {false, true})
@@ -142,7 +143,7 @@ TEST_P(GpuGemm, GroupGemmOverUnevenGroups) {
   // first and after the last group stay untouched (poisoned).
   const std::int64_t rows = 600, n = 136, k = 200, groups = 6;
   const std::vector<std::int64_t> offsets = {3, 3, 4, 104, 560, 560, 597};
-  for (DType d : {DType::bf16, DType::f16})
+  for (DType d : {DType::bf16, DType::f16, DType::f32})
     for (DType index : {DType::i64, DType::i32})
       for (double max_rows : {0.0, 64.0}) {  // 64: groups above it take several passes
         SCOPED_TRACE(fmt::format("{} offsets {} max_rows {}", dtype_name(d), dtype_name(index), max_rows));

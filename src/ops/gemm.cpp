@@ -17,11 +17,13 @@
 namespace mojo {
 namespace {
 
-constexpr DType kInputTypes[] = {DType::f16, DType::bf16};
+// f16/bf16 run on tensor cores; f32 in exact fp32 on the CUDA cores.
+constexpr DType kInputTypes[] = {DType::f32, DType::f16, DType::bf16};
 
 struct TileConfig {
   int bm, bn, bk, wm, wn, stages;
-  unsigned smem_bytes() const { return unsigned(stages * (bm + bn) * bk * 2); }
+  bool tensor_cores = true;  // false: the fp32 path, static shared memory only
+  unsigned smem_bytes() const { return tensor_cores ? unsigned(stages * (bm + bn) * bk * 2) : 0; }
 };
 
 // Dynamic shared memory a block may opt into on each architecture.
@@ -31,7 +33,8 @@ unsigned smem_optin_bytes(const Target& t) {
   return 99 * 1024;
 }
 
-TileConfig pick_tile(std::int64_t m, const Target& target) {
+TileConfig pick_tile(std::int64_t m, DType dtype, const Target& target) {
+  if (dtype == DType::f32) return {64, 64, 16, 2, 4, 1, false};  // 256 threads of 4 x 4 outputs
   TileConfig c = m <= 16   ? TileConfig{16, 64, 64, 1, 2, 4}    // decode: 64 threads, many blocks along N
                  : m <= 64 ? TileConfig{64, 64, 32, 2, 2, 4}    // 128 threads, 32x32 per warp
                            : TileConfig{128, 128, 32, 2, 4, 4};  // 256 threads, 64x32 per warp
@@ -39,10 +42,10 @@ TileConfig pick_tile(std::int64_t m, const Target& target) {
   return c;
 }
 
-void expect_tensor_cores(std::string_view op, const Target& target) {
-  if (target.sm < 80)
+void expect_tensor_cores(std::string_view op, DType dtype, const Target& target) {
+  if (dtype != DType::f32 && target.sm < 80)
     throw ArchError(fmt::format("{}: needs bf16/f16 tensor cores (mma.sync m16n8k16, cp.async): sm_80 or later; "
-                                "the target is {}",
+                                "the target is {} (f32 runs anywhere)",
                                 op, target.sm_name()));
 }
 
@@ -73,8 +76,8 @@ void add_tile(Params& p, const TileConfig& c) {
   p.add("stages", c.stages);
 }
 TileConfig tile_of(const Params& p) {
-  return {int(p.get("bm")), int(p.get("bn")), int(p.get("bk")), int(p.get("wm")), int(p.get("wn")),
-          int(p.get("stages"))};
+  return {int(p.get("bm")),     int(p.get("bn")),    int(p.get("bk")), int(p.get("wm")), int(p.get("wn")),
+          int(p.get("stages")), p.dtype("dtype") != DType::f32};
 }
 
 LaunchGeometry tile_geometry(const Params& p, std::int64_t m, std::int64_t n, std::int64_t batch) {
@@ -94,13 +97,13 @@ bool chunk_aligned(DevicePtr p, std::initializer_list<std::int64_t> strides) {
 }
 
 constexpr TensorArgInfo kGemmTensors[] = {
-    {"c", "inout", "[M, N] f16/bf16 (as a and b) or f32; read when beta != 0; rows may be strided"},
-    {"a", "in", "[M, K], or [K, M] with trans_a; f16 or bf16; rows may be strided"},
+    {"c", "inout", "[M, N], a's dtype or f32; read when beta != 0; rows may be strided"},
+    {"a", "in", "[M, K], or [K, M] with trans_a; f16/bf16 (tensor cores) or f32 (exact); rows may be strided"},
     {"b", "in", "[K, N], or [N, K] with trans_b; same dtype as a"},
 };
 constexpr TensorArgInfo kBatchedTensors[] = {
-    {"c", "inout", "[batch, M, N] f16/bf16 (as a and b) or f32; read when beta != 0"},
-    {"a", "in", "[batch, M, K], or [batch, K, M] with trans_a; f16 or bf16"},
+    {"c", "inout", "[batch, M, N], a's dtype or f32; read when beta != 0"},
+    {"a", "in", "[batch, M, K], or [batch, K, M] with trans_a; f16, bf16 or f32"},
     {"b", "in", "[batch, K, N], or [batch, N, K] with trans_b; same dtype as a"},
 };
 constexpr ScalarArgInfo kGemmScalars[] = {{"alpha", 1, "scales a * b"},
@@ -131,10 +134,10 @@ class Gemm final : public OpDef {
   Params specialize(TensorList t, ScalarList scalars, const Target& target) const override {
     check_tensor_count(t);
     check_scalar_names(scalars);
-    expect_tensor_cores(name(), target);
     const Dims d = dims(t, flag(scalars, "trans_a"), flag(scalars, "trans_b"));
     const TensorSpec &c = t[0].spec, &a = t[1].spec;
     checks::expect_dtype_in(name(), "a", a.dtype(), kInputTypes);
+    expect_tensor_cores(name(), a.dtype(), target);
     checks::expect_same_dtype(name(), "b", t[2].spec, "a", a);
     if (c.dtype() != a.dtype() && c.dtype() != DType::f32)
       throw DTypeError(fmt::format("{}: c has dtype {}; expected {} (as a) or f32", name(), dtype_name(c.dtype()),
@@ -142,11 +145,11 @@ class Gemm final : public OpDef {
     Params p;
     p.add_dtype("dtype", a.dtype());
     p.add_dtype("out", c.dtype());
-    add_tile(p, pick_tile(d.m, target));
+    add_tile(p, pick_tile(d.m, a.dtype(), target));
     p.add("ta", d.trans_a);
     p.add("tb", d.trans_b);
     const bool aligned = chunk_aligned(t[1].data, {d.lda, d.batch_a}) && chunk_aligned(t[2].data, {d.ldb, d.batch_b});
-    p.add("vec", aligned ? 8 : 1);
+    p.add("vec", aligned && a.dtype() != DType::f32 ? 8 : 1);
     p.add("beta", scalar(scalars, "beta") != 0 ? 1 : 0);
     return p;
   }
@@ -158,7 +161,7 @@ class Gemm final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList scalars, KernelArgs& args) const override {
     const Dims d = dims(t, p.get("ta"), p.get("tb"));
-    const unsigned chunk = p.get("vec") == 8 ? 16 : 2;
+    const unsigned chunk = p.get("vec") == 8 ? 16 : unsigned(dtype_size(p.dtype("dtype")));
     checks::expect_pointer(name(), "c", t[0].data, unsigned(dtype_size(t[0].spec.dtype())));
     checks::expect_pointer(name(), "a", t[1].data, chunk);
     checks::expect_pointer(name(), "b", t[2].data, chunk);
@@ -248,7 +251,7 @@ class Gemm final : public OpDef {
 
 constexpr TensorArgInfo kLinearTensors[] = {
     {"out", "out", "[..., N], same dtype as x; rows may be strided"},
-    {"x", "in", "[..., K] f16 or bf16; rows may be strided"},
+    {"x", "in", "[..., K] f16, bf16 or f32; rows may be strided"},
     {"weight", "in", "[N, K] (the LLM layout: one row per output feature)"},
     {"bias", "in", "[N], or absent (a rank-0 tensor)"},
     {"residual", "in", "[..., N] added after the activation, or absent; may be out itself"},
@@ -272,17 +275,17 @@ class Linear final : public OpDef {
   Params specialize(TensorList t, ScalarList scalars, const Target& target) const override {
     check_tensor_count(t);
     check_scalar_names(scalars);
-    expect_tensor_cores(name(), target);
     const Dims d = dims(t);
+    expect_tensor_cores(name(), t[1].spec.dtype(), target);
     const double act = scalar(scalars, "activation");
     if (act != 0 && act != 1 && act != 2 && act != 3)
       throw InvalidArgumentError(
           fmt::format("{}: activation is {}; expected 0 (none), 1 (gelu), 2 (gelu tanh) or 3 (silu)", name(), act));
     Params p;
     p.add_dtype("dtype", t[1].spec.dtype());
-    add_tile(p, pick_tile(d.m, target));
+    add_tile(p, pick_tile(d.m, t[1].spec.dtype(), target));
     const bool aligned = chunk_aligned(t[1].data, {d.ldx}) && chunk_aligned(t[2].data, {d.ldw});
-    p.add("vec", aligned ? 8 : 1);
+    p.add("vec", aligned && t[1].spec.dtype() != DType::f32 ? 8 : 1);
     p.add("bias", t[3].spec.rank() != 0 ? 1 : 0);
     p.add("act", std::int64_t(act));
     p.add("residual", t[4].spec.rank() != 0 ? 1 : 0);
@@ -296,12 +299,13 @@ class Linear final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
     const Dims d = dims(t);
-    const unsigned chunk = p.get("vec") == 8 ? 16 : 2;
-    checks::expect_pointer(name(), "out", t[0].data, 2);
+    const unsigned chunk = p.get("vec") == 8 ? 16 : unsigned(dtype_size(p.dtype("dtype")));
+    checks::expect_pointer(name(), "out", t[0].data, unsigned(dtype_size(t[0].spec.dtype())));
     checks::expect_pointer(name(), "x", t[1].data, chunk);
     checks::expect_pointer(name(), "weight", t[2].data, chunk);
-    if (p.get("bias")) checks::expect_pointer(name(), "bias", t[3].data, 2);
-    if (p.get("residual")) checks::expect_pointer(name(), "residual", t[4].data, 2);
+    const unsigned element = unsigned(dtype_size(t[0].spec.dtype()));
+    if (p.get("bias")) checks::expect_pointer(name(), "bias", t[3].data, element);
+    if (p.get("residual")) checks::expect_pointer(name(), "residual", t[4].data, element);
     args.push(t[0].data);
     args.push(t[1].data);
     args.push(t[2].data);
@@ -390,7 +394,7 @@ class Linear final : public OpDef {
 
 constexpr TensorArgInfo kGroupTensors[] = {
     {"out", "out", "[rows, N], same dtype as x: each group's rows written with its own weight"},
-    {"x", "in", "[rows, K] f16 or bf16, the groups' rows one after another (tokens sorted by expert)"},
+    {"x", "in", "[rows, K] f16, bf16 or f32, the groups' rows one after another (tokens sorted by expert)"},
     {"weight", "in", "[groups, N, K]: one [N, K] matrix per group (expert)"},
     {"offsets", "in", "i32 or i64 [groups + 1]: group g owns rows [offsets[g], offsets[g + 1])"},
 };
@@ -414,14 +418,15 @@ class GroupGemm final : public OpDef {
   Params specialize(TensorList t, ScalarList scalars, const Target& target) const override {
     check_tensor_count(t);
     check_scalar_names(scalars);
-    expect_tensor_cores(name(), target);
     const Dims d = dims(t, scalars);
+    expect_tensor_cores(name(), t[1].spec.dtype(), target);
     Params p;
     p.add_dtype("dtype", t[1].spec.dtype());
     // The tile for a typical group: rows / groups (decode-sized groups get the thin tile).
-    add_tile(p, pick_tile(std::max<std::int64_t>(1, d.rows / std::max<std::int64_t>(d.groups, 1)), target));
+    const DType dtype = t[1].spec.dtype();
+    add_tile(p, pick_tile(std::max<std::int64_t>(1, d.rows / std::max<std::int64_t>(d.groups, 1)), dtype, target));
     const bool aligned = chunk_aligned(t[1].data, {d.ldx}) && chunk_aligned(t[2].data, {d.k, d.n * d.k});
-    p.add("vec", aligned ? 8 : 1);
+    p.add("vec", aligned && dtype != DType::f32 ? 8 : 1);
     p.add("offsets", std::int64_t(dtype_size(t[3].spec.dtype())));
     return p;
   }
@@ -433,8 +438,8 @@ class GroupGemm final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList scalars, KernelArgs& args) const override {
     const Dims d = dims(t, scalars);
-    const unsigned chunk = p.get("vec") == 8 ? 16 : 2;
-    checks::expect_pointer(name(), "out", t[0].data, 2);
+    const unsigned chunk = p.get("vec") == 8 ? 16 : unsigned(dtype_size(p.dtype("dtype")));
+    checks::expect_pointer(name(), "out", t[0].data, unsigned(dtype_size(t[0].spec.dtype())));
     checks::expect_pointer(name(), "x", t[1].data, chunk);
     checks::expect_pointer(name(), "weight", t[2].data, chunk);
     checks::expect_pointer(name(), "offsets", t[3].data, unsigned(dtype_size(t[3].spec.dtype())));
