@@ -230,10 +230,5 @@ TEST_P(GemmCompiles, EveryLayoutAndBucketWithoutSpills) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Compilers, GemmCompiles,
-                         ::testing::Values("nvrtc"
-#if MOJO_TEST_WITH_LLVM
-                                           ,
-                                           "llvm"
-#endif
-                                           ),
-                         [](const auto& info) { return info.param == "llvm" ? std::string("Llvm") : info.param; });
+                         ::testing::ValuesIn(test::compilers()),
+                         [](const auto& info) { return test::compiler_test_name(info.param); });

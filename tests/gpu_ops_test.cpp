@@ -353,10 +353,5 @@ TEST_P(GpuOps, BundleOfEveryOpLoadsAsOneModuleAndEachKernelRuns) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Compilers, GpuOps,
-                         ::testing::Values("nvrtc"
-#if MOJO_TEST_WITH_LLVM
-                                           ,
-                                           "llvm"
-#endif
-                                           ),
-                         [](const auto& info) { return info.param == "llvm" ? std::string("Llvm") : info.param; });
+                         ::testing::ValuesIn(test::compilers()),
+                         [](const auto& info) { return test::compiler_test_name(info.param); });

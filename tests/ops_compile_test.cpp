@@ -36,19 +36,11 @@ void expect_ptxas_accepts(const std::string& compiler, const std::string& op_nam
   EXPECT_EQ(r.exit_code, 0) << op_name << " " << shapes << "\n" << r.output;
 }
 
-// Test names say "Llvm" so the sanitizer presets' filter (uninstrumented LLVM) leaves them out.
-std::string test_name(const std::string& compiler) { return compiler == "llvm" ? "Llvm" : "Nvrtc"; }
-
-std::vector<std::string> compilers() {
-  std::vector<std::string> c = {"nvrtc"};
-  if (MOJO_TEST_WITH_LLVM) c.push_back("llvm");
-  return c;
-}
 using Case = std::tuple<std::string, std::string, DType, const char*>;
 // compiler x op x each of the op's dtypes x target.
 std::vector<Case> every_op_case() {
   std::vector<Case> out;
-  for (const std::string& compiler : compilers())
+  for (const std::string& compiler : test::compilers())
     for (const OpDef* op : all_ops())
       for (DType dtype : op->dtypes())
         for (const char* arch : {"sm_80", "sm_90", "sm_90a"}) out.emplace_back(compiler, std::string(op->name()), dtype, arch);
@@ -69,7 +61,7 @@ INSTANTIATE_TEST_SUITE_P(
     AllOps, EveryOpCompiles,
     ::testing::ValuesIn(every_op_case()),
     [](const auto& info) {
-      return fmt::format("{}_{}_{}_{}", test_name(std::get<0>(info.param)), std::get<1>(info.param),
+      return fmt::format("{}_{}_{}_{}", test::compiler_test_name(std::get<0>(info.param)), std::get<1>(info.param),
                          dtype_name(std::get<2>(info.param)), std::get<3>(info.param));
     });
 
@@ -110,9 +102,9 @@ TEST_P(OddShapesCompile, PtxIsAcceptedByPtxas) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Odd, OddShapesCompile,
-                         ::testing::Combine(::testing::ValuesIn(compilers()), ::testing::ValuesIn(kOddShapes)),
+                         ::testing::Combine(::testing::ValuesIn(test::compilers()), ::testing::ValuesIn(kOddShapes)),
                          [](const auto& info) {
-                           return fmt::format("{}_{}_{}", test_name(std::get<0>(info.param)), std::get<1>(info.param).op,
+                           return fmt::format("{}_{}_{}", test::compiler_test_name(std::get<0>(info.param)), std::get<1>(info.param).op,
                                               info.index);
                          });
 

@@ -12,6 +12,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "mojo/tensor.hpp"
 
@@ -30,6 +31,15 @@ inline std::string beside_exe(const char* relative) {
 #define MOJO_TEST_CLI (::mojo::test::beside_exe(MOJO_TEST_CLI_REL))
 #define MOJO_TEST_QUICKSTART (::mojo::test::beside_exe(MOJO_TEST_QUICKSTART_REL))
 #define MOJO_TEST_TEMPLATE_DIR (::mojo::test::beside_exe(MOJO_TEST_TEMPLATE_DIR_REL))
+
+// The compilers of this build, and how test names spell them ("Llvm": the
+// sanitizer presets leave out tests whose names say so, LLVM being uninstrumented).
+inline std::vector<std::string> compilers() {
+  std::vector<std::string> c = {"nvrtc"};
+  if (MOJO_TEST_WITH_LLVM) c.push_back("llvm");
+  return c;
+}
+inline std::string compiler_test_name(const std::string& compiler) { return compiler == "llvm" ? "Llvm" : "Nvrtc"; }
 
 // A fresh directory, removed with everything in it at scope exit.
 class TempDir {
