@@ -166,9 +166,7 @@ TEST_P(GpuGemm, GroupGemmOverUnevenGroups) {
 }
 
 TEST_P(GpuGemm, GroupGemmDebugCheckNamesBadOffsets) {
-  RuntimeOptions o;
-  o.cache_dir = cache.path();
-  o.compiler = compiler();
+  RuntimeOptions o = options();
   o.debug_checks = true;
   Runtime checked(o);
   const TensorSpec x(DType::bf16, {10, 64}), w(DType::bf16, {2, 32, 64}), y(DType::bf16, {10, 32}),

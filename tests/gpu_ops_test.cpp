@@ -303,9 +303,7 @@ TEST_P(GpuOps, StoreKvCacheWritesSlotsAndSkipsNegativeOnes) {
 }
 
 TEST_P(GpuOps, DebugChecksNameTheBadIndexInsteadOfSkippingIt) {
-  RuntimeOptions o;
-  o.cache_dir = cache.path();
-  o.compiler = compiler();
+  RuntimeOptions o = options();
   o.debug_checks = true;
   Runtime checked(o);
   const TensorSpec w(DType::f32, {10, 8}), out(DType::f32, {3, 8}), ids(DType::i64, {3});

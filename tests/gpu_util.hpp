@@ -34,12 +34,16 @@ inline std::vector<float> random_values(std::size_t n, std::uint32_t seed, float
 class GpuTest : public ::testing::Test {
  protected:
   virtual std::string compiler() const { return "nvrtc"; }
-  void SetUp() override {
-    if (!device_available()) GTEST_SKIP() << "no GPU or no CUDA driver on this machine";
+  // The options of `rt`: for a second Runtime on the same cache (e.g. with debug checks).
+  RuntimeOptions options() const {
     RuntimeOptions o;
     o.cache_dir = cache.path();
     o.compiler = compiler();
-    rt = std::make_unique<Runtime>(o);
+    return o;
+  }
+  void SetUp() override {
+    if (!device_available()) GTEST_SKIP() << "no GPU or no CUDA driver on this machine";
+    rt = std::make_unique<Runtime>(options());
     rt->device();
   }
   TempDir cache;
