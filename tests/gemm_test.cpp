@@ -47,7 +47,16 @@ TEST(Gemm, TileFollowsTheMBucket) {
   EXPECT_EQ(g.block.x, 256u);
   EXPECT_EQ(g.dynamic_smem, 64u * 1024);
   // Every shape of one bucket shares the kernel: M, N, K are arguments.
-  EXPECT_EQ(op.kernel_name(gemm_params(4095, 24, 104)), op.kernel_name(gemm_params(8192, 8192, 8192)));
+  EXPECT_EQ(op.kernel_name(gemm_params(4095, 8192, 104)), op.kernel_name(gemm_params(8192, 8192, 8192)));
+}
+
+TEST(Gemm, NarrowerTilesWhenTheGridWouldLeaveSmsIdle) {
+  // 128 x 4096 in 128 x 128 tiles is 32 blocks for 132 SMs: 64 x 64 tiles give 128.
+  EXPECT_EQ(gemm_params(128, 4096, 4096).get("bm"), 64);
+  EXPECT_EQ(gemm_params(128, 24576, 4096).get("bm"), 128) << "192 blocks of 128 x 128 already";
+  // Decode: N = 4096 in 64-wide tiles is 64 blocks; 32-wide tiles give 128.
+  EXPECT_EQ(gemm_params(1, 4096, 4096).get("bn"), 32);
+  EXPECT_EQ(gemm_params(1, 24576, 4096).get("bn"), 64);
 }
 
 TEST(Gemm, UnalignedRowsTakeTheElementPath) {
@@ -189,12 +198,14 @@ TEST_P(GemmCompiles, EveryLayoutAndBucketWithoutSpills) {
   o.compiler = GetParam();
   Runtime rt(o);
   test::TempDir dir;
+  // (m, n) reaching every tile: 16 x 32, 16 x 64, 64 x 64 and 128 x 128.
+  const std::pair<std::int64_t, std::int64_t> sizes[] = {{1, 256}, {1, 8192}, {48, 256}, {4096, 8192}};
   for (DType dtype : {DType::f32, DType::f16, DType::bf16})
-    for (std::int64_t m : {1, 48, 4096})
+    for (auto [m, n] : sizes)
       for (int ta : {0, 1})
         for (int tb : {0, 1}) {
-          SCOPED_TRACE(fmt::format("{} m {} trans_a {} trans_b {}", dtype_name(dtype), m, ta, tb));
-          const std::int64_t n = 256, k = 512;
+          SCOPED_TRACE(fmt::format("{} m {} n {} trans_a {} trans_b {}", dtype_name(dtype), m, n, ta, tb));
+          const std::int64_t k = 512;
           auto t = specs({TensorSpec(dtype, {m, n}), ta ? TensorSpec(dtype, {k, m}) : TensorSpec(dtype, {m, k}),
                           tb ? TensorSpec(dtype, {n, k}) : TensorSpec(dtype, {k, n})});
           Artifact art = rt.compile("gemm", t, {{"trans_a", ta}, {"trans_b", tb}}, Target::parse("sm_80"), Emit::ptx);

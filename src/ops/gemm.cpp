@@ -33,11 +33,30 @@ unsigned smem_optin_bytes(const Target& t) {
   return 99 * 1024;
 }
 
-TileConfig pick_tile(std::int64_t m, DType dtype, const Target& target) {
+// Streaming multiprocessors of the usual part of each architecture: the
+// params come from the target alone (they are part of the cache key), so
+// this is the target's typical count, not a device query.
+int typical_sm_count(const Target& t) {
+  switch (t.sm) {
+    case 80: return 108;  // A100
+    case 86: return 84;   // RTX 3090 / A40
+    case 89: return 128;  // RTX 4090 / L40
+    case 90: return 132;  // H100 SXM
+    case 100: return 148; // B200
+    default: return 100;
+  }
+}
+
+// The M bucket picks the tile; when its grid would leave SMs idle, a
+// narrower tile makes more blocks (decode and mid-size M on wide GPUs).
+TileConfig pick_tile(std::int64_t m, std::int64_t n, DType dtype, const Target& target) {
   if (dtype == DType::f32) return {64, 64, 16, 2, 4, 1, false};  // 256 threads of 4 x 4 outputs
   TileConfig c = m <= 16   ? TileConfig{16, 64, 64, 1, 2, 4}    // decode: 64 threads, many blocks along N
                  : m <= 64 ? TileConfig{64, 64, 32, 2, 2, 4}    // 128 threads, 32x32 per warp
                            : TileConfig{128, 128, 32, 2, 4, 4};  // 256 threads, 64x32 per warp
+  auto blocks = [&] { return ((m + c.bm - 1) / c.bm) * ((n + c.bn - 1) / c.bn); };
+  if (c.bm == 128 && blocks() < typical_sm_count(target)) c = {64, 64, 32, 2, 2, 4};
+  if (c.bm == 16 && blocks() < typical_sm_count(target)) c = {16, 32, 64, 1, 2, 4};  // 16x16 per warp
   while (c.stages > 2 && c.smem_bytes() > smem_optin_bytes(target)) --c.stages;
   return c;
 }
@@ -145,7 +164,7 @@ class Gemm final : public OpDef {
     Params p;
     p.add_dtype("dtype", a.dtype());
     p.add_dtype("out", c.dtype());
-    add_tile(p, pick_tile(d.m, a.dtype(), target));
+    add_tile(p, pick_tile(d.m, d.n, a.dtype(), target));
     p.add("ta", d.trans_a);
     p.add("tb", d.trans_b);
     const bool aligned = chunk_aligned(t[1].data, {d.lda, d.batch_a}) && chunk_aligned(t[2].data, {d.ldb, d.batch_b});
@@ -283,7 +302,7 @@ class Linear final : public OpDef {
           fmt::format("{}: activation is {}; expected 0 (none), 1 (gelu), 2 (gelu tanh) or 3 (silu)", name(), act));
     Params p;
     p.add_dtype("dtype", t[1].spec.dtype());
-    add_tile(p, pick_tile(d.m, t[1].spec.dtype(), target));
+    add_tile(p, pick_tile(d.m, d.n, t[1].spec.dtype(), target));
     const bool aligned = chunk_aligned(t[1].data, {d.ldx}) && chunk_aligned(t[2].data, {d.ldw});
     p.add("vec", aligned && t[1].spec.dtype() != DType::f32 ? 8 : 1);
     p.add("bias", t[3].spec.rank() != 0 ? 1 : 0);
@@ -424,7 +443,8 @@ class GroupGemm final : public OpDef {
     p.add_dtype("dtype", t[1].spec.dtype());
     // The tile for a typical group: rows / groups (decode-sized groups get the thin tile).
     const DType dtype = t[1].spec.dtype();
-    add_tile(p, pick_tile(std::max<std::int64_t>(1, d.rows / std::max<std::int64_t>(d.groups, 1)), dtype, target));
+    add_tile(p, pick_tile(std::max<std::int64_t>(1, d.rows / std::max<std::int64_t>(d.groups, 1)), d.n * d.groups, dtype,
+                        target));
     const bool aligned = chunk_aligned(t[1].data, {d.ldx}) && chunk_aligned(t[2].data, {d.k, d.n * d.k});
     p.add("vec", aligned && dtype != DType::f32 ? 8 : 1);
     p.add("offsets", std::int64_t(dtype_size(t[3].spec.dtype())));
