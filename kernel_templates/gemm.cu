@@ -1,7 +1,8 @@
 // Matrix multiplication, the sm_80 path (any sm_80+ GPU): f16/bf16 inputs on
 // tensor cores (mma.sync m16n8k16 with fp32 accumulation, ldmatrix fragment
 // loads from swizzled shared memory, a STAGES-deep cp.async pipeline); f32
-// inputs in exact fp32 on the CUDA cores (64 x 64 tiles, 4 x 4 per thread).
+// inputs in exact fp32 on the CUDA cores (64 x 64 tiles, 4 x 4 per thread),
+// or as tf32 on tensor cores (m16n8k8) when asked.
 //
 //   gemm, gemm_batched:  C = alpha * op(A) * op(B) + beta * C    (row-major)
 //   linear:              out = act(x * W^T + bias) + residual     (W: [N, K])
@@ -18,10 +19,12 @@
 //   VEC        8: rows are loaded as 16-byte cp.async chunks (strides and
 //              pointers 16-byte aligned); 1: element by element, any stride
 //   BETA       1: C is read (beta != 0); 0: C is only written
+//   TF32       f32 inputs on tensor cores as tf32 (mma m16n8k8, inputs
+//              rounded to 10 mantissa bits); 0: f32 stays exact
 // MOJO_KERNEL_linear: T, BM, BN, BK, WM, WN, STAGES, VEC, BIAS (0/1), ACT
-//   (mojo::activate's code: 0 none, 1 gelu, 2 gelu_tanh, 3 silu), RESIDUAL (0/1).
+//   (mojo::activate's code: 0 none, 1 gelu, 2 gelu_tanh, 3 silu), RESIDUAL (0/1), TF32.
 // MOJO_KERNEL_group_gemm: T, BM, BN, BK, WM, WN, STAGES, VEC, OFFSETS (4: the
-//   offsets are int32, 8: int64).
+//   offsets are int32, 8: int64), TF32.
 // Kernel args: (TC* c, const TA* a, const TA* b, const TC* bias, const TC* residual,
 //   float alpha, float beta, int m, int n, int k, long long lda, long long ldb,
 //   long long ldc, long long ldr, long long batch_a, long long batch_b, long long batch_c,
@@ -43,18 +46,20 @@ namespace mojo_gemm {
 
 constexpr int GROUP_M = 8;
 
-// A tile of OUTER rows x INNER 2-byte elements in shared memory, stored as
-// 16-byte chunks whose index is XOR-swizzled by the row so that the 8 rows
-// one ldmatrix reads (and the chunks cp.async writes) fall in distinct banks.
-template <int OUTER, int INNER> struct Tile {
-  static constexpr int CHUNKS = INNER / 8;  // per row; a power of two
+// A tile of OUTER rows x INNER elements of ELEM bytes in shared memory,
+// stored as 16-byte chunks whose index is XOR-swizzled by the row so that
+// the 8 rows one ldmatrix reads (and the chunks cp.async writes) fall in
+// distinct banks.
+template <int OUTER, int INNER, int ELEM> struct Tile {
+  static constexpr int PER_CHUNK = 16 / ELEM;        // elements per chunk
+  static constexpr int CHUNKS = INNER / PER_CHUNK;   // per row; a power of two
   static constexpr int ROWS_PER_LINE = CHUNKS >= 8 ? 1 : 8 / CHUNKS;
   static constexpr int SWIZZLE = CHUNKS >= 8 ? 8 : CHUNKS;
-  static constexpr int BYTES = OUTER * INNER * 2;
-  // Byte offset of element (row, col); col % 8 == 0 for chunk accesses.
+  static constexpr int BYTES = OUTER * INNER * ELEM;
+  // Byte offset of element (row, col).
   static __device__ __forceinline__ int offset(int row, int col) {
-    const int chunk = (col / 8) ^ ((row / ROWS_PER_LINE) % SWIZZLE);
-    return (row * INNER + chunk * 8 + col % 8) * 2;
+    const int chunk = (col / PER_CHUNK) ^ ((row / ROWS_PER_LINE) % SWIZZLE);
+    return (row * INNER + chunk * PER_CHUNK + col % PER_CHUNK) * ELEM;
   }
 };
 
@@ -63,18 +68,19 @@ template <int OUTER, int INNER> struct Tile {
 template <class T, int OUTER, int INNER, int THREADS, int VEC>
 __device__ __forceinline__ void load_tile(unsigned char* tile, const T* g, long long ld, int rows, int cols, int row0,
                                           int col0, int tid) {
-  using L = Tile<OUTER, INNER>;
+  using L = Tile<OUTER, INNER, sizeof(T)>;
+  constexpr int E = L::PER_CHUNK;
   constexpr int TOTAL = OUTER * L::CHUNKS, PER_THREAD = (TOTAL + THREADS - 1) / THREADS;
   if constexpr (VEC == 8) {
 #pragma unroll
     for (int i = 0; i < PER_THREAD; ++i) {
       const int chunk = tid + i * THREADS;
       if (TOTAL % THREADS != 0 && chunk >= TOTAL) break;
-      const int r = chunk / L::CHUNKS, c = (chunk % L::CHUNKS) * 8;
+      const int r = chunk / L::CHUNKS, c = (chunk % L::CHUNKS) * E;
       const int gr = row0 + r, gc = col0 + c, left = cols - gc;
-      const int valid = gr < rows && left > 0 ? (left < 8 ? left : 8) : 0;
+      const int valid = gr < rows && left > 0 ? (left < E ? left : E) : 0;
       const T* src = valid > 0 ? g + (long long)gr * ld + gc : g;
-      mojo::cp_async_16(mojo::smem_address(tile + L::offset(r, c)), src, valid * 2);
+      mojo::cp_async_16(mojo::smem_address(tile + L::offset(r, c)), src, valid * (int)sizeof(T));
     }
   } else {
     // The slow path stays a loop: unrolled, its scalar loads would need more registers than there are.
@@ -82,29 +88,44 @@ __device__ __forceinline__ void load_tile(unsigned char* tile, const T* g, long 
     for (int i = 0; i < PER_THREAD; ++i) {
       const int chunk = tid + i * THREADS;
       if (chunk >= TOTAL) break;
-      const int r = chunk / L::CHUNKS, c = (chunk % L::CHUNKS) * 8;
+      const int r = chunk / L::CHUNKS, c = (chunk % L::CHUNKS) * E;
       const int gr = row0 + r, gc = col0 + c;
-      mojo::Pack<T, 8> p;
+      mojo::Pack<T, E> p;
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < E; ++j)
         p.v[j] = gr < rows && gc + j < cols ? g[(long long)gr * ld + gc + j] : mojo::from_float<T>(0.f);
-      mojo::store<T, 8>(reinterpret_cast<T*>(tile + L::offset(r, c)), p);
+      mojo::store<T, E>(reinterpret_cast<T*>(tile + L::offset(r, c)), p);
     }
   }
 }
 
-// Four 8x8 matrices of a 16 (x) x 16 (k) block at (x0, k0), x being M for A
-// and N for B: r0 = (x 0-7, k 0-7), r1 = (x 8-15, k 0-7), r2 = (x 0-7, k 8-15),
-// r3 = (x 8-15, k 8-15). K_INNER: the tile is [x][k]; else [k][x] (transposed on load).
-template <bool K_INNER, int OUTER, int INNER>
+// The four 8-row matrices of a 16 (x) x K_STEP (k) block at (x0, k0), x
+// being M for A and N for B, K_STEP = 16 for 16-bit elements and 8 for tf32:
+// r0 = (x 0-7, k lo), r1 = (x 8-15, k lo), r2 = (x 0-7, k hi), r3 = (x 8-15, k hi);
+// each lane holds row lane / 4 and k pair (16-bit) or k word (tf32) lane % 4.
+// K_INNER: the tile is [x][k]; else [k][x] (transposed on load).
+template <class T, bool K_INNER, int OUTER, int INNER>
 __device__ __forceinline__ void load_fragment(const unsigned char* tile, int x0, int k0, int lane, unsigned (&r)[4]) {
-  const int matrix = lane / 8, row = lane % 8;
+  using L = Tile<OUTER, INNER, sizeof(T)>;
+  constexpr int HALF = L::PER_CHUNK;  // k of one 8 x 16-byte matrix: 8 halves or 4 words
   if constexpr (K_INNER) {
-    const int x = x0 + row + (matrix % 2) * 8, k = k0 + (matrix / 2) * 8;
-    mojo::ldmatrix_x4(r, mojo::smem_address(tile + Tile<OUTER, INNER>::offset(x, k)));
-  } else {
+    const int matrix = lane / 8, row = lane % 8;
+    const int x = x0 + row + (matrix % 2) * 8, k = k0 + (matrix / 2) * HALF;
+    mojo::ldmatrix_x4(r, mojo::smem_address(tile + L::offset(x, k)));
+  } else if constexpr (sizeof(T) == 2) {
+    const int matrix = lane / 8, row = lane % 8;
     const int k = k0 + row + (matrix / 2) * 8, x = x0 + (matrix % 2) * 8;
-    mojo::ldmatrix_x4_trans(r, mojo::smem_address(tile + Tile<OUTER, INNER>::offset(k, x)));
+    mojo::ldmatrix_x4_trans(r, mojo::smem_address(tile + L::offset(k, x)));
+  } else {
+    // 32-bit words: ldmatrix cannot transpose them, so each lane reads its four.
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      r[i] = *reinterpret_cast<const unsigned*>(tile + L::offset(k0 + t + (i / 2) * 4, x0 + g + (i % 2) * 8));
+  }
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r[i] = mojo::to_tf32(r[i]);
   }
 }
 
@@ -146,11 +167,12 @@ __device__ __forceinline__ void mma_tile(const Problem<TA, TC>& p, int row0, int
   constexpr int THREADS = WM * WN * 32;
   constexpr int WTM = BM / WM, WTN = BN / WN;  // one warp's tile of C
   constexpr int MI = WTM / 16, NI = WTN / 8;   // its m16n8 mma tiles
+  constexpr int K_STEP = 32 / (int)sizeof(TA);  // one mma's k: 16 (f16/bf16) or 8 (tf32)
   static_assert(WTM % 16 == 0 && WTN % 16 == 0 && BK % 16 == 0, "warp tiles are multiples of 16x16, BK of 16");
   static_assert(STAGES >= 2, "a pipeline needs two stages");
   // A stage: the A tile ([BM][BK], or [BK][BM] when transposed), then B's.
-  using TileA = Tile<TRANS_A ? BK : BM, TRANS_A ? BM : BK>;
-  using TileB = Tile<TRANS_B ? BN : BK, TRANS_B ? BK : BN>;
+  using TileA = Tile<TRANS_A ? BK : BM, TRANS_A ? BM : BK, sizeof(TA)>;
+  using TileB = Tile<TRANS_B ? BN : BK, TRANS_B ? BK : BN, sizeof(TA)>;
   constexpr int STAGE_BYTES = TileA::BYTES + TileB::BYTES;
   extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
   const int tid = (int)mojo::thread_x(), lane = tid % 32, warp = tid / 32;
@@ -189,15 +211,15 @@ __device__ __forceinline__ void mma_tile(const Problem<TA, TC>& p, int row0, int
     const unsigned char* sa = smem + (kt % STAGES) * STAGE_BYTES;
     const unsigned char* sb = sa + TileA::BYTES;
 #pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
+    for (int kk = 0; kk < BK; kk += K_STEP) {
       unsigned fa[MI][4], fb[NI][2];
 #pragma unroll
       for (int i = 0; i < MI; ++i)
-        load_fragment<!TRANS_A, TRANS_A ? BK : BM, TRANS_A ? BM : BK>(sa, wm * WTM + i * 16, kk, lane, fa[i]);
+        load_fragment<TA, !TRANS_A, TRANS_A ? BK : BM, TRANS_A ? BM : BK>(sa, wm * WTM + i * 16, kk, lane, fa[i]);
 #pragma unroll
       for (int j = 0; j < NI; j += 2) {
         unsigned r[4];
-        load_fragment<TRANS_B, TRANS_B ? BN : BK, TRANS_B ? BK : BN>(sb, wn * WTN + j * 8, kk, lane, r);
+        load_fragment<TA, TRANS_B, TRANS_B ? BN : BK, TRANS_B ? BK : BN>(sb, wn * WTN + j * 8, kk, lane, r);
         fb[j][0] = r[0];
         fb[j][1] = r[2];
         fb[j + 1][0] = r[1];
@@ -206,7 +228,7 @@ __device__ __forceinline__ void mma_tile(const Problem<TA, TC>& p, int row0, int
 #pragma unroll
       for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < NI; ++j) mojo::mma_16816<TA>(acc[i][j], fa[i], fb[j]);
+        for (int j = 0; j < NI; ++j) mojo::mma<TA>(acc[i][j], fa[i], fb[j]);
     }
   }
   mojo::cp_async_wait<0>();
@@ -271,7 +293,7 @@ template <class T> constexpr bool is_f32 = false;
 template <> constexpr bool is_f32<float> = true;
 
 template <class TA, class TC, int BM, int BN, int BK, int WM, int WN, int STAGES, bool TRANS_A, bool TRANS_B, int VEC,
-          bool BETA, bool BIAS, int ACT, bool RESIDUAL, int OFFSETS>
+          bool BETA, bool BIAS, int ACT, bool RESIDUAL, int OFFSETS, bool TF32>
 __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* __restrict__ b,
                                     const TC* __restrict__ bias, const TC* residual, float alpha, float beta, int m,
                                     int n, int k, long long lda, long long ldb, long long ldc, long long ldr,
@@ -302,7 +324,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
   // One pass per BM rows of C this block owns: one for gemm and linear (the
   // grid covers M); for groups, as many as the group's rows need.
   for (int row0 = m0; row0 < m; row0 += tiles_m * BM) {
-    if constexpr (is_f32<TA>)
+    if constexpr (is_f32<TA> && !TF32)
       simt_tile<TC, BM, BN, BK, TRANS_A, TRANS_B, BETA, BIAS, ACT, RESIDUAL>(p, row0, n0);
     else
       mma_tile<TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL>(p, row0, n0);
@@ -313,20 +335,20 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 }  // namespace mojo_gemm
 
 #define MOJO_GEMM_KERNEL(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL, \
-                         OFFSETS)                                                                                 \
+                         OFFSETS, TF32)                                                                           \
   extern "C" __global__ void __launch_bounds__(WM * WN * 32, 1)                                                    \
       NAME(TC* c, const TA* __restrict__ a, const TA* __restrict__ b, const TC* __restrict__ bias,                 \
            const TC* residual, float alpha, float beta, int m, int n, int k, long long lda, long long ldb,         \
            long long ldc, long long ldr, long long batch_a, long long batch_b, long long batch_c,                  \
            const void* offsets, long long total_rows) {                                                           \
-    mojo_gemm::run<TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL, OFFSETS>( \
-        c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr, batch_a, batch_b, batch_c, offsets,    \
-        total_rows);                                                                                              \
+    mojo_gemm::run<TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL, OFFSETS,  \
+                   TF32>(c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr, batch_a, batch_b,      \
+                         batch_c, offsets, total_rows);                                                          \
   }
-#define MOJO_KERNEL_gemm(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA) \
-  MOJO_GEMM_KERNEL(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, 0, 0, 0, 0)
+#define MOJO_KERNEL_gemm(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, TF32) \
+  MOJO_GEMM_KERNEL(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, 0, 0, 0, 0, TF32)
 #define MOJO_KERNEL_gemm_batched MOJO_KERNEL_gemm
-#define MOJO_KERNEL_linear(NAME, T, BM, BN, BK, WM, WN, STAGES, VEC, BIAS, ACT, RESIDUAL) \
-  MOJO_GEMM_KERNEL(NAME, T, T, BM, BN, BK, WM, WN, STAGES, 0, 1, VEC, 0, BIAS, ACT, RESIDUAL, 0)
-#define MOJO_KERNEL_group_gemm(NAME, T, BM, BN, BK, WM, WN, STAGES, VEC, OFFSETS) \
-  MOJO_GEMM_KERNEL(NAME, T, T, BM, BN, BK, WM, WN, STAGES, 0, 1, VEC, 0, 0, 0, 0, OFFSETS)
+#define MOJO_KERNEL_linear(NAME, T, BM, BN, BK, WM, WN, STAGES, VEC, BIAS, ACT, RESIDUAL, TF32) \
+  MOJO_GEMM_KERNEL(NAME, T, T, BM, BN, BK, WM, WN, STAGES, 0, 1, VEC, 0, BIAS, ACT, RESIDUAL, 0, TF32)
+#define MOJO_KERNEL_group_gemm(NAME, T, BM, BN, BK, WM, WN, STAGES, VEC, OFFSETS, TF32) \
+  MOJO_GEMM_KERNEL(NAME, T, T, BM, BN, BK, WM, WN, STAGES, 0, 1, VEC, 0, 0, 0, 0, OFFSETS, TF32)

@@ -40,18 +40,33 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned add
                : "r"(address));
 }
 
-// d += a * b for one 16x8x16 tile: a is row-major 16x16 (4 registers of two
-// elements), b column-major 16x8 (2 registers), d 16x8 in fp32 (4 per lane:
-// rows lane/4 and lane/4 + 8, columns 2 * (lane % 4) + {0, 1}).
-template <class T> __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]);
-template <> __device__ __forceinline__ void mma_16816<f16>(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+// An f32 rounded to tf32 (10 mantissa bits, to nearest), in a 32-bit register.
+__device__ __forceinline__ unsigned to_tf32(unsigned f32_bits) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(bits_to_float(f32_bits)));
+  return r;
+}
+
+// d += a * b for one tile: 16x8x16 for f16/bf16 (a row-major 16x16 in 4
+// registers of two elements, b column-major 16x8 in 2), 16x8x8 for tf32
+// (float: one element per register); d is 16x8 in fp32 (4 per lane: rows
+// lane/4 and lane/4 + 8, columns 2 * (lane % 4) + {0, 1}).
+template <class T> __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]);
+template <> __device__ __forceinline__ void mma<float>(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <> __device__ __forceinline__ void mma<f16>(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-template <> __device__ __forceinline__ void mma_16816<bf16>(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+template <> __device__ __forceinline__ void mma<bf16>(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"

@@ -77,7 +77,22 @@ TEST(Gemm, F32IsExactOnCudaCoresOnAnyArch) {
   // Tensor-core dtypes still need sm_80.
   const TensorSpec h(DType::f16, {100, 100});
   EXPECT_NE(error_of<ArchError>([&] { op.specialize(specs({h, h, h}), {}, Target::parse("sm_75")); })
-                .find("(f32 runs anywhere)"),
+                .find("(exact f32 runs anywhere)"),
+            std::string::npos);
+}
+
+TEST(Gemm, Tf32IsAnOptInForF32) {
+  const OpDef& op = find_op("gemm");
+  const TensorSpec f(DType::f32, {4096, 4096}), h(DType::bf16, {64, 64});
+  Params p = op.specialize(specs({f, f, f}), {{"tf32", 1}}, kSm90);
+  EXPECT_EQ(p.get("tf32"), 1);
+  EXPECT_EQ(p.get("bm"), 128) << "the tensor-core tiles";
+  EXPECT_EQ(p.get("vec"), 8);
+  EXPECT_EQ(op.max_dynamic_smem(p), 4u * (128 + 128) * 16 * 4) << "4 stages of 4-byte elements, BK 16";
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] { op.specialize(specs({h, h, h}), {{"tf32", 1}}, kSm90); }),
+            "gemm: tf32 = 1 applies to f32 inputs; these are bf16");
+  EXPECT_NE(error_of<ArchError>([&] { op.specialize(specs({f, f, f}), {{"tf32", 1}}, Target::parse("sm_75")); })
+                .find("sm_80 or later"),
             std::string::npos);
 }
 
@@ -200,17 +215,29 @@ TEST_P(GemmCompiles, EveryLayoutAndBucketWithoutSpills) {
   test::TempDir dir;
   // (m, n) reaching every tile: 16 x 32, 16 x 64, 64 x 64 and 128 x 128.
   const std::pair<std::int64_t, std::int64_t> sizes[] = {{1, 256}, {1, 8192}, {48, 256}, {4096, 8192}};
-  for (DType dtype : {DType::f32, DType::f16, DType::bf16})
+  struct Kind {
+    DType dtype;
+    int tf32;
+    const char* mma;  // the instruction it must use, or none
+  };
+  const Kind kinds[] = {{DType::f32, 0, nullptr},
+                        {DType::f32, 1, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"},
+                        {DType::f16, 0, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"},
+                        {DType::bf16, 0, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"}};
+  for (const Kind& kind : kinds)
     for (auto [m, n] : sizes)
       for (int ta : {0, 1})
         for (int tb : {0, 1}) {
-          SCOPED_TRACE(fmt::format("{} m {} n {} trans_a {} trans_b {}", dtype_name(dtype), m, n, ta, tb));
+          const DType dtype = kind.dtype;
+          SCOPED_TRACE(fmt::format("{} tf32 {} m {} n {} trans_a {} trans_b {}", dtype_name(dtype), kind.tf32, m, n, ta,
+                                   tb));
           const std::int64_t k = 512;
           auto t = specs({TensorSpec(dtype, {m, n}), ta ? TensorSpec(dtype, {k, m}) : TensorSpec(dtype, {m, k}),
                           tb ? TensorSpec(dtype, {n, k}) : TensorSpec(dtype, {k, n})});
-          Artifact art = rt.compile("gemm", t, {{"trans_a", ta}, {"trans_b", tb}}, Target::parse("sm_80"), Emit::ptx);
-          EXPECT_EQ(art.binary->find("mma.sync.aligned.m16n8k16.row.col.f32") != std::string::npos, dtype != DType::f32)
-              << "tensor cores for f16/bf16, exact fp32 FMAs for f32";
+          Artifact art = rt.compile("gemm", t, {{"trans_a", ta}, {"trans_b", tb}, {"tf32", kind.tf32}},
+                                    Target::parse("sm_80"), Emit::ptx);
+          EXPECT_EQ(art.binary->find("mma.sync") != std::string::npos, kind.mma != nullptr);
+          if (kind.mma) EXPECT_NE(art.binary->find(kind.mma), std::string::npos);
           test::write_file(dir.path() / "g.ptx", *art.binary);
           auto r = test::run_command(std::string(MOJO_TEST_PTXAS) + " -v -arch=sm_80 " + (dir.path() / "g.ptx").string() +
                                      " -o " + (dir.path() / "g.cubin").string());

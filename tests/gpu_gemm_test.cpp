@@ -40,7 +40,8 @@ struct Case {
   bool ta, tb;
 };
 
-void check_gemm(Runtime& rt, DType in, DType out, Case s, double alpha, double beta, std::int64_t batch = 1) {
+void check_gemm(Runtime& rt, DType in, DType out, Case s, double alpha, double beta, std::int64_t batch = 1,
+                bool tf32 = false) {
   SCOPED_TRACE(fmt::format("{}->{} batch {} m {} n {} k {} ta {} tb {} alpha {} beta {}", dtype_name(in), dtype_name(out),
                            batch, s.m, s.n, s.k, s.ta, s.tb, alpha, beta));
   const bool batched = batch > 1;
@@ -53,11 +54,12 @@ void check_gemm(Runtime& rt, DType in, DType out, Case s, double alpha, double b
              ch = random_matrix(out, c.numel(), 3);
   GpuTensor ad(a, ah), bd(b, bh), cd(c, ch);
   rt.launch(batched ? "gemm_batched" : "gemm", {cd, ad, bd},
-            {{"alpha", alpha}, {"beta", beta}, {"trans_a", s.ta ? 1 : 0}, {"trans_b", s.tb ? 1 : 0}});
+            {{"alpha", alpha}, {"beta", beta}, {"trans_a", s.ta ? 1 : 0}, {"trans_b", s.tb ? 1 : 0}, {"tf32", tf32 ? 1 : 0}});
   rt.device().synchronize();
   auto want = ch;
   reference::gemm(in, out, ah.data(), bh.data(), want.data(), batch, s.m, s.n, s.k, alpha, beta, s.ta, s.tb);
-  test::expect_close(out, cd.read(), want, "c", gemm_tolerance(out, s.k));
+  // tf32 keeps 10 of f32's 23 mantissa bits: inputs carry bf16-like error (2^-11 relative) into the sums.
+  test::expect_close(out, cd.read(), want, "c", gemm_tolerance(tf32 ? DType::bf16 : out, s.k));
   EXPECT_EQ(ad.read(), ah);
 }
 
@@ -69,6 +71,13 @@ TEST_P(GpuGemm, OddShapesAndTransposes) {
                         {256, 384, 520, false, false}, {130, 1000, 1024, true, true}};
   for (DType in : {DType::bf16, DType::f16, DType::f32})
     for (const Case& s : cases) check_gemm(*rt, in, in, s, 1.0, 0.0);
+}
+
+TEST_P(GpuGemm, Tf32OnTensorCores) {
+  for (const Case& s : {Case{1, 1, 1, false, false}, Case{17, 33, 100, true, true}, Case{300, 260, 72, false, true},
+                        Case{256, 384, 520, true, false}})
+    check_gemm(*rt, DType::f32, DType::f32, s, 1.0, 0.0, 1, true);
+  check_gemm(*rt, DType::f32, DType::f32, {64, 96, 128, false, false}, 0.5, 2.0, 3, true);
 }
 
 TEST_P(GpuGemm, AlphaBetaAndF32Output) {

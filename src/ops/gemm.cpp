@@ -22,8 +22,9 @@ constexpr DType kInputTypes[] = {DType::f32, DType::f16, DType::bf16};
 
 struct TileConfig {
   int bm, bn, bk, wm, wn, stages;
-  bool tensor_cores = true;  // false: the fp32 path, static shared memory only
-  unsigned smem_bytes() const { return tensor_cores ? unsigned(stages * (bm + bn) * bk * 2) : 0; }
+  int element_bytes = 2;     // of the inputs: 2, or 4 for tf32
+  bool tensor_cores = true;  // false: the exact fp32 path, static shared memory only
+  unsigned smem_bytes() const { return tensor_cores ? unsigned(stages * (bm + bn) * bk * element_bytes) : 0; }
 };
 
 // Dynamic shared memory a block may opt into on each architecture.
@@ -49,22 +50,24 @@ int typical_sm_count(const Target& t) {
 
 // The M bucket picks the tile; when its grid would leave SMs idle, a
 // narrower tile makes more blocks (decode and mid-size M on wide GPUs).
-TileConfig pick_tile(std::int64_t m, std::int64_t n, DType dtype, const Target& target) {
-  if (dtype == DType::f32) return {64, 64, 16, 2, 4, 1, false};  // 256 threads of 4 x 4 outputs
+TileConfig pick_tile(std::int64_t m, std::int64_t n, DType dtype, bool tf32, const Target& target) {
+  if (dtype == DType::f32 && !tf32) return {64, 64, 16, 2, 4, 1, 4, false};  // 256 threads of 4 x 4 outputs
   TileConfig c = m <= 16   ? TileConfig{16, 64, 64, 1, 2, 4}    // decode: 64 threads, many blocks along N
                  : m <= 64 ? TileConfig{64, 64, 32, 2, 2, 4}    // 128 threads, 32x32 per warp
                            : TileConfig{128, 128, 32, 2, 4, 4};  // 256 threads, 64x32 per warp
   auto blocks = [&] { return ((m + c.bm - 1) / c.bm) * ((n + c.bn - 1) / c.bn); };
   if (c.bm == 128 && blocks() < typical_sm_count(target)) c = {64, 64, 32, 2, 2, 4};
   if (c.bm == 16 && blocks() < typical_sm_count(target)) c = {16, 32, 64, 1, 2, 4};  // 16x16 per warp
+  c.element_bytes = int(dtype_size(dtype));
+  if (tf32) c.bk = 16;  // two m16n8k8 steps per stage: 4-byte fragments need the registers
   while (c.stages > 2 && c.smem_bytes() > smem_optin_bytes(target)) --c.stages;
   return c;
 }
 
-void expect_tensor_cores(std::string_view op, DType dtype, const Target& target) {
-  if (dtype != DType::f32 && target.sm < 80)
-    throw ArchError(fmt::format("{}: needs bf16/f16 tensor cores (mma.sync m16n8k16, cp.async): sm_80 or later; "
-                                "the target is {} (f32 runs anywhere)",
+void expect_tensor_cores(std::string_view op, DType dtype, bool tf32, const Target& target) {
+  if ((dtype != DType::f32 || tf32) && target.sm < 80)
+    throw ArchError(fmt::format("{}: needs tensor cores for f16/bf16/tf32 (mma.sync, cp.async): sm_80 or "
+                                "later; the target is {} (exact f32 runs anywhere)",
                                 op, target.sm_name()));
 }
 
@@ -95,8 +98,19 @@ void add_tile(Params& p, const TileConfig& c) {
   p.add("stages", c.stages);
 }
 TileConfig tile_of(const Params& p) {
-  return {int(p.get("bm")),     int(p.get("bn")),    int(p.get("bk")), int(p.get("wm")), int(p.get("wn")),
-          int(p.get("stages")), p.dtype("dtype") != DType::f32};
+  const DType dtype = p.dtype("dtype");
+  return {int(p.get("bm")),     int(p.get("bn")),       int(p.get("bk")), int(p.get("wm")), int(p.get("wn")),
+          int(p.get("stages")), int(dtype_size(dtype)), dtype != DType::f32 || p.get("tf32") != 0};
+}
+
+// The "tf32" scalar: 1 runs f32 inputs on tensor cores as tf32; only for f32.
+bool tf32_of(const OpDef& op, ScalarList scalars, DType dtype) {
+  const double v = op.scalar(scalars, "tf32");
+  if (v != 0 && v != 1) throw InvalidArgumentError(fmt::format("{}: tf32 is {}; expected 0 or 1", op.name(), v));
+  if (v == 1 && dtype != DType::f32)
+    throw InvalidArgumentError(
+        fmt::format("{}: tf32 = 1 applies to f32 inputs; these are {}", op.name(), dtype_name(dtype)));
+  return v == 1;
 }
 
 LaunchGeometry tile_geometry(const Params& p, std::int64_t m, std::int64_t n, std::int64_t batch) {
@@ -110,10 +124,13 @@ LaunchGeometry tile_geometry(const Params& p, std::int64_t m, std::int64_t n, st
 }
 
 // 16-byte chunk loads need every row start 16-byte aligned.
-bool chunk_aligned(DevicePtr p, std::initializer_list<std::int64_t> strides) {
+bool chunk_aligned(DType dtype, DevicePtr p, std::initializer_list<std::int64_t> strides) {
   if (checks::alignment_of(p) < 16) return false;
-  return std::all_of(strides.begin(), strides.end(), [](std::int64_t s) { return s % 8 == 0; });
+  const std::int64_t per_chunk = 16 / std::int64_t(dtype_size(dtype));
+  return std::all_of(strides.begin(), strides.end(), [&](std::int64_t s) { return s % per_chunk == 0; });
 }
+// The "vec" param: 8 for 16-byte chunk loads on tensor cores, else 1.
+std::int64_t vec_param(const TileConfig& c, bool aligned) { return c.tensor_cores && aligned ? 8 : 1; }
 
 constexpr TensorArgInfo kGemmTensors[] = {
     {"c", "inout", "[M, N], a's dtype or f32; read when beta != 0; rows may be strided"},
@@ -128,7 +145,8 @@ constexpr TensorArgInfo kBatchedTensors[] = {
 constexpr ScalarArgInfo kGemmScalars[] = {{"alpha", 1, "scales a * b"},
                                           {"beta", 0, "scales the old c (0: c is only written)"},
                                           {"trans_a", 0, "1: a is stored [K, M]"},
-                                          {"trans_b", 0, "1: b is stored [N, K] (the LLM weight layout)"}};
+                                          {"trans_b", 0, "1: b is stored [N, K] (the LLM weight layout)"},
+                                          {"tf32", 0, "1: f32 inputs on tensor cores as tf32 (10-bit mantissa)"}};
 
 // gemm ([M, K] x [K, N]) and gemm_batched (a batch of those, strided).
 class Gemm final : public OpDef {
@@ -156,7 +174,8 @@ class Gemm final : public OpDef {
     const Dims d = dims(t, flag(scalars, "trans_a"), flag(scalars, "trans_b"));
     const TensorSpec &c = t[0].spec, &a = t[1].spec;
     checks::expect_dtype_in(name(), "a", a.dtype(), kInputTypes);
-    expect_tensor_cores(name(), a.dtype(), target);
+    const bool tf32 = tf32_of(*this, scalars, a.dtype());
+    expect_tensor_cores(name(), a.dtype(), tf32, target);
     checks::expect_same_dtype(name(), "b", t[2].spec, "a", a);
     if (c.dtype() != a.dtype() && c.dtype() != DType::f32)
       throw DTypeError(fmt::format("{}: c has dtype {}; expected {} (as a) or f32", name(), dtype_name(c.dtype()),
@@ -164,12 +183,14 @@ class Gemm final : public OpDef {
     Params p;
     p.add_dtype("dtype", a.dtype());
     p.add_dtype("out", c.dtype());
-    add_tile(p, pick_tile(d.m, d.n, a.dtype(), target));
+    const TileConfig tile = pick_tile(d.m, d.n, a.dtype(), tf32, target);
+    add_tile(p, tile);
     p.add("ta", d.trans_a);
     p.add("tb", d.trans_b);
-    const bool aligned = chunk_aligned(t[1].data, {d.lda, d.batch_a}) && chunk_aligned(t[2].data, {d.ldb, d.batch_b});
-    p.add("vec", aligned && a.dtype() != DType::f32 ? 8 : 1);
+    p.add("vec", vec_param(tile, chunk_aligned(a.dtype(), t[1].data, {d.lda, d.batch_a}) &&
+                                     chunk_aligned(a.dtype(), t[2].data, {d.ldb, d.batch_b})));
     p.add("beta", scalar(scalars, "beta") != 0 ? 1 : 0);
+    p.add("tf32", tf32);
     return p;
   }
 
@@ -276,7 +297,8 @@ constexpr TensorArgInfo kLinearTensors[] = {
     {"residual", "in", "[..., N] added after the activation, or absent; may be out itself"},
 };
 constexpr ScalarArgInfo kLinearScalars[] = {
-    {"activation", 0, "applied after the bias: 0 none, 1 gelu (erf), 2 gelu (tanh), 3 silu"}};
+    {"activation", 0, "applied after the bias: 0 none, 1 gelu (erf), 2 gelu (tanh), 3 silu"},
+    {"tf32", 0, "1: f32 inputs on tensor cores as tf32"}};
 
 // linear: out = act(x * weight^T + bias) + residual, the epilogue fused.
 class Linear final : public OpDef {
@@ -295,19 +317,22 @@ class Linear final : public OpDef {
     check_tensor_count(t);
     check_scalar_names(scalars);
     const Dims d = dims(t);
-    expect_tensor_cores(name(), t[1].spec.dtype(), target);
+    const DType dtype = t[1].spec.dtype();
+    const bool tf32 = tf32_of(*this, scalars, dtype);
+    expect_tensor_cores(name(), dtype, tf32, target);
     const double act = scalar(scalars, "activation");
     if (act != 0 && act != 1 && act != 2 && act != 3)
       throw InvalidArgumentError(
           fmt::format("{}: activation is {}; expected 0 (none), 1 (gelu), 2 (gelu tanh) or 3 (silu)", name(), act));
     Params p;
-    p.add_dtype("dtype", t[1].spec.dtype());
-    add_tile(p, pick_tile(d.m, d.n, t[1].spec.dtype(), target));
-    const bool aligned = chunk_aligned(t[1].data, {d.ldx}) && chunk_aligned(t[2].data, {d.ldw});
-    p.add("vec", aligned && t[1].spec.dtype() != DType::f32 ? 8 : 1);
+    p.add_dtype("dtype", dtype);
+    const TileConfig tile = pick_tile(d.m, d.n, dtype, tf32, target);
+    add_tile(p, tile);
+    p.add("vec", vec_param(tile, chunk_aligned(dtype, t[1].data, {d.ldx}) && chunk_aligned(dtype, t[2].data, {d.ldw})));
     p.add("bias", t[3].spec.rank() != 0 ? 1 : 0);
     p.add("act", std::int64_t(act));
     p.add("residual", t[4].spec.rank() != 0 ? 1 : 0);
+    p.add("tf32", tf32);
     return p;
   }
 
@@ -419,7 +444,8 @@ constexpr TensorArgInfo kGroupTensors[] = {
 };
 constexpr ScalarArgInfo kGroupScalars[] = {
     {"max_rows", 0, "a hint: the most rows a group usually has (0: all rows); fewer blocks are launched and a "
-                    "larger group takes more passes"}};
+                    "larger group takes more passes"},
+    {"tf32", 0, "1: f32 inputs on tensor cores as tf32"}};
 
 // group_gemm: many products of different M sharing N and K (MoE experts), one launch.
 class GroupGemm final : public OpDef {
@@ -438,16 +464,19 @@ class GroupGemm final : public OpDef {
     check_tensor_count(t);
     check_scalar_names(scalars);
     const Dims d = dims(t, scalars);
-    expect_tensor_cores(name(), t[1].spec.dtype(), target);
-    Params p;
-    p.add_dtype("dtype", t[1].spec.dtype());
-    // The tile for a typical group: rows / groups (decode-sized groups get the thin tile).
     const DType dtype = t[1].spec.dtype();
-    add_tile(p, pick_tile(std::max<std::int64_t>(1, d.rows / std::max<std::int64_t>(d.groups, 1)), d.n * d.groups, dtype,
-                        target));
-    const bool aligned = chunk_aligned(t[1].data, {d.ldx}) && chunk_aligned(t[2].data, {d.k, d.n * d.k});
-    p.add("vec", aligned && dtype != DType::f32 ? 8 : 1);
+    const bool tf32 = tf32_of(*this, scalars, dtype);
+    expect_tensor_cores(name(), dtype, tf32, target);
+    Params p;
+    p.add_dtype("dtype", dtype);
+    // The tile for a typical group: rows / groups (decode-sized groups get the thin tile).
+    const TileConfig tile = pick_tile(std::max<std::int64_t>(1, d.rows / std::max<std::int64_t>(d.groups, 1)),
+                                      d.n * d.groups, dtype, tf32, target);
+    add_tile(p, tile);
+    p.add("vec", vec_param(tile, chunk_aligned(dtype, t[1].data, {d.ldx}) &&
+                                     chunk_aligned(dtype, t[2].data, {d.k, d.n * d.k})));
     p.add("offsets", std::int64_t(dtype_size(t[3].spec.dtype())));
+    p.add("tf32", tf32);
     return p;
   }
 
