@@ -270,3 +270,51 @@ TEST_P(GemmCompiles, EveryLayoutAndBucketWithoutSpills) {
 INSTANTIATE_TEST_SUITE_P(Compilers, GemmCompiles,
                          ::testing::ValuesIn(test::compilers()),
                          [](const auto& info) { return test::compiler_test_name(info.param); });
+
+// Autotuning's inputs (the timing itself needs a GPU): the candidates, the
+// bucket a result stands for, and when the tensors may be launched repeatedly.
+TEST(GemmAutotune, CandidatesBucketsAndSafety) {
+  const OpDef& op = find_op("gemm");
+  const TensorSpec a(DType::bf16, {100, 5000}), b(DType::bf16, {5000, 3000}), c(DType::bf16, {100, 3000});
+  const Params chosen = op.specialize(specs({c, a, b}), {}, kSm90);
+  const std::vector<Params> candidates = op.tuning_candidates(chosen, kSm90);
+  ASSERT_GE(candidates.size(), 5u);
+  EXPECT_EQ(candidates.front(), chosen) << "the heuristic's choice comes first";
+  for (std::size_t i = 1; i < candidates.size(); ++i) {
+    EXPECT_FALSE(candidates[i] == chosen);
+    EXPECT_EQ(candidates[i].get("vec"), chosen.get("vec")) << "only the tile changes";
+    EXPECT_LE(op.max_dynamic_smem(candidates[i]), 227u * 1024);
+  }
+  EXPECT_EQ(op.tuning_bucket(specs({c, a, b})), "m<=128 n<=4096 k<=8192");
+  EXPECT_EQ(op.tuning_bucket(specs({c, TensorSpec(DType::bf16, {5000, 100}), b})), "m<=128 n<=4096 k<=8192")
+      << "transposed a: the same problem";
+  EXPECT_TRUE(op.tuning_safe(specs({c, a, b}), {}));
+  EXPECT_FALSE(op.tuning_safe(specs({c, a, b}), {{"beta", 1}})) << "c is read: repeated launches would change it";
+
+  const TensorSpec f(DType::f32, {64, 64});
+  EXPECT_TRUE(op.tuning_candidates(op.specialize(specs({f, f, f}), {}, kSm90), kSm90).empty()) << "exact f32: one tile";
+  EXPECT_EQ(op.tuning_candidates(op.specialize(specs({f, f, f}), {{"tf32", 1}}, kSm90), kSm90).back().get("bk"), 16);
+
+  const OpDef& linear = find_op("linear");
+  const TensorSpec x(DType::bf16, {8, 64}), w(DType::bf16, {32, 64}), y(DType::bf16, {8, 32});
+  EXPECT_FALSE(linear.tuning_safe({{y, 0x1000}, {x, 0x2000}, {w, 0x3000}, {TensorSpec(), 0}, {y, 0x1000}}, {}))
+      << "residual is the output";
+  EXPECT_TRUE(linear.tuning_safe({{y, 0x1000}, {x, 0x2000}, {w, 0x3000}, {TensorSpec(), 0}, {y, 0x4000}}, {}));
+
+  // Every candidate compiles for sm_80 without spills.
+  RuntimeOptions o;
+  o.disk_cache = false;
+  Runtime rt(o);
+  test::TempDir dir;
+  auto nvrtc = make_compiler("nvrtc");
+  for (const Params& p : candidates) {
+    SCOPED_TRACE(p.str());
+    const std::string unit = rt.templates().expand(op.template_file()) + "\n" + op.entry_line(p) + "\n";
+    const std::string ptx = nvrtc->compile({"gemm.cu", unit, Target::parse("sm_80"), Emit::ptx, p.str()}).binary;
+    test::write_file(dir.path() / "c.ptx", ptx);
+    auto r = test::run_command(std::string(MOJO_TEST_PTXAS) + " -v -arch=sm_80 " + (dir.path() / "c.ptx").string() +
+                               " -o " + (dir.path() / "c.cubin").string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("0 bytes spill stores"), std::string::npos) << r.output;
+  }
+}

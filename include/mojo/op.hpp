@@ -183,6 +183,18 @@ class OpDef {
   // Runtime opts the function in at load when it exceeds the default 48 KB.
   virtual unsigned max_dynamic_smem(const Params& /*params*/) const { return 0; }
 
+  // Autotuning (RuntimeOptions::autotune). Params worth timing against the
+  // heuristic's `chosen` (which comes first); fewer than two: nothing to tune.
+  virtual std::vector<Params> tuning_candidates(const Params& /*chosen*/, const Target& /*target*/) const {
+    return {};
+  }
+  // The shape bucket a tuning result stands for ("m<=32 n<=4096 k<=4096").
+  virtual std::string tuning_bucket(TensorList /*tensors*/) const { return {}; }
+  // Whether these tensors may be launched several times to time candidates:
+  // not when an output is also read (gemm with beta != 0, a residual that is
+  // the output), since each launch would change what the next one reads.
+  virtual bool tuning_safe(TensorList /*tensors*/, ScalarList /*scalars*/) const { return false; }
+
   // "rms_norm_bf16_hidden4096_vec8_threads128_rows1": readable in PTX and profiles.
   std::string kernel_name(const Params& params) const;
   // The line appended to the template that instantiates the kernel:

@@ -44,6 +44,11 @@ struct RuntimeOptions {
   // for a value out of range. Synchronizes the stream: for debugging only
   // (also MOJO_JIT_DEBUG_CHECKS=1).
   bool debug_checks = false;
+  // On a specialization's first launch, time the op's candidate configs
+  // (GEMM tiles) on the real tensors and keep the fastest; the choice is
+  // stored in the cache per device, op, params and shape bucket, so later
+  // processes skip the timing (also MOJO_JIT_AUTOTUNE=1).
+  bool autotune = false;
 };
 
 // One compiled specialization, as compile() returns it.

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <climits>
 
 #include "mojo/error.hpp"
@@ -101,6 +102,47 @@ TileConfig tile_of(const Params& p) {
   const DType dtype = p.dtype("dtype");
   return {int(p.get("bm")),     int(p.get("bn")),       int(p.get("bk")), int(p.get("wm")), int(p.get("wn")),
           int(p.get("stages")), int(dtype_size(dtype)), dtype != DType::f32 || p.get("tf32") != 0};
+}
+
+// `p` with its tile params replaced by `c`'s.
+Params with_tile(const Params& p, const TileConfig& c) {
+  Params out;
+  for (const Param& x : p.items()) {
+    std::int64_t v = x.value;
+    if (x.name == "bm") v = c.bm;
+    if (x.name == "bn") v = c.bn;
+    if (x.name == "bk") v = c.bk;
+    if (x.name == "wm") v = c.wm;
+    if (x.name == "wn") v = c.wn;
+    if (x.name == "stages") v = c.stages;
+    if (x.is_dtype) out.add_dtype(x.name, DType(v));
+    else out.add(x.name, v);
+  }
+  return out;
+}
+
+// Autotuning: the heuristic's tile first, then every other tensor-core tile
+// that fits the target's shared memory (none for the exact f32 path).
+std::vector<Params> tile_candidates(const Params& chosen, const Target& target) {
+  const TileConfig current = tile_of(chosen);
+  if (!current.tensor_cores) return {};
+  std::vector<Params> out{chosen};
+  const TileConfig tiles[] = {{128, 128, 32, 2, 4, 4}, {128, 64, 32, 2, 2, 4}, {64, 128, 32, 2, 2, 4},
+                              {64, 64, 32, 2, 2, 4},   {16, 64, 64, 1, 2, 4},  {16, 32, 64, 1, 2, 4}};
+  for (TileConfig c : tiles) {
+    c.element_bytes = current.element_bytes;
+    if (c.element_bytes == 4) c.bk = 16;
+    while (c.stages > 2 && c.smem_bytes() > smem_optin_bytes(target)) --c.stages;
+    const Params p = with_tile(chosen, c);
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  }
+  return out;
+}
+
+// "m<=64 n<=4096 k<=4096": the powers of two a tuning result stands for.
+std::string shape_bucket(std::int64_t m, std::int64_t n, std::int64_t k) {
+  auto up = [](std::int64_t v) { return std::bit_ceil(std::uint64_t(std::max<std::int64_t>(v, 1))); };
+  return fmt::format("m<={} n<={} k<={}", up(m), up(n), up(k));
 }
 
 // The "tf32" scalar: 1 runs f32 inputs on tensor cores as tf32; only for f32.
@@ -227,6 +269,16 @@ class Gemm final : public OpDef {
   }
 
   unsigned max_dynamic_smem(const Params& p) const override { return tile_of(p).smem_bytes(); }
+  std::vector<Params> tuning_candidates(const Params& chosen, const Target& target) const override {
+    return tile_candidates(chosen, target);
+  }
+  std::string tuning_bucket(TensorList t) const override {
+    const TensorSpec &c = t[0].spec, &a = t[1].spec;
+    const int r = c.rank() - 2;
+    const std::int64_t m = c.dim(r), k = m > 0 ? a.dim(r) * a.dim(r + 1) / m : 0;
+    return shape_bucket(m, c.dim(r + 1), k);
+  }
+  bool tuning_safe(TensorList, ScalarList scalars) const override { return scalar(scalars, "beta") == 0; }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
     const auto& a = shapes::required(name(), shapes, "a", example_shapes());
@@ -372,6 +424,15 @@ class Linear final : public OpDef {
   }
 
   unsigned max_dynamic_smem(const Params& p) const override { return tile_of(p).smem_bytes(); }
+  std::vector<Params> tuning_candidates(const Params& chosen, const Target& target) const override {
+    return tile_candidates(chosen, target);
+  }
+  std::string tuning_bucket(TensorList t) const override {
+    const Dims d = dims(t);
+    return shape_bucket(d.m, d.n, d.k);
+  }
+  // The residual may be the output itself: then each timed launch would add it again.
+  bool tuning_safe(TensorList t, ScalarList) const override { return t[4].spec.rank() == 0 || t[4].data != t[0].data; }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
     const auto& x = shapes::required(name(), shapes, "x", example_shapes());
@@ -534,6 +595,14 @@ class GroupGemm final : public OpDef {
   }
 
   unsigned max_dynamic_smem(const Params& p) const override { return tile_of(p).smem_bytes(); }
+  std::vector<Params> tuning_candidates(const Params& chosen, const Target& target) const override {
+    return tile_candidates(chosen, target);
+  }
+  std::string tuning_bucket(TensorList t) const override {
+    const Dims d = dims(t, {});
+    return shape_bucket(d.rows / std::max<std::int64_t>(d.groups, 1), d.n, d.k);
+  }
+  bool tuning_safe(TensorList, ScalarList) const override { return true; }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
     const auto& x = shapes::required(name(), shapes, "x", example_shapes());

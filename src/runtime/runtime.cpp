@@ -38,6 +38,7 @@ struct LoadedKernel {
   Function function;
   const Device* device;
   bool debug_checks;  // check the op's index data before each launch
+  Params params;      // what it was compiled for (an autotuned choice may differ from the heuristic's)
 };
 
 namespace {
@@ -110,8 +111,9 @@ std::string compiler_name(const RuntimeOptions& options) {
   return "nvrtc";
 }
 
-void launch_loaded(const OpDef& op, const LoadedKernel& kernel, const Params& params, TensorList tensors,
-                   ScalarList scalars, StreamHandle stream) {
+void launch_loaded(const OpDef& op, const LoadedKernel& kernel, TensorList tensors, ScalarList scalars,
+                   StreamHandle stream) {
+  const Params& params = kernel.params;
   LaunchGeometry g = op.geometry(params, tensors);
   KernelArgs args;
   op.pack_args(params, tensors, scalars, args);
@@ -137,6 +139,7 @@ struct Runtime::Impl {
   KernelCache cache;
   fs::path dump_dir;
   bool debug_checks;
+  bool autotune;
 
   std::mutex device_mutex;
   std::optional<Device> device;
@@ -155,7 +158,8 @@ struct Runtime::Impl {
         compiler(make_compiler(compiler_name(options))),
         cache(cache_options(options)),
         dump_dir(!options.dump_dir.empty() ? options.dump_dir : fs::path(env("MOJO_JIT_DUMP") ? env("MOJO_JIT_DUMP") : "")),
-        debug_checks(options.debug_checks || env_flag("MOJO_JIT_DEBUG_CHECKS")) {}
+        debug_checks(options.debug_checks || env_flag("MOJO_JIT_DEBUG_CHECKS")),
+        autotune(options.autotune || env_flag("MOJO_JIT_AUTOTUNE")) {}
 
   const Device& open_device() {
     std::lock_guard lock(device_mutex);
@@ -205,6 +209,9 @@ struct Runtime::Impl {
     if (ec || !fs::exists(stem + ".cu")) log::warn(fmt::format("MOJO_JIT_DUMP: cannot write into {}", dump_dir.string()));
   }
 
+  Params tuned(const OpDef& op, const Params& params, TensorList tensors, ScalarList scalars, const Target& target,
+               StreamHandle stream);
+
   const LoadedKernel& load(const OpDef& op, const Params& params, const Target& target, const FastKey& key) {
     const Device& dev = open_device();
     Unit u = unit(op, params, target, Emit::cubin);
@@ -225,11 +232,50 @@ struct Runtime::Impl {
     Function function = module->function(u.kernel_name);
     if (const unsigned smem = op.max_dynamic_smem(params); smem > 48 * 1024) function.set_max_dynamic_shared(int(smem));
     auto kernel = std::make_unique<LoadedKernel>(LoadedKernel{u.kernel_name, std::move(module), function, &dev,
-                                                                  debug_checks});
+                                                                  debug_checks, params});
     std::unique_lock write(loaded_mutex);
     return *loaded.emplace(key, std::move(kernel)).first->second;
   }
 };
+
+// With autotuning on: the fastest of the op's candidates for these tensors'
+// shape bucket on this device, timed once on the tensors themselves and
+// remembered in the cache (a small entry holding the winner's index); else
+// the heuristic's `params`.
+Params Runtime::Impl::tuned(const OpDef& op, const Params& params, TensorList tensors, ScalarList scalars,
+                            const Target& target, StreamHandle stream) {
+  if (!autotune) return params;
+  const std::vector<Params> candidates = op.tuning_candidates(params, target);
+  if (candidates.size() < 2 || !op.tuning_safe(tensors, scalars)) return params;
+  const Device& dev = open_device();
+  const std::string what =
+      fmt::format("{} {{{}}} {} on {} ({})", op.name(), params.str(), op.tuning_bucket(tensors), dev.name(), target.sm_name());
+  const KernelKey key = compute_key(KeyInputs{"autotune", what, "", target.sm_name(), compiler->identity(), Emit::ptx});
+  const std::string meta = fmt::format("autotune={}\n", what);
+  bool timed = false;
+  auto record = cache.get(CacheRequest{key, Emit::ptx, what, meta, ""}, [&] {
+    std::size_t best = 0;
+    float best_ms = 0;
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      const LoadedKernel& k = load(op, candidates[i], target, fast_key(&op, candidates[i], target));
+      for (int warm = 0; warm < 2; ++warm) launch_loaded(op, k, tensors, scalars, stream);
+      Event start, stop;
+      start.record(stream);
+      for (int r = 0; r < 10; ++r) launch_loaded(op, k, tensors, scalars, stream);
+      stop.record(stream);
+      stop.synchronize();
+      const float ms = Event::elapsed_ms(start, stop);
+      log::info(fmt::format("autotune {}: {{{}}} {:.1f} us", what, candidates[i].str(), ms * 100));
+      if (i == 0 || ms < best_ms) {
+        best = i;
+        best_ms = ms;
+      }
+    }
+    return std::to_string(best);
+  }, &timed);
+  const std::size_t best = std::strtoul(record->c_str(), nullptr, 10);
+  return best < candidates.size() ? candidates[best] : params;
+}
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 Runtime::~Runtime() = default;
@@ -247,8 +293,8 @@ void Runtime::launch(std::string_view op_name, TensorList tensors, ScalarList sc
   if (kernel != nullptr)
     impl_->memory_hits.fetch_add(1, std::memory_order_relaxed);
   else
-    kernel = &impl_->load(op, params, target, key);
-  launch_loaded(op, *kernel, params, tensors, scalars, stream);
+    kernel = &impl_->load(op, impl_->tuned(op, params, tensors, scalars, target, stream), target, key);
+  launch_loaded(op, *kernel, tensors, scalars, stream);
 }
 
 KernelHandle Runtime::get_kernel(std::string_view op_name, TensorList tensors, ScalarList scalars) {
@@ -256,7 +302,12 @@ KernelHandle Runtime::get_kernel(std::string_view op_name, TensorList tensors, S
   const Target target = device().target();
   const Params params = op.specialize(tensors, scalars, target);
   const FastKey key = fast_key(&op, params, target);
-  return KernelHandle(&op, &impl_->load(op, params, target, key), params, target);
+  {
+    std::shared_lock read(impl_->loaded_mutex);
+    if (auto it = impl_->loaded.find(key); it != impl_->loaded.end()) return KernelHandle(&op, it->second.get(), params, target);
+  }
+  const Params chosen = impl_->tuned(op, params, tensors, scalars, target, nullptr);
+  return KernelHandle(&op, &impl_->load(op, chosen, target, key), params, target);
 }
 
 Artifact Runtime::compile(std::string_view op_name, TensorList tensors, ScalarList scalars, const Target& target,
@@ -426,7 +477,7 @@ void KernelHandle::launch(TensorList tensors, ScalarList scalars, StreamHandle s
     throw InvalidArgumentError(fmt::format("{}: this handle runs {{{}}} but these tensors need {{{}}}; get a "
                                            "handle for them with Runtime::get_kernel",
                                            op_->name(), params_.str(), params.str()));
-  launch_loaded(*op_, *kernel_, params_, tensors, scalars, stream);
+  launch_loaded(*op_, *kernel_, tensors, scalars, stream);
 }
 
 const Function& KernelHandle::function() const noexcept { return kernel_->function; }
