@@ -318,3 +318,24 @@ TEST(GemmAutotune, CandidatesBucketsAndSafety) {
     EXPECT_NE(r.output.find("0 bytes spill stores"), std::string::npos) << r.output;
   }
 }
+
+// gemm.cu's kernels all take the same 19 arguments.
+TEST(Gemm, EveryOpPacksTheKernelsNineteenArguments) {
+  const TensorSpec m(DType::bf16, {64, 64}), v(DType::bf16, {64}), w3(DType::bf16, {2, 64, 64}), b3(DType::bf16, {2, 64, 64}),
+      off(DType::i64, {3});
+  const DevicePtr p = 0x10000;
+  struct Case {
+    const char* op;
+    std::vector<Tensor> tensors;
+  };
+  const Case cases[] = {{"gemm", {{m, p}, {m, p}, {m, p}}},
+                        {"gemm_batched", {{b3, p}, {b3, p}, {b3, p}}},
+                        {"linear", {{m, p}, {m, p}, {m, p}, {v, p}, {m, p}}},
+                        {"group_gemm", {{m, p}, {m, p}, {w3, p}, {off, p}}}};
+  for (const Case& c : cases) {
+    const OpDef& op = find_op(c.op);
+    KernelArgs args;
+    op.pack_args(op.specialize(c.tensors, {}, kSm90), c.tensors, {}, args);
+    EXPECT_EQ(args.count(), 19) << c.op;
+  }
+}

@@ -104,6 +104,24 @@ TileConfig tile_of(const Params& p) {
           int(p.get("stages")), int(dtype_size(dtype)), dtype != DType::f32 || p.get("tf32") != 0};
 }
 
+// The kernel's arguments, in gemm.cu's order; one place for the ABI all four ops share.
+struct GemmArgs {
+  DevicePtr c = 0, a = 0, b = 0, bias = 0, residual = 0;
+  float alpha = 1, beta = 0;
+  std::int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0, ldr = 0, batch_a = 0, batch_b = 0, batch_c = 0;
+  DevicePtr offsets = 0;
+  std::int64_t total_rows = 0;
+};
+void push_kernel_args(KernelArgs& args, const GemmArgs& g) {
+  for (DevicePtr ptr : {g.c, g.a, g.b, g.bias, g.residual}) args.push(ptr);
+  args.push(g.alpha);
+  args.push(g.beta);
+  for (std::int64_t v : {g.m, g.n, g.k}) args.push(int(v));  // checked_dim: they fit
+  for (std::int64_t v : {g.lda, g.ldb, g.ldc, g.ldr, g.batch_a, g.batch_b, g.batch_c}) args.push((long long)v);
+  args.push(g.offsets);
+  args.push((long long)g.total_rows);
+}
+
 // `p` with its tile params replaced by `c`'s.
 Params with_tile(const Params& p, const TileConfig& c) {
   Params out;
@@ -247,25 +265,10 @@ class Gemm final : public OpDef {
     checks::expect_pointer(name(), "c", t[0].data, unsigned(dtype_size(t[0].spec.dtype())));
     checks::expect_pointer(name(), "a", t[1].data, chunk);
     checks::expect_pointer(name(), "b", t[2].data, chunk);
-    args.push(t[0].data);
-    args.push(t[1].data);
-    args.push(t[2].data);
-    args.push(DevicePtr(0));  // bias
-    args.push(DevicePtr(0));  // residual
-    args.push(float(scalar(scalars, "alpha")));
-    args.push(float(scalar(scalars, "beta")));
-    args.push(int(d.m));
-    args.push(int(d.n));
-    args.push(int(d.k));
-    args.push(static_cast<long long>(d.lda));
-    args.push(static_cast<long long>(d.ldb));
-    args.push(static_cast<long long>(d.ldc));
-    args.push(0LL);  // ldr
-    args.push(static_cast<long long>(d.batch_a));
-    args.push(static_cast<long long>(d.batch_b));
-    args.push(static_cast<long long>(d.batch_c));
-    args.push(DevicePtr(0));  // group offsets
-    args.push(0LL);
+    push_kernel_args(args, {.c = t[0].data, .a = t[1].data, .b = t[2].data, .alpha = float(scalar(scalars, "alpha")),
+                            .beta = float(scalar(scalars, "beta")), .m = d.m, .n = d.n, .k = d.k, .lda = d.lda,
+                            .ldb = d.ldb, .ldc = d.ldc, .batch_a = d.batch_a, .batch_b = d.batch_b,
+                            .batch_c = d.batch_c});
   }
 
   unsigned max_dynamic_smem(const Params& p) const override { return tile_of(p).smem_bytes(); }
@@ -402,25 +405,10 @@ class Linear final : public OpDef {
     const unsigned element = unsigned(dtype_size(t[0].spec.dtype()));
     if (p.get("bias")) checks::expect_pointer(name(), "bias", t[3].data, element);
     if (p.get("residual")) checks::expect_pointer(name(), "residual", t[4].data, element);
-    args.push(t[0].data);
-    args.push(t[1].data);
-    args.push(t[2].data);
-    args.push(p.get("bias") ? t[3].data : DevicePtr(0));
-    args.push(p.get("residual") ? t[4].data : DevicePtr(0));
-    args.push(1.f);  // alpha
-    args.push(0.f);  // beta
-    args.push(int(d.m));
-    args.push(int(d.n));
-    args.push(int(d.k));
-    args.push(static_cast<long long>(d.ldx));
-    args.push(static_cast<long long>(d.ldw));
-    args.push(static_cast<long long>(d.ldo));
-    args.push(static_cast<long long>(d.ldr));
-    args.push(0LL);
-    args.push(0LL);
-    args.push(0LL);
-    args.push(DevicePtr(0));  // group offsets
-    args.push(0LL);
+    push_kernel_args(args, {.c = t[0].data, .a = t[1].data, .b = t[2].data,
+                            .bias = p.get("bias") ? t[3].data : DevicePtr(0),
+                            .residual = p.get("residual") ? t[4].data : DevicePtr(0), .m = d.m, .n = d.n, .k = d.k,
+                            .lda = d.ldx, .ldb = d.ldw, .ldc = d.ldo, .ldr = d.ldr});
   }
 
   unsigned max_dynamic_smem(const Params& p) const override { return tile_of(p).smem_bytes(); }
@@ -553,25 +541,9 @@ class GroupGemm final : public OpDef {
     checks::expect_pointer(name(), "x", t[1].data, chunk);
     checks::expect_pointer(name(), "weight", t[2].data, chunk);
     checks::expect_pointer(name(), "offsets", t[3].data, unsigned(dtype_size(t[3].spec.dtype())));
-    args.push(t[0].data);
-    args.push(t[1].data);
-    args.push(t[2].data);
-    args.push(DevicePtr(0));  // bias
-    args.push(DevicePtr(0));  // residual
-    args.push(1.f);
-    args.push(0.f);
-    args.push(int(d.max_rows));
-    args.push(int(d.n));
-    args.push(int(d.k));
-    args.push(static_cast<long long>(d.ldx));
-    args.push(static_cast<long long>(d.k));  // weight rows
-    args.push(static_cast<long long>(d.ldo));
-    args.push(0LL);
-    args.push(0LL);
-    args.push(static_cast<long long>(d.n * d.k));  // one weight matrix per group
-    args.push(0LL);
-    args.push(t[3].data);
-    args.push(static_cast<long long>(d.rows));
+    push_kernel_args(args, {.c = t[0].data, .a = t[1].data, .b = t[2].data, .m = d.max_rows, .n = d.n, .k = d.k,
+                            .lda = d.ldx, .ldb = d.k, .ldc = d.ldo, .batch_b = d.n * d.k,  // one weight matrix per group
+                            .offsets = t[3].data, .total_rows = d.rows});
   }
 
   // Offsets decide which memory the kernel touches: with debug checks on they
