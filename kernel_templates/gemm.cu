@@ -19,7 +19,7 @@
 //   VEC        8: rows are loaded as 16-byte cp.async chunks (strides and
 //              pointers 16-byte aligned); 1: element by element, any stride
 //   BETA       1: C is read (beta != 0); 0: C is only written
-//   TF32       f32 inputs on tensor cores as tf32 (mma m16n8k8, inputs
+//   TF32       (param "tfloat") f32 inputs on tensor cores as tf32 (mma m16n8k8, inputs
 //              rounded to 10 mantissa bits); 0: f32 stays exact
 // MOJO_KERNEL_linear: T, BM, BN, BK, WM, WN, STAGES, VEC, BIAS (0/1), ACT
 //   (mojo::activate's code: 0 none, 1 gelu, 2 gelu_tanh, 3 silu), RESIDUAL (0/1), TF32.

@@ -125,7 +125,9 @@ TEST(Compile, KernelResourcesMatchPtxasVerbose) {
 
   Runtime rt(memory_only());
   Artifact a = rt.compile("rms_norm", rms_args(DType::bf16, 4, 4096), {}, sm80, Emit::cubin);
-  const KernelResources rms = kernel_resources(*a.binary, a.kernel_name);
+  const KernelResources rms = a.resources;  // compile() reads them for every cubin
+  EXPECT_GT(rms.registers, 0);
+  EXPECT_EQ(rt.compile("rms_norm", rms_args(DType::bf16, 4, 4096), {}, sm80, Emit::ptx).resources.registers, 0);
   EXPECT_EQ(rms.stack_bytes, 0u);
   EXPECT_EQ(rms.static_shared_bytes, 128u) << "block_reduce's 32 floats";
 

@@ -85,7 +85,7 @@ TEST(Gemm, Tf32IsAnOptInForF32) {
   const OpDef& op = find_op("gemm");
   const TensorSpec f(DType::f32, {4096, 4096}), h(DType::bf16, {64, 64});
   Params p = op.specialize(specs({f, f, f}), {{"tf32", 1}}, kSm90);
-  EXPECT_EQ(p.get("tf32"), 1);
+  EXPECT_EQ(p.get("tfloat"), 1);
   EXPECT_EQ(p.get("bm"), 128) << "the tensor-core tiles";
   EXPECT_EQ(p.get("vec"), 8);
   EXPECT_EQ(op.max_dynamic_smem(p), 4u * (128 + 128) * 16 * 4) << "4 stages of 4-byte elements, BK 16";

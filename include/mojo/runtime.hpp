@@ -61,6 +61,7 @@ struct Artifact {
   KernelKey key;
   std::shared_ptr<const std::string> binary;  // PTX text or cubin bytes
   bool compiled = false;  // false: it came from the cache
+  KernelResources resources;  // registers, shared memory, stack: cubin only (zeros for PTX and IR)
 };
 
 struct PrewarmResult {

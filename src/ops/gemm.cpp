@@ -101,7 +101,7 @@ void add_tile(Params& p, const TileConfig& c) {
 TileConfig tile_of(const Params& p) {
   const DType dtype = p.dtype("dtype");
   return {int(p.get("bm")),     int(p.get("bn")),       int(p.get("bk")), int(p.get("wm")), int(p.get("wn")),
-          int(p.get("stages")), int(dtype_size(dtype)), dtype != DType::f32 || p.get("tf32") != 0};
+          int(p.get("stages")), int(dtype_size(dtype)), dtype != DType::f32 || p.get("tfloat") != 0};
 }
 
 // The kernel's arguments, in gemm.cu's order; one place for the ABI all four ops share.
@@ -250,7 +250,7 @@ class Gemm final : public OpDef {
     p.add("vec", vec_param(tile, chunk_aligned(a.dtype(), t[1].data, {d.lda, d.batch_a}) &&
                                      chunk_aligned(a.dtype(), t[2].data, {d.ldb, d.batch_b})));
     p.add("beta", scalar(scalars, "beta") != 0 ? 1 : 0);
-    p.add("tf32", tf32);
+    p.add("tfloat", tf32);  // "tf32" would read "tf320" in kernel names
     return p;
   }
 
@@ -387,7 +387,7 @@ class Linear final : public OpDef {
     p.add("bias", t[3].spec.rank() != 0 ? 1 : 0);
     p.add("act", std::int64_t(act));
     p.add("residual", t[4].spec.rank() != 0 ? 1 : 0);
-    p.add("tf32", tf32);
+    p.add("tfloat", tf32);
     return p;
   }
 
@@ -525,7 +525,7 @@ class GroupGemm final : public OpDef {
     p.add("vec", vec_param(tile, chunk_aligned(dtype, t[1].data, {d.ldx}) &&
                                      chunk_aligned(dtype, t[2].data, {d.k, d.n * d.k})));
     p.add("offsets", std::int64_t(dtype_size(t[3].spec.dtype())));
-    p.add("tf32", tf32);
+    p.add("tfloat", tf32);
     return p;
   }
 

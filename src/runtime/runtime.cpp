@@ -323,6 +323,7 @@ Artifact Runtime::compile(std::string_view op_name, TensorList tensors, ScalarLi
   a.kernel_name = u.kernel_name;
   a.key = u.key;
   a.binary = impl_->binary(op, u, target, emit, &a.compiled);
+  if (emit == Emit::cubin) a.resources = kernel_resources(*a.binary, a.kernel_name);
   return a;
 }
 

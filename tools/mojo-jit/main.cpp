@@ -182,7 +182,7 @@ int run_emit(int argc, char** argv) {
   }
   if (kind == mojo::Emit::cubin && !sass) {
     // What ptxas -v would say; dynamic shared memory is the op's launch choice.
-    const mojo::KernelResources r = mojo::kernel_resources(*a.binary, a.kernel_name);
+    const mojo::KernelResources& r = a.resources;
     const unsigned dynamic = op.max_dynamic_smem(a.params);
     fmt::print(stderr, "{}: {} registers, {} bytes static shared, {} bytes dynamic shared, {} bytes stack{}\n",
                a.kernel_name, r.registers, r.static_shared_bytes, dynamic, r.stack_bytes,
