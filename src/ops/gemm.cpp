@@ -13,6 +13,7 @@
 
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
+#include "ops/indices.hpp"
 #include "ops/registry.hpp"
 
 namespace mojo {
@@ -49,6 +50,16 @@ int typical_sm_count(const Target& t) {
   }
 }
 
+// A tensor-core tile for `element_bytes` inputs on `target`: tf32 steps K by
+// 16 (4-byte fragments need the registers), and the pipeline is as deep as
+// the target's shared memory allows.
+TileConfig fit(TileConfig c, int element_bytes, const Target& target) {
+  c.element_bytes = element_bytes;
+  if (element_bytes == 4) c.bk = 16;
+  while (c.stages > 2 && c.smem_bytes() > smem_optin_bytes(target)) --c.stages;
+  return c;
+}
+
 // The M bucket picks the tile; when its grid would leave SMs idle, a
 // narrower tile makes more blocks (decode and mid-size M on wide GPUs).
 TileConfig pick_tile(std::int64_t m, std::int64_t n, DType dtype, bool tf32, const Target& target) {
@@ -59,10 +70,7 @@ TileConfig pick_tile(std::int64_t m, std::int64_t n, DType dtype, bool tf32, con
   auto blocks = [&] { return ((m + c.bm - 1) / c.bm) * ((n + c.bn - 1) / c.bn); };
   if (c.bm == 128 && blocks() < typical_sm_count(target)) c = {64, 64, 32, 2, 2, 4};
   if (c.bm == 16 && blocks() < typical_sm_count(target)) c = {16, 32, 64, 1, 2, 4};  // 16x16 per warp
-  c.element_bytes = int(dtype_size(dtype));
-  if (tf32) c.bk = 16;  // two m16n8k8 steps per stage: 4-byte fragments need the registers
-  while (c.stages > 2 && c.smem_bytes() > smem_optin_bytes(target)) --c.stages;
-  return c;
+  return fit(c, int(dtype_size(dtype)), target);
 }
 
 void expect_tensor_cores(std::string_view op, DType dtype, bool tf32, const Target& target) {
@@ -147,11 +155,8 @@ std::vector<Params> tile_candidates(const Params& chosen, const Target& target) 
   std::vector<Params> out{chosen};
   const TileConfig tiles[] = {{128, 128, 32, 2, 4, 4}, {128, 64, 32, 2, 2, 4}, {64, 128, 32, 2, 2, 4},
                               {64, 64, 32, 2, 2, 4},   {16, 64, 64, 1, 2, 4},  {16, 32, 64, 1, 2, 4}};
-  for (TileConfig c : tiles) {
-    c.element_bytes = current.element_bytes;
-    if (c.element_bytes == 4) c.bk = 16;
-    while (c.stages > 2 && c.smem_bytes() > smem_optin_bytes(target)) --c.stages;
-    const Params p = with_tile(chosen, c);
+  for (const TileConfig& c : tiles) {
+    const Params p = with_tile(chosen, fit(c, current.element_bytes, target));
     if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
   }
   return out;
@@ -163,14 +168,20 @@ std::string shape_bucket(std::int64_t m, std::int64_t n, std::int64_t k) {
   return fmt::format("m<={} n<={} k<={}", up(m), up(n), up(k));
 }
 
+// A scalar that must be 0 or 1 (trans_a, trans_b, tf32).
+std::int64_t flag(const OpDef& op, ScalarList scalars, std::string_view name) {
+  const double v = op.scalar(scalars, name);
+  if (v != 0 && v != 1) throw InvalidArgumentError(fmt::format("{}: {} is {}; expected 0 or 1", op.name(), name, v));
+  return std::int64_t(v);
+}
+
 // The "tf32" scalar: 1 runs f32 inputs on tensor cores as tf32; only for f32.
 bool tf32_of(const OpDef& op, ScalarList scalars, DType dtype) {
-  const double v = op.scalar(scalars, "tf32");
-  if (v != 0 && v != 1) throw InvalidArgumentError(fmt::format("{}: tf32 is {}; expected 0 or 1", op.name(), v));
-  if (v == 1 && dtype != DType::f32)
+  const bool tf32 = flag(op, scalars, "tf32") == 1;
+  if (tf32 && dtype != DType::f32)
     throw InvalidArgumentError(
         fmt::format("{}: tf32 = 1 applies to f32 inputs; these are {}", op.name(), dtype_name(dtype)));
-  return v == 1;
+  return tf32;
 }
 
 LaunchGeometry tile_geometry(const Params& p, std::int64_t m, std::int64_t n, std::int64_t batch) {
@@ -192,6 +203,25 @@ bool chunk_aligned(DType dtype, DevicePtr p, std::initializer_list<std::int64_t>
 // The "vec" param: 8 for 16-byte chunk loads on tensor cores, else 1.
 std::int64_t vec_param(const TileConfig& c, bool aligned) { return c.tensor_cores && aligned ? 8 : 1; }
 
+// What gemm, gemm_batched, linear and group_gemm share: the template, the
+// dtypes, the tile's shared memory and autotuning candidates, and the
+// alignment their operand loads need.
+class TileOp : public OpDef {
+ public:
+  std::span<const DType> dtypes() const override { return kInputTypes; }
+  std::string_view template_file() const override { return "gemm.cu"; }
+  unsigned max_dynamic_smem(const Params& p) const override { return tile_of(p).smem_bytes(); }
+  std::vector<Params> tuning_candidates(const Params& chosen, const Target& target) const override {
+    return tile_candidates(chosen, target);
+  }
+
+ protected:
+  // Bytes the A and B operands must be aligned to: 16 for chunk loads, else one element.
+  static unsigned operand_alignment(const Params& p) {
+    return p.get("vec") == 8 ? 16 : unsigned(dtype_size(p.dtype("dtype")));
+  }
+};
+
 constexpr TensorArgInfo kGemmTensors[] = {
     {"c", "inout", "[M, N], a's dtype or f32; read when beta != 0; rows may be strided"},
     {"a", "in", "[M, K], or [K, M] with trans_a; f16/bf16 (tensor cores) or f32 (exact); rows may be strided"},
@@ -209,7 +239,7 @@ constexpr ScalarArgInfo kGemmScalars[] = {{"alpha", 1, "scales a * b"},
                                           {"tf32", 0, "1: f32 inputs on tensor cores as tf32 (10-bit mantissa)"}};
 
 // gemm ([M, K] x [K, N]) and gemm_batched (a batch of those, strided).
-class Gemm final : public OpDef {
+class Gemm final : public TileOp {
  public:
   explicit Gemm(bool batched) : batched_(batched) {}
   std::string_view name() const override { return batched_ ? "gemm_batched" : "gemm"; }
@@ -222,8 +252,6 @@ class Gemm final : public OpDef {
     return kGemmTensors;
   }
   std::span<const ScalarArgInfo> scalar_args() const override { return kGemmScalars; }
-  std::span<const DType> dtypes() const override { return kInputTypes; }
-  std::string_view template_file() const override { return "gemm.cu"; }
   std::string_view example_shapes() const override {
     return batched_ ? "a=8x512x128 b=8x128x512" : "a=4096x4096 b=4096x4096";
   }
@@ -231,7 +259,7 @@ class Gemm final : public OpDef {
   Params specialize(TensorList t, ScalarList scalars, const Target& target) const override {
     check_tensor_count(t);
     check_scalar_names(scalars);
-    const Dims d = dims(t, flag(scalars, "trans_a"), flag(scalars, "trans_b"));
+    const Dims d = dims(t, flag(*this, scalars, "trans_a"), flag(*this, scalars, "trans_b"));
     const TensorSpec &c = t[0].spec, &a = t[1].spec;
     checks::expect_dtype_in(name(), "a", a.dtype(), kInputTypes);
     const bool tf32 = tf32_of(*this, scalars, a.dtype());
@@ -261,7 +289,7 @@ class Gemm final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList scalars, KernelArgs& args) const override {
     const Dims d = dims(t, p.get("ta"), p.get("tb"));
-    const unsigned chunk = p.get("vec") == 8 ? 16 : unsigned(dtype_size(p.dtype("dtype")));
+    const unsigned chunk = operand_alignment(p);
     checks::expect_pointer(name(), "c", t[0].data, unsigned(dtype_size(t[0].spec.dtype())));
     checks::expect_pointer(name(), "a", t[1].data, chunk);
     checks::expect_pointer(name(), "b", t[2].data, chunk);
@@ -271,10 +299,6 @@ class Gemm final : public OpDef {
                             .batch_c = d.batch_c});
   }
 
-  unsigned max_dynamic_smem(const Params& p) const override { return tile_of(p).smem_bytes(); }
-  std::vector<Params> tuning_candidates(const Params& chosen, const Target& target) const override {
-    return tile_candidates(chosen, target);
-  }
   std::string tuning_bucket(TensorList t) const override {
     const TensorSpec &c = t[0].spec, &a = t[1].spec;
     const int r = c.rank() - 2;
@@ -296,11 +320,6 @@ class Gemm final : public OpDef {
     std::int64_t m, n, k, batch, lda, ldb, ldc, batch_a, batch_b, batch_c;
     std::int64_t trans_a, trans_b;
   };
-  std::int64_t flag(ScalarList scalars, std::string_view s) const {
-    const double v = scalar(scalars, s);
-    if (v != 0 && v != 1) throw InvalidArgumentError(fmt::format("{}: {} is {}; expected 0 or 1", name(), s, v));
-    return std::int64_t(v);
-  }
   // Shapes, strides and transposes, validated against each other.
   Dims dims(TensorList t, std::int64_t trans_a, std::int64_t trans_b) const {
     const int rank = batched_ ? 3 : 2;
@@ -356,7 +375,7 @@ constexpr ScalarArgInfo kLinearScalars[] = {
     {"tf32", 0, "1: f32 inputs on tensor cores as tf32"}};
 
 // linear: out = act(x * weight^T + bias) + residual, the epilogue fused.
-class Linear final : public OpDef {
+class Linear final : public TileOp {
  public:
   std::string_view name() const override { return "linear"; }
   std::string_view summary() const override {
@@ -364,8 +383,6 @@ class Linear final : public OpDef {
   }
   std::span<const TensorArgInfo> tensor_args() const override { return kLinearTensors; }
   std::span<const ScalarArgInfo> scalar_args() const override { return kLinearScalars; }
-  std::span<const DType> dtypes() const override { return kInputTypes; }
-  std::string_view template_file() const override { return "gemm.cu"; }
   std::string_view example_shapes() const override { return "x=32x4096 weight=6144x4096 bias=6144"; }
 
   Params specialize(TensorList t, ScalarList scalars, const Target& target) const override {
@@ -398,7 +415,7 @@ class Linear final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
     const Dims d = dims(t);
-    const unsigned chunk = p.get("vec") == 8 ? 16 : unsigned(dtype_size(p.dtype("dtype")));
+    const unsigned chunk = operand_alignment(p);
     checks::expect_pointer(name(), "out", t[0].data, unsigned(dtype_size(t[0].spec.dtype())));
     checks::expect_pointer(name(), "x", t[1].data, chunk);
     checks::expect_pointer(name(), "weight", t[2].data, chunk);
@@ -411,10 +428,6 @@ class Linear final : public OpDef {
                             .lda = d.ldx, .ldb = d.ldw, .ldc = d.ldo, .ldr = d.ldr});
   }
 
-  unsigned max_dynamic_smem(const Params& p) const override { return tile_of(p).smem_bytes(); }
-  std::vector<Params> tuning_candidates(const Params& chosen, const Target& target) const override {
-    return tile_candidates(chosen, target);
-  }
   std::string tuning_bucket(TensorList t) const override {
     const Dims d = dims(t);
     return shape_bucket(d.m, d.n, d.k);
@@ -497,7 +510,7 @@ constexpr ScalarArgInfo kGroupScalars[] = {
     {"tf32", 0, "1: f32 inputs on tensor cores as tf32"}};
 
 // group_gemm: many products of different M sharing N and K (MoE experts), one launch.
-class GroupGemm final : public OpDef {
+class GroupGemm final : public TileOp {
  public:
   std::string_view name() const override { return "group_gemm"; }
   std::string_view summary() const override {
@@ -505,8 +518,6 @@ class GroupGemm final : public OpDef {
   }
   std::span<const TensorArgInfo> tensor_args() const override { return kGroupTensors; }
   std::span<const ScalarArgInfo> scalar_args() const override { return kGroupScalars; }
-  std::span<const DType> dtypes() const override { return kInputTypes; }
-  std::string_view template_file() const override { return "gemm.cu"; }
   std::string_view example_shapes() const override { return "x=4096x4096 weight=64x1536x4096 offsets=65"; }
 
   Params specialize(TensorList t, ScalarList scalars, const Target& target) const override {
@@ -536,7 +547,7 @@ class GroupGemm final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList scalars, KernelArgs& args) const override {
     const Dims d = dims(t, scalars);
-    const unsigned chunk = p.get("vec") == 8 ? 16 : unsigned(dtype_size(p.dtype("dtype")));
+    const unsigned chunk = operand_alignment(p);
     checks::expect_pointer(name(), "out", t[0].data, unsigned(dtype_size(t[0].spec.dtype())));
     checks::expect_pointer(name(), "x", t[1].data, chunk);
     checks::expect_pointer(name(), "weight", t[2].data, chunk);
@@ -546,19 +557,12 @@ class GroupGemm final : public OpDef {
                             .offsets = t[3].data, .total_rows = d.rows});
   }
 
-  // Offsets decide which memory the kernel touches: with debug checks on they
-  // are read back and must be non-decreasing, within the rows, and no group
-  // may exceed max_rows (its extra rows would be left unwritten).
+  // Offsets decide which rows the kernel touches (it clamps them to x): with
+  // debug checks on they are read back and must be a non-decreasing range
+  // within the rows of x.
   void check_data(TensorList t, StreamHandle stream) const override {
     const Dims d = dims(t, {});
-    std::vector<std::int64_t> off(std::size_t(d.groups + 1));
-    if (t[3].spec.dtype() == DType::i32) {
-      std::vector<std::int32_t> narrow(off.size());
-      copy_to_host(narrow.data(), t[3].data, narrow.size() * 4, stream);
-      std::copy(narrow.begin(), narrow.end(), off.begin());
-    } else {
-      copy_to_host(off.data(), t[3].data, off.size() * 8, stream);
-    }
+    const std::vector<std::int64_t> off = indices::read(t[3], stream);
     for (std::size_t g = 0; g + 1 < off.size(); ++g)
       if (off[g] < 0 || off[g] > off[g + 1] || off[g + 1] > d.rows)
         throw InvalidArgumentError(fmt::format("{}: offsets[{}..{}] = {}, {} are not a non-decreasing range within "
@@ -566,10 +570,6 @@ class GroupGemm final : public OpDef {
                                                name(), g, g + 1, off[g], off[g + 1], d.rows));
   }
 
-  unsigned max_dynamic_smem(const Params& p) const override { return tile_of(p).smem_bytes(); }
-  std::vector<Params> tuning_candidates(const Params& chosen, const Target& target) const override {
-    return tile_candidates(chosen, target);
-  }
   std::string tuning_bucket(TensorList t) const override {
     const Dims d = dims(t, {});
     return shape_bucket(d.rows / std::max<std::int64_t>(d.groups, 1), d.n, d.k);
@@ -604,7 +604,7 @@ class GroupGemm final : public OpDef {
     d.k = w.dim(2);
     if (out.rank() != 2 || out.dim(0) != d.rows || out.dim(1) != d.n)
       throw ShapeError(fmt::format("{}: out is {}; expected [{}, {}]", name(), out.str(), d.rows, d.n));
-    checks::expect_dtype_in(name(), "offsets", off.dtype(), std::span<const DType>(kIndexTypes));
+    checks::expect_dtype_in(name(), "offsets", off.dtype(), indices::kTypes);
     if (off.rank() != 1 || off.dim(0) != d.groups + 1 || !off.is_contiguous())
       throw ShapeError(fmt::format("{}: offsets is {}; expected [{}] (groups + 1)", name(), off.str(), d.groups + 1));
     const double max_rows = scalar(scalars, "max_rows");
@@ -619,7 +619,6 @@ class GroupGemm final : public OpDef {
     d.ldo = row_stride(name(), "out", out);
     return d;
   }
-  static constexpr DType kIndexTypes[] = {DType::i32, DType::i64};
 };
 
 }  // namespace

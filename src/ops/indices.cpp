@@ -17,21 +17,29 @@ void expect(std::string_view op, std::string_view arg, const TensorSpec& t, std:
                                  t.str(), count));
 }
 
-void check_range(std::string_view op, std::string_view arg, const Tensor& t, std::int64_t end, bool negative_skips,
-                 StreamHandle stream) {
+std::vector<std::int64_t> read(const Tensor& t, StreamHandle stream) {
   const std::size_t n = std::size_t(t.spec.numel());
-  if (n == 0) return;
+  std::vector<std::int64_t> values(n);
+  if (n == 0) return values;
   std::vector<unsigned char> bytes(t.spec.nbytes());
   copy_to_host(bytes.data(), t.data, bytes.size(), stream);
   for (std::size_t i = 0; i < n; ++i) {
-    std::int64_t v;
     if (t.spec.dtype() == DType::i32) {
       std::int32_t v32;
       std::memcpy(&v32, bytes.data() + 4 * i, 4);
-      v = v32;
+      values[i] = v32;
     } else {
-      std::memcpy(&v, bytes.data() + 8 * i, 8);
+      std::memcpy(&values[i], bytes.data() + 8 * i, 8);
     }
+  }
+  return values;
+}
+
+void check_range(std::string_view op, std::string_view arg, const Tensor& t, std::int64_t end, bool negative_skips,
+                 StreamHandle stream) {
+  const std::vector<std::int64_t> values = read(t, stream);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const std::int64_t v = values[i];
     if (v >= end || (v < 0 && !negative_skips))
       throw InvalidArgumentError(fmt::format("{}: {}[{}] = {} is out of range: expected {} < {}", op, arg, i, v,
                                              negative_skips ? "a value (negative skips the token)" : "0 <= value",

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "mojo/op.hpp"
 
@@ -13,6 +14,9 @@ inline constexpr DType kTypes[] = {DType::i32, DType::i64};
 
 // `t` is i32 or i64, contiguous, with `count` elements.
 void expect(std::string_view op, std::string_view arg, const TensorSpec& t, std::int64_t count);
+
+// The values of an i32 or i64 tensor, copied to the host after the stream's work.
+std::vector<std::int64_t> read(const Tensor& t, StreamHandle stream);
 
 // Copies the index tensor to the host (after the stream's work) and throws
 // InvalidArgumentError naming the first element outside [0, end); with

@@ -13,10 +13,18 @@ clang=$(command -v clang++-14 || command -v clang++ || true)
 cmake -S "$here" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$clang" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build"
 
-# Seeds: a real cache entry (made by the entry code itself) and the manifests here.
+# Seeds: a real cache entry (made by the entry code itself), the manifests here, and cubins.
 mkdir -p "$build/corpus/entry" "$build/corpus/manifest" "$build/corpus/cubin"
 cp "$here"/seeds/manifest/* "$build/corpus/manifest/"
-cp "$here"/seeds/cubin/* "$build/corpus/cubin/"
+# The cubin seeds: reproducers as they are, and real cubins assembled from
+# the PTX kept here (the repository holds no binaries it can build).
+ptxas=${CUDA_HOME:-/usr/local/cuda}/bin/ptxas
+for seed in "$here"/seeds/cubin/*; do
+  case "$seed" in
+    *.ptx) "$ptxas" -arch=sm_80 "$seed" -o "$build/corpus/cubin/$(basename "$seed" .ptx).cubin" ;;
+    *) cp "$seed" "$build/corpus/cubin/" ;;
+  esac
+done
 printf 'MOJOJIT\0' >"$build/corpus/entry/magic-only"
 for target in entry manifest cubin; do
   echo "== fuzz_$target for ${seconds}s"
