@@ -29,7 +29,8 @@ namespace {
 }
 
 std::int64_t to_dim(std::string_view source, const toml::node& n) {
-  auto v = n.value<std::int64_t>();
+  // Only an integer node: toml++ converts a float to int64 without a range check (UB, found by fuzz_manifest).
+  auto v = n.is_integer() ? n.value<std::int64_t>() : std::nullopt;
   if (!v || *v < 0) fail(source, &n, "a dimension must be a non-negative integer");
   return *v;
 }
