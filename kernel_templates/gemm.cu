@@ -19,13 +19,15 @@
 //   VEC        8: rows are loaded as 16-byte cp.async chunks (strides and
 //              pointers 16-byte aligned); 1: element by element, any stride
 //   BETA       1: C is read (beta != 0); 0: C is only written
+//   WGMMA      1: the sm_90a path (gemm_sm90.cuh: TMA, wgmma, warp-specialised;
+//              BK = 64, WM = BM / 64 consumer warpgroups, WN = 1, VEC unused)
 //   TF32       (param "tfloat") f32 inputs on tensor cores as tf32 (mma m16n8k8, inputs
 //              rounded to 10 mantissa bits); 0: f32 stays exact
 // MOJO_KERNEL_linear: T, BM, BN, BK, WM, WN, STAGES, VEC, BIAS (0/1), ACT
-//   (mojo::activate's code: 0 none, 1 gelu, 2 gelu_tanh, 3 silu), RESIDUAL (0/1), TF32.
+//   (mojo::activate's code: 0 none, 1 gelu, 2 gelu_tanh, 3 silu), RESIDUAL (0/1), TF32, WGMMA.
 // MOJO_KERNEL_group_gemm: T, BM, BN, BK, WM, WN, STAGES, VEC, OFFSETS (4: the
-//   offsets are int32, 8: int64), TF32.
-// Kernel args: (TC* c, const TA* a, const TA* b, const TC* bias, const TC* residual,
+//   offsets are int32, 8: int64), TF32, WGMMA (always 0: groups take the sm_80 path).
+// Kernel args (the sm_80 path; gemm_sm90.cuh lists its own): (TC* c, const TA* a, const TA* b, const TC* bias, const TC* residual,
 //   float alpha, float beta, int m, int n, int k, long long lda, long long ldb,
 //   long long ldc, long long ldr, long long batch_a, long long batch_b, long long batch_c,
 //   const void* offsets, long long total_rows)
@@ -127,6 +129,17 @@ __device__ __forceinline__ void load_fragment(const unsigned char* tile, int x0,
 #pragma unroll
     for (int i = 0; i < 4; ++i) r[i] = mojo::to_tf32(r[i]);
   }
+}
+
+// The first row and column of tile `pid` of C: tiles are visited in groups
+// of GROUP_M block rows that sweep N together, so that neighbouring blocks
+// share tiles of B in L2.
+template <int BM, int BN>
+__device__ __forceinline__ void tile_origin(int pid, int tiles_m, int tiles_n, int& m0, int& n0) {
+  const int per_group = GROUP_M * tiles_n, first_m = (pid / per_group) * GROUP_M;
+  const int group_rows = tiles_m - first_m < GROUP_M ? tiles_m - first_m : GROUP_M;
+  m0 = (first_m + (pid % per_group) % group_rows) * BM;
+  n0 = ((pid % per_group) / group_rows) * BN;
 }
 
 // Group g's first row, from int32 or int64 offsets.
@@ -299,12 +312,9 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
                                     int n, int k, long long lda, long long ldb, long long ldc, long long ldr,
                                     long long batch_a, long long batch_b, long long batch_c, const void* offsets,
                                     long long total_rows) {
-  // Which tile of C: grouped so that GROUP_M block rows sweep N together.
   const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
-  const int pid = (int)mojo::block_x(), per_group = GROUP_M * tiles_n;
-  const int first_m = (pid / per_group) * GROUP_M;
-  const int group_rows = tiles_m - first_m < GROUP_M ? tiles_m - first_m : GROUP_M;
-  const int m0 = (first_m + (pid % per_group) % group_rows) * BM, n0 = ((pid % per_group) / group_rows) * BN;
+  int m0, n0;
+  tile_origin<BM, BN>((int)mojo::block_x(), tiles_m, tiles_n, m0, n0);
   const long long batch = mojo::block_z();
   if constexpr (OFFSETS != 0) {
     // This group's rows. The grid covers the m (max) rows given; a larger group takes more passes below.
@@ -334,7 +344,22 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 
 }  // namespace mojo_gemm
 
-#define MOJO_GEMM_KERNEL(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL, \
+// The sm_90a path; it uses Problem, store_output and tile_origin from above.
+#include "gemm_sm90.cuh"
+
+// WGMMA picks the path: 0 is the sm_80 kernel above, 1 the sm_90a one
+// (gemm_sm90.cuh, its own kernel args; BM / 64 consumer warpgroups).
+#define MOJO_GEMM_KERNEL(WGMMA, ...) MOJO_GEMM_KERNEL_##WGMMA(__VA_ARGS__)
+#define MOJO_GEMM_KERNEL_1(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT,         \
+                           RESIDUAL, OFFSETS, TF32)                                                                  \
+  extern "C" __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)                                               \
+      NAME(TC* c, const TC* __restrict__ bias, const TC* residual, float alpha, float beta, int m, int n, int k,      \
+           long long ldc, long long ldr, long long batch_c, int batches, const mojo::TensorMap, const mojo::TensorMap) { \
+    mojo_gemm::run_sm90<TA, TC, BM, BN, STAGES, BETA, BIAS, ACT, RESIDUAL>(                                        \
+        c, bias, residual, alpha, beta, m, n, k, ldc, ldr, batch_c, batches, MOJO_PARAM_ADDRESS(NAME, 12),          \
+        MOJO_PARAM_ADDRESS(NAME, 13));                                                                              \
+  }
+#define MOJO_GEMM_KERNEL_0(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL, \
                          OFFSETS, TF32)                                                                           \
   extern "C" __global__ void __launch_bounds__(WM * WN * 32, 1)                                                    \
       NAME(TC* c, const TA* __restrict__ a, const TA* __restrict__ b, const TC* __restrict__ bias,                 \
@@ -345,10 +370,10 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
                    TF32>(c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr, batch_a, batch_b,      \
                          batch_c, offsets, total_rows);                                                          \
   }
-#define MOJO_KERNEL_gemm(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, TF32) \
-  MOJO_GEMM_KERNEL(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, 0, 0, 0, 0, TF32)
+#define MOJO_KERNEL_gemm(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, TF32, WGMMA) \
+  MOJO_GEMM_KERNEL(WGMMA, NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, 0, 0, 0, 0, TF32)
 #define MOJO_KERNEL_gemm_batched MOJO_KERNEL_gemm
-#define MOJO_KERNEL_linear(NAME, T, BM, BN, BK, WM, WN, STAGES, VEC, BIAS, ACT, RESIDUAL, TF32) \
-  MOJO_GEMM_KERNEL(NAME, T, T, BM, BN, BK, WM, WN, STAGES, 0, 1, VEC, 0, BIAS, ACT, RESIDUAL, 0, TF32)
-#define MOJO_KERNEL_group_gemm(NAME, T, BM, BN, BK, WM, WN, STAGES, VEC, OFFSETS, TF32) \
-  MOJO_GEMM_KERNEL(NAME, T, T, BM, BN, BK, WM, WN, STAGES, 0, 1, VEC, 0, 0, 0, 0, OFFSETS, TF32)
+#define MOJO_KERNEL_linear(NAME, T, BM, BN, BK, WM, WN, STAGES, VEC, BIAS, ACT, RESIDUAL, TF32, WGMMA) \
+  MOJO_GEMM_KERNEL(WGMMA, NAME, T, T, BM, BN, BK, WM, WN, STAGES, 0, 1, VEC, 0, BIAS, ACT, RESIDUAL, 0, TF32)
+#define MOJO_KERNEL_group_gemm(NAME, T, BM, BN, BK, WM, WN, STAGES, VEC, OFFSETS, TF32, WGMMA_UNUSED) \
+  MOJO_GEMM_KERNEL(0, NAME, T, T, BM, BN, BK, WM, WN, STAGES, 0, 1, VEC, 0, 0, 0, 0, OFFSETS, TF32)

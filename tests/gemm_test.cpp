@@ -271,6 +271,107 @@ INSTANTIATE_TEST_SUITE_P(Compilers, GemmCompiles,
                          ::testing::ValuesIn(test::compilers()),
                          [](const auto& info) { return test::compiler_test_name(info.param); });
 
+// The sm_90a path: which problems take it, and what each compiles to.
+TEST(Gemm, HopperPathForKMajorSixteenBitOperands) {
+  const Target sm90a = Target::parse("sm_90a");
+  const OpDef &gemm = find_op("gemm"), &linear = find_op("linear");
+  auto bf = [](std::vector<std::int64_t> shape) { return TensorSpec(DType::bf16, shape); };
+  const auto nt = specs({bf({4096, 4096}), bf({4096, 4096}), bf({4096, 4096})});
+  Params p = gemm.specialize(nt, {{"trans_b", 1}}, sm90a);
+  EXPECT_EQ(p.get("wgmma"), 1);
+  EXPECT_EQ(p.str(), "dtype=bf16 out=bf16 bm=128 bn=256 bk=64 wm=2 wn=1 stages=4 ta=0 tb=1 vec=8 beta=0 tfloat=0 wgmma=1");
+  LaunchGeometry g = gemm.geometry(p, nt);
+  EXPECT_EQ(g.grid.x, 32u * 16u) << "every tile; the Runtime caps a persistent grid at the SM count";
+  EXPECT_TRUE(g.persistent);
+  EXPECT_EQ(g.block.x, 384u) << "a producer and two consumer warpgroups";
+  EXPECT_EQ(g.dynamic_smem, 4u * (128 + 256) * 64 * 2 + 4 * 16 + 1024);
+  EXPECT_EQ(gemm.max_dynamic_smem(p), g.dynamic_smem);
+
+  EXPECT_EQ(gemm.specialize(nt, {}, sm90a).get("wgmma"), 0) << "B [K, N] is not K-major";
+  EXPECT_EQ(gemm.specialize(nt, {{"trans_a", 1}, {"trans_b", 1}}, sm90a).get("wgmma"), 0) << "A [K, M]";
+  EXPECT_EQ(gemm.specialize(nt, {{"trans_b", 1}}, kSm90).get("wgmma"), 0) << "sm_90 without 'a' has no wgmma";
+  EXPECT_EQ(gemm.specialize({nt[0], {nt[1].spec, 0x1008}, nt[2]}, {{"trans_b", 1}}, sm90a).get("wgmma"), 0)
+      << "TMA needs 16-byte aligned rows";
+  const TensorSpec f(DType::f32, {4096, 4096});
+  EXPECT_EQ(gemm.specialize(specs({f, f, f}), {{"trans_b", 1}, {"tf32", 1}}, sm90a).get("wgmma"), 0);
+  // Thin problems keep the sm_80 path's small tiles; mid-size ones get 128 x 128.
+  const TensorSpec w(DType::bf16, {4096, 4096});
+  EXPECT_EQ(linear.specialize(specs({bf({16, 4096}), bf({16, 4096}), w, TensorSpec(), TensorSpec()}), {}, sm90a).get("wgmma"), 0);
+  Params mid = linear.specialize(specs({bf({512, 4096}), bf({512, 4096}), w, TensorSpec(), TensorSpec()}), {}, sm90a);
+  EXPECT_EQ(mid.get("wgmma"), 1);
+  EXPECT_EQ(mid.get("bn"), 128);
+  EXPECT_EQ(mid.get("stages"), 6);
+  // Batches apart from each other: TMA walks them by stride.
+  const auto batched = specs({bf({8, 1024, 1024}), bf({8, 1024, 512}), bf({8, 1024, 512})});
+  EXPECT_EQ(find_op("gemm_batched").specialize(batched, {{"trans_b", 1}}, sm90a).get("wgmma"), 1);
+  // Autotuning tries both sm_90a tiles and the sm_80 ones.
+  const std::vector<Params> candidates = gemm.tuning_candidates(p, sm90a);
+  EXPECT_EQ(std::count_if(candidates.begin(), candidates.end(), [](const Params& c) { return c.get("wgmma") == 1; }), 2);
+  EXPECT_GT(candidates.size(), 4u);
+}
+
+// Both paths through each compiler to a cubin: no local memory, and the SASS
+// has the right tensor-core instruction (HGMMA for sm_90a, HMMA for sm_80)
+// when nvdisasm is at hand.
+struct GemmSass : ::testing::TestWithParam<std::string> {};
+
+TEST_P(GemmSass, HopperPathIsHgmmaAndSm80PathIsHmma) {
+  RuntimeOptions o;
+  o.disk_cache = false;
+  o.compiler = GetParam();
+  Runtime rt(o);
+  test::TempDir dir;
+  const std::string nvdisasm = test::find_nvdisasm();
+  auto bf = [](std::vector<std::int64_t> shape) { return TensorSpec(DType::bf16, shape); };
+  auto hf = [](std::vector<std::int64_t> shape) { return TensorSpec(DType::f16, shape); };
+  struct Case {
+    const char* what;
+    const char* op;
+    std::vector<Tensor> tensors;
+    std::vector<ScalarArg> scalars;
+    const char* arch;
+    int wgmma;
+  };
+  const std::vector<Case> cases = {
+      {"linear bf16 128x256, bias + silu + residual", "linear",
+       specs({bf({4096, 12288}), bf({4096, 4096}), bf({12288, 4096}), bf({12288}), bf({4096, 12288})}),
+       {{"activation", 3}}, "sm_90a", 1},
+      {"linear f16 128x128", "linear", specs({hf({512, 4096}), hf({512, 4096}), hf({4096, 4096}), TensorSpec(), TensorSpec()}),
+       {}, "sm_90a", 1},
+      {"gemm bf16 -> f32 with beta", "gemm",
+       specs({TensorSpec(DType::f32, {4096, 4096}), bf({4096, 4096}), bf({4096, 4096})}),
+       {{"trans_b", 1}, {"beta", 0.5}}, "sm_90a", 1},
+      {"gemm_batched f16", "gemm_batched", specs({hf({8, 1024, 1024}), hf({8, 1024, 512}), hf({8, 1024, 512})}),
+       {{"trans_b", 1}}, "sm_90a", 1},
+      {"gemm bf16 on sm_80", "gemm", specs({bf({4096, 4096}), bf({4096, 4096}), bf({4096, 4096})}), {}, "sm_80", 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const Target target = Target::parse(c.arch);
+    ASSERT_EQ(find_op(c.op).specialize(c.tensors, c.scalars, target).get("wgmma"), c.wgmma);
+    Artifact ptx = rt.compile(c.op, c.tensors, c.scalars, target, Emit::ptx);
+    EXPECT_EQ(ptx.binary->find("wgmma.mma_async") != std::string::npos, c.wgmma == 1);
+    EXPECT_EQ(ptx.binary->find("cp.async.bulk.tensor") != std::string::npos, c.wgmma == 1);
+    EXPECT_EQ(ptx.binary->find(".local"), std::string::npos) << "the TMA descriptors stay in param space";
+    Artifact cubin = rt.compile(c.op, c.tensors, c.scalars, target, Emit::cubin);
+    EXPECT_GT(cubin.resources.registers, 0);
+    EXPECT_EQ(cubin.resources.stack_bytes, 0u) << "no spills";
+    if (nvdisasm.empty()) continue;
+    test::write_file(dir.path() / "k.cubin", *cubin.binary);
+    auto r = test::run_command(nvdisasm + " -c " + (dir.path() / "k.cubin").string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.find("HGMMA.64x") != std::string::npos, c.wgmma == 1) << "HGMMA in SASS";
+    EXPECT_EQ(r.output.find("HMMA.16816") != std::string::npos, c.wgmma == 0) << "HMMA in SASS";
+    EXPECT_EQ(r.output.find("UTMALDG") != std::string::npos, c.wgmma == 1) << "TMA loads in SASS";
+    EXPECT_EQ(r.output.find("LDL"), std::string::npos);
+    EXPECT_EQ(r.output.find("STL"), std::string::npos);
+  }
+  if (nvdisasm.empty()) GTEST_SKIP() << "compiled and checked for spills; no nvdisasm to read the SASS (tools/setup.sh installs one)";
+}
+
+INSTANTIATE_TEST_SUITE_P(Compilers, GemmSass, ::testing::ValuesIn(test::compilers()),
+                         [](const auto& info) { return test::compiler_test_name(info.param); });
+
 // Autotuning's inputs (the timing itself needs a GPU): the candidates, the
 // bucket a result stands for, and when the tensors may be launched repeatedly.
 TEST(GemmAutotune, CandidatesBucketsAndSafety) {

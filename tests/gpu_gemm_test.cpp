@@ -147,6 +147,76 @@ TEST_P(GpuGemm, LinearResidualMayBeTheOutputItself) {
   test::expect_close(DType::bf16, yd.read(), want, "out", gemm_tolerance(DType::bf16, k));
 }
 
+// The sm_90a path (TMA + wgmma, warp-specialised, persistent) on Hopper:
+// shapes with enough tiles to take it, both of its tiles (128 x 256 and
+// 128 x 128), K not a multiple of 64 and K below one step, M and N not tile
+// multiples, beta and an f32 output, batches, and linear's whole epilogue.
+namespace {
+struct HopperCase {
+  DType in, out;
+  Case shape;
+  double alpha, beta;
+  std::int64_t batch, bn;  // bn: the tile width the heuristic must pick
+};
+const HopperCase kHopperCases[] = {{DType::bf16, DType::bf16, {1100, 1000, 136, false, true}, 1.0, 0.0, 1, 128},
+                                   {DType::f16, DType::f32, {1100, 1000, 136, false, true}, 0.5, 2.0, 1, 128},
+                                   {DType::bf16, DType::bf16, {1024, 4352, 72, false, true}, 1.0, 0.0, 1, 256},
+                                   {DType::f16, DType::f16, {4095, 2000, 8, false, true}, -1.0, 0.0, 1, 256},
+                                   {DType::f16, DType::f16, {700, 1000, 200, false, true}, 1.0, 0.5, 3, 128}};
+
+bool is_hopper(Runtime& rt) { return rt.device().target() == Target::parse("sm_90a"); }
+
+void expect_wgmma(Runtime& rt, std::string_view op, TensorList tensors, ScalarList scalars, std::int64_t bn) {
+  const Params p = rt.get_kernel(op, tensors, scalars).params();
+  EXPECT_EQ(p.get("wgmma"), 1) << p.str();
+  EXPECT_EQ(p.get("bn"), bn) << p.str();
+}
+
+void check_hopper_gemm(Runtime& rt, const HopperCase& c) {
+  const bool batched = c.batch > 1;
+  auto shape = [&](std::int64_t r, std::int64_t cols) {
+    return batched ? std::vector<std::int64_t>{c.batch, r, cols} : std::vector<std::int64_t>{r, cols};
+  };
+  const std::vector<Tensor> t = {{TensorSpec(c.out, shape(c.shape.m, c.shape.n)), 0x1000},
+                                 {TensorSpec(c.in, shape(c.shape.m, c.shape.k)), 0x1000},
+                                 {TensorSpec(c.in, shape(c.shape.n, c.shape.k)), 0x1000}};
+  const std::vector<ScalarArg> scalars = {{"trans_b", 1}, {"beta", c.beta}};
+  expect_wgmma(rt, batched ? "gemm_batched" : "gemm", t, scalars, c.bn);
+  check_gemm(rt, c.in, c.out, c.shape, c.alpha, c.beta, c.batch);
+}
+}  // namespace
+
+TEST_P(GpuGemm, HopperPathAgainstTheReference) {
+  if (!is_hopper(*rt)) GTEST_SKIP() << "the sm_90a path needs a Hopper GPU";
+  for (const HopperCase& c : kHopperCases) check_hopper_gemm(*rt, c);
+  for (DType d : {DType::bf16, DType::f16})
+    for (int act : {0, 3}) {
+      SCOPED_TRACE(fmt::format("linear {} act {}", dtype_name(d), act));
+      const std::int64_t m = 1000, n = 4352, k = 200;
+      const TensorSpec x(d, {m, k}), w(d, {n, k}), y(d, {m, n}), bs(d, {n});
+      const auto xh = random_matrix(d, x.numel(), 13), wh = random_matrix(d, w.numel(), 14),
+                 bh = random_matrix(d, n, 15), rh = random_matrix(d, y.numel(), 16);
+      GpuTensor xd(x, xh), wd(w, wh), yd(y), bd(bs, bh), rd(y, rh);
+      const bool fused = act != 0;  // bias + silu + residual, or nothing
+      const Tensor absent{TensorSpec(), 0};
+      const std::vector<Tensor> tensors{yd, xd, wd, fused ? bd.tensor() : absent, fused ? rd.tensor() : absent};
+      const std::vector<ScalarArg> scalars = {{"activation", act}};
+      expect_wgmma(*rt, "linear", tensors, scalars, 256);
+      rt->launch("linear", tensors, scalars);
+      rt->device().synchronize();
+      std::vector<std::uint8_t> want(y.nbytes());
+      reference::linear(d, xh.data(), wh.data(), fused ? bh.data() : nullptr, fused ? rh.data() : nullptr,
+                        want.data(), m, n, k, act);
+      test::expect_close(d, yd.read(), want, "out", gemm_tolerance(d, k));
+    }
+}
+
+// One sm_90a shape: what tools/gpu_check.sh runs under compute-sanitizer racecheck.
+TEST_P(GpuGemm, HopperPathOneShape) {
+  if (!is_hopper(*rt)) GTEST_SKIP() << "the sm_90a path needs a Hopper GPU";
+  check_hopper_gemm(*rt, kHopperCases[0]);
+}
+
 TEST_P(GpuGemm, GroupGemmOverUnevenGroups) {
   // 6 groups: empty, one row, 100, all the rest, empty, 37; rows before the
   // first and after the last group stay untouched (poisoned).

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <stdio.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -87,6 +88,18 @@ inline CommandResult run_command(const std::string& command) {
   while (std::size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
   int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// nvdisasm from PATH, the CUDA toolkit or the .venv tools/setup.sh makes; empty if none.
+inline std::string find_nvdisasm() {
+  std::vector<std::string> dirs = {beside_exe(MOJO_TEST_VENV_BIN_REL), "/usr/local/cuda/bin"};
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream ss(path);
+    for (std::string d; std::getline(ss, d, ':');) dirs.push_back(d);
+  }
+  for (const std::string& d : dirs)
+    if (::access((std::filesystem::path(d) / "nvdisasm").c_str(), X_OK) == 0) return d + "/nvdisasm";
+  return {};
 }
 
 inline std::string read_file(const std::filesystem::path& path) {

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Verifies the whole library on a machine with a GPU, in one command:
 #   1. every test (the GPU ones included) -> OUT/tests.txt, OUT/tests.xml
-#   2. the GPU tests under compute-sanitizer memcheck -> OUT/memcheck.txt
+#   2. the GPU tests under compute-sanitizer memcheck -> OUT/memcheck.txt, one
+#      shape per gemm path under racecheck -> OUT/racecheck.txt, and the SASS of
+#      both gemm paths (HMMA / HGMMA, no local memory) -> OUT/sass.txt
 #   3. the benchmark -> OUT/bench.md (and its op table as OUT/ops.json)
 #   4. PyTorch eager and torch.compile on the same ops, when torch is there -> OUT/torch.md
 # Exits non-zero if any step failed. Run it from the repository root after
@@ -28,15 +30,31 @@ else
   failed+=(memcheck)
 fi
 
-echo "== SASS of the gemm kernel (tensor-core instructions, no local memory)"
+echo "== compute-sanitizer racecheck on one shape per gemm path"
+if command -v compute-sanitizer >/dev/null; then
+  compute-sanitizer --tool racecheck --error-exitcode 1 "$build/tests/mojo_tests" \
+    --gtest_filter='*GpuGemm.HopperPathOneShape/Nvrtc:*GpuGemm.LinearResidualMayBeTheOutputItself/Nvrtc' \
+    >"$out/racecheck.txt" 2>&1 || failed+=(racecheck)
+  grep -E "RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED" "$out/racecheck.txt" | tail -n 3
+fi
+
+echo "== SASS of both gemm paths (tensor-core instructions, no local memory)"
 cli="$build/tools/mojo-jit"
 if command -v cuobjdump >/dev/null; then
-  "$cli" --emit=cubin gemm --dtype bf16 --shape a=4096x4096 --shape b=4096x4096 -o "$out/gemm.cubin" &&
-    cuobjdump --dump-sass "$out/gemm.cubin" >"$out/gemm.sass" || failed+=(sass)
-  hmma=$(grep -c HMMA "$out/gemm.sass" || true)
-  local_ops=$(grep -cE "\b(LDL|STL)\b" "$out/gemm.sass" || true)
-  echo "gemm bf16 4096^3: $hmma HMMA, $local_ops local loads/stores" | tee "$out/sass.txt"
-  { [ "$hmma" -gt 0 ] && [ "$local_ops" -eq 0 ]; } || failed+=(sass)
+  sass_check() {  # NAME INSTRUCTION ARGS...
+    local name=$1 instruction=$2
+    shift 2
+    "$cli" --emit=cubin "$@" -o "$out/$name.cubin" && cuobjdump --dump-sass "$out/$name.cubin" >"$out/$name.sass" ||
+      { failed+=(sass); return; }
+    local count local_ops
+    count=$(grep -c "$instruction" "$out/$name.sass" || true)
+    local_ops=$(grep -cE "\b(LDL|STL)\b" "$out/$name.sass" || true)
+    echo "$name: $count $instruction, $local_ops local loads/stores" | tee -a "$out/sass.txt"
+    { [ "$count" -gt 0 ] && [ "$local_ops" -eq 0 ]; } || failed+=(sass)
+  }
+  : >"$out/sass.txt"
+  sass_check gemm_sm80 HMMA gemm --dtype bf16 --shape a=4096x4096 --shape b=4096x4096 --arch sm_80
+  sass_check linear_sm90a HGMMA linear --dtype bf16 --shape x=4096x4096 --shape weight=4096x4096 --arch sm_90a
 else
   echo "cuobjdump not found" | tee "$out/sass.txt"
 fi

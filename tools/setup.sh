@@ -30,5 +30,17 @@ if [ ! -f "$cuda/include/nvrtc.h" ] || [ ! -f "$cuda/include/cuda.h" ]; then
   exit 1
 fi
 
+# nvdisasm (not in the CUDA 13.0 toolkit image here) for `--emit=sass` and the
+# tests that read SASS, from PyPI into .venv/ (best effort: offline, those
+# SASS checks skip and say so).
+if [ ! -x .venv/bin/nvdisasm ]; then
+  if python3 -m venv .venv >/dev/null 2>&1 &&
+     .venv/bin/pip install -q --disable-pip-version-check "nvidia-cuda-nvdisasm>=13.0,<14" >/dev/null 2>&1; then
+    ln -sf "$(find "$PWD/.venv" -path '*/bin/nvdisasm' -type f | head -1)" .venv/bin/nvdisasm
+  else
+    echo "setup: could not install nvdisasm from PyPI; SASS checks will be skipped" >&2
+  fi
+fi
+
 cmake --preset default >/dev/null
 cmake --build --preset default

@@ -170,6 +170,19 @@ class Function {
 void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream,
             void** args);
 
+// A TMA descriptor (the driver's CUtensorMap): kernels take it by value as a
+// `const __grid_constant__` param (kernel_templates/mojo_wgmma.cuh).
+struct alignas(64) TensorMap {
+  std::uint64_t opaque[16];
+};
+// The descriptor of a row-major [batches, rows, cols] tensor of 16-bit
+// elements (f16, bf16) at `base`, strides in elements, read in boxes of
+// box_rows x box_cols (box_cols * 2 = 128 bytes) with 128-byte swizzling;
+// boxes past the edges read zeros. Needs the driver (cuTensorMapEncodeTiled)
+// but no GPU work. Throws DeviceError if the driver rejects the layout.
+TensorMap tile_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::int64_t rows, std::int64_t batches,
+                          std::int64_t row_stride, std::int64_t batch_stride, unsigned box_cols, unsigned box_rows);
+
 // Asynchronous device-to-device copy.
 void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream);
 // Waits for `stream`, then copies device memory to the host.

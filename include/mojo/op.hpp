@@ -106,6 +106,9 @@ class Params {
 struct LaunchGeometry {
   Dim3 grid, block;
   unsigned dynamic_smem = 0;
+  // grid.x counts work tiles that the kernel loops over (grid-stride): the
+  // Runtime launches at most one block per SM of its device.
+  bool persistent = false;
 };
 
 // The kernel's arguments in cuLaunchKernel's form, in a fixed inline buffer.
@@ -113,7 +116,7 @@ class KernelArgs {
  public:
   template <class T>
   void push(const T& value) {
-    static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= 16);
+    static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= 64);
     used_ = (used_ + alignof(T) - 1) / alignof(T) * alignof(T);
     if (count_ == kMaxArgs || used_ + sizeof(T) > sizeof(storage_)) overflow();
     std::memcpy(storage_ + used_, &value, sizeof(T));
@@ -126,7 +129,7 @@ class KernelArgs {
  private:
   [[noreturn]] static void overflow();
   static constexpr int kMaxArgs = 24;
-  alignas(16) unsigned char storage_[256];
+  alignas(64) unsigned char storage_[512];  // room for two TMA descriptors (128 bytes each)
   std::array<void*, kMaxArgs> pointers_{};
   std::size_t used_ = 0;
   int count_ = 0;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "device/driver.hpp"
@@ -56,7 +58,9 @@ Device Device::open(int ordinal) {
   };
   int major = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
   int minor = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
-  d.target_ = Target{major * 10 + minor, false};
+  // Kernels are built for this exact GPU, so a Hopper gets its arch-specific
+  // features (sm_90a: wgmma, setmaxnreg); other GPUs their portable target.
+  d.target_ = Target{major * 10 + minor, major * 10 + minor == 90};
   d.sm_count_ = attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
   d.max_smem_block_ = attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
   d.max_smem_optin_ = attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
@@ -207,6 +211,28 @@ namespace mojo {
 
 void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream) {
   if (bytes > 0) MOJO_CU(cuMemcpyDtoDAsync(dst, src, bytes, stream));
+}
+
+TensorMap tile_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::int64_t rows, std::int64_t batches,
+                          std::int64_t row_stride, std::int64_t batch_stride, unsigned box_cols, unsigned box_rows) {
+  static_assert(sizeof(TensorMap) == sizeof(CUtensorMap));
+  if (dtype != DType::f16 && dtype != DType::bf16)
+    throw InvalidArgumentError(fmt::format("tile_tensor_map: {} is not a 16-bit float", dtype_name(dtype)));
+  const cuuint64_t element = 2;
+  // A single batch still needs a stride: the tensor's own extent.
+  if (batches <= 1) batch_stride = row_stride * std::max<std::int64_t>(rows, 1);
+  const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(std::max<std::int64_t>(batches, 1))};
+  const cuuint64_t strides[2] = {cuuint64_t(row_stride) * element, cuuint64_t(batch_stride) * element};
+  const cuuint32_t box[3] = {box_cols, box_rows, 1}, element_strides[3] = {1, 1, 1};
+  CUtensorMap encoded{};
+  MOJO_CU(cuTensorMapEncodeTiled(&encoded,
+                                 dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                                 3, reinterpret_cast<void*>(base), dims, strides, box, element_strides,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  TensorMap map;
+  std::memcpy(&map, &encoded, sizeof map);
+  return map;
 }
 
 void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, StreamHandle stream) {

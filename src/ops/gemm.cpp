@@ -26,8 +26,18 @@ struct TileConfig {
   int bm, bn, bk, wm, wn, stages;
   int element_bytes = 2;     // of the inputs: 2, or 4 for tf32
   bool tensor_cores = true;  // false: the exact fp32 path, static shared memory only
-  unsigned smem_bytes() const { return tensor_cores ? unsigned(stages * (bm + bn) * bk * element_bytes) : 0; }
+  bool wgmma = false;        // the sm_90a path: bm / 64 consumer warpgroups + a producer, bk = 64
+  unsigned smem_bytes() const {
+    // sm_90a: the ring, one full and one empty mbarrier per stage, 1024 bytes to align the ring.
+    if (wgmma) return unsigned(stages * (bm + bn) * bk * element_bytes + 16 * stages + 1024);
+    return tensor_cores ? unsigned(stages * (bm + bn) * bk * element_bytes) : 0;
+  }
+  unsigned threads() const { return wgmma ? unsigned(bm / 64 + 1) * 128 : unsigned(wm * wn * 32); }
 };
+
+// The sm_90a tiles: 128 rows (two consumer warpgroups) by 256 or 128 columns.
+constexpr TileConfig kWgmmaWide{128, 256, 64, 2, 1, 4, 2, true, true};
+constexpr TileConfig kWgmmaNarrow{128, 128, 64, 2, 1, 6, 2, true, true};
 
 // Dynamic shared memory a block may opt into on each architecture.
 unsigned smem_optin_bytes(const Target& t) {
@@ -55,21 +65,30 @@ int typical_sm_count(const Target& t) {
 // the target's shared memory allows.
 TileConfig fit(TileConfig c, int element_bytes, const Target& target) {
   c.element_bytes = element_bytes;
-  if (element_bytes == 4) c.bk = 16;
+  if (element_bytes == 4 && !c.wgmma) c.bk = 16;
   while (c.stages > 2 && c.smem_bytes() > smem_optin_bytes(target)) --c.stages;
   return c;
 }
 
 // The M bucket picks the tile; when its grid would leave SMs idle, a
 // narrower tile makes more blocks (decode and mid-size M on wide GPUs).
-TileConfig pick_tile(std::int64_t m, std::int64_t n, DType dtype, bool tf32, const Target& target) {
+// Where the sm_90a path may run (`wgmma_ok`), it takes every problem with
+// enough 128-row tiles to fill half the SMs; thin problems stay on the
+// sm_80 path, whose small tiles spread the weights over more SMs.
+TileConfig pick_tile(std::int64_t m, std::int64_t n, DType dtype, bool tf32, const Target& target,
+                     bool wgmma_ok = false, std::int64_t batch = 1) {
   if (dtype == DType::f32 && !tf32) return {64, 64, 16, 2, 4, 1, 4, false};  // 256 threads of 4 x 4 outputs
+  const std::int64_t sms = typical_sm_count(target);
+  auto tiles = [&](const TileConfig& c) { return ((m + c.bm - 1) / c.bm) * ((n + c.bn - 1) / c.bn) * batch; };
+  if (wgmma_ok && m > 64) {
+    if (tiles(kWgmmaWide) >= sms) return fit(kWgmmaWide, 2, target);
+    if (tiles(kWgmmaNarrow) >= sms / 2) return fit(kWgmmaNarrow, 2, target);
+  }
   TileConfig c = m <= 16   ? TileConfig{16, 64, 64, 1, 2, 4}    // decode: 64 threads, many blocks along N
                  : m <= 64 ? TileConfig{64, 64, 32, 2, 2, 4}    // 128 threads, 32x32 per warp
                            : TileConfig{128, 128, 32, 2, 4, 4};  // 256 threads, 64x32 per warp
-  auto blocks = [&] { return ((m + c.bm - 1) / c.bm) * ((n + c.bn - 1) / c.bn); };
-  if (c.bm == 128 && blocks() < typical_sm_count(target)) c = {64, 64, 32, 2, 2, 4};
-  if (c.bm == 16 && blocks() < typical_sm_count(target)) c = {16, 32, 64, 1, 2, 4};  // 16x16 per warp
+  if (c.bm == 128 && tiles(c) < sms) c = {64, 64, 32, 2, 2, 4};
+  if (c.bm == 16 && tiles(c) < sms) c = {16, 32, 64, 1, 2, 4};  // 16x16 per warp
   return fit(c, int(dtype_size(dtype)), target);
 }
 
@@ -98,6 +117,15 @@ std::int64_t checked_dim(std::string_view op, std::string_view what, std::int64_
   return v;
 }
 
+// The sm_90a path's preconditions: a Hopper-specific build, 16-bit inputs,
+// both operands K-major (A [M, K], B [N, K]), rows TMA can address (16-byte
+// aligned starts and row strides: `aligned`), and a non-empty problem.
+bool wgmma_possible(const Target& t, DType dtype, bool k_major, bool aligned, std::int64_t m, std::int64_t n,
+                    std::int64_t k) {
+  return t.sm == 90 && t.arch_specific && (dtype == DType::f16 || dtype == DType::bf16) && k_major && aligned &&
+         m > 0 && n > 0 && k > 0;
+}
+
 void add_tile(Params& p, const TileConfig& c) {
   p.add("bm", c.bm);
   p.add("bn", c.bn);
@@ -108,19 +136,38 @@ void add_tile(Params& p, const TileConfig& c) {
 }
 TileConfig tile_of(const Params& p) {
   const DType dtype = p.dtype("dtype");
-  return {int(p.get("bm")),     int(p.get("bn")),       int(p.get("bk")), int(p.get("wm")), int(p.get("wn")),
-          int(p.get("stages")), int(dtype_size(dtype)), dtype != DType::f32 || p.get("tfloat") != 0};
+  return {int(p.get("bm")),     int(p.get("bn")),       int(p.get("bk")),
+          int(p.get("wm")),     int(p.get("wn")),       int(p.get("stages")),
+          int(dtype_size(dtype)), dtype != DType::f32 || p.get("tfloat") != 0, p.get("wgmma") != 0};
 }
 
-// The kernel's arguments, in gemm.cu's order; one place for the ABI all four ops share.
+// The kernel's arguments; one place for the ABI all four ops share.
 struct GemmArgs {
   DevicePtr c = 0, a = 0, b = 0, bias = 0, residual = 0;
   float alpha = 1, beta = 0;
   std::int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0, ldr = 0, batch_a = 0, batch_b = 0, batch_c = 0;
   DevicePtr offsets = 0;
   std::int64_t total_rows = 0;
+  std::int64_t batches = 1;
 };
-void push_kernel_args(KernelArgs& args, const GemmArgs& g) {
+// gemm.cu's order for the sm_80 path; gemm_sm90.cuh's (with the two TMA
+// descriptors, encoded here from the operands) for the sm_90a one.
+void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p) {
+  if (p.get("wgmma")) {
+    const DType dtype = p.dtype("dtype");
+    const unsigned bk = unsigned(p.get("bk"));
+    const TensorMap a = tile_tensor_map(g.a, dtype, g.k, g.m, g.batches, g.lda, g.batch_a, bk, unsigned(p.get("bm")));
+    const TensorMap b = tile_tensor_map(g.b, dtype, g.k, g.n, g.batches, g.ldb, g.batch_b, bk, unsigned(p.get("bn")));
+    for (DevicePtr ptr : {g.c, g.bias, g.residual}) args.push(ptr);
+    args.push(g.alpha);
+    args.push(g.beta);
+    for (std::int64_t v : {g.m, g.n, g.k}) args.push(int(v));
+    for (std::int64_t v : {g.ldc, g.ldr, g.batch_c}) args.push((long long)v);
+    args.push(int(g.batches));
+    args.push(a);
+    args.push(b);
+    return;
+  }
   for (DevicePtr ptr : {g.c, g.a, g.b, g.bias, g.residual}) args.push(ptr);
   args.push(g.alpha);
   args.push(g.beta);
@@ -141,6 +188,7 @@ Params with_tile(const Params& p, const TileConfig& c) {
     if (x.name == "wm") v = c.wm;
     if (x.name == "wn") v = c.wn;
     if (x.name == "stages") v = c.stages;
+    if (x.name == "wgmma") v = c.wgmma;
     if (x.is_dtype) out.add_dtype(x.name, DType(v));
     else out.add(x.name, v);
   }
@@ -149,13 +197,16 @@ Params with_tile(const Params& p, const TileConfig& c) {
 
 // Autotuning: the heuristic's tile first, then every other tensor-core tile
 // that fits the target's shared memory (none for the exact f32 path).
+// On the sm_90a path, its two tiles and the sm_80 path's.
 std::vector<Params> tile_candidates(const Params& chosen, const Target& target) {
   const TileConfig current = tile_of(chosen);
   if (!current.tensor_cores) return {};
   std::vector<Params> out{chosen};
-  const TileConfig tiles[] = {{128, 128, 32, 2, 4, 4}, {128, 64, 32, 2, 2, 4}, {64, 128, 32, 2, 2, 4},
-                              {64, 64, 32, 2, 2, 4},   {16, 64, 64, 1, 2, 4},  {16, 32, 64, 1, 2, 4}};
+  const TileConfig tiles[] = {kWgmmaWide, kWgmmaNarrow, {128, 128, 32, 2, 4, 4}, {128, 64, 32, 2, 2, 4},
+                              {64, 128, 32, 2, 2, 4}, {64, 64, 32, 2, 2, 4}, {16, 64, 64, 1, 2, 4},
+                              {16, 32, 64, 1, 2, 4}};
   for (const TileConfig& c : tiles) {
+    if (c.wgmma && !current.wgmma) continue;
     const Params p = with_tile(chosen, fit(c, current.element_bytes, target));
     if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
   }
@@ -188,8 +239,10 @@ LaunchGeometry tile_geometry(const Params& p, std::int64_t m, std::int64_t n, st
   const TileConfig c = tile_of(p);
   const std::int64_t blocks = ((m + c.bm - 1) / c.bm) * ((n + c.bn - 1) / c.bn);
   LaunchGeometry g;
-  g.grid = {unsigned(blocks), 1, unsigned(batch)};
-  g.block = {unsigned(c.wm * c.wn * 32), 1, 1};
+  // The sm_90a kernel is persistent: its blocks loop over every batch's tiles.
+  g.grid = c.wgmma ? Dim3{unsigned(blocks * batch), 1, 1} : Dim3{unsigned(blocks), 1, unsigned(batch)};
+  g.persistent = c.wgmma;
+  g.block = {c.threads(), 1, 1};
   g.dynamic_smem = c.smem_bytes();
   return g;
 }
@@ -271,14 +324,21 @@ class Gemm final : public TileOp {
     Params p;
     p.add_dtype("dtype", a.dtype());
     p.add_dtype("out", c.dtype());
-    const TileConfig tile = pick_tile(d.m, d.n, a.dtype(), tf32, target);
+    const bool aligned = chunk_aligned(a.dtype(), t[1].data, {d.lda, d.batch_a}) &&
+                         chunk_aligned(a.dtype(), t[2].data, {d.ldb, d.batch_b});
+    // TMA walks batches by their stride: each batch's operand must lie apart from the others.
+    const bool batches_apart = d.batch == 1 || (d.batch_a >= d.m * d.lda && d.batch_b >= d.n * d.ldb);
+    const TileConfig tile = pick_tile(d.m, d.n, a.dtype(), tf32, target,
+                                      wgmma_possible(target, a.dtype(), !d.trans_a && d.trans_b,
+                                                     aligned && batches_apart, d.m, d.n, d.k),
+                                      d.batch);
     add_tile(p, tile);
     p.add("ta", d.trans_a);
     p.add("tb", d.trans_b);
-    p.add("vec", vec_param(tile, chunk_aligned(a.dtype(), t[1].data, {d.lda, d.batch_a}) &&
-                                     chunk_aligned(a.dtype(), t[2].data, {d.ldb, d.batch_b})));
+    p.add("vec", vec_param(tile, aligned));
     p.add("beta", scalar(scalars, "beta") != 0 ? 1 : 0);
     p.add("tfloat", tf32);  // "tf32" would read "tf320" in kernel names
+    p.add("wgmma", tile.wgmma);
     return p;
   }
 
@@ -293,10 +353,12 @@ class Gemm final : public TileOp {
     checks::expect_pointer(name(), "c", t[0].data, unsigned(dtype_size(t[0].spec.dtype())));
     checks::expect_pointer(name(), "a", t[1].data, chunk);
     checks::expect_pointer(name(), "b", t[2].data, chunk);
-    push_kernel_args(args, {.c = t[0].data, .a = t[1].data, .b = t[2].data, .alpha = float(scalar(scalars, "alpha")),
-                            .beta = float(scalar(scalars, "beta")), .m = d.m, .n = d.n, .k = d.k, .lda = d.lda,
-                            .ldb = d.ldb, .ldc = d.ldc, .batch_a = d.batch_a, .batch_b = d.batch_b,
-                            .batch_c = d.batch_c});
+    push_kernel_args(args,
+                     {.c = t[0].data, .a = t[1].data, .b = t[2].data, .alpha = float(scalar(scalars, "alpha")),
+                      .beta = float(scalar(scalars, "beta")), .m = d.m, .n = d.n, .k = d.k, .lda = d.lda, .ldb = d.ldb,
+                      .ldc = d.ldc, .batch_a = d.batch_a, .batch_b = d.batch_b, .batch_c = d.batch_c,
+                      .batches = d.batch},
+                     p);
   }
 
   std::string tuning_bucket(TensorList t) const override {
@@ -398,13 +460,16 @@ class Linear final : public TileOp {
           fmt::format("{}: activation is {}; expected 0 (none), 1 (gelu), 2 (gelu tanh) or 3 (silu)", name(), act));
     Params p;
     p.add_dtype("dtype", dtype);
-    const TileConfig tile = pick_tile(d.m, d.n, dtype, tf32, target);
+    const bool aligned = chunk_aligned(dtype, t[1].data, {d.ldx}) && chunk_aligned(dtype, t[2].data, {d.ldw});
+    const TileConfig tile =
+        pick_tile(d.m, d.n, dtype, tf32, target, wgmma_possible(target, dtype, true, aligned, d.m, d.n, d.k));
     add_tile(p, tile);
-    p.add("vec", vec_param(tile, chunk_aligned(dtype, t[1].data, {d.ldx}) && chunk_aligned(dtype, t[2].data, {d.ldw})));
+    p.add("vec", vec_param(tile, aligned));
     p.add("bias", t[3].spec.rank() != 0 ? 1 : 0);
     p.add("act", std::int64_t(act));
     p.add("residual", t[4].spec.rank() != 0 ? 1 : 0);
     p.add("tfloat", tf32);
+    p.add("wgmma", tile.wgmma);
     return p;
   }
 
@@ -425,7 +490,8 @@ class Linear final : public TileOp {
     push_kernel_args(args, {.c = t[0].data, .a = t[1].data, .b = t[2].data,
                             .bias = p.get("bias") ? t[3].data : DevicePtr(0),
                             .residual = p.get("residual") ? t[4].data : DevicePtr(0), .m = d.m, .n = d.n, .k = d.k,
-                            .lda = d.ldx, .ldb = d.ldw, .ldc = d.ldo, .ldr = d.ldr});
+                            .lda = d.ldx, .ldb = d.ldw, .ldc = d.ldo, .ldr = d.ldr},
+                     p);
   }
 
   std::string tuning_bucket(TensorList t) const override {
@@ -537,6 +603,7 @@ class GroupGemm final : public TileOp {
                                      chunk_aligned(dtype, t[2].data, {d.k, d.n * d.k})));
     p.add("offsets", std::int64_t(dtype_size(t[3].spec.dtype())));
     p.add("tfloat", tf32);
+    p.add("wgmma", 0);  // groups stay on the sm_80 path
     return p;
   }
 
@@ -554,7 +621,8 @@ class GroupGemm final : public TileOp {
     checks::expect_pointer(name(), "offsets", t[3].data, unsigned(dtype_size(t[3].spec.dtype())));
     push_kernel_args(args, {.c = t[0].data, .a = t[1].data, .b = t[2].data, .m = d.max_rows, .n = d.n, .k = d.k,
                             .lda = d.ldx, .ldb = d.k, .ldc = d.ldo, .batch_b = d.n * d.k,  // one weight matrix per group
-                            .offsets = t[3].data, .total_rows = d.rows});
+                            .offsets = t[3].data, .total_rows = d.rows},
+                     p);
   }
 
   // Offsets decide which rows the kernel touches (it clamps them to x): with

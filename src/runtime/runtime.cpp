@@ -118,6 +118,7 @@ void launch_loaded(const OpDef& op, const LoadedKernel& kernel, TensorList tenso
   KernelArgs args;
   op.pack_args(params, tensors, scalars, args);
   if (g.grid.x == 0 || g.grid.y == 0 || g.grid.z == 0) return;  // empty tensor: nothing to do
+  if (g.persistent) g.grid.x = std::min(g.grid.x, unsigned(kernel.device->sm_count()));
   kernel.device->ensure_current();
   if (kernel.debug_checks) op.check_data(tensors, stream);
   mojo::launch(kernel.function, g.grid, g.block, g.dynamic_smem, stream, args.data());

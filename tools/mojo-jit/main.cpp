@@ -218,8 +218,9 @@ int run_describe(int argc, char** argv, bool explain) {
     fmt::print("tensor:   {} = {}\n", op.tensor_args()[i].name, tensors[i].spec.str());
   fmt::print("target:   {}\ncompiler: {}\nparams:   {}\nkernel:   {}\n", parts.target, parts.compiler, parts.params,
              parts.kernel);
-  fmt::print("grid:     [{}, {}, {}]\nblock:    [{}, {}, {}]\nsmem:     {}\n", g.grid.x, g.grid.y, g.grid.z, g.block.x,
-             g.block.y, g.block.z, g.dynamic_smem);
+  fmt::print("grid:     [{}, {}, {}]{}\nblock:    [{}, {}, {}]\nsmem:     {}\n", g.grid.x, g.grid.y, g.grid.z,
+             g.persistent ? " tiles (persistent: at most one block per SM)" : "", g.block.x, g.block.y, g.block.z,
+             g.dynamic_smem);
   if (explain) {
     fmt::print("source:   {} bytes, {} (the translation unit: template + prelude + instantiation)\n",
                parts.source.size(), mojo::compute_key(mojo::KeyInputs{parts.source, "", "", "", "", kind}).hex());

@@ -1,0 +1,125 @@
+// Matrix multiplication, the sm_90a path (Hopper), included by gemm.cu for
+// f16/bf16 inputs with both operands K-major (A [M, K], B [N, K]: linear, and
+// gemm with trans_b) whose rows TMA can address.
+//
+// Warp-specialised and persistent: each block loops over tiles of C.
+// Warpgroup 0 is the producer: one thread issues TMA loads of the A (BM x 64)
+// and B (BN x 64) tiles into a STAGES-deep ring of shared memory, each stage
+// guarded by a "full" mbarrier (the copies' bytes landed) and an "empty" one
+// (every consumer thread is done reading it). Warpgroups 1..BM/64 are the
+// consumers: each multiplies its 64 rows of the tile with wgmma straight from
+// shared memory (128-byte swizzled, as TMA wrote it), keeps one k step of
+// MMAs in flight while releasing the previous stage, and writes its 64 x BN
+// outputs through the shared epilogue. The producer gives up registers
+// (setmaxnreg) so that the consumers can hold 64 x BN fp32 accumulators.
+//
+// Kernel args: (TC* c, const TC* bias, const TC* residual, float alpha,
+//   float beta, int m, int n, int k, long long ldc, long long ldr,
+//   long long batch_c, int batches, TensorMap a_map, TensorMap b_map): the
+//   maps are [batches, M, K] and [batches, N, K] with boxes of 64 x BM and
+//   64 x BN elements and 128-byte swizzle (the runtime encodes them).
+// Geometry: 128 * (BM / 64 + 1) threads, grid.x = at most one block per SM,
+//   STAGES * (BM + BN) * 128 + 16 * STAGES + 1024 bytes of dynamic shared memory
+//   (the ring, its barriers, and slack to align the ring to 1024 bytes).
+#pragma once
+
+#include "mojo_wgmma.cuh"
+
+namespace mojo_gemm {
+
+constexpr int SM90_BK = 64;  // one 128-byte swizzled row of 16-bit elements per k step
+
+template <class T, class TC, int BM, int BN, int STAGES, bool BETA, bool BIAS, int ACT, bool RESIDUAL>
+__device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residual, float alpha, float beta, int m,
+                                         int n, int k, long long ldc, long long ldr, long long batch_c, int batches,
+                                         const mojo::TensorMap* a_map, const mojo::TensorMap* b_map) {
+  constexpr int BK = SM90_BK, CONSUMERS = BM / 64;
+  constexpr unsigned A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+  static_assert(BM % 64 == 0 && CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups of 64 rows");
+  static_assert(sizeof(T) == 2, "wgmma here takes f16 or bf16");
+  extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
+  // 128-byte swizzle repeats every 1024 bytes: the ring starts on such a boundary.
+  const unsigned ring = (mojo::smem_address(smem) + 1023u) & ~1023u;
+  const unsigned full = ring + STAGES * STAGE_BYTES, empty = full + STAGES * 8;
+  const int tid = (int)mojo::thread_x(), warpgroup = tid / 128;
+
+  if (tid == 0) {
+    mojo::tma_prefetch_descriptor(a_map);
+    mojo::tma_prefetch_descriptor(b_map);
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mojo::mbarrier_init(full + 8 * s, 1);
+      mojo::mbarrier_init(empty + 8 * s, CONSUMERS * 128);
+    }
+    mojo::fence_barrier_init();
+  }
+  mojo::sync_block();
+
+  const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN, per_batch = tiles_m * tiles_n;
+  const int tiles = per_batch * batches, k_tiles = (k + BK - 1) / BK;
+  if (warpgroup == 0) {
+    mojo::setmaxnreg_dec<40>();
+    if (tid != 0) return;
+    int stage = 0;
+    unsigned phase = 0;
+    for (int t = (int)mojo::block_x(); t < tiles; t += (int)mojo::grid_dim_x()) {
+      int m0, n0;
+      tile_origin<BM, BN>(t % per_batch, tiles_m, tiles_n, m0, n0);
+      const int batch = t / per_batch;
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        mojo::mbarrier_wait(empty + 8 * stage, phase ^ 1);  // the consumers released this stage
+        const unsigned dst = ring + stage * STAGE_BYTES, bar = full + 8 * stage;
+        mojo::mbarrier_arrive_expect_tx(bar, STAGE_BYTES);  // whole boxes, zero-filled past the edges
+        mojo::tma_load_3d(dst, a_map, bar, kt * BK, m0, batch);
+        mojo::tma_load_3d(dst + A_BYTES, b_map, bar, kt * BK, n0, batch);
+        if (++stage == STAGES) stage = 0, phase ^= 1;
+      }
+    }
+    return;
+  }
+
+  mojo::setmaxnreg_inc<232>();
+  const int consumer = warpgroup - 1, lane = tid % 32, warp = (tid % 128) / 32;
+  int stage = 0;
+  unsigned phase = 0;
+  float acc[BN / 2];
+  for (int t = (int)mojo::block_x(); t < tiles; t += (int)mojo::grid_dim_x()) {
+    int m0, n0;
+    tile_origin<BM, BN>(t % per_batch, tiles_m, tiles_n, m0, n0);
+    const long long batch = t / per_batch;
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+    int previous = -1;  // the stage whose MMAs may still be running
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      mojo::mbarrier_wait(full + 8 * stage, phase);
+      const unsigned a_tile = ring + stage * STAGE_BYTES + consumer * 64 * BK * 2, b_tile = ring + stage * STAGE_BYTES + A_BYTES;
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) mojo::wgmma_fence_operand(acc[i]);
+      mojo::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk)
+        mojo::wgmma<T, BN>(acc, mojo::wgmma_descriptor(a_tile + kk * 32), mojo::wgmma_descriptor(b_tile + kk * 32), 1);
+      mojo::wgmma_commit();
+      mojo::wgmma_wait<1>();  // the previous k step's MMAs are done: release its stage
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) mojo::wgmma_fence_operand(acc[i]);
+      if (previous >= 0) mojo::mbarrier_arrive(empty + 8 * previous);
+      previous = stage;
+      if (++stage == STAGES) stage = 0, phase ^= 1;
+    }
+    mojo::wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) mojo::wgmma_fence_operand(acc[i]);
+    if (previous >= 0) mojo::mbarrier_arrive(empty + 8 * previous);
+
+    const Problem<T, TC> p{c + batch * batch_c, nullptr, nullptr, bias, residual, alpha, beta, m, n, k, 0, 0, ldc, ldr};
+    const int row = m0 + consumer * 64 + warp * 16 + lane / 4, col = n0 + 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        store_output<T, TC, BETA, BIAS, ACT, RESIDUAL>(p, row + (e / 2) * 8, col + j * 8 + e % 2, acc[4 * j + e]);
+  }
+}
+
+}  // namespace mojo_gemm

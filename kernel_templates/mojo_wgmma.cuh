@@ -1,0 +1,158 @@
+// mojo_wgmma.cuh: Hopper building blocks (sm_90a only), on inline PTX so that
+// NVRTC and clang compile them alike: mbarriers, TMA tile loads, warpgroup
+// MMA (wgmma) with both operands in shared memory, and moving registers
+// between warpgroups (setmaxnreg). Templates that include it must only call
+// these from code instantiated for sm_90a.
+#pragma once
+
+#include "mojo_mma.cuh"
+
+namespace mojo {
+
+// A CUtensorMap (TMA descriptor), encoded on the host and passed by value as
+// a kernel param. The TMA unit must read it where it lies, in param space:
+// a kernel never names the param in C++ (that would copy it to local
+// memory; clang 19 has no __grid_constant__), it takes its address with
+// MOJO_PARAM_ADDRESS instead.
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+
+// The generic address of parameter INDEX (a literal) of the extern "C"
+// kernel NAME: NVRTC and clang both name it NAME_param_INDEX in PTX.
+#define MOJO_PARAM_ADDRESS(NAME, INDEX)                                                              \
+  [] {                                                                                               \
+    unsigned long long address;                                                                      \
+    asm("{ .reg .b64 p; mov.b64 p, " #NAME "_param_" #INDEX "; cvta.param.u64 %0, p; }" : "=l"(address)); \
+    return reinterpret_cast<const mojo::TensorMap*>(address);                                        \
+  }()
+
+// ---- mbarriers (addresses in the shared window) -------------------------------
+__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
+}
+// Makes the initialised barriers visible to the other threads and to the TMA unit.
+__device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Arrives and announces `bytes` that asynchronous copies will complete on this phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Waits until the phase with this parity has completed (a fresh barrier is
+// in phase 0, so waiting for parity 1 returns at once).
+__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{ .reg .pred done;\n"
+      "mojo_wait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra mojo_wait;\n"
+      "}" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// ---- TMA ----------------------------------------------------------------------
+// The box of `map` at (c0, c1, c2) into shared memory at `dst`, completing
+// its bytes on the barrier; elements outside the tensor arrive as zeros.
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const TensorMap* map, unsigned bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_descriptor(const TensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+}
+
+// ---- registers between warpgroups --------------------------------------------
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+
+// ---- wgmma ----------------------------------------------------------------------
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+// Waits until at most N committed wgmma groups are still running.
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving reads or writes of an accumulator across
+// the asynchronous MMAs that own it.
+__device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+// The descriptor of a K-major operand tile in shared memory as TMA writes it
+// with 128-byte swizzling: rows of 64 16-bit elements (128 bytes), 8-row
+// groups 1024 bytes apart, the tile 1024-byte aligned. Bits: start address
+// >> 4 at 0, leading byte offset (unused by swizzled K-major tiles; 1) at
+// 16, stride byte offset 1024 >> 4 at 32, swizzle mode 1 (128 B) at 62.
+// Stepping k by 16 elements inside the row adds 32 bytes to the start.
+__device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned smem_addr) {
+  return (unsigned long long)((smem_addr & 0x3FFFF) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+}
+
+#define MOJO_ACC8(d, i) \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define MOJO_ACC32(d, i) MOJO_ACC8(d, i), MOJO_ACC8(d, i + 8), MOJO_ACC8(d, i + 16), MOJO_ACC8(d, i + 24)
+#define MOJO_ACC64(d) MOJO_ACC32(d, 0), MOJO_ACC32(d, 32)
+#define MOJO_ACC128(d) MOJO_ACC32(d, 0), MOJO_ACC32(d, 32), MOJO_ACC32(d, 64), MOJO_ACC32(d, 96)
+
+// d (64 x N, fp32) (+)= a (64 x 16, K-major) * b (N x 16, K-major), both
+// operands read from shared memory through their descriptors; scale_d = 0
+// overwrites d. Thread t of the warpgroup holds, for each 8 columns j,
+// d[4j + e] at row 16 * (t / 32) + (t % 32) / 4 (+ 8 for e >= 2), column
+// 8j + 2 * (t % 4) + e % 2.
+#define MOJO_WGMMA_M64N128K16(TYPE)                                                                      \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"                                                \
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {"                         \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                  \
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "        \
+               "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "        \
+               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "       \
+               "%64, %65, p, 1, 1, 0, 0; }"                                                              \
+               : MOJO_ACC64(d)                                                                           \
+               : "l"(a), "l"(b), "r"(scale_d))
+#define MOJO_WGMMA_M64N256K16(TYPE)                                                                      \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"                                               \
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " {"                         \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                  \
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "        \
+               "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "        \
+               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "        \
+               "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "        \
+               "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "        \
+               "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, "  \
+               "%111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, "    \
+               "%125, %126, %127}, "                                                                     \
+               "%128, %129, p, 1, 1, 0, 0; }"                                                            \
+               : MOJO_ACC128(d)                                                                          \
+               : "l"(a), "l"(b), "r"(scale_d))
+
+template <class T> constexpr bool is_bf16 = false;
+template <> constexpr bool is_bf16<bf16> = true;
+
+template <class T, int N>
+__device__ __forceinline__ void wgmma(float (&d)[N / 2], unsigned long long a, unsigned long long b, int scale_d) {
+  static_assert(N == 128 || N == 256, "wgmma tiles are 64 x 128 or 64 x 256");
+  if constexpr (N == 128) {
+    if constexpr (is_bf16<T>) MOJO_WGMMA_M64N128K16("bf16");
+    else MOJO_WGMMA_M64N128K16("f16");
+  } else {
+    if constexpr (is_bf16<T>) MOJO_WGMMA_M64N256K16("bf16");
+    else MOJO_WGMMA_M64N256K16("f16");
+  }
+}
+
+#undef MOJO_WGMMA_M64N128K16
+#undef MOJO_WGMMA_M64N256K16
+#undef MOJO_ACC128
+#undef MOJO_ACC64
+#undef MOJO_ACC32
+#undef MOJO_ACC8
+
+}  // namespace mojo
