@@ -14,6 +14,10 @@
 //   BM BN BK   the block's tile of C and its step along K
 //   WM WN      warps along M and N; each owns a (BM/WM) x (BN/WN) tile of C
 //   STAGES     tiles of A and B in flight (shared memory holds them all)
+//   KS         split K inside the block: KS groups of WM x WN warps, group g
+//              taking k tiles g, g + KS, ... through its own STAGES-deep ring;
+//              the groups' sums meet in shared memory (decode: more warps
+//              stream the weights without a workspace)
 //   TRANS_A    A is stored [K, M] (op(A) = A^T); else [M, K]
 //   TRANS_B    B is stored [N, K] (op(B) = B^T); else [K, N]
 //   VEC        8: rows are loaded as 16-byte cp.async chunks (strides and
@@ -23,9 +27,9 @@
 //              BK = 64, WM = BM / 64 consumer warpgroups, WN = 1, VEC unused)
 //   TF32       (param "tfloat") f32 inputs on tensor cores as tf32 (mma m16n8k8, inputs
 //              rounded to 10 mantissa bits); 0: f32 stays exact
-// MOJO_KERNEL_linear: T, BM, BN, BK, WM, WN, STAGES, VEC, BIAS (0/1), ACT
+// MOJO_KERNEL_linear: T, BM, BN, BK, WM, WN, STAGES, KS, VEC, BIAS (0/1), ACT
 //   (mojo::activate's code: 0 none, 1 gelu, 2 gelu_tanh, 3 silu), RESIDUAL (0/1), TF32, WGMMA.
-// MOJO_KERNEL_group_gemm: T, BM, BN, BK, WM, WN, STAGES, VEC, OFFSETS (4: the
+// MOJO_KERNEL_group_gemm: T, BM, BN, BK, WM, WN, STAGES, KS, VEC, OFFSETS (4: the
 //   offsets are int32, 8: int64), TF32, WGMMA (always 0: groups take the sm_80 path).
 // Kernel args (the sm_80 path; gemm_sm90.cuh lists its own): (TC* c, const TA* a, const TA* b, const TC* bias, const TC* residual,
 //   float alpha, float beta, int m, int n, int k, long long lda, long long ldb,
@@ -35,9 +39,9 @@
 //   group_gemm, grid.z runs over the groups, group g's rows of a and c are
 //   [offsets[g], offsets[g + 1]) (clamped to total_rows), b advances by
 //   batch_b per group, and m is the most rows a group may have.
-// Geometry: WM * WN * 32 threads; grid.x = ceil(m / BM) * ceil(n / BN), visited
+// Geometry: WM * WN * KS * 32 threads; grid.x = ceil(m / BM) * ceil(n / BN), visited
 //   in groups of GROUP_M block rows so that neighbouring blocks share tiles of
-//   B in L2; grid.z = batch; STAGES * (BM + BN) * BK * sizeof(TA) bytes of
+//   B in L2; grid.z = batch; KS * STAGES * (BM + BN) * BK * sizeof(TA) bytes of
 //   dynamic shared memory.
 //
 // Edges: loads outside the matrices are zero-filled (cp.async's src-size), so
@@ -174,10 +178,10 @@ __device__ __forceinline__ void store_output(const Problem<TA, TC>& p, int row, 
 }
 
 // The BM x BN tile of C at (row0, n0) on tensor cores.
-template <class TA, class TC, int BM, int BN, int BK, int WM, int WN, int STAGES, bool TRANS_A, bool TRANS_B, int VEC,
-          bool BETA, bool BIAS, int ACT, bool RESIDUAL>
+template <class TA, class TC, int BM, int BN, int BK, int WM, int WN, int STAGES, int KS, bool TRANS_A, bool TRANS_B,
+          int VEC, bool BETA, bool BIAS, int ACT, bool RESIDUAL>
 __device__ __forceinline__ void mma_tile(const Problem<TA, TC>& p, int row0, int n0) {
-  constexpr int THREADS = WM * WN * 32;
+  constexpr int THREADS = WM * WN * 32;  // one K group
   constexpr int WTM = BM / WM, WTN = BN / WN;  // one warp's tile of C
   constexpr int MI = WTM / 16, NI = WTN / 8;   // its m16n8 mma tiles
   constexpr int K_STEP = 32 / (int)sizeof(TA);  // one mma's k: 16 (f16/bf16) or 8 (tf32)
@@ -187,12 +191,19 @@ __device__ __forceinline__ void mma_tile(const Problem<TA, TC>& p, int row0, int
   using TileA = Tile<TRANS_A ? BK : BM, TRANS_A ? BM : BK, sizeof(TA)>;
   using TileB = Tile<TRANS_B ? BN : BK, TRANS_B ? BK : BN, sizeof(TA)>;
   constexpr int STAGE_BYTES = TileA::BYTES + TileB::BYTES;
+  static_assert(KS == 1 || (KS - 1) * BM * BN * 4 <= KS * STAGES * STAGE_BYTES, "the K groups' sums fit the rings");
   extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
-  const int tid = (int)mojo::thread_x(), lane = tid % 32, warp = tid / 32;
-  const int wm = warp / WN, wn = warp % WN;
+  const int group = (int)mojo::thread_x() / THREADS, tid = (int)mojo::thread_x() % THREADS;
+  const int lane = tid % 32, warp = tid / 32, wm = warp / WN, wn = warp % WN;
+  unsigned char* const ring = smem + group * STAGES * STAGE_BYTES;
+  // Each group waits only for its own warps: groups may run different numbers of k tiles.
+  auto sync_group = [&] {
+    if constexpr (KS == 1) mojo::sync_block();
+    else mojo::sync_warps(1 + group, THREADS);
+  };
 
   auto load_stage = [&](int stage, int kt) {
-    unsigned char* s = smem + stage * STAGE_BYTES;
+    unsigned char* s = ring + stage * STAGE_BYTES;
     const int k0 = kt * BK;
     if constexpr (TRANS_A) load_tile<TA, BK, BM, THREADS, VEC>(s, p.a, p.lda, p.k, p.m, k0, row0, tid);
     else load_tile<TA, BM, BK, THREADS, VEC>(s, p.a, p.lda, p.m, p.k, row0, k0, tid);
@@ -208,20 +219,21 @@ __device__ __forceinline__ void mma_tile(const Problem<TA, TC>& p, int row0, int
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
-  const int k_tiles = (p.k + BK - 1) / BK;
+  // This group's k tiles: group, group + KS, ...; the j-th of them is in stage j % STAGES.
+  const int k_tiles = ((p.k + BK - 1) / BK - group + KS - 1) / KS;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < k_tiles) load_stage(s, s);
+    if (s < k_tiles) load_stage(s, group + s * KS);
     mojo::cp_async_commit();
   }
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    mojo::cp_async_wait<STAGES - 2>();  // tile kt has landed
-    mojo::sync_block();                 // ... for every warp, and stage kt - 1 is free again
-    const int next = kt + STAGES - 1;
-    if (next < k_tiles) load_stage(next % STAGES, next);
+  for (int j = 0; j < k_tiles; ++j) {
+    mojo::cp_async_wait<STAGES - 2>();  // tile j has landed
+    sync_group();                       // ... for every warp, and stage j - 1 is free again
+    const int next = j + STAGES - 1;
+    if (next < k_tiles) load_stage(next % STAGES, group + next * KS);
     mojo::cp_async_commit();
 
-    const unsigned char* sa = smem + (kt % STAGES) * STAGE_BYTES;
+    const unsigned char* sa = ring + (j % STAGES) * STAGE_BYTES;
     const unsigned char* sb = sa + TileA::BYTES;
 #pragma unroll
     for (int kk = 0; kk < BK; kk += K_STEP) {
@@ -245,6 +257,31 @@ __device__ __forceinline__ void mma_tile(const Problem<TA, TC>& p, int row0, int
     }
   }
   mojo::cp_async_wait<0>();
+
+  if constexpr (KS > 1) {
+    // Groups 1.. leave their sums in shared memory (the rings are free once
+    // every group is done), group 0 adds them and writes the tile.
+    float* sums = reinterpret_cast<float*>(smem);
+    constexpr int PER_THREAD = MI * NI * 4;
+    mojo::sync_block();
+    if (group > 0)
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            sums[((group - 1) * PER_THREAD + (i * NI + j) * 4 + e) * THREADS + tid] = acc[i][j][e];
+    mojo::sync_block();
+    if (group > 0) return;
+    for (int g = 0; g < KS - 1; ++g)
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[i][j][e] += sums[(g * PER_THREAD + (i * NI + j) * 4 + e) * THREADS + tid];
+  }
 
   // Accumulator e of tile (i, j): row lane / 4 (+ 8 for e >= 2), column 2 * (lane % 4) + e % 2.
 #pragma unroll
@@ -305,13 +342,14 @@ __device__ __forceinline__ void simt_tile(const Problem<float, TC>& p, int row0,
 template <class T> constexpr bool is_f32 = false;
 template <> constexpr bool is_f32<float> = true;
 
-template <class TA, class TC, int BM, int BN, int BK, int WM, int WN, int STAGES, bool TRANS_A, bool TRANS_B, int VEC,
-          bool BETA, bool BIAS, int ACT, bool RESIDUAL, int OFFSETS, bool TF32>
+template <class TA, class TC, int BM, int BN, int BK, int WM, int WN, int STAGES, int KS, bool TRANS_A, bool TRANS_B,
+          int VEC, bool BETA, bool BIAS, int ACT, bool RESIDUAL, int OFFSETS, bool TF32>
 __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* __restrict__ b,
                                     const TC* __restrict__ bias, const TC* residual, float alpha, float beta, int m,
                                     int n, int k, long long lda, long long ldb, long long ldc, long long ldr,
                                     long long batch_a, long long batch_b, long long batch_c, const void* offsets,
                                     long long total_rows) {
+  static_assert(KS == 1 || !(is_f32<TA> && !TF32), "the exact f32 path does not split K");
   const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
   int m0, n0;
   tile_origin<BM, BN>((int)mojo::block_x(), tiles_m, tiles_n, m0, n0);
@@ -337,7 +375,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
     if constexpr (is_f32<TA> && !TF32)
       simt_tile<TC, BM, BN, BK, TRANS_A, TRANS_B, BETA, BIAS, ACT, RESIDUAL>(p, row0, n0);
     else
-      mma_tile<TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL>(p, row0, n0);
+      mma_tile<TA, TC, BM, BN, BK, WM, WN, STAGES, KS, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL>(p, row0, n0);
     mojo::sync_block();  // every warp is done with shared memory before the next pass refills it
   }
 }
@@ -350,7 +388,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 // WGMMA picks the path: 0 is the sm_80 kernel above, 1 the sm_90a one
 // (gemm_sm90.cuh, its own kernel args; BM / 64 consumer warpgroups).
 #define MOJO_GEMM_KERNEL(WGMMA, ...) MOJO_GEMM_KERNEL_##WGMMA(__VA_ARGS__)
-#define MOJO_GEMM_KERNEL_1(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT,         \
+#define MOJO_GEMM_KERNEL_1(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT,         \
                            RESIDUAL, OFFSETS, TF32)                                                                  \
   extern "C" __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)                                               \
       NAME(TC* c, const TC* __restrict__ bias, const TC* residual, float alpha, float beta, int m, int n, int k,      \
@@ -359,21 +397,21 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
         c, bias, residual, alpha, beta, m, n, k, ldc, ldr, batch_c, batches, MOJO_PARAM_ADDRESS(NAME, 12),          \
         MOJO_PARAM_ADDRESS(NAME, 13));                                                                              \
   }
-#define MOJO_GEMM_KERNEL_0(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL, \
+#define MOJO_GEMM_KERNEL_0(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL, \
                          OFFSETS, TF32)                                                                           \
-  extern "C" __global__ void __launch_bounds__(WM * WN * 32, 1)                                                    \
+  extern "C" __global__ void __launch_bounds__(WM * WN * KS * 32, 1)                                                    \
       NAME(TC* c, const TA* __restrict__ a, const TA* __restrict__ b, const TC* __restrict__ bias,                 \
            const TC* residual, float alpha, float beta, int m, int n, int k, long long lda, long long ldb,         \
            long long ldc, long long ldr, long long batch_a, long long batch_b, long long batch_c,                  \
            const void* offsets, long long total_rows) {                                                           \
-    mojo_gemm::run<TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL, OFFSETS,  \
+    mojo_gemm::run<TA, TC, BM, BN, BK, WM, WN, STAGES, KS, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL, OFFSETS,  \
                    TF32>(c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr, batch_a, batch_b,      \
                          batch_c, offsets, total_rows);                                                          \
   }
-#define MOJO_KERNEL_gemm(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, TF32, WGMMA) \
-  MOJO_GEMM_KERNEL(WGMMA, NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, TRANS_A, TRANS_B, VEC, BETA, 0, 0, 0, 0, TF32)
+#define MOJO_KERNEL_gemm(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, TRANS_A, TRANS_B, VEC, BETA, TF32, WGMMA) \
+  MOJO_GEMM_KERNEL(WGMMA, NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, TRANS_A, TRANS_B, VEC, BETA, 0, 0, 0, 0, TF32)
 #define MOJO_KERNEL_gemm_batched MOJO_KERNEL_gemm
-#define MOJO_KERNEL_linear(NAME, T, BM, BN, BK, WM, WN, STAGES, VEC, BIAS, ACT, RESIDUAL, TF32, WGMMA) \
-  MOJO_GEMM_KERNEL(WGMMA, NAME, T, T, BM, BN, BK, WM, WN, STAGES, 0, 1, VEC, 0, BIAS, ACT, RESIDUAL, 0, TF32)
-#define MOJO_KERNEL_group_gemm(NAME, T, BM, BN, BK, WM, WN, STAGES, VEC, OFFSETS, TF32, WGMMA_UNUSED) \
-  MOJO_GEMM_KERNEL(0, NAME, T, T, BM, BN, BK, WM, WN, STAGES, 0, 1, VEC, 0, 0, 0, 0, OFFSETS, TF32)
+#define MOJO_KERNEL_linear(NAME, T, BM, BN, BK, WM, WN, STAGES, KS, VEC, BIAS, ACT, RESIDUAL, TF32, WGMMA) \
+  MOJO_GEMM_KERNEL(WGMMA, NAME, T, T, BM, BN, BK, WM, WN, STAGES, KS, 0, 1, VEC, 0, BIAS, ACT, RESIDUAL, 0, TF32)
+#define MOJO_KERNEL_group_gemm(NAME, T, BM, BN, BK, WM, WN, STAGES, KS, VEC, OFFSETS, TF32, WGMMA_UNUSED) \
+  MOJO_GEMM_KERNEL(0, NAME, T, T, BM, BN, BK, WM, WN, STAGES, KS, 0, 1, VEC, 0, 0, 0, 0, OFFSETS, TF32)

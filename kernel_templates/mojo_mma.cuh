@@ -15,6 +15,13 @@ __device__ __forceinline__ unsigned smem_address(const void* p) {
   return a;
 }
 
+// A barrier for the `threads` threads (a multiple of 32) that use barrier
+// `id` (1..15; 0 is __syncthreads'): lets groups of warps in one block
+// synchronise independently.
+__device__ __forceinline__ void sync_warps(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // 16 bytes global -> shared without passing through registers; only the
 // first `src_bytes` are read, the rest of the 16 are zero-filled (tile edges).
 __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, int src_bytes) {

@@ -271,6 +271,27 @@ INSTANTIATE_TEST_SUITE_P(Compilers, GemmCompiles,
                          ::testing::ValuesIn(test::compilers()),
                          [](const auto& info) { return test::compiler_test_name(info.param); });
 
+// Decode (M <= 16) splits K over warp groups when the grid alone would leave
+// too few loads in flight per SM; each group keeps at least two k tiles.
+TEST(Gemm, DecodeSplitsKAcrossWarpGroups) {
+  const OpDef& linear = find_op("linear");
+  auto params = [&](std::int64_t m, std::int64_t n, std::int64_t k) {
+    const TensorSpec x(DType::bf16, {m, k}), w(DType::bf16, {n, k}), y(DType::bf16, {m, n});
+    return linear.specialize(specs({y, x, w, TensorSpec(), TensorSpec()}), {}, kSm90);
+  };
+  const Params down = params(1, 4096, 12288);  // 128 blocks of 16 x 32
+  EXPECT_EQ(down.get("ks"), 4);
+  const TensorSpec x(DType::bf16, {1, 12288}), w(DType::bf16, {4096, 12288}), y(DType::bf16, {1, 4096});
+  const LaunchGeometry g = linear.geometry(down, specs({y, x, w, TensorSpec(), TensorSpec()}));
+  EXPECT_EQ(g.block.x, 4u * 64u) << "four groups of two warps";
+  EXPECT_EQ(g.dynamic_smem, 4u * 4u * (16 + 32) * 64 * 2) << "a ring per group";
+  EXPECT_EQ(params(16, 6144, 4096).get("ks"), 2);
+  EXPECT_EQ(params(16, 24576, 4096).get("ks"), 1) << "384 blocks already fill the SMs";
+  EXPECT_EQ(params(1, 4096, 128).get("ks"), 1) << "two k tiles: nothing to split";
+  EXPECT_EQ(params(1, 4096, 300).get("ks"), 2);
+  EXPECT_EQ(params(64, 4096, 4096).get("ks"), 1) << "only decode tiles split";
+}
+
 // The sm_90a path: which problems take it, and what each compiles to.
 TEST(Gemm, HopperPathForKMajorSixteenBitOperands) {
   const Target sm90a = Target::parse("sm_90a");
@@ -279,7 +300,7 @@ TEST(Gemm, HopperPathForKMajorSixteenBitOperands) {
   const auto nt = specs({bf({4096, 4096}), bf({4096, 4096}), bf({4096, 4096})});
   Params p = gemm.specialize(nt, {{"trans_b", 1}}, sm90a);
   EXPECT_EQ(p.get("wgmma"), 1);
-  EXPECT_EQ(p.str(), "dtype=bf16 out=bf16 bm=128 bn=256 bk=64 wm=2 wn=1 stages=4 ta=0 tb=1 vec=8 beta=0 tfloat=0 wgmma=1");
+  EXPECT_EQ(p.str(), "dtype=bf16 out=bf16 bm=128 bn=256 bk=64 wm=2 wn=1 stages=4 ks=1 ta=0 tb=1 vec=8 beta=0 tfloat=0 wgmma=1");
   LaunchGeometry g = gemm.geometry(p, nt);
   EXPECT_EQ(g.grid.x, 32u * 16u) << "every tile; the Runtime caps a persistent grid at the SM count";
   EXPECT_TRUE(g.persistent);

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 
 #include "gpu_util.hpp"
 #include "mojo/error.hpp"
@@ -145,6 +146,20 @@ TEST_P(GpuGemm, LinearResidualMayBeTheOutputItself) {
   std::vector<std::uint8_t> want(y.nbytes());
   reference::linear(DType::bf16, xh.data(), wh.data(), nullptr, yh.data(), want.data(), m, n, k, 0);
   test::expect_close(DType::bf16, yd.read(), want, "out", gemm_tolerance(DType::bf16, k));
+}
+
+// Decode shapes whose K is split over 2 or 4 warp groups, with k tiles that
+// do not divide evenly among the groups (and K not a multiple of 64).
+TEST_P(GpuGemm, DecodeSplitK) {
+  for (auto [m, n, k] : {std::array<std::int64_t, 3>{1, 4096, 4168}, {16, 4096, 1000}, {5, 6144, 520}, {3, 200, 300}}) {
+    const std::vector<Tensor> t = {{TensorSpec(DType::bf16, {m, n}), 0x1000},
+                                   {TensorSpec(DType::bf16, {m, k}), 0x1000},
+                                   {TensorSpec(DType::bf16, {n, k}), 0x1000}};
+    const std::vector<ScalarArg> scalars = {{"trans_b", 1}};
+    EXPECT_GE(rt->get_kernel("gemm", t, scalars).params().get("ks"), 2) << m << "x" << n << "x" << k << ": K is split";
+    check_gemm(*rt, DType::bf16, DType::bf16, {m, n, k, false, true}, 1.0, 0.0);
+    check_gemm(*rt, DType::f16, DType::f32, {m, n, k, false, true}, 0.5, 1.0);
+  }
 }
 
 // The sm_90a path (TMA + wgmma, warp-specialised, persistent) on Hopper:

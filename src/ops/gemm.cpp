@@ -27,12 +27,13 @@ struct TileConfig {
   int element_bytes = 2;     // of the inputs: 2, or 4 for tf32
   bool tensor_cores = true;  // false: the exact fp32 path, static shared memory only
   bool wgmma = false;        // the sm_90a path: bm / 64 consumer warpgroups + a producer, bk = 64
+  int ks = 1;                // K split over this many groups of wm x wn warps (sm_80 path), each with its own ring
   unsigned smem_bytes() const {
     // sm_90a: the ring, one full and one empty mbarrier per stage, 1024 bytes to align the ring.
     if (wgmma) return unsigned(stages * (bm + bn) * bk * element_bytes + 16 * stages + 1024);
-    return tensor_cores ? unsigned(stages * (bm + bn) * bk * element_bytes) : 0;
+    return tensor_cores ? unsigned(ks * stages * (bm + bn) * bk * element_bytes) : 0;
   }
-  unsigned threads() const { return wgmma ? unsigned(bm / 64 + 1) * 128 : unsigned(wm * wn * 32); }
+  unsigned threads() const { return wgmma ? unsigned(bm / 64 + 1) * 128 : unsigned(wm * wn * ks * 32); }
 };
 
 // The sm_90a tiles: 128 rows (two consumer warpgroups) by 256 or 128 columns.
@@ -71,11 +72,13 @@ TileConfig fit(TileConfig c, int element_bytes, const Target& target) {
 }
 
 // The M bucket picks the tile; when its grid would leave SMs idle, a
-// narrower tile makes more blocks (decode and mid-size M on wide GPUs).
+// narrower tile makes more blocks (decode and mid-size M on wide GPUs), and
+// a decode tile splits K over up to 4 warp groups so that about four tiles'
+// worth of loads per SM are in flight (each group keeping >= 2 k tiles).
 // Where the sm_90a path may run (`wgmma_ok`), it takes every problem with
 // enough 128-row tiles to fill half the SMs; thin problems stay on the
 // sm_80 path, whose small tiles spread the weights over more SMs.
-TileConfig pick_tile(std::int64_t m, std::int64_t n, DType dtype, bool tf32, const Target& target,
+TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, bool tf32, const Target& target,
                      bool wgmma_ok = false, std::int64_t batch = 1) {
   if (dtype == DType::f32 && !tf32) return {64, 64, 16, 2, 4, 1, 4, false};  // 256 threads of 4 x 4 outputs
   const std::int64_t sms = typical_sm_count(target);
@@ -89,6 +92,8 @@ TileConfig pick_tile(std::int64_t m, std::int64_t n, DType dtype, bool tf32, con
                            : TileConfig{128, 128, 32, 2, 4, 4};  // 256 threads, 64x32 per warp
   if (c.bm == 128 && tiles(c) < sms) c = {64, 64, 32, 2, 2, 4};
   if (c.bm == 16 && tiles(c) < sms) c = {16, 32, 64, 1, 2, 4};  // 16x16 per warp
+  if (c.bm == 16)
+    while (c.ks < 4 && tiles(c) * c.ks * 2 <= 4 * sms && k >= std::int64_t(c.ks) * 2 * c.bk * 2) c.ks *= 2;
   return fit(c, int(dtype_size(dtype)), target);
 }
 
@@ -133,12 +138,14 @@ void add_tile(Params& p, const TileConfig& c) {
   p.add("wm", c.wm);
   p.add("wn", c.wn);
   p.add("stages", c.stages);
+  p.add("ks", c.ks);
 }
 TileConfig tile_of(const Params& p) {
   const DType dtype = p.dtype("dtype");
   return {int(p.get("bm")),     int(p.get("bn")),       int(p.get("bk")),
           int(p.get("wm")),     int(p.get("wn")),       int(p.get("stages")),
-          int(dtype_size(dtype)), dtype != DType::f32 || p.get("tfloat") != 0, p.get("wgmma") != 0};
+          int(dtype_size(dtype)), dtype != DType::f32 || p.get("tfloat") != 0, p.get("wgmma") != 0,
+          int(p.get("ks"))};
 }
 
 // The kernel's arguments; one place for the ABI all four ops share.
@@ -189,6 +196,7 @@ Params with_tile(const Params& p, const TileConfig& c) {
     if (x.name == "wn") v = c.wn;
     if (x.name == "stages") v = c.stages;
     if (x.name == "wgmma") v = c.wgmma;
+    if (x.name == "ks") v = c.ks;
     if (x.is_dtype) out.add_dtype(x.name, DType(v));
     else out.add(x.name, v);
   }
@@ -202,9 +210,12 @@ std::vector<Params> tile_candidates(const Params& chosen, const Target& target) 
   const TileConfig current = tile_of(chosen);
   if (!current.tensor_cores) return {};
   std::vector<Params> out{chosen};
+  TileConfig split2{16, 64, 64, 1, 2, 4}, split4{16, 32, 64, 1, 2, 4};
+  split2.ks = 2;
+  split4.ks = 4;
   const TileConfig tiles[] = {kWgmmaWide, kWgmmaNarrow, {128, 128, 32, 2, 4, 4}, {128, 64, 32, 2, 2, 4},
                               {64, 128, 32, 2, 2, 4}, {64, 64, 32, 2, 2, 4}, {16, 64, 64, 1, 2, 4},
-                              {16, 32, 64, 1, 2, 4}};
+                              {16, 32, 64, 1, 2, 4}, split2, split4};
   for (const TileConfig& c : tiles) {
     if (c.wgmma && !current.wgmma) continue;
     const Params p = with_tile(chosen, fit(c, current.element_bytes, target));
@@ -328,7 +339,7 @@ class Gemm final : public TileOp {
                          chunk_aligned(a.dtype(), t[2].data, {d.ldb, d.batch_b});
     // TMA walks batches by their stride: each batch's operand must lie apart from the others.
     const bool batches_apart = d.batch == 1 || (d.batch_a >= d.m * d.lda && d.batch_b >= d.n * d.ldb);
-    const TileConfig tile = pick_tile(d.m, d.n, a.dtype(), tf32, target,
+    const TileConfig tile = pick_tile(d.m, d.n, d.k, a.dtype(), tf32, target,
                                       wgmma_possible(target, a.dtype(), !d.trans_a && d.trans_b,
                                                      aligned && batches_apart, d.m, d.n, d.k),
                                       d.batch);
@@ -462,7 +473,7 @@ class Linear final : public TileOp {
     p.add_dtype("dtype", dtype);
     const bool aligned = chunk_aligned(dtype, t[1].data, {d.ldx}) && chunk_aligned(dtype, t[2].data, {d.ldw});
     const TileConfig tile =
-        pick_tile(d.m, d.n, dtype, tf32, target, wgmma_possible(target, dtype, true, aligned, d.m, d.n, d.k));
+        pick_tile(d.m, d.n, d.k, dtype, tf32, target, wgmma_possible(target, dtype, true, aligned, d.m, d.n, d.k));
     add_tile(p, tile);
     p.add("vec", vec_param(tile, aligned));
     p.add("bias", t[3].spec.rank() != 0 ? 1 : 0);
@@ -597,7 +608,7 @@ class GroupGemm final : public TileOp {
     p.add_dtype("dtype", dtype);
     // The tile for a typical group: rows / groups (decode-sized groups get the thin tile).
     const TileConfig tile = pick_tile(std::max<std::int64_t>(1, d.rows / std::max<std::int64_t>(d.groups, 1)),
-                                      d.n * d.groups, dtype, tf32, target);
+                                      d.n * d.groups, d.k, dtype, tf32, target);
     add_tile(p, tile);
     p.add("vec", vec_param(tile, chunk_aligned(dtype, t[1].data, {d.ldx}) &&
                                      chunk_aligned(dtype, t[2].data, {d.k, d.n * d.k})));

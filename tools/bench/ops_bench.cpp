@@ -21,6 +21,8 @@ namespace {
 struct Case {
   std::string op, shapes;  // shapes in the command line's form: "x=32x4096"
   double activation = 0;   // linear's fused activation
+  int trans_b = 0;         // gemm: b is [N, K] (the sm_90a path's layout)
+  mojo::DType dtype = mojo::DType::bf16;
 };
 
 std::vector<Case> qwen3_cases() {
@@ -41,11 +43,14 @@ std::vector<Case> qwen3_cases() {
   return out;
 }
 
-// Square products and Qwen3-8B's linears (qkv, gate+up, down) at decode and
-// prefill sizes, plus gate+up with its bias and silu fused.
+// Square products (f16 and bf16, b as [K, N] and as [N, K]) and Qwen3-8B's
+// linears (qkv, gate+up, down) at decode and prefill sizes, plus gate+up
+// with its bias and silu fused.
 std::vector<Case> gemm_cases() {
   std::vector<Case> out;
-  for (int n : {4096, 8192}) out.push_back({"gemm", fmt::format("a={0}x{0} b={0}x{0}", n)});
+  for (mojo::DType dtype : {mojo::DType::bf16, mojo::DType::f16})
+    for (int n : {4096, 8192})
+      for (int trans_b : {0, 1}) out.push_back({"gemm", fmt::format("a={0}x{0} b={0}x{0}", n), 0, trans_b, dtype});
   for (int m : {1, 16, 128, 4096}) {
     out.push_back({"linear", fmt::format("x={}x4096 weight=6144x4096", m)});
     out.push_back({"linear", fmt::format("x={}x4096 weight=24576x4096", m)});
@@ -116,6 +121,7 @@ double copy_bandwidth_gbs(bool quick) {
 
 struct Result {
   double us = 0, bytes = 0, flops = 0, weight_bytes = 0;
+  mojo::Params params;  // the specialization timed
 };
 
 // Median µs per launch of `c` over CUDA-graph replays that cycle through
@@ -162,8 +168,9 @@ Result time_case(mojo::Runtime& rt, const Case& c, mojo::DType dtype, bool quick
     }
   }
   mojo::Stream stream;
-  const std::vector<mojo::ScalarArg> scalars = c.op == "linear" ? std::vector<mojo::ScalarArg>{{"activation", mojo::Scalar(c.activation)}}
-                                                                 : std::vector<mojo::ScalarArg>{};
+  std::vector<mojo::ScalarArg> scalars;
+  if (c.op == "linear") scalars.push_back({"activation", mojo::Scalar(c.activation)});
+  if (c.op == "gemm") scalars.push_back({"trans_b", mojo::Scalar(c.trans_b)});
   mojo::KernelHandle h = rt.get_kernel(c.op, sets[0], scalars);
   const int per_graph = std::max(copies, 20);
   mojo::Graph graph = mojo::Graph::capture(stream, [&] {
@@ -181,7 +188,7 @@ Result time_case(mojo::Runtime& rt, const Case& c, mojo::DType dtype, bool quick
     us.push_back(mojo::Event::elapsed_ms(start, stop) * 1e3 / per_graph);
   }
   const bool product = c.op == "gemm" || c.op == "linear";
-  return {median(us), bytes, product ? flops(specs) : 0, product ? double(specs[2].nbytes()) : 0};
+  return {median(us), bytes, product ? flops(specs) : 0, product ? double(specs[2].nbytes()) : 0, h.params()};
 }
 
 }  // namespace
@@ -206,23 +213,26 @@ void bench_ops(mojo::Runtime& rt, const Options& options) {
                     {"bytes", r.bytes}});
   }
   constexpr double kCublasTflops = 680;  // cuBLAS, bf16 4096^3 on the project's H100
-  fmt::print("\n## GEMM (bf16; sm_80 path: mma.sync + ldmatrix + cp.async; % of the {:.0f} TFLOP/s cuBLAS reaches "
-             "on bf16 4096^3 on an H100)\n\n",
+  fmt::print("\n## GEMM (path sm_90a: TMA + wgmma, warp-specialised; sm_80: mma.sync + ldmatrix + cp.async; % of "
+             "the {:.0f} TFLOP/s cuBLAS reaches on bf16 4096^3 on an H100; torch_compare.py measures cuBLAS itself)\n\n",
              kCublasTflops);
-  fmt::print("| op | shapes | µs | TFLOP/s | % of cuBLAS 4096^3 | weight GB/s (M <= 16) | % of measured copy |\n"
-             "|---|---|---:|---:|---:|---:|---:|\n");
+  fmt::print("| op | dtype | shapes | path | tile | µs | TFLOP/s | % of cuBLAS 4096^3 | weight GB/s (M <= 16) | "
+             "% of measured copy |\n|---|---|---|---|---|---:|---:|---:|---:|---:|\n");
   for (const Case& c : gemm_cases()) {
-    Result r = time_case(rt, c, dtype, options.quick);
+    Result r = time_case(rt, c, c.dtype, options.quick);
     const double tflops = r.flops / (r.us * 1e-6) * 1e-12;
-    const mojo::TensorSpec x = mojo::find_op(c.op).specs_from_shapes(dtype, mojo::parse_shapes(mojo::find_op(c.op), c.shapes))[1];
+    const mojo::TensorSpec x = mojo::find_op(c.op).specs_from_shapes(c.dtype, mojo::parse_shapes(mojo::find_op(c.op), c.shapes))[1];
     const bool decode = x.numel() / x.dim(x.rank() - 1) <= 16;
     const double weight_gbs = r.weight_bytes / (r.us * 1e-6) * 1e-9;
-    const std::string shapes = c.activation != 0 ? c.shapes + " activation=silu" : c.shapes;
-    fmt::print("| {} | {} | {:.2f} | {:.1f} | {:.0f}% | {} | {} |\n", c.op, shapes, r.us, tflops,
+    std::string shapes = c.shapes;
+    if (c.activation != 0) shapes += " activation=silu";
+    if (c.trans_b) shapes += " trans_b=1";
+    fmt::print("| {} | {} | {} | {} | {}x{} | {:.2f} | {:.1f} | {:.0f}% | {} | {} |\n", c.op, mojo::dtype_name(c.dtype),
+               shapes, r.params.get("wgmma") ? "sm_90a" : "sm_80", r.params.get("bm"), r.params.get("bn"), r.us, tflops,
                100 * tflops / kCublasTflops, decode ? fmt::format("{:.0f}", weight_gbs) : "",
                decode ? fmt::format("{:.0f}%", 100 * weight_gbs / copy_gbs) : "");
-    rows.push_back({{"op", c.op}, {"dtype", mojo::dtype_name(dtype)}, {"shapes", c.shapes}, {"us", r.us},
-                    {"bytes", r.bytes}, {"flops", r.flops}, {"activation", c.activation}});
+    rows.push_back({{"op", c.op}, {"dtype", mojo::dtype_name(c.dtype)}, {"shapes", c.shapes}, {"us", r.us},
+                    {"bytes", r.bytes}, {"flops", r.flops}, {"activation", c.activation}, {"trans_b", c.trans_b}});
   }
   if (!options.json.empty()) {
     nlohmann::json doc = {{"device", rt.device().name()}, {"copy_gbs", copy_gbs}, {"launch_floor_us", floor_us},

@@ -43,7 +43,7 @@ def rotate_neox(t, cos, sin):
     return torch.cat((rotated, t[..., 2 * half :]), dim=-1)
 
 
-def case(op, s, dt, activation=0):
+def case(op, s, dt, activation=0, trans_b=0):
     """(make_inputs(gen) -> tuple of tensors, fn(*inputs)) for one row of the table."""
     if op in ("rms_norm", "add_rms_norm", "layer_norm", "layer_norm_backward"):
         rows, h = math.prod(s["x"][:-1]), s["x"][-1]
@@ -104,6 +104,8 @@ def case(op, s, dt, activation=0):
         return (lambda g: (rand(s["k_cache"], dt, g), rand(s["k_cache"], dt, g), rand(s["k"], dt, g),
                            rand(s["k"], dt, g), perm(slots, tokens, g)), store)
     if op == "gemm":
+        if trans_b:  # b is stored [N, K]
+            return lambda g: (rand(s["a"], dt, g), rand(s["b"], dt, g)), lambda a, b: torch.matmul(a, b.t())
         return lambda g: (rand(s["a"], dt, g), rand(s["b"], dt, g)), torch.matmul
     if op == "linear":
         act = {0: lambda y: y, 1: F.gelu, 2: lambda y: F.gelu(y, approximate="tanh"), 3: F.silu}[int(activation)]
@@ -158,11 +160,11 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = True
     print(f"\n## mojo-jit vs PyTorch {torch.__version__} on {torch.cuda.get_device_name()} "
           f"(ratio > 1: mojo-jit is faster; launch floor {bench['launch_floor_us']:.2f} µs)\n")
-    print("| op | shapes | mojo µs | eager µs | torch.compile µs | eager / mojo | compile / mojo |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| op | dtype | shapes | mojo µs | eager µs | torch.compile µs | eager / mojo | compile / mojo |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
     for row in bench["ops"]:
         op, dt, mojo_us = row["op"], DTYPES[row["dtype"]], row["us"]
-        make, fn = case(op, parse_shapes(row["shapes"]), dt, row.get("activation", 0))
+        make, fn = case(op, parse_shapes(row["shapes"]), dt, row.get("activation", 0), row.get("trans_b", 0))
         sets = input_sets(make, row["bytes"])
         cells = []
         for f in (fn, torch.compile(fn, dynamic=False)):
@@ -173,7 +175,8 @@ def main():
                 cells.append(float("nan"))
         eager, compiled = cells
         shapes = row["shapes"] + (f" activation={row['activation']:g}" if row.get("activation") else "")
-        print(f"| {op} | {shapes} | {mojo_us:.2f} | {eager:.2f} | {compiled:.2f} | "
+        shapes += " trans_b=1" if row.get("trans_b") else ""
+        print(f"| {op} | {row['dtype']} | {shapes} | {mojo_us:.2f} | {eager:.2f} | {compiled:.2f} | "
               f"{eager / mojo_us:.2f} | {compiled / mojo_us:.2f} |", flush=True)
         del sets
         torch.cuda.empty_cache()
