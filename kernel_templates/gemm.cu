@@ -393,7 +393,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
   extern "C" __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)                                               \
       NAME(TC* c, const TC* __restrict__ bias, const TC* residual, float alpha, float beta, int m, int n, int k,      \
            long long ldc, long long ldr, long long batch_c, int batches, const mojo::TensorMap, const mojo::TensorMap) { \
-    mojo_gemm::run_sm90<TA, TC, BM, BN, STAGES, BETA, BIAS, ACT, RESIDUAL>(                                        \
+    mojo_gemm::run_sm90<TA, TC, BM, BN, STAGES, TRANS_A, !TRANS_B, BETA, BIAS, ACT, RESIDUAL>(                     \
         c, bias, residual, alpha, beta, m, n, k, ldc, ldr, batch_c, batches, MOJO_PARAM_ADDRESS(NAME, 12),          \
         MOJO_PARAM_ADDRESS(NAME, 13));                                                                              \
   }

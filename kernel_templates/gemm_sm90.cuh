@@ -1,10 +1,13 @@
 // Matrix multiplication, the sm_90a path (Hopper), included by gemm.cu for
-// f16/bf16 inputs with both operands K-major (A [M, K], B [N, K]: linear, and
-// gemm with trans_b) whose rows TMA can address.
+// f16/bf16 inputs whose rows TMA can address, in any layout: each operand is
+// K-major (A [M, K], B [N, K]) or MN-major (A [K, M] with TRANS_A, B [K, N]
+// without TRANS_B), which wgmma reads transposed.
 //
 // Warp-specialised and persistent: each block loops over tiles of C.
 // Warpgroup 0 is the producer: one thread issues TMA loads of the A (BM x 64)
-// and B (BN x 64) tiles into a STAGES-deep ring of shared memory, each stage
+// and B (BN x 64) tiles into a STAGES-deep ring of shared memory (a K-major
+// tile in one box of 64 k x rows, an MN-major one in boxes of 64 m/n x 64 k,
+// 8 KB apart), each stage
 // guarded by a "full" mbarrier (the copies' bytes landed) and an "empty" one
 // (every consumer thread is done reading it). Warpgroups 1..BM/64 are the
 // consumers: each multiplies its 64 rows of the tile with wgmma straight from
@@ -16,8 +19,9 @@
 // Kernel args: (TC* c, const TC* bias, const TC* residual, float alpha,
 //   float beta, int m, int n, int k, long long ldc, long long ldr,
 //   long long batch_c, int batches, TensorMap a_map, TensorMap b_map): the
-//   maps are [batches, M, K] and [batches, N, K] with boxes of 64 x BM and
-//   64 x BN elements and 128-byte swizzle (the runtime encodes them).
+//   maps cover the operands as stored ([batches, M, K] or [batches, K, M],
+//   ...) with boxes of 64 k x BM (BN) rows when K-major and 64 x 64 when
+//   MN-major, 128-byte swizzled (the runtime encodes them).
 // Geometry: 128 * (BM / 64 + 1) threads, grid.x = at most one block per SM,
 //   STAGES * (BM + BN) * 128 + 16 * STAGES + 1024 bytes of dynamic shared memory
 //   (the ring, its barriers, and slack to align the ring to 1024 bytes).
@@ -29,12 +33,14 @@ namespace mojo_gemm {
 
 constexpr int SM90_BK = 64;  // one 128-byte swizzled row of 16-bit elements per k step
 
-template <class T, class TC, int BM, int BN, int STAGES, bool BETA, bool BIAS, int ACT, bool RESIDUAL>
+template <class T, class TC, int BM, int BN, int STAGES, bool MN_A, bool MN_B, bool BETA, bool BIAS, int ACT,
+          bool RESIDUAL>
 __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residual, float alpha, float beta, int m,
                                          int n, int k, long long ldc, long long ldr, long long batch_c, int batches,
                                          const mojo::TensorMap* a_map, const mojo::TensorMap* b_map) {
   constexpr int BK = SM90_BK, CONSUMERS = BM / 64;
   constexpr unsigned A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+  constexpr unsigned CHUNK = 64 * BK * 2;  // 64 rows of a tile: one consumer's A, one MN-major box
   static_assert(BM % 64 == 0 && CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups of 64 rows");
   static_assert(sizeof(T) == 2, "wgmma here takes f16 or bf16");
   extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
@@ -70,8 +76,17 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
         mojo::mbarrier_wait(empty + 8 * stage, phase ^ 1);  // the consumers released this stage
         const unsigned dst = ring + stage * STAGE_BYTES, bar = full + 8 * stage;
         mojo::mbarrier_arrive_expect_tx(bar, STAGE_BYTES);  // whole boxes, zero-filled past the edges
-        mojo::tma_load_3d(dst, a_map, bar, kt * BK, m0, batch);
-        mojo::tma_load_3d(dst + A_BYTES, b_map, bar, kt * BK, n0, batch);
+        if constexpr (MN_A)
+#pragma unroll
+          for (int j = 0; j < BM / 64; ++j) mojo::tma_load_3d(dst + j * CHUNK, a_map, bar, m0 + 64 * j, kt * BK, batch);
+        else
+          mojo::tma_load_3d(dst, a_map, bar, kt * BK, m0, batch);
+        if constexpr (MN_B)
+#pragma unroll
+          for (int j = 0; j < BN / 64; ++j)
+            mojo::tma_load_3d(dst + A_BYTES + j * CHUNK, b_map, bar, n0 + 64 * j, kt * BK, batch);
+        else
+          mojo::tma_load_3d(dst + A_BYTES, b_map, bar, kt * BK, n0, batch);
         if (++stage == STAGES) stage = 0, phase ^= 1;
       }
     }
@@ -92,13 +107,19 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
     int previous = -1;  // the stage whose MMAs may still be running
     for (int kt = 0; kt < k_tiles; ++kt) {
       mojo::mbarrier_wait(full + 8 * stage, phase);
-      const unsigned a_tile = ring + stage * STAGE_BYTES + consumer * 64 * BK * 2, b_tile = ring + stage * STAGE_BYTES + A_BYTES;
+      const unsigned a_tile = ring + stage * STAGE_BYTES + consumer * CHUNK, b_tile = ring + stage * STAGE_BYTES + A_BYTES;
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) mojo::wgmma_fence_operand(acc[i]);
       mojo::wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk)
-        mojo::wgmma<T, BN>(acc, mojo::wgmma_descriptor(a_tile + kk * 32), mojo::wgmma_descriptor(b_tile + kk * 32), 1);
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        // k16 steps: 32 bytes along a K-major row, 16 rows of 128 bytes in an MN-major tile.
+        const unsigned long long a = MN_A ? mojo::wgmma_descriptor(a_tile + kk * 2048, CHUNK)
+                                          : mojo::wgmma_descriptor(a_tile + kk * 32);
+        const unsigned long long b = MN_B ? mojo::wgmma_descriptor(b_tile + kk * 2048, CHUNK)
+                                          : mojo::wgmma_descriptor(b_tile + kk * 32);
+        mojo::wgmma<T, BN, MN_A, MN_B>(acc, a, b, 1);
+      }
       mojo::wgmma_commit();
       mojo::wgmma_wait<1>();  // the previous k step's MMAs are done: release its stage
 #pragma unroll

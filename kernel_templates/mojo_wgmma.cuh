@@ -86,14 +86,20 @@ template <int N> __device__ __forceinline__ void wgmma_wait() {
 // the asynchronous MMAs that own it.
 __device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 
-// The descriptor of a K-major operand tile in shared memory as TMA writes it
-// with 128-byte swizzling: rows of 64 16-bit elements (128 bytes), 8-row
-// groups 1024 bytes apart, the tile 1024-byte aligned. Bits: start address
-// >> 4 at 0, leading byte offset (unused by swizzled K-major tiles; 1) at
-// 16, stride byte offset 1024 >> 4 at 32, swizzle mode 1 (128 B) at 62.
-// Stepping k by 16 elements inside the row adds 32 bytes to the start.
-__device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned smem_addr) {
-  return (unsigned long long)((smem_addr & 0x3FFFF) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+// The descriptor of an operand tile in shared memory as TMA writes it with
+// 128-byte swizzling: 128-byte rows (64 16-bit elements) in swizzle atoms of
+// 8 rows (1024 bytes), the tile 1024-byte aligned. Bits: start address >> 4
+// at 0, leading byte offset >> 4 at 16, stride byte offset >> 4 at 32,
+// swizzle mode 1 (128 B) at 62.
+//  K-major (rows along M/N, 64 k each): atoms 1024 bytes apart along M/N (the
+//    stride offset); the leading offset is unused (1). Stepping k by 16 adds
+//    32 bytes to the start.
+//  MN-major (rows along K, 64 m/n each): atoms 1024 bytes apart along K (the
+//    stride offset); the next 64 m/n are `mn_chunk_bytes` further (the
+//    leading offset). Stepping k by 16 adds 16 rows, 2048 bytes.
+__device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned smem_addr, unsigned mn_chunk_bytes = 16) {
+  return (unsigned long long)((smem_addr & 0x3FFFF) >> 4) | ((unsigned long long)(mn_chunk_bytes >> 4) << 16) |
+         ((1024ull >> 4) << 32) | (1ull << 62);
 }
 
 #define MOJO_ACC8(d, i) \
@@ -102,9 +108,9 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned smem_add
 #define MOJO_ACC64(d) MOJO_ACC32(d, 0), MOJO_ACC32(d, 32)
 #define MOJO_ACC128(d) MOJO_ACC32(d, 0), MOJO_ACC32(d, 32), MOJO_ACC32(d, 64), MOJO_ACC32(d, 96)
 
-// d (64 x N, fp32) (+)= a (64 x 16, K-major) * b (N x 16, K-major), both
-// operands read from shared memory through their descriptors; scale_d = 0
-// overwrites d. Thread t of the warpgroup holds, for each 8 columns j,
+// d (64 x N, fp32) (+)= a (64 x 16) * b (N x 16), both operands read from
+// shared memory through their descriptors, each K-major or (MN_MAJOR_A/B = 1)
+// MN-major; scale_d = 0 overwrites d. Thread t of the warpgroup holds, for each 8 columns j,
 // d[4j + e] at row 16 * (t / 32) + (t % 32) / 4 (+ 8 for e >= 2), column
 // 8j + 2 * (t % 4) + e % 2.
 #define MOJO_WGMMA_M64N128K16(TYPE)                                                                      \
@@ -114,9 +120,9 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned smem_add
                "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "        \
                "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "        \
                "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "       \
-               "%64, %65, p, 1, 1, 0, 0; }"                                                              \
+               "%64, %65, p, 1, 1, %67, %68; }"                                                          \
                : MOJO_ACC64(d)                                                                           \
-               : "l"(a), "l"(b), "r"(scale_d))
+               : "l"(a), "l"(b), "r"(scale_d), "n"(MN_MAJOR_A), "n"(MN_MAJOR_B))
 #define MOJO_WGMMA_M64N256K16(TYPE)                                                                      \
   asm volatile("{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"                                               \
                "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " {"                         \
@@ -129,14 +135,14 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned smem_add
                "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, "  \
                "%111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, "    \
                "%125, %126, %127}, "                                                                     \
-               "%128, %129, p, 1, 1, 0, 0; }"                                                            \
+               "%128, %129, p, 1, 1, %131, %132; }"                                                      \
                : MOJO_ACC128(d)                                                                          \
-               : "l"(a), "l"(b), "r"(scale_d))
+               : "l"(a), "l"(b), "r"(scale_d), "n"(MN_MAJOR_A), "n"(MN_MAJOR_B))
 
 template <class T> constexpr bool is_bf16 = false;
 template <> constexpr bool is_bf16<bf16> = true;
 
-template <class T, int N>
+template <class T, int N, int MN_MAJOR_A, int MN_MAJOR_B>
 __device__ __forceinline__ void wgmma(float (&d)[N / 2], unsigned long long a, unsigned long long b, int scale_d) {
   static_assert(N == 128 || N == 256, "wgmma tiles are 64 x 128 or 64 x 256");
   if constexpr (N == 128) {

@@ -293,7 +293,7 @@ TEST(Gemm, DecodeSplitsKAcrossWarpGroups) {
 }
 
 // The sm_90a path: which problems take it, and what each compiles to.
-TEST(Gemm, HopperPathForKMajorSixteenBitOperands) {
+TEST(Gemm, HopperPathForSixteenBitOperandsInAnyLayout) {
   const Target sm90a = Target::parse("sm_90a");
   const OpDef &gemm = find_op("gemm"), &linear = find_op("linear");
   auto bf = [](std::vector<std::int64_t> shape) { return TensorSpec(DType::bf16, shape); };
@@ -308,8 +308,8 @@ TEST(Gemm, HopperPathForKMajorSixteenBitOperands) {
   EXPECT_EQ(g.dynamic_smem, 4u * (128 + 256) * 64 * 2 + 4 * 16 + 1024);
   EXPECT_EQ(gemm.max_dynamic_smem(p), g.dynamic_smem);
 
-  EXPECT_EQ(gemm.specialize(nt, {}, sm90a).get("wgmma"), 0) << "B [K, N] is not K-major";
-  EXPECT_EQ(gemm.specialize(nt, {{"trans_a", 1}, {"trans_b", 1}}, sm90a).get("wgmma"), 0) << "A [K, M]";
+  EXPECT_EQ(gemm.specialize(nt, {}, sm90a).get("wgmma"), 1) << "B [K, N]: MN-major, read transposed";
+  EXPECT_EQ(gemm.specialize(nt, {{"trans_a", 1}, {"trans_b", 1}}, sm90a).get("wgmma"), 1) << "A [K, M]";
   EXPECT_EQ(gemm.specialize(nt, {{"trans_b", 1}}, kSm90).get("wgmma"), 0) << "sm_90 without 'a' has no wgmma";
   EXPECT_EQ(gemm.specialize({nt[0], {nt[1].spec, 0x1008}, nt[2]}, {{"trans_b", 1}}, sm90a).get("wgmma"), 0)
       << "TMA needs 16-byte aligned rows";
@@ -364,6 +364,10 @@ TEST_P(GemmSass, HopperPathIsHgmmaAndSm80PathIsHmma) {
        {{"trans_b", 1}, {"beta", 0.5}}, "sm_90a", 1},
       {"gemm_batched f16", "gemm_batched", specs({hf({8, 1024, 1024}), hf({8, 1024, 512}), hf({8, 1024, 512})}),
        {{"trans_b", 1}}, "sm_90a", 1},
+      {"gemm bf16 A [M, K], B [K, N] (MN-major B)", "gemm", specs({bf({4096, 4096}), bf({4096, 4096}), bf({4096, 4096})}),
+       {}, "sm_90a", 1},
+      {"gemm f16 A [K, M], B [K, N] (both MN-major), 128x128", "gemm",
+       specs({hf({1024, 2048}), hf({1024, 1024}), hf({1024, 2048})}), {{"trans_a", 1}}, "sm_90a", 1},
       {"gemm bf16 on sm_80", "gemm", specs({bf({4096, 4096}), bf({4096, 4096}), bf({4096, 4096})}), {}, "sm_80", 0},
   };
   for (const Case& c : cases) {

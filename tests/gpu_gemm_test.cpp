@@ -164,8 +164,9 @@ TEST_P(GpuGemm, DecodeSplitK) {
 
 // The sm_90a path (TMA + wgmma, warp-specialised, persistent) on Hopper:
 // shapes with enough tiles to take it, both of its tiles (128 x 256 and
-// 128 x 128), K not a multiple of 64 and K below one step, M and N not tile
-// multiples, beta and an f32 output, batches, and linear's whole epilogue.
+// 128 x 128), every layout (K-major and MN-major operands), K not a multiple
+// of 64 and K below one step, M and N not tile multiples, beta and an f32
+// output, batches, and linear's whole epilogue.
 namespace {
 struct HopperCase {
   DType in, out;
@@ -177,7 +178,12 @@ const HopperCase kHopperCases[] = {{DType::bf16, DType::bf16, {1100, 1000, 136, 
                                    {DType::f16, DType::f32, {1100, 1000, 136, false, true}, 0.5, 2.0, 1, 128},
                                    {DType::bf16, DType::bf16, {1024, 4352, 72, false, true}, 1.0, 0.0, 1, 256},
                                    {DType::f16, DType::f16, {4095, 2000, 8, false, true}, -1.0, 0.0, 1, 256},
-                                   {DType::f16, DType::f16, {700, 1000, 200, false, true}, 1.0, 0.5, 3, 128}};
+                                   {DType::f16, DType::f16, {700, 1000, 200, false, true}, 1.0, 0.5, 3, 128},
+                                   // MN-major operands (read transposed by wgmma): B [K, N], A [K, M], both.
+                                   {DType::bf16, DType::bf16, {1100, 1000, 136, false, false}, 1.0, 0.0, 1, 128},
+                                   {DType::f16, DType::f32, {1024, 4352, 200, true, true}, 1.0, 0.5, 1, 256},
+                                   {DType::bf16, DType::bf16, {1000, 1104, 72, true, false}, 2.0, 0.0, 1, 128},
+                                   {DType::f16, DType::f16, {704, 1000, 200, true, false}, 1.0, 0.0, 3, 128}};
 
 bool is_hopper(Runtime& rt) { return rt.device().target() == Target::parse("sm_90a"); }
 
@@ -192,10 +198,11 @@ void check_hopper_gemm(Runtime& rt, const HopperCase& c) {
   auto shape = [&](std::int64_t r, std::int64_t cols) {
     return batched ? std::vector<std::int64_t>{c.batch, r, cols} : std::vector<std::int64_t>{r, cols};
   };
-  const std::vector<Tensor> t = {{TensorSpec(c.out, shape(c.shape.m, c.shape.n)), 0x1000},
-                                 {TensorSpec(c.in, shape(c.shape.m, c.shape.k)), 0x1000},
-                                 {TensorSpec(c.in, shape(c.shape.n, c.shape.k)), 0x1000}};
-  const std::vector<ScalarArg> scalars = {{"trans_b", 1}, {"beta", c.beta}};
+  const Case& s = c.shape;
+  const std::vector<Tensor> t = {{TensorSpec(c.out, shape(s.m, s.n)), 0x1000},
+                                 {TensorSpec(c.in, s.ta ? shape(s.k, s.m) : shape(s.m, s.k)), 0x1000},
+                                 {TensorSpec(c.in, s.tb ? shape(s.n, s.k) : shape(s.k, s.n)), 0x1000}};
+  const std::vector<ScalarArg> scalars = {{"trans_a", s.ta ? 1 : 0}, {"trans_b", s.tb ? 1 : 0}, {"beta", c.beta}};
   expect_wgmma(rt, batched ? "gemm_batched" : "gemm", t, scalars, c.bn);
   check_gemm(rt, c.in, c.out, c.shape, c.alpha, c.beta, c.batch);
 }

@@ -123,12 +123,11 @@ std::int64_t checked_dim(std::string_view op, std::string_view what, std::int64_
 }
 
 // The sm_90a path's preconditions: a Hopper-specific build, 16-bit inputs,
-// both operands K-major (A [M, K], B [N, K]), rows TMA can address (16-byte
-// aligned starts and row strides: `aligned`), and a non-empty problem.
-bool wgmma_possible(const Target& t, DType dtype, bool k_major, bool aligned, std::int64_t m, std::int64_t n,
-                    std::int64_t k) {
-  return t.sm == 90 && t.arch_specific && (dtype == DType::f16 || dtype == DType::bf16) && k_major && aligned &&
-         m > 0 && n > 0 && k > 0;
+// rows TMA can address (16-byte aligned starts and row strides: `aligned`),
+// and a non-empty problem. Any layout: wgmma reads MN-major tiles transposed.
+bool wgmma_possible(const Target& t, DType dtype, bool aligned, std::int64_t m, std::int64_t n, std::int64_t k) {
+  return t.sm == 90 && t.arch_specific && (dtype == DType::f16 || dtype == DType::bf16) && aligned && m > 0 &&
+         n > 0 && k > 0;
 }
 
 void add_tile(Params& p, const TileConfig& c) {
@@ -156,15 +155,19 @@ struct GemmArgs {
   DevicePtr offsets = 0;
   std::int64_t total_rows = 0;
   std::int64_t batches = 1;
+  bool mn_major_a = false, mn_major_b = false;  // a stored [K, M], b stored [K, N] (gemm's layouts)
 };
 // gemm.cu's order for the sm_80 path; gemm_sm90.cuh's (with the two TMA
 // descriptors, encoded here from the operands) for the sm_90a one.
 void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p) {
   if (p.get("wgmma")) {
+    // Each operand as stored: K-major in boxes of 64 k x the tile's rows, MN-major in 64 x 64 boxes.
     const DType dtype = p.dtype("dtype");
-    const unsigned bk = unsigned(p.get("bk"));
-    const TensorMap a = tile_tensor_map(g.a, dtype, g.k, g.m, g.batches, g.lda, g.batch_a, bk, unsigned(p.get("bm")));
-    const TensorMap b = tile_tensor_map(g.b, dtype, g.k, g.n, g.batches, g.ldb, g.batch_b, bk, unsigned(p.get("bn")));
+    const unsigned bm = unsigned(p.get("bm")), bn = unsigned(p.get("bn"));
+    const TensorMap a = g.mn_major_a ? tile_tensor_map(g.a, dtype, g.m, g.k, g.batches, g.lda, g.batch_a, 64, 64)
+                             : tile_tensor_map(g.a, dtype, g.k, g.m, g.batches, g.lda, g.batch_a, 64, bm);
+    const TensorMap b = g.mn_major_b ? tile_tensor_map(g.b, dtype, g.n, g.k, g.batches, g.ldb, g.batch_b, 64, 64)
+                             : tile_tensor_map(g.b, dtype, g.k, g.n, g.batches, g.ldb, g.batch_b, 64, bn);
     for (DevicePtr ptr : {g.c, g.bias, g.residual}) args.push(ptr);
     args.push(g.alpha);
     args.push(g.beta);
@@ -338,10 +341,10 @@ class Gemm final : public TileOp {
     const bool aligned = chunk_aligned(a.dtype(), t[1].data, {d.lda, d.batch_a}) &&
                          chunk_aligned(a.dtype(), t[2].data, {d.ldb, d.batch_b});
     // TMA walks batches by their stride: each batch's operand must lie apart from the others.
-    const bool batches_apart = d.batch == 1 || (d.batch_a >= d.m * d.lda && d.batch_b >= d.n * d.ldb);
+    const bool batches_apart = d.batch == 1 || (d.batch_a >= (d.trans_a ? d.k : d.m) * d.lda &&
+                                                d.batch_b >= (d.trans_b ? d.n : d.k) * d.ldb);
     const TileConfig tile = pick_tile(d.m, d.n, d.k, a.dtype(), tf32, target,
-                                      wgmma_possible(target, a.dtype(), !d.trans_a && d.trans_b,
-                                                     aligned && batches_apart, d.m, d.n, d.k),
+                                      wgmma_possible(target, a.dtype(), aligned && batches_apart, d.m, d.n, d.k),
                                       d.batch);
     add_tile(p, tile);
     p.add("ta", d.trans_a);
@@ -368,7 +371,7 @@ class Gemm final : public TileOp {
                      {.c = t[0].data, .a = t[1].data, .b = t[2].data, .alpha = float(scalar(scalars, "alpha")),
                       .beta = float(scalar(scalars, "beta")), .m = d.m, .n = d.n, .k = d.k, .lda = d.lda, .ldb = d.ldb,
                       .ldc = d.ldc, .batch_a = d.batch_a, .batch_b = d.batch_b, .batch_c = d.batch_c,
-                      .batches = d.batch},
+                      .batches = d.batch, .mn_major_a = d.trans_a == 1, .mn_major_b = d.trans_b == 0},
                      p);
   }
 
@@ -473,7 +476,7 @@ class Linear final : public TileOp {
     p.add_dtype("dtype", dtype);
     const bool aligned = chunk_aligned(dtype, t[1].data, {d.ldx}) && chunk_aligned(dtype, t[2].data, {d.ldw});
     const TileConfig tile =
-        pick_tile(d.m, d.n, d.k, dtype, tf32, target, wgmma_possible(target, dtype, true, aligned, d.m, d.n, d.k));
+        pick_tile(d.m, d.n, d.k, dtype, tf32, target, wgmma_possible(target, dtype, aligned, d.m, d.n, d.k));
     add_tile(p, tile);
     p.add("vec", vec_param(tile, aligned));
     p.add("bias", t[3].spec.rank() != 0 ? 1 : 0);
