@@ -164,17 +164,33 @@ template <class TA, class TC> struct Problem {
   long long lda, ldb, ldc, ldr;
 };
 
-// c[row, col] = act(alpha * acc + beta * c + bias) + residual, rounded once.
+// act(alpha * acc + beta * c + bias) + residual for c[row, col] (inside C).
 template <class TA, class TC, bool BETA, bool BIAS, int ACT, bool RESIDUAL>
-__device__ __forceinline__ void store_output(const Problem<TA, TC>& p, int row, int col, float acc) {
-  if (row >= p.m || col >= p.n) return;
+__device__ __forceinline__ float output_value(const Problem<TA, TC>& p, int row, int col, float acc) {
   float v = p.alpha * acc;
-  TC* out = p.c + (long long)row * p.ldc + col;
-  if constexpr (BETA) v += p.beta * mojo::to_float(*out);
+  if constexpr (BETA) v += p.beta * mojo::to_float(p.c[(long long)row * p.ldc + col]);
   if constexpr (BIAS) v += mojo::to_float(p.bias[col]);
   v = mojo::activate<ACT>(v);
   if constexpr (RESIDUAL) v += mojo::to_float(p.residual[(long long)row * p.ldr + col]);
-  *out = mojo::from_float<TC>(v);
+  return v;
+}
+
+// c[row, col] and c[row, col + 1] from their accumulators, rounded once: one
+// paired store when both are inside C and the pair is aligned, else each alone.
+template <class TA, class TC, bool BETA, bool BIAS, int ACT, bool RESIDUAL>
+__device__ __forceinline__ void store_pair(const Problem<TA, TC>& p, int row, int col, float acc0, float acc1) {
+  if (row >= p.m || col >= p.n) return;
+  TC* out = p.c + (long long)row * p.ldc + col;
+  const float v0 = output_value<TA, TC, BETA, BIAS, ACT, RESIDUAL>(p, row, col, acc0);
+  if (col + 1 < p.n && reinterpret_cast<unsigned long long>(out) % (2 * sizeof(TC)) == 0) {
+    mojo::Pack<TC, 2> pair;
+    pair.v[0] = mojo::from_float<TC>(v0);
+    pair.v[1] = mojo::from_float<TC>(output_value<TA, TC, BETA, BIAS, ACT, RESIDUAL>(p, row, col + 1, acc1));
+    mojo::store<TC, 2>(out, pair);
+    return;
+  }
+  *out = mojo::from_float<TC>(v0);
+  if (col + 1 < p.n) out[1] = mojo::from_float<TC>(output_value<TA, TC, BETA, BIAS, ACT, RESIDUAL>(p, row, col + 1, acc1));
 }
 
 // The BM x BN tile of C at (row0, n0) on tensor cores.
@@ -289,9 +305,10 @@ __device__ __forceinline__ void mma_tile(const Problem<TA, TC>& p, int row0, int
 #pragma unroll
     for (int j = 0; j < NI; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        store_output<TA, TC, BETA, BIAS, ACT, RESIDUAL>(p, row0 + wm * WTM + i * 16 + lane / 4 + (e / 2) * 8,
-                                                        n0 + wn * WTN + j * 8 + (lane % 4) * 2 + e % 2, acc[i][j][e]);
+      for (int h = 0; h < 2; ++h)
+        store_pair<TA, TC, BETA, BIAS, ACT, RESIDUAL>(p, row0 + wm * WTM + i * 16 + lane / 4 + h * 8,
+                                                      n0 + wn * WTN + j * 8 + (lane % 4) * 2, acc[i][j][2 * h],
+                                                      acc[i][j][2 * h + 1]);
 }
 
 // The BM x BN tile of C at (row0, n0) in exact fp32 (f32 inputs: no tensor
@@ -335,8 +352,8 @@ __device__ __forceinline__ void simt_tile(const Problem<float, TC>& p, int row0,
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      store_output<float, TC, BETA, BIAS, ACT, RESIDUAL>(p, row0 + ty * 4 + i, n0 + tx * 4 + j, acc[i][j]);
+    for (int j = 0; j < 4; j += 2)
+      store_pair<float, TC, BETA, BIAS, ACT, RESIDUAL>(p, row0 + ty * 4 + i, n0 + tx * 4 + j, acc[i][j], acc[i][j + 1]);
 }
 
 template <class T> constexpr bool is_f32 = false;
@@ -382,7 +399,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 
 }  // namespace mojo_gemm
 
-// The sm_90a path; it uses Problem, store_output and tile_origin from above.
+// The sm_90a path; it uses Problem, store_pair and tile_origin from above.
 #include "gemm_sm90.cuh"
 
 // WGMMA picks the path: 0 is the sm_80 kernel above, 1 the sm_90a one

@@ -138,8 +138,8 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        store_output<T, TC, BETA, BIAS, ACT, RESIDUAL>(p, row + (e / 2) * 8, col + j * 8 + e % 2, acc[4 * j + e]);
+      for (int h = 0; h < 2; ++h)
+        store_pair<T, TC, BETA, BIAS, ACT, RESIDUAL>(p, row + h * 8, col + j * 8, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
   }
 }
 
