@@ -278,25 +278,17 @@ __device__ __forceinline__ void mma_tile(const Problem<TA, TC>& p, int row0, int
     // Groups 1.. leave their sums in shared memory (the rings are free once
     // every group is done), group 0 adds them and writes the tile.
     float* sums = reinterpret_cast<float*>(smem);
+    float* const flat = &acc[0][0][0];
     constexpr int PER_THREAD = MI * NI * 4;
     mojo::sync_block();
     if (group > 0)
 #pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            sums[((group - 1) * PER_THREAD + (i * NI + j) * 4 + e) * THREADS + tid] = acc[i][j][e];
+      for (int e = 0; e < PER_THREAD; ++e) sums[((group - 1) * PER_THREAD + e) * THREADS + tid] = flat[e];
     mojo::sync_block();
     if (group > 0) return;
     for (int g = 0; g < KS - 1; ++g)
 #pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[i][j][e] += sums[(g * PER_THREAD + (i * NI + j) * 4 + e) * THREADS + tid];
+      for (int e = 0; e < PER_THREAD; ++e) flat[e] += sums[(g * PER_THREAD + e) * THREADS + tid];
   }
 
   // Accumulator e of tile (i, j): row lane / 4 (+ 8 for e >= 2), column 2 * (lane % 4) + e % 2.

@@ -1,8 +1,8 @@
-# Prewarms MANIFEST for sm_80,sm_90 into a fresh WORK_DIR twice: the first run
+# Prewarms MANIFEST for sm_80,sm_90a into a fresh WORK_DIR twice: the first run
 # must compile without failures, the second must find everything cached.
 file(REMOVE_RECURSE "${WORK_DIR}")
 foreach(run first second)
-  execute_process(COMMAND "${CLI}" prewarm --manifest "${MANIFEST}" --arch sm_80,sm_90 -j 2 --cache-dir "${WORK_DIR}"
+  execute_process(COMMAND "${CLI}" prewarm --manifest "${MANIFEST}" --arch sm_80,sm_90a -j 2 --cache-dir "${WORK_DIR}"
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   message("${run} run: ${out}")
   if(rc)

@@ -1,7 +1,9 @@
 // Operators. An OpDef knows one operator's signature (named tensors and
 // scalars), validates arguments, derives the template params of a
 // specialization from tensor specs and the target, and gives the launch
-// geometry and kernel arguments. It never touches the driver or a compiler.
+// geometry and kernel arguments. It never compiles, launches or allocates;
+// the one driver call it may make is host-only: encoding the TMA descriptors
+// that the sm_90a GEMM kernels take as arguments (tile_tensor_map).
 #pragma once
 
 #include <array>
