@@ -235,21 +235,21 @@ __device__ __forceinline__ void mma_tile(const Problem<TA, TC>& p, int row0, int
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
-  // This group's k tiles: group, group + KS, ...; the j-th of them is in stage j % STAGES.
+  // This group's k tiles: group, group + KS, ...; its i-th is in stage i % STAGES.
   const int k_tiles = ((p.k + BK - 1) / BK - group + KS - 1) / KS;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < k_tiles) load_stage(s, group + s * KS);
     mojo::cp_async_commit();
   }
-  for (int j = 0; j < k_tiles; ++j) {
-    mojo::cp_async_wait<STAGES - 2>();  // tile j has landed
-    sync_group();                       // ... for every warp, and stage j - 1 is free again
-    const int next = j + STAGES - 1;
+  for (int it = 0; it < k_tiles; ++it) {
+    mojo::cp_async_wait<STAGES - 2>();  // tile it has landed
+    sync_group();                       // ... for every warp, and stage it - 1 is free again
+    const int next = it + STAGES - 1;
     if (next < k_tiles) load_stage(next % STAGES, group + next * KS);
     mojo::cp_async_commit();
 
-    const unsigned char* sa = ring + (j % STAGES) * STAGE_BYTES;
+    const unsigned char* sa = ring + (it % STAGES) * STAGE_BYTES;
     const unsigned char* sb = sa + TileA::BYTES;
 #pragma unroll
     for (int kk = 0; kk < BK; kk += K_STEP) {
