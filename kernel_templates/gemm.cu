@@ -30,7 +30,7 @@
 // MOJO_KERNEL_linear: T, BM, BN, BK, WM, WN, STAGES, KS, VEC, BIAS (0/1), ACT
 //   (mojo::activate's code: 0 none, 1 gelu, 2 gelu_tanh, 3 silu), RESIDUAL (0/1), TF32, WGMMA.
 // MOJO_KERNEL_group_gemm: T, BM, BN, BK, WM, WN, STAGES, KS, VEC, OFFSETS (4: the
-//   offsets are int32, 8: int64), TF32, WGMMA (always 0: groups take the sm_80 path).
+//   offsets are int32, 8: int64), TF32, WGMMA.
 // Kernel args (the sm_80 path; gemm_sm90.cuh lists its own): (TC* c, const TA* a, const TA* b, const TC* bias, const TC* residual,
 //   float alpha, float beta, int m, int n, int k, long long lda, long long ldb,
 //   long long ldc, long long ldr, long long batch_a, long long batch_b, long long batch_c,
@@ -150,6 +150,17 @@ __device__ __forceinline__ void tile_origin(int pid, int tiles_m, int tiles_n, i
 template <int OFFSETS> __device__ __forceinline__ long long group_offset(const void* offsets, long long g) {
   if constexpr (OFFSETS == 4) return static_cast<const int*>(offsets)[g];
   else return static_cast<const long long*>(offsets)[g];
+}
+
+// Group g's rows [first, first + rows), clamped to [0, total_rows).
+template <int OFFSETS>
+__device__ __forceinline__ void group_rows(const void* offsets, long long g, long long total_rows, long long& first,
+                                           int& rows) {
+  long long end = group_offset<OFFSETS>(offsets, g + 1);
+  first = group_offset<OFFSETS>(offsets, g);
+  first = first < 0 ? 0 : (first > total_rows ? total_rows : first);
+  end = end < first ? first : (end > total_rows ? total_rows : end);
+  rows = (int)(end - first);
 }
 
 // One problem's operands, already offset to this block's batch or group.
@@ -365,10 +376,8 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
   const long long batch = mojo::block_z();
   if constexpr (OFFSETS != 0) {
     // This group's rows. The grid covers the m (max) rows given; a larger group takes more passes below.
-    long long first = group_offset<OFFSETS>(offsets, batch), end = group_offset<OFFSETS>(offsets, batch + 1);
-    first = first < 0 ? 0 : (first > total_rows ? total_rows : first);
-    end = end < first ? first : (end > total_rows ? total_rows : end);
-    m = (int)(end - first);
+    long long first;
+    group_rows<OFFSETS>(offsets, batch, total_rows, first, m);
     a += first * lda;
     c += first * ldc;
   } else {
@@ -401,10 +410,11 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
                            RESIDUAL, OFFSETS, TF32)                                                                  \
   extern "C" __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)                                               \
       NAME(TC* c, const TC* __restrict__ bias, const TC* residual, float alpha, float beta, int m, int n, int k,      \
-           long long ldc, long long ldr, long long batch_c, int batches, const mojo::TensorMap, const mojo::TensorMap) { \
-    mojo_gemm::run_sm90<TA, TC, BM, BN, STAGES, TRANS_A, !TRANS_B, BETA, BIAS, ACT, RESIDUAL>(                     \
-        c, bias, residual, alpha, beta, m, n, k, ldc, ldr, batch_c, batches, MOJO_PARAM_ADDRESS(NAME, 12),          \
-        MOJO_PARAM_ADDRESS(NAME, 13));                                                                              \
+           long long ldc, long long ldr, long long batch_c, int batches, const void* offsets, long long total_rows,   \
+           const mojo::TensorMap, const mojo::TensorMap) {                                                         \
+    mojo_gemm::run_sm90<TA, TC, BM, BN, STAGES, TRANS_A, !TRANS_B, BETA, BIAS, ACT, RESIDUAL, OFFSETS>(            \
+        c, bias, residual, alpha, beta, m, n, k, ldc, ldr, batch_c, batches, offsets, total_rows,                   \
+        MOJO_PARAM_ADDRESS(NAME, 14), MOJO_PARAM_ADDRESS(NAME, 15));                                                \
   }
 #define MOJO_GEMM_KERNEL_0(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL, \
                          OFFSETS, TF32)                                                                           \
@@ -422,5 +432,5 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 #define MOJO_KERNEL_gemm_batched MOJO_KERNEL_gemm
 #define MOJO_KERNEL_linear(NAME, T, BM, BN, BK, WM, WN, STAGES, KS, VEC, BIAS, ACT, RESIDUAL, TF32, WGMMA) \
   MOJO_GEMM_KERNEL(WGMMA, NAME, T, T, BM, BN, BK, WM, WN, STAGES, KS, 0, 1, VEC, 0, BIAS, ACT, RESIDUAL, 0, TF32)
-#define MOJO_KERNEL_group_gemm(NAME, T, BM, BN, BK, WM, WN, STAGES, KS, VEC, OFFSETS, TF32, WGMMA_UNUSED) \
-  MOJO_GEMM_KERNEL(0, NAME, T, T, BM, BN, BK, WM, WN, STAGES, KS, 0, 1, VEC, 0, 0, 0, 0, OFFSETS, TF32)
+#define MOJO_KERNEL_group_gemm(NAME, T, BM, BN, BK, WM, WN, STAGES, KS, VEC, OFFSETS, TF32, WGMMA) \
+  MOJO_GEMM_KERNEL(WGMMA, NAME, T, T, BM, BN, BK, WM, WN, STAGES, KS, 0, 1, VEC, 0, 0, 0, 0, OFFSETS, TF32)

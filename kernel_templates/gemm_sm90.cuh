@@ -1,7 +1,8 @@
 // Matrix multiplication, the sm_90a path (Hopper), included by gemm.cu for
 // f16/bf16 inputs whose rows TMA can address, in any layout: each operand is
 // K-major (A [M, K], B [N, K]) or MN-major (A [K, M] with TRANS_A, B [K, N]
-// without TRANS_B), which wgmma reads transposed.
+// without TRANS_B), which wgmma reads transposed. gemm, gemm_batched, linear
+// and group_gemm (the groups as batches of varying rows).
 //
 // Warp-specialised and persistent: each block loops over tiles of C.
 // Warpgroup 0 is the producer: one thread issues TMA loads of the A (BM x 64)
@@ -18,7 +19,10 @@
 //
 // Kernel args: (TC* c, const TC* bias, const TC* residual, float alpha,
 //   float beta, int m, int n, int k, long long ldc, long long ldr,
-//   long long batch_c, int batches, TensorMap a_map, TensorMap b_map): the
+//   long long batch_c, int batches, const void* offsets, long long total_rows,
+//   TensorMap a_map, TensorMap b_map): for group_gemm (OFFSETS 4 or 8) the
+//   batches are the groups, m covers the largest, tiles past a group's rows
+//   are skipped, a_map is x [total_rows, K] and b_map the weights; the
 //   maps cover the operands as stored ([batches, M, K] or [batches, K, M],
 //   ...) with boxes of 64 k x BM (BN) rows when K-major and 64 x 64 when
 //   MN-major, 128-byte swizzled (the runtime encodes them).
@@ -34,15 +38,17 @@ namespace mojo_gemm {
 constexpr int SM90_BK = 64;  // one 128-byte swizzled row of 16-bit elements per k step
 
 template <class T, class TC, int BM, int BN, int STAGES, bool MN_A, bool MN_B, bool BETA, bool BIAS, int ACT,
-          bool RESIDUAL>
+          bool RESIDUAL, int OFFSETS>
 __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residual, float alpha, float beta, int m,
                                          int n, int k, long long ldc, long long ldr, long long batch_c, int batches,
-                                         const mojo::TensorMap* a_map, const mojo::TensorMap* b_map) {
+                                         const void* offsets, long long total_rows, const mojo::TensorMap* a_map,
+                                         const mojo::TensorMap* b_map) {
   constexpr int BK = SM90_BK, CONSUMERS = BM / 64;
   constexpr unsigned A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
   constexpr unsigned CHUNK = 64 * BK * 2;  // 64 rows of a tile: one consumer's A, one MN-major box
   static_assert(BM % 64 == 0 && CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups of 64 rows");
   static_assert(sizeof(T) == 2, "wgmma here takes f16 or bf16");
+  static_assert(OFFSETS == 0 || !MN_A, "groups' rows are K-major");
   extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
   // 128-byte swizzle repeats every 1024 bytes: the ring starts on such a boundary.
   const unsigned ring = (mojo::smem_address(smem) + 1023u) & ~1023u;
@@ -63,30 +69,56 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
 
   const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN, per_batch = tiles_m * tiles_n;
   const int tiles = per_batch * batches, k_tiles = (k + BK - 1) / BK;
+  // Tile t of C: its origin, its batch (or group), the group's first row and
+  // its rows. A group's tiles go row by row, so the first one past its rows
+  // ends it: `next` then jumps to this block's first tile of the next group.
+  // Producer and consumers walk the same tiles, hence the same stages.
+  struct Where {
+    int m0, n0, batch, rows;
+    long long first;
+  };
+  auto where = [&](int t) {
+    Where w{0, 0, t / per_batch, m, 0};
+    if constexpr (OFFSETS != 0) {
+      w.m0 = (t % per_batch) / tiles_n * BM;
+      w.n0 = (t % per_batch) % tiles_n * BN;
+      group_rows<OFFSETS>(offsets, w.batch, total_rows, w.first, w.rows);
+    } else {
+      tile_origin<BM, BN>(t % per_batch, tiles_m, tiles_n, w.m0, w.n0);
+    }
+    return w;
+  };
+  const int grid = (int)mojo::grid_dim_x();
+  auto next = [&](int t, const Where& w) {
+    if (OFFSETS == 0 || w.m0 < w.rows) return t + grid;
+    return t + ((w.batch + 1) * per_batch - t + grid - 1) / grid * grid;
+  };
   if (warpgroup == 0) {
     mojo::setmaxnreg_dec<40>();
     if (tid != 0) return;
     int stage = 0;
     unsigned phase = 0;
-    for (int t = (int)mojo::block_x(); t < tiles; t += (int)mojo::grid_dim_x()) {
-      int m0, n0;
-      tile_origin<BM, BN>(t % per_batch, tiles_m, tiles_n, m0, n0);
-      const int batch = t / per_batch;
+    for (int t = (int)mojo::block_x(); t < tiles;) {
+      const Where w = where(t);
+      t = next(t, w);
+      if (w.m0 >= w.rows) continue;
+      // Groups: rows of x from the group's first (past its end they belong to the next group: computed, not stored).
+      const int a_row = (int)w.first + w.m0, a_batch = OFFSETS != 0 ? 0 : w.batch;
       for (int kt = 0; kt < k_tiles; ++kt) {
         mojo::mbarrier_wait(empty + 8 * stage, phase ^ 1);  // the consumers released this stage
         const unsigned dst = ring + stage * STAGE_BYTES, bar = full + 8 * stage;
         mojo::mbarrier_arrive_expect_tx(bar, STAGE_BYTES);  // whole boxes, zero-filled past the edges
         if constexpr (MN_A)
 #pragma unroll
-          for (int j = 0; j < BM / 64; ++j) mojo::tma_load_3d(dst + j * CHUNK, a_map, bar, m0 + 64 * j, kt * BK, batch);
+          for (int j = 0; j < BM / 64; ++j) mojo::tma_load_3d(dst + j * CHUNK, a_map, bar, a_row + 64 * j, kt * BK, a_batch);
         else
-          mojo::tma_load_3d(dst, a_map, bar, kt * BK, m0, batch);
+          mojo::tma_load_3d(dst, a_map, bar, kt * BK, a_row, a_batch);
         if constexpr (MN_B)
 #pragma unroll
           for (int j = 0; j < BN / 64; ++j)
-            mojo::tma_load_3d(dst + A_BYTES + j * CHUNK, b_map, bar, n0 + 64 * j, kt * BK, batch);
+            mojo::tma_load_3d(dst + A_BYTES + j * CHUNK, b_map, bar, w.n0 + 64 * j, kt * BK, w.batch);
         else
-          mojo::tma_load_3d(dst + A_BYTES, b_map, bar, kt * BK, n0, batch);
+          mojo::tma_load_3d(dst + A_BYTES, b_map, bar, kt * BK, w.n0, w.batch);
         if (++stage == STAGES) stage = 0, phase ^= 1;
       }
     }
@@ -98,10 +130,10 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
   int stage = 0;
   unsigned phase = 0;
   float acc[BN / 2];
-  for (int t = (int)mojo::block_x(); t < tiles; t += (int)mojo::grid_dim_x()) {
-    int m0, n0;
-    tile_origin<BM, BN>(t % per_batch, tiles_m, tiles_n, m0, n0);
-    const long long batch = t / per_batch;
+  for (int t = (int)mojo::block_x(); t < tiles;) {
+    const Where w = where(t);
+    t = next(t, w);
+    if (w.m0 >= w.rows) continue;
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
     int previous = -1;  // the stage whose MMAs may still be running
@@ -133,8 +165,9 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
     for (int i = 0; i < BN / 2; ++i) mojo::wgmma_fence_operand(acc[i]);
     if (previous >= 0) mojo::mbarrier_arrive(empty + 8 * previous);
 
-    const Problem<T, TC> p{c + batch * batch_c, nullptr, nullptr, bias, residual, alpha, beta, m, n, k, 0, 0, ldc, ldr};
-    const int row = m0 + consumer * 64 + warp * 16 + lane / 4, col = n0 + 2 * (lane % 4);
+    TC* const out = c + (OFFSETS != 0 ? w.first * ldc : (long long)w.batch * batch_c);
+    const Problem<T, TC> p{out, nullptr, nullptr, bias, residual, alpha, beta, w.rows, n, k, 0, 0, ldc, ldr};
+    const int row = w.m0 + consumer * 64 + warp * 16 + lane / 4, col = w.n0 + 2 * (lane % 4);
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
 #pragma unroll

@@ -325,6 +325,15 @@ TEST(Gemm, HopperPathForSixteenBitOperandsInAnyLayout) {
   // Batches apart from each other: TMA walks them by stride.
   const auto batched = specs({bf({8, 1024, 1024}), bf({8, 1024, 512}), bf({8, 1024, 512})});
   EXPECT_EQ(find_op("gemm_batched").specialize(batched, {{"trans_b", 1}}, sm90a).get("wgmma"), 1);
+  // group_gemm: MoE prefill-sized groups take it; decode-sized ones, or a max_rows hint, the sm_80 path.
+  const OpDef& group = find_op("group_gemm");
+  const TensorSpec experts(DType::bf16, {64, 1536, 4096}), offsets(DType::i64, {65});
+  auto group_params = [&](std::int64_t rows, ScalarList scalars) {
+    return group.specialize(specs({bf({rows, 1536}), bf({rows, 4096}), experts, offsets}), scalars, sm90a);
+  };
+  EXPECT_EQ(group_params(32768, {}).get("wgmma"), 1);
+  EXPECT_EQ(group_params(32768, {{"max_rows", 1024}}).get("wgmma"), 0);
+  EXPECT_EQ(group_params(4096, {}).get("wgmma"), 0) << "64 rows per expert";
   // Autotuning tries both sm_90a tiles and the sm_80 ones.
   const std::vector<Params> candidates = gemm.tuning_candidates(p, sm90a);
   EXPECT_EQ(std::count_if(candidates.begin(), candidates.end(), [](const Params& c) { return c.get("wgmma") == 1; }), 2);
@@ -368,6 +377,8 @@ TEST_P(GemmSass, HopperPathIsHgmmaAndSm80PathIsHmma) {
        {}, "sm_90a", 1},
       {"gemm f16 A [K, M], B [K, N] (both MN-major), 128x128", "gemm",
        specs({hf({1024, 2048}), hf({1024, 1024}), hf({1024, 2048})}), {{"trans_a", 1}}, "sm_90a", 1},
+      {"group_gemm bf16 (MoE prefill)", "group_gemm",
+       specs({bf({32768, 1536}), bf({32768, 4096}), bf({64, 1536, 4096}), TensorSpec(DType::i32, {65})}), {}, "sm_90a", 1},
       {"gemm bf16 on sm_80", "gemm", specs({bf({4096, 4096}), bf({4096, 4096}), bf({4096, 4096})}), {}, "sm_80", 0},
   };
   for (const Case& c : cases) {

@@ -164,8 +164,10 @@ void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p) {
     // Each operand as stored: K-major in boxes of 64 k x the tile's rows, MN-major in 64 x 64 boxes.
     const DType dtype = p.dtype("dtype");
     const unsigned bm = unsigned(p.get("bm")), bn = unsigned(p.get("bn"));
-    const TensorMap a = g.mn_major_a ? tile_tensor_map(g.a, dtype, g.m, g.k, g.batches, g.lda, g.batch_a, 64, 64)
-                             : tile_tensor_map(g.a, dtype, g.k, g.m, g.batches, g.lda, g.batch_a, 64, bm);
+    // Groups read their rows out of one x [total_rows, K].
+    const std::int64_t a_rows = g.offsets ? g.total_rows : g.m, a_batches = g.offsets ? 1 : g.batches;
+    const TensorMap a = g.mn_major_a ? tile_tensor_map(g.a, dtype, g.m, g.k, a_batches, g.lda, g.batch_a, 64, 64)
+                                     : tile_tensor_map(g.a, dtype, g.k, a_rows, a_batches, g.lda, g.batch_a, 64, bm);
     const TensorMap b = g.mn_major_b ? tile_tensor_map(g.b, dtype, g.n, g.k, g.batches, g.ldb, g.batch_b, 64, 64)
                              : tile_tensor_map(g.b, dtype, g.k, g.n, g.batches, g.ldb, g.batch_b, 64, bn);
     for (DevicePtr ptr : {g.c, g.bias, g.residual}) args.push(ptr);
@@ -174,6 +176,8 @@ void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p) {
     for (std::int64_t v : {g.m, g.n, g.k}) args.push(int(v));
     for (std::int64_t v : {g.ldc, g.ldr, g.batch_c}) args.push((long long)v);
     args.push(int(g.batches));
+    args.push(g.offsets);
+    args.push((long long)g.total_rows);
     args.push(a);
     args.push(b);
     return;
@@ -610,14 +614,16 @@ class GroupGemm final : public TileOp {
     Params p;
     p.add_dtype("dtype", dtype);
     // The tile for a typical group: rows / groups (decode-sized groups get the thin tile).
-    const TileConfig tile = pick_tile(std::max<std::int64_t>(1, d.rows / std::max<std::int64_t>(d.groups, 1)),
-                                      d.n * d.groups, d.k, dtype, tf32, target);
+    // The sm_90a path walks every group's tiles up to all rows (no max_rows passes), skipping empty ones.
+    const std::int64_t typical = std::max<std::int64_t>(1, d.rows / std::max<std::int64_t>(d.groups, 1));
+    const bool aligned = chunk_aligned(dtype, t[1].data, {d.ldx}) && chunk_aligned(dtype, t[2].data, {d.k, d.n * d.k});
+    const TileConfig tile = pick_tile(typical, d.n * d.groups, d.k, dtype, tf32, target,
+                                      d.max_rows == d.rows && wgmma_possible(target, dtype, aligned, d.rows, d.n, d.k));
     add_tile(p, tile);
-    p.add("vec", vec_param(tile, chunk_aligned(dtype, t[1].data, {d.ldx}) &&
-                                     chunk_aligned(dtype, t[2].data, {d.k, d.n * d.k})));
+    p.add("vec", vec_param(tile, aligned));
     p.add("offsets", std::int64_t(dtype_size(t[3].spec.dtype())));
     p.add("tfloat", tf32);
-    p.add("wgmma", 0);  // groups stay on the sm_80 path
+    p.add("wgmma", tile.wgmma);
     return p;
   }
 
@@ -635,7 +641,7 @@ class GroupGemm final : public TileOp {
     checks::expect_pointer(name(), "offsets", t[3].data, unsigned(dtype_size(t[3].spec.dtype())));
     push_kernel_args(args, {.c = t[0].data, .a = t[1].data, .b = t[2].data, .m = d.max_rows, .n = d.n, .k = d.k,
                             .lda = d.ldx, .ldb = d.k, .ldc = d.ldo, .batch_b = d.n * d.k,  // one weight matrix per group
-                            .offsets = t[3].data, .total_rows = d.rows},
+                            .offsets = t[3].data, .total_rows = d.rows, .batches = d.groups},
                      p);
   }
 
