@@ -14,6 +14,8 @@
 //   BM BN BK   the block's tile of C and its step along K
 //   WM WN      warps along M and N; each owns a (BM/WM) x (BN/WN) tile of C
 //   STAGES     tiles of A and B in flight (shared memory holds them all)
+//   SWIZZLE    block rows per raster group: tiles are visited SWIZZLE rows at a
+//              time sweeping N, so neighbouring blocks share B in L2
 //   KS         split K inside the block: KS groups of WM x WN warps, group g
 //              taking k tiles g, g + KS, ... through its own STAGES-deep ring;
 //              the groups' sums meet in shared memory (decode: more warps
@@ -27,11 +29,12 @@
 //              BK = 64, WM = BM / 64 consumer warpgroups, WN = 1, VEC unused)
 //   TF32       (param "tfloat") f32 inputs on tensor cores as tf32 (mma m16n8k8, inputs
 //              rounded to 10 mantissa bits); 0: f32 stays exact
-// MOJO_KERNEL_linear: T, BM, BN, BK, WM, WN, STAGES, KS, VEC, BIAS (0/1), ACT
+// MOJO_KERNEL_linear: T, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, VEC, BIAS (0/1), ACT
 //   (mojo::activate's code: 0 none, 1 gelu, 2 gelu_tanh, 3 silu), RESIDUAL (0/1), TF32, WGMMA.
-// MOJO_KERNEL_group_gemm: T, BM, BN, BK, WM, WN, STAGES, KS, VEC, OFFSETS (4: the
+// MOJO_KERNEL_group_gemm: T, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, VEC, OFFSETS (4: the
 //   offsets are int32, 8: int64), TF32, WGMMA.
-// Kernel args (the sm_80 path; gemm_sm90.cuh lists its own): (TC* c, const TA* a, const TA* b, const TC* bias, const TC* residual,
+// Kernel args (the sm_80 path; gemm_sm90.cuh lists its own): (TC* c, const TA* a,
+//   const TA* b, const TC* bias, const TC* residual,
 //   float alpha, float beta, int m, int n, int k, long long lda, long long ldb,
 //   long long ldc, long long ldr, long long batch_a, long long batch_b, long long batch_c,
 //   const void* offsets, long long total_rows)
@@ -40,7 +43,7 @@
 //   [offsets[g], offsets[g + 1]) (clamped to total_rows), b advances by
 //   batch_b per group, and m is the most rows a group may have.
 // Geometry: WM * WN * KS * 32 threads; grid.x = ceil(m / BM) * ceil(n / BN), visited
-//   in groups of GROUP_M block rows so that neighbouring blocks share tiles of
+//   in groups of SWIZZLE block rows so that neighbouring blocks share tiles of
 //   B in L2; grid.z = batch; KS * STAGES * (BM + BN) * BK * sizeof(TA) bytes of
 //   dynamic shared memory.
 //
@@ -49,8 +52,6 @@
 #include "mojo_mma.cuh"
 
 namespace mojo_gemm {
-
-constexpr int GROUP_M = 8;
 
 // A tile of OUTER rows x INNER elements of ELEM bytes in shared memory,
 // stored as 16-byte chunks whose index is XOR-swizzled by the row so that
@@ -136,12 +137,12 @@ __device__ __forceinline__ void load_fragment(const unsigned char* tile, int x0,
 }
 
 // The first row and column of tile `pid` of C: tiles are visited in groups
-// of GROUP_M block rows that sweep N together, so that neighbouring blocks
+// of SWIZZLE block rows that sweep N together, so that neighbouring blocks
 // share tiles of B in L2.
-template <int BM, int BN>
+template <int BM, int BN, int SWIZZLE>
 __device__ __forceinline__ void tile_origin(int pid, int tiles_m, int tiles_n, int& m0, int& n0) {
-  const int per_group = GROUP_M * tiles_n, first_m = (pid / per_group) * GROUP_M;
-  const int group_rows = tiles_m - first_m < GROUP_M ? tiles_m - first_m : GROUP_M;
+  const int per_group = SWIZZLE * tiles_n, first_m = (pid / per_group) * SWIZZLE;
+  const int group_rows = tiles_m - first_m < SWIZZLE ? tiles_m - first_m : SWIZZLE;
   m0 = (first_m + (pid % per_group) % group_rows) * BM;
   n0 = ((pid % per_group) / group_rows) * BN;
 }
@@ -201,7 +202,8 @@ __device__ __forceinline__ void store_pair(const Problem<TA, TC>& p, int row, in
     return;
   }
   *out = mojo::from_float<TC>(v0);
-  if (col + 1 < p.n) out[1] = mojo::from_float<TC>(output_value<TA, TC, BETA, BIAS, ACT, RESIDUAL>(p, row, col + 1, acc1));
+  if (col + 1 < p.n)
+    out[1] = mojo::from_float<TC>(output_value<TA, TC, BETA, BIAS, ACT, RESIDUAL>(p, row, col + 1, acc1));
 }
 
 // The BM x BN tile of C at (row0, n0) on tensor cores.
@@ -362,8 +364,8 @@ __device__ __forceinline__ void simt_tile(const Problem<float, TC>& p, int row0,
 template <class T> constexpr bool is_f32 = false;
 template <> constexpr bool is_f32<float> = true;
 
-template <class TA, class TC, int BM, int BN, int BK, int WM, int WN, int STAGES, int KS, bool TRANS_A, bool TRANS_B,
-          int VEC, bool BETA, bool BIAS, int ACT, bool RESIDUAL, int OFFSETS, bool TF32>
+template <class TA, class TC, int BM, int BN, int BK, int WM, int WN, int STAGES, int KS, int SWIZZLE, bool TRANS_A,
+          bool TRANS_B, int VEC, bool BETA, bool BIAS, int ACT, bool RESIDUAL, int OFFSETS, bool TF32>
 __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* __restrict__ b,
                                     const TC* __restrict__ bias, const TC* residual, float alpha, float beta, int m,
                                     int n, int k, long long lda, long long ldb, long long ldc, long long ldr,
@@ -372,7 +374,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
   static_assert(KS == 1 || !(is_f32<TA> && !TF32), "the exact f32 path does not split K");
   const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
   int m0, n0;
-  tile_origin<BM, BN>((int)mojo::block_x(), tiles_m, tiles_n, m0, n0);
+  tile_origin<BM, BN, SWIZZLE>((int)mojo::block_x(), tiles_m, tiles_n, m0, n0);
   const long long batch = mojo::block_z();
   if constexpr (OFFSETS != 0) {
     // This group's rows. The grid covers the m (max) rows given; a larger group takes more passes below.
@@ -406,31 +408,34 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 // WGMMA picks the path: 0 is the sm_80 kernel above, 1 the sm_90a one
 // (gemm_sm90.cuh, its own kernel args; BM / 64 consumer warpgroups).
 #define MOJO_GEMM_KERNEL(WGMMA, ...) MOJO_GEMM_KERNEL_##WGMMA(__VA_ARGS__)
-#define MOJO_GEMM_KERNEL_1(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT,         \
-                           RESIDUAL, OFFSETS, TF32)                                                                  \
-  extern "C" __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)                                               \
-      NAME(TC* c, const TC* __restrict__ bias, const TC* residual, float alpha, float beta, int m, int n, int k,      \
-           long long ldc, long long ldr, long long batch_c, int batches, const void* offsets, long long total_rows,   \
-           const mojo::TensorMap, const mojo::TensorMap) {                                                         \
-    mojo_gemm::run_sm90<TA, TC, BM, BN, STAGES, TRANS_A, !TRANS_B, BETA, BIAS, ACT, RESIDUAL, OFFSETS>(            \
-        c, bias, residual, alpha, beta, m, n, k, ldc, ldr, batch_c, batches, offsets, total_rows,                   \
-        MOJO_PARAM_ADDRESS(NAME, 14), MOJO_PARAM_ADDRESS(NAME, 15));                                                \
+#define MOJO_GEMM_KERNEL_1(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, BIAS,   \
+                           ACT, RESIDUAL, OFFSETS, TF32)                                                               \
+  extern "C" __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)                                                 \
+      NAME(TC* c, const TC* __restrict__ bias, const TC* residual, float alpha, float beta, int m, int n, int k,       \
+           long long ldc, long long ldr, long long batch_c, int batches, const void* offsets, long long total_rows,    \
+           const mojo::TensorMap, const mojo::TensorMap) {                                                             \
+    mojo_gemm::run_sm90<TA, TC, BM, BN, STAGES, SWIZZLE, TRANS_A, !TRANS_B, BETA, BIAS, ACT, RESIDUAL, OFFSETS>(       \
+        c, bias, residual, alpha, beta, m, n, k, ldc, ldr, batch_c, batches, offsets, total_rows,                      \
+        MOJO_PARAM_ADDRESS(NAME, 14), MOJO_PARAM_ADDRESS(NAME, 15));                                                   \
   }
-#define MOJO_GEMM_KERNEL_0(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL, \
-                         OFFSETS, TF32)                                                                           \
-  extern "C" __global__ void __launch_bounds__(WM * WN * KS * 32, 1)                                                    \
-      NAME(TC* c, const TA* __restrict__ a, const TA* __restrict__ b, const TC* __restrict__ bias,                 \
-           const TC* residual, float alpha, float beta, int m, int n, int k, long long lda, long long ldb,         \
-           long long ldc, long long ldr, long long batch_a, long long batch_b, long long batch_c,                  \
-           const void* offsets, long long total_rows) {                                                           \
-    mojo_gemm::run<TA, TC, BM, BN, BK, WM, WN, STAGES, KS, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL, OFFSETS,  \
-                   TF32>(c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr, batch_a, batch_b,      \
-                         batch_c, offsets, total_rows);                                                          \
+#define MOJO_GEMM_KERNEL_0(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, BIAS,   \
+                           ACT, RESIDUAL, OFFSETS, TF32)                                                               \
+  extern "C" __global__ void __launch_bounds__(WM * WN * KS * 32, 1)                                                   \
+      NAME(TC* c, const TA* __restrict__ a, const TA* __restrict__ b, const TC* __restrict__ bias,                     \
+           const TC* residual, float alpha, float beta, int m, int n, int k, long long lda, long long ldb,             \
+           long long ldc, long long ldr, long long batch_a, long long batch_b, long long batch_c,                      \
+           const void* offsets, long long total_rows) {                                                                \
+    mojo_gemm::run<TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT,            \
+                   RESIDUAL, OFFSETS, TF32>(c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr,         \
+                                            batch_a, batch_b, batch_c, offsets, total_rows);                           \
   }
-#define MOJO_KERNEL_gemm(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, TRANS_A, TRANS_B, VEC, BETA, TF32, WGMMA) \
-  MOJO_GEMM_KERNEL(WGMMA, NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, TRANS_A, TRANS_B, VEC, BETA, 0, 0, 0, 0, TF32)
+#define MOJO_KERNEL_gemm(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, TF32, \
+                         WGMMA)                                                                                        \
+  MOJO_GEMM_KERNEL(WGMMA, NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, 0, 0, 0, \
+                   0, TF32)
 #define MOJO_KERNEL_gemm_batched MOJO_KERNEL_gemm
-#define MOJO_KERNEL_linear(NAME, T, BM, BN, BK, WM, WN, STAGES, KS, VEC, BIAS, ACT, RESIDUAL, TF32, WGMMA) \
-  MOJO_GEMM_KERNEL(WGMMA, NAME, T, T, BM, BN, BK, WM, WN, STAGES, KS, 0, 1, VEC, 0, BIAS, ACT, RESIDUAL, 0, TF32)
-#define MOJO_KERNEL_group_gemm(NAME, T, BM, BN, BK, WM, WN, STAGES, KS, VEC, OFFSETS, TF32, WGMMA) \
-  MOJO_GEMM_KERNEL(WGMMA, NAME, T, T, BM, BN, BK, WM, WN, STAGES, KS, 0, 1, VEC, 0, 0, 0, 0, OFFSETS, TF32)
+#define MOJO_KERNEL_linear(NAME, T, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, VEC, BIAS, ACT, RESIDUAL, TF32, WGMMA)    \
+  MOJO_GEMM_KERNEL(WGMMA, NAME, T, T, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, 0, 1, VEC, 0, BIAS, ACT, RESIDUAL, 0,   \
+                   TF32)
+#define MOJO_KERNEL_group_gemm(NAME, T, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, VEC, OFFSETS, TF32, WGMMA)            \
+  MOJO_GEMM_KERNEL(WGMMA, NAME, T, T, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, 0, 1, VEC, 0, 0, 0, 0, OFFSETS, TF32)

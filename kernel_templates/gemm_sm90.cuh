@@ -37,8 +37,8 @@ namespace mojo_gemm {
 
 constexpr int SM90_BK = 64;  // one 128-byte swizzled row of 16-bit elements per k step
 
-template <class T, class TC, int BM, int BN, int STAGES, bool MN_A, bool MN_B, bool BETA, bool BIAS, int ACT,
-          bool RESIDUAL, int OFFSETS>
+template <class T, class TC, int BM, int BN, int STAGES, int SWIZZLE, bool MN_A, bool MN_B, bool BETA, bool BIAS,
+          int ACT, bool RESIDUAL, int OFFSETS>
 __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residual, float alpha, float beta, int m,
                                          int n, int k, long long ldc, long long ldr, long long batch_c, int batches,
                                          const void* offsets, long long total_rows, const mojo::TensorMap* a_map,
@@ -84,7 +84,7 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
       w.n0 = (t % per_batch) % tiles_n * BN;
       group_rows<OFFSETS>(offsets, w.batch, total_rows, w.first, w.rows);
     } else {
-      tile_origin<BM, BN>(t % per_batch, tiles_m, tiles_n, w.m0, w.n0);
+      tile_origin<BM, BN, SWIZZLE>(t % per_batch, tiles_m, tiles_n, w.m0, w.n0);
     }
     return w;
   };
@@ -110,7 +110,8 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
         mojo::mbarrier_arrive_expect_tx(bar, STAGE_BYTES);  // whole boxes, zero-filled past the edges
         if constexpr (MN_A)
 #pragma unroll
-          for (int j = 0; j < BM / 64; ++j) mojo::tma_load_3d(dst + j * CHUNK, a_map, bar, a_row + 64 * j, kt * BK, a_batch);
+          for (int j = 0; j < BM / 64; ++j)
+            mojo::tma_load_3d(dst + j * CHUNK, a_map, bar, a_row + 64 * j, kt * BK, a_batch);
         else
           mojo::tma_load_3d(dst, a_map, bar, kt * BK, a_row, a_batch);
         if constexpr (MN_B)
@@ -139,7 +140,8 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
     int previous = -1;  // the stage whose MMAs may still be running
     for (int kt = 0; kt < k_tiles; ++kt) {
       mojo::mbarrier_wait(full + 8 * stage, phase);
-      const unsigned a_tile = ring + stage * STAGE_BYTES + consumer * CHUNK, b_tile = ring + stage * STAGE_BYTES + A_BYTES;
+      const unsigned a_tile = ring + stage * STAGE_BYTES + consumer * CHUNK;
+      const unsigned b_tile = ring + stage * STAGE_BYTES + A_BYTES;
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) mojo::wgmma_fence_operand(acc[i]);
       mojo::wgmma_fence();
@@ -172,7 +174,8 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
     for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        store_pair<T, TC, BETA, BIAS, ACT, RESIDUAL>(p, row + h * 8, col + j * 8, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        store_pair<T, TC, BETA, BIAS, ACT, RESIDUAL>(p, row + h * 8, col + j * 8, acc[4 * j + 2 * h],
+                                                     acc[4 * j + 2 * h + 1]);
   }
 }
 

@@ -32,7 +32,9 @@ __device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
 }
 // Makes the initialised barriers visible to the other threads and to the TMA unit.
-__device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
 __device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
@@ -102,8 +104,8 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned smem_add
          ((1024ull >> 4) << 32) | (1ull << 62);
 }
 
-#define MOJO_ACC8(d, i) \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define MOJO_ACC4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define MOJO_ACC8(d, i) MOJO_ACC4(d, i), MOJO_ACC4(d, i + 4)
 #define MOJO_ACC32(d, i) MOJO_ACC8(d, i), MOJO_ACC8(d, i + 8), MOJO_ACC8(d, i + 16), MOJO_ACC8(d, i + 24)
 #define MOJO_ACC64(d) MOJO_ACC32(d, 0), MOJO_ACC32(d, 32)
 #define MOJO_ACC128(d) MOJO_ACC32(d, 0), MOJO_ACC32(d, 32), MOJO_ACC32(d, 64), MOJO_ACC32(d, 96)
@@ -160,5 +162,6 @@ __device__ __forceinline__ void wgmma(float (&d)[N / 2], unsigned long long a, u
 #undef MOJO_ACC64
 #undef MOJO_ACC32
 #undef MOJO_ACC8
+#undef MOJO_ACC4
 
 }  // namespace mojo

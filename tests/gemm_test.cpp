@@ -300,7 +300,7 @@ TEST(Gemm, HopperPathForSixteenBitOperandsInAnyLayout) {
   const auto nt = specs({bf({4096, 4096}), bf({4096, 4096}), bf({4096, 4096})});
   Params p = gemm.specialize(nt, {{"trans_b", 1}}, sm90a);
   EXPECT_EQ(p.get("wgmma"), 1);
-  EXPECT_EQ(p.str(), "dtype=bf16 out=bf16 bm=128 bn=256 bk=64 wm=2 wn=1 stages=4 ks=1 ta=0 tb=1 vec=8 beta=0 tfloat=0 wgmma=1");
+  EXPECT_EQ(p.str(), "dtype=bf16 out=bf16 bm=128 bn=256 bk=64 wm=2 wn=1 stages=4 ks=1 swizzle=8 ta=0 tb=1 vec=8 beta=0 tfloat=0 wgmma=1");
   LaunchGeometry g = gemm.geometry(p, nt);
   EXPECT_EQ(g.grid.x, 32u * 16u) << "every tile; the Runtime caps a persistent grid at the SM count";
   EXPECT_TRUE(g.persistent);

@@ -90,7 +90,7 @@ struct Param {
 
 class Params {
  public:
-  static constexpr int kCapacity = 16;
+  static constexpr int kCapacity = 20;
   void add(std::string_view name, std::int64_t value);
   void add_dtype(std::string_view name, DType dtype);
   std::int64_t get(std::string_view name) const;  // throws if absent (a bug in the OpDef)

@@ -28,6 +28,7 @@ struct TileConfig {
   bool tensor_cores = true;  // false: the exact fp32 path, static shared memory only
   bool wgmma = false;        // the sm_90a path: bm / 64 consumer warpgroups + a producer, bk = 64
   int ks = 1;                // K split over this many groups of wm x wn warps (sm_80 path), each with its own ring
+  int swizzle = 8;           // block rows per raster group (neighbouring blocks share B in L2)
   unsigned smem_bytes() const {
     // sm_90a: the ring, one full and one empty mbarrier per stage, 1024 bytes to align the ring.
     if (wgmma) return unsigned(stages * (bm + bn) * bk * element_bytes + 16 * stages + 1024);
@@ -138,13 +139,14 @@ void add_tile(Params& p, const TileConfig& c) {
   p.add("wn", c.wn);
   p.add("stages", c.stages);
   p.add("ks", c.ks);
+  p.add("swizzle", c.swizzle);
 }
 TileConfig tile_of(const Params& p) {
   const DType dtype = p.dtype("dtype");
   return {int(p.get("bm")),     int(p.get("bn")),       int(p.get("bk")),
           int(p.get("wm")),     int(p.get("wn")),       int(p.get("stages")),
           int(dtype_size(dtype)), dtype != DType::f32 || p.get("tfloat") != 0, p.get("wgmma") != 0,
-          int(p.get("ks"))};
+          int(p.get("ks")), int(p.get("swizzle"))};
 }
 
 // The kernel's arguments; one place for the ABI all four ops share.
@@ -204,6 +206,7 @@ Params with_tile(const Params& p, const TileConfig& c) {
     if (x.name == "stages") v = c.stages;
     if (x.name == "wgmma") v = c.wgmma;
     if (x.name == "ks") v = c.ks;
+    if (x.name == "swizzle") v = c.swizzle;
     if (x.is_dtype) out.add_dtype(x.name, DType(v));
     else out.add(x.name, v);
   }
