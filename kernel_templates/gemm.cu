@@ -414,7 +414,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
       NAME(TC* c, const TC* __restrict__ bias, const TC* residual, float alpha, float beta, int m, int n, int k,       \
            long long ldc, long long ldr, long long batch_c, int batches, const void* offsets, long long total_rows,    \
            const mojo::TensorMap, const mojo::TensorMap) {                                                             \
-    mojo_gemm::run_sm90<TA, TC, BM, BN, STAGES, SWIZZLE, TRANS_A, !TRANS_B, BETA, BIAS, ACT, RESIDUAL, OFFSETS>(       \
+    mojo_gemm::run_sm90<TA, TC, BM, BN, BK, STAGES, SWIZZLE, TRANS_A, !TRANS_B, BETA, BIAS, ACT, RESIDUAL, OFFSETS>(   \
         c, bias, residual, alpha, beta, m, n, k, ldc, ldr, batch_c, batches, offsets, total_rows,                      \
         MOJO_PARAM_ADDRESS(NAME, 14), MOJO_PARAM_ADDRESS(NAME, 15));                                                   \
   }

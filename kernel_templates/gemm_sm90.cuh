@@ -35,15 +35,14 @@
 
 namespace mojo_gemm {
 
-constexpr int SM90_BK = 64;  // one 128-byte swizzled row of 16-bit elements per k step
-
-template <class T, class TC, int BM, int BN, int STAGES, int SWIZZLE, bool MN_A, bool MN_B, bool BETA, bool BIAS,
+template <class T, class TC, int BM, int BN, int BK, int STAGES, int SWIZZLE, bool MN_A, bool MN_B, bool BETA, bool BIAS,
           int ACT, bool RESIDUAL, int OFFSETS>
 __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residual, float alpha, float beta, int m,
                                          int n, int k, long long ldc, long long ldr, long long batch_c, int batches,
                                          const void* offsets, long long total_rows, const mojo::TensorMap* a_map,
                                          const mojo::TensorMap* b_map) {
-  constexpr int BK = SM90_BK, CONSUMERS = BM / 64;
+  constexpr int CONSUMERS = BM / 64;
+  static_assert(BK * sizeof(T) == 128, "a k step is one 128-byte swizzled row");
   constexpr unsigned A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
   constexpr unsigned CHUNK = 64 * BK * 2;  // 64 rows of a tile: one consumer's A, one MN-major box
   static_assert(BM % 64 == 0 && CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups of 64 rows");

@@ -203,16 +203,22 @@ TEST(GemmReference, SmallProductsAndTransposesAgree) {
   EXPECT_EQ(reference::decode(DType::f32, y), (std::vector<float>{13.5f, 20}));
 }
 
-// Every layout and tile bucket, with both compilers: PTX that ptxas takes for
-// sm_80 with no spills, and mma.sync (HMMA in SASS) in it.
-struct GemmCompiles : ::testing::TestWithParam<std::string> {};
-
-TEST_P(GemmCompiles, EveryLayoutAndBucketWithoutSpills) {
-  RuntimeOptions o;
-  o.disk_cache = false;
-  o.compiler = GetParam();
-  Runtime rt(o);
+// The gemm family through each compiler: a Runtime without a disk cache,
+// and a scratch directory for the files ptxas and nvdisasm read.
+struct GemmCompiles : ::testing::TestWithParam<std::string> {
+  static RuntimeOptions memory_only(std::string compiler) {
+    RuntimeOptions o;
+    o.disk_cache = false;
+    o.compiler = std::move(compiler);
+    return o;
+  }
+  Runtime rt{memory_only(GetParam())};
   test::TempDir dir;
+};
+
+// Every layout and tile bucket: PTX that ptxas takes for sm_80 with no
+// spills, and mma.sync (HMMA in SASS) in it.
+TEST_P(GemmCompiles, EveryLayoutAndBucketWithoutSpills) {
   // (m, n) reaching every tile: 16 x 32, 16 x 64, 64 x 64 and 128 x 128.
   const std::pair<std::int64_t, std::int64_t> sizes[] = {{1, 256}, {1, 8192}, {48, 256}, {4096, 8192}};
   struct Kind {
@@ -266,10 +272,6 @@ TEST_P(GemmCompiles, EveryLayoutAndBucketWithoutSpills) {
     EXPECT_NE(r.output.find("0 bytes spill stores"), std::string::npos) << r.output;
   }
 }
-
-INSTANTIATE_TEST_SUITE_P(Compilers, GemmCompiles,
-                         ::testing::ValuesIn(test::compilers()),
-                         [](const auto& info) { return test::compiler_test_name(info.param); });
 
 // Decode (M <= 16) splits K over warp groups when the grid alone would leave
 // too few loads in flight per SM; each group keeps at least two k tiles.
@@ -343,14 +345,7 @@ TEST(Gemm, HopperPathForSixteenBitOperandsInAnyLayout) {
 // Both paths through each compiler to a cubin: no local memory, and the SASS
 // has the right tensor-core instruction (HGMMA for sm_90a, HMMA for sm_80)
 // when nvdisasm is at hand.
-struct GemmSass : ::testing::TestWithParam<std::string> {};
-
-TEST_P(GemmSass, HopperPathIsHgmmaAndSm80PathIsHmma) {
-  RuntimeOptions o;
-  o.disk_cache = false;
-  o.compiler = GetParam();
-  Runtime rt(o);
-  test::TempDir dir;
+TEST_P(GemmCompiles, HopperPathIsHgmmaAndSm80PathIsHmma) {
   const std::string nvdisasm = test::find_nvdisasm();
   auto bf = [](std::vector<std::int64_t> shape) { return TensorSpec(DType::bf16, shape); };
   auto hf = [](std::vector<std::int64_t> shape) { return TensorSpec(DType::f16, shape); };
@@ -405,7 +400,9 @@ TEST_P(GemmSass, HopperPathIsHgmmaAndSm80PathIsHmma) {
   if (nvdisasm.empty()) GTEST_SKIP() << "compiled and checked for spills; no nvdisasm to read the SASS (tools/setup.sh installs one)";
 }
 
-INSTANTIATE_TEST_SUITE_P(Compilers, GemmSass, ::testing::ValuesIn(test::compilers()),
+
+INSTANTIATE_TEST_SUITE_P(Compilers, GemmCompiles,
+                         ::testing::ValuesIn(test::compilers()),
                          [](const auto& info) { return test::compiler_test_name(info.param); });
 
 // Autotuning's inputs (the timing itself needs a GPU): the candidates, the

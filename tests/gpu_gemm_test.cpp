@@ -64,6 +64,37 @@ void check_gemm(Runtime& rt, DType in, DType out, Case s, double alpha, double b
   EXPECT_EQ(ad.read(), ah);
 }
 
+bool is_hopper(Runtime& rt) { return rt.device().target() == Target::parse("sm_90a"); }
+
+// The heuristic picks the sm_90a path with a tile `bn` wide for these tensors.
+void expect_wgmma(Runtime& rt, std::string_view op, TensorList tensors, ScalarList scalars, std::int64_t bn) {
+  const Params p = rt.get_kernel(op, tensors, scalars).params();
+  EXPECT_EQ(p.get("wgmma"), 1) << p.str();
+  EXPECT_EQ(p.get("bn"), bn) << p.str();
+}
+
+// linear on random inputs vs the reference; `wgmma_bn` > 0: it must take the
+// sm_90a path with that tile width.
+void check_linear(Runtime& rt, DType d, std::int64_t m, std::int64_t n, std::int64_t k, int act, bool bias,
+                  bool residual, std::int64_t wgmma_bn = 0) {
+  SCOPED_TRACE(fmt::format("linear {} m {} n {} k {} act {} bias {} residual {}", dtype_name(d), m, n, k, act, bias,
+                           residual));
+  const TensorSpec x(d, {m, k}), w(d, {n, k}), y(d, {m, n}), bs(d, {n});
+  const auto xh = random_matrix(d, x.numel(), 6), wh = random_matrix(d, w.numel(), 7), bh = random_matrix(d, n, 8),
+             rh = random_matrix(d, y.numel(), 9);
+  GpuTensor xd(x, xh), wd(w, wh), yd(y), bd(bs, bh), rd(y, rh);
+  const Tensor absent{TensorSpec(), 0};
+  const std::vector<Tensor> tensors{yd, xd, wd, bias ? bd.tensor() : absent, residual ? rd.tensor() : absent};
+  const std::vector<ScalarArg> scalars = {{"activation", act}};
+  if (wgmma_bn > 0) expect_wgmma(rt, "linear", tensors, scalars, wgmma_bn);
+  rt.launch("linear", tensors, scalars);
+  rt.device().synchronize();
+  std::vector<std::uint8_t> want(y.nbytes());
+  reference::linear(d, xh.data(), wh.data(), bias ? bh.data() : nullptr, residual ? rh.data() : nullptr, want.data(),
+                    m, n, k, act);
+  test::expect_close(d, yd.read(), want, "out", gemm_tolerance(d, k));
+}
+
 }  // namespace
 
 TEST_P(GpuGemm, OddShapesAndTransposes) {
@@ -117,22 +148,7 @@ TEST_P(GpuGemm, LinearWithEveryEpilogue) {
     for (std::int64_t m : {1, 17, 300})
       for (int act : {0, 1, 2, 3})
         for (bool bias : {false, true})
-          for (bool residual : {false, true}) {
-            SCOPED_TRACE(fmt::format("{} m {} act {} bias {} residual {}", dtype_name(d), m, act, bias, residual));
-            const std::int64_t n = 136, k = 264;
-            const TensorSpec x(d, {m, k}), w(d, {n, k}), y(d, {m, n}), bs(d, {n});
-            const auto xh = random_matrix(d, x.numel(), 6), wh = random_matrix(d, w.numel(), 7),
-                       bh = random_matrix(d, n, 8), rh = random_matrix(d, y.numel(), 9);
-            GpuTensor xd(x, xh), wd(w, wh), yd(y), bd(bs, bh), rd(y, rh);
-            const Tensor absent{TensorSpec(), 0};
-            rt->launch("linear", {yd, xd, wd, bias ? bd.tensor() : absent, residual ? rd.tensor() : absent},
-                       {{"activation", act}});
-            rt->device().synchronize();
-            std::vector<std::uint8_t> want(y.nbytes());
-            reference::linear(d, xh.data(), wh.data(), bias ? bh.data() : nullptr, residual ? rh.data() : nullptr,
-                              want.data(), m, n, k, act);
-            test::expect_close(d, yd.read(), want, "out", gemm_tolerance(d, k));
-          }
+          for (bool residual : {false, true}) check_linear(*rt, d, m, 136, 264, act, bias, residual);
 }
 
 TEST_P(GpuGemm, LinearResidualMayBeTheOutputItself) {
@@ -185,14 +201,6 @@ const HopperCase kHopperCases[] = {{DType::bf16, DType::bf16, {1100, 1000, 136, 
                                    {DType::bf16, DType::bf16, {1000, 1104, 72, true, false}, 2.0, 0.0, 1, 128},
                                    {DType::f16, DType::f16, {704, 1000, 200, true, false}, 1.0, 0.0, 3, 128}};
 
-bool is_hopper(Runtime& rt) { return rt.device().target() == Target::parse("sm_90a"); }
-
-void expect_wgmma(Runtime& rt, std::string_view op, TensorList tensors, ScalarList scalars, std::int64_t bn) {
-  const Params p = rt.get_kernel(op, tensors, scalars).params();
-  EXPECT_EQ(p.get("wgmma"), 1) << p.str();
-  EXPECT_EQ(p.get("bn"), bn) << p.str();
-}
-
 void check_hopper_gemm(Runtime& rt, const HopperCase& c) {
   const bool batched = c.batch > 1;
   auto shape = [&](std::int64_t r, std::int64_t cols) {
@@ -211,26 +219,10 @@ void check_hopper_gemm(Runtime& rt, const HopperCase& c) {
 TEST_P(GpuGemm, HopperPathAgainstTheReference) {
   if (!is_hopper(*rt)) GTEST_SKIP() << "the sm_90a path needs a Hopper GPU";
   for (const HopperCase& c : kHopperCases) check_hopper_gemm(*rt, c);
-  for (DType d : {DType::bf16, DType::f16})
-    for (int act : {0, 3}) {
-      SCOPED_TRACE(fmt::format("linear {} act {}", dtype_name(d), act));
-      const std::int64_t m = 1000, n = 4352, k = 200;
-      const TensorSpec x(d, {m, k}), w(d, {n, k}), y(d, {m, n}), bs(d, {n});
-      const auto xh = random_matrix(d, x.numel(), 13), wh = random_matrix(d, w.numel(), 14),
-                 bh = random_matrix(d, n, 15), rh = random_matrix(d, y.numel(), 16);
-      GpuTensor xd(x, xh), wd(w, wh), yd(y), bd(bs, bh), rd(y, rh);
-      const bool fused = act != 0;  // bias + silu + residual, or nothing
-      const Tensor absent{TensorSpec(), 0};
-      const std::vector<Tensor> tensors{yd, xd, wd, fused ? bd.tensor() : absent, fused ? rd.tensor() : absent};
-      const std::vector<ScalarArg> scalars = {{"activation", act}};
-      expect_wgmma(*rt, "linear", tensors, scalars, 256);
-      rt->launch("linear", tensors, scalars);
-      rt->device().synchronize();
-      std::vector<std::uint8_t> want(y.nbytes());
-      reference::linear(d, xh.data(), wh.data(), fused ? bh.data() : nullptr, fused ? rh.data() : nullptr,
-                        want.data(), m, n, k, act);
-      test::expect_close(d, yd.read(), want, "out", gemm_tolerance(d, k));
-    }
+  for (DType d : {DType::bf16, DType::f16}) {
+    check_linear(*rt, d, 1000, 4352, 200, 0, false, false, 256);  // the plain product
+    check_linear(*rt, d, 1000, 4352, 200, 3, true, true, 256);    // bias + silu + residual fused
+  }
 }
 
 // One sm_90a shape: what tools/gpu_check.sh runs under compute-sanitizer racecheck.
@@ -282,7 +274,7 @@ TEST_P(GpuGemm, GroupGemmOverUnevenGroups) {
 // never stored), untouched rows around them; with a max_rows hint the
 // sm_80 path's passes take over.
 TEST_P(GpuGemm, HopperGroupGemm) {
-  if (!(rt->device().target() == Target::parse("sm_90a"))) GTEST_SKIP() << "the sm_90a path needs a Hopper GPU";
+  if (!is_hopper(*rt)) GTEST_SKIP() << "the sm_90a path needs a Hopper GPU";
   const std::vector<std::int64_t> offsets = {0, 0, 500, 520, 1100, 1101, 1800, 2399, 2400};
   for (DType d : {DType::bf16, DType::f16})
     for (DType index : {DType::i64, DType::i32}) check_group_gemm(*rt, d, index, 2400, 1536, 200, offsets, 0, 1);

@@ -170,8 +170,9 @@ class Function {
 void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream,
             void** args);
 
-// A TMA descriptor (the driver's CUtensorMap): kernels take it by value as a
-// `const __grid_constant__` param (kernel_templates/mojo_wgmma.cuh).
+// A TMA descriptor (the driver's CUtensorMap): kernels take it by value and
+// read it where it lies in param space (MOJO_PARAM_ADDRESS in
+// kernel_templates/mojo_wgmma.cuh).
 struct alignas(64) TensorMap {
   std::uint64_t opaque[16];
 };

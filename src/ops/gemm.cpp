@@ -163,15 +163,16 @@ struct GemmArgs {
 // descriptors, encoded here from the operands) for the sm_90a one.
 void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p) {
   if (p.get("wgmma")) {
-    // Each operand as stored: K-major in boxes of 64 k x the tile's rows, MN-major in 64 x 64 boxes.
+    // Each operand as stored: K-major in boxes of bk (one 128-byte row) x the tile's rows, MN-major in
+    // boxes of 64 m or n (128 bytes) x bk.
     const DType dtype = p.dtype("dtype");
-    const unsigned bm = unsigned(p.get("bm")), bn = unsigned(p.get("bn"));
+    const unsigned bm = unsigned(p.get("bm")), bn = unsigned(p.get("bn")), bk = unsigned(p.get("bk"));
     // Groups read their rows out of one x [total_rows, K].
     const std::int64_t a_rows = g.offsets ? g.total_rows : g.m, a_batches = g.offsets ? 1 : g.batches;
-    const TensorMap a = g.mn_major_a ? tile_tensor_map(g.a, dtype, g.m, g.k, a_batches, g.lda, g.batch_a, 64, 64)
-                                     : tile_tensor_map(g.a, dtype, g.k, a_rows, a_batches, g.lda, g.batch_a, 64, bm);
-    const TensorMap b = g.mn_major_b ? tile_tensor_map(g.b, dtype, g.n, g.k, g.batches, g.ldb, g.batch_b, 64, 64)
-                             : tile_tensor_map(g.b, dtype, g.k, g.n, g.batches, g.ldb, g.batch_b, 64, bn);
+    const TensorMap a = g.mn_major_a ? tile_tensor_map(g.a, dtype, g.m, g.k, a_batches, g.lda, g.batch_a, 64, bk)
+                                     : tile_tensor_map(g.a, dtype, g.k, a_rows, a_batches, g.lda, g.batch_a, bk, bm);
+    const TensorMap b = g.mn_major_b ? tile_tensor_map(g.b, dtype, g.n, g.k, g.batches, g.ldb, g.batch_b, 64, bk)
+                                     : tile_tensor_map(g.b, dtype, g.k, g.n, g.batches, g.ldb, g.batch_b, bk, bn);
     for (DevicePtr ptr : {g.c, g.bias, g.residual}) args.push(ptr);
     args.push(g.alpha);
     args.push(g.beta);
