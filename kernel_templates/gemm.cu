@@ -221,7 +221,7 @@ __device__ __forceinline__ void mma_tile(const Problem<TA, TC>& p, int row0, int
   using TileB = Tile<TRANS_B ? BN : BK, TRANS_B ? BK : BN, sizeof(TA)>;
   constexpr int STAGE_BYTES = TileA::BYTES + TileB::BYTES;
   static_assert(KS == 1 || (KS - 1) * BM * BN * 4 <= KS * STAGES * STAGE_BYTES, "the K groups' sums fit the rings");
-  extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
+  MOJO_DYNAMIC_SMEM(smem);
   const int group = (int)mojo::thread_x() / THREADS, tid = (int)mojo::thread_x() % THREADS;
   const int lane = tid % 32, warp = tid / 32, wm = warp / WN, wn = warp % WN;
   unsigned char* const ring = smem + group * STAGES * STAGE_BYTES;

@@ -48,7 +48,7 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
   static_assert(BM % 64 == 0 && CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups of 64 rows");
   static_assert(sizeof(T) == 2, "wgmma here takes f16 or bf16");
   static_assert(OFFSETS == 0 || !MN_A, "groups' rows are K-major");
-  extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
+  MOJO_DYNAMIC_SMEM(smem);
   // 128-byte swizzle repeats every 1024 bytes: the ring starts on such a boundary.
   const unsigned ring = (mojo::smem_address(smem) + 1023u) & ~1023u;
   const unsigned full = ring + STAGES * STAGE_BYTES, empty = full + STAGES * 8;

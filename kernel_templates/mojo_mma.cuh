@@ -8,6 +8,24 @@
 
 namespace mojo {
 
+#if defined(MOJO_CPU)
+__device__ __forceinline__ unsigned smem_address(const void* p) { return cpu::api().smem_address(p); }
+__device__ __forceinline__ void sync_warps(int id, int threads) { cpu::api().barrier(id, threads); }
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, int src_bytes) {
+  cpu::api().cp_async(dst, src, src_bytes);
+}
+__device__ __forceinline__ void cp_async_commit() { cpu::api().cp_async_commit(); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { cpu::api().cp_async_wait(N); }
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned address) { cpu::api().ldmatrix_x4(r, address, 0); }
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned address) {
+  cpu::api().ldmatrix_x4(r, address, 1);
+}
+__device__ __forceinline__ unsigned to_tf32(unsigned f32_bits) { return cpu::f32_to_tf32(f32_bits); }
+template <class T> __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  cpu::api().mma(d, a, b, sizeof(T) == 4 ? 0 : (std::is_same_v<T, f16> ? 1 : 2));
+}
+#else
+
 // The 32-bit shared-window address of a generic pointer into shared memory.
 __device__ __forceinline__ unsigned smem_address(const void* p) {
   unsigned a;
@@ -80,5 +98,7 @@ template <> __device__ __forceinline__ void mma<bf16>(float (&d)[4], const unsig
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+
+#endif  // MOJO_CPU
 
 }  // namespace mojo

@@ -12,7 +12,7 @@
 // several templates) can share one module.
 #pragma once
 
-#if !defined(__CUDACC_RTC__)
+#if !defined(__CUDACC_RTC__) && !defined(MOJO_CPU)
 // clang's CUDA front end without the SDK headers: spell out what NVRTC has built in.
 #define __global__ __attribute__((global))
 #define __device__ __attribute__((device))
@@ -21,10 +21,25 @@
 #define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
 #endif
 
+// The block's dynamic shared memory, 128-byte aligned (on the CPU device, the emulator's arena).
+#if defined(MOJO_CPU)
+#define MOJO_DYNAMIC_SMEM(NAME) unsigned char* const NAME = mojo::cpu::api().dynamic_smem()
+#else
+#define MOJO_DYNAMIC_SMEM(NAME) extern __shared__ __attribute__((aligned(128))) unsigned char NAME[]
+#endif
+
 namespace mojo {
 
 // ---- special registers -------------------------------------------------------
-#if defined(__CUDACC_RTC__)
+#if defined(MOJO_CPU)
+__device__ __forceinline__ unsigned thread_x() { return cpu::api().self()->tid; }
+__device__ __forceinline__ unsigned block_x() { return cpu::api().self()->ctaid[0]; }
+__device__ __forceinline__ unsigned block_dim_x() { return cpu::api().self()->ntid; }
+__device__ __forceinline__ unsigned grid_dim_x() { return cpu::api().self()->nctaid[0]; }
+__device__ __forceinline__ unsigned block_y() { return cpu::api().self()->ctaid[1]; }
+__device__ __forceinline__ unsigned block_z() { return cpu::api().self()->ctaid[2]; }
+__device__ __forceinline__ void sync_block() { cpu::api().barrier(0, 0); }
+#elif defined(__CUDACC_RTC__)
 __device__ __forceinline__ unsigned thread_x() { return threadIdx.x; }
 __device__ __forceinline__ unsigned block_x() { return blockIdx.x; }
 __device__ __forceinline__ unsigned block_dim_x() { return blockDim.x; }
@@ -39,7 +54,9 @@ __device__ __forceinline__ unsigned grid_dim_x() { return __nvvm_read_ptx_sreg_n
 __device__ __forceinline__ unsigned block_y() { return __nvvm_read_ptx_sreg_ctaid_y(); }
 __device__ __forceinline__ unsigned block_z() { return __nvvm_read_ptx_sreg_ctaid_z(); }
 #endif
+#if !defined(MOJO_CPU)
 __device__ __forceinline__ void sync_block() { __syncthreads(); }
+#endif
 
 // ---- storage types and conversions -------------------------------------------
 // 16-bit floats are stored as raw bits; all math happens in float.
@@ -50,6 +67,10 @@ struct alignas(2) bf16 {
   unsigned short bits;
 };
 
+#if defined(MOJO_CPU)
+__device__ __forceinline__ float bits_to_float(unsigned u) { return cpu::bits_float(u); }
+__device__ __forceinline__ unsigned float_to_bits(float f) { return cpu::float_bits(f); }
+#else
 __device__ __forceinline__ float bits_to_float(unsigned u) {
   float f;
   asm("mov.b32 %0, %1;" : "=f"(f) : "r"(u));
@@ -60,6 +81,7 @@ __device__ __forceinline__ unsigned float_to_bits(float f) {
   asm("mov.b32 %0, %1;" : "=r"(u) : "f"(f));
   return u;
 }
+#endif
 
 template <class T> __device__ __forceinline__ float to_float(T v);
 template <> __device__ __forceinline__ float to_float<float>(float v) { return v; }
@@ -67,21 +89,31 @@ template <> __device__ __forceinline__ float to_float<bf16>(bf16 v) {
   return bits_to_float(unsigned(v.bits) << 16);
 }
 template <> __device__ __forceinline__ float to_float<f16>(f16 v) {
+#if defined(MOJO_CPU)
+  return cpu::f16_to_f32(v.bits);
+#else
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
   return f;
+#endif
 }
 
 template <class T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
 template <> __device__ __forceinline__ f16 from_float<f16>(float v) {
   f16 h;
+#if defined(MOJO_CPU)
+  h.bits = cpu::f32_to_f16(v);
+#else
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(v));
+#endif
   return h;
 }
 template <> __device__ __forceinline__ bf16 from_float<bf16>(float v) {
   bf16 b;
-#if __CUDA_ARCH__ >= 800
+#if defined(MOJO_CPU)
+  b.bits = cpu::f32_to_bf16(v);
+#elif __CUDA_ARCH__ >= 800
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b.bits) : "f"(v));
 #else
   // Round to nearest even by hand; NaN stays NaN.
@@ -96,6 +128,16 @@ template <> __device__ __forceinline__ bf16 from_float<bf16>(float v) {
 }
 
 // ---- fast math (PTX approximations; error bounds in the PTX ISA manual) -------
+#if defined(MOJO_CPU)
+// libm, correctly rounded or within an ulp: inside the .approx bounds.
+__device__ __forceinline__ float rsqrt_approx(float x) { return 1.f / std::sqrt(x); }
+__device__ __forceinline__ float exp2_approx(float x) { return cpu::ftz(std::exp2(cpu::ftz(x))); }
+__device__ __forceinline__ float rcp_approx(float x) { return cpu::ftz(1.f / cpu::ftz(x)); }
+__device__ __forceinline__ float log2_approx(float x) { return std::log2(cpu::ftz(x)); }
+__device__ __forceinline__ float abs_f(float x) { return std::fabs(x); }
+// max.f32: the other operand when one is NaN.
+__device__ __forceinline__ float max_f(float a, float b) { return std::fmax(a, b); }
+#else
 __device__ __forceinline__ float rsqrt_approx(float x) {
   float y;
   asm("rsqrt.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -126,6 +168,7 @@ __device__ __forceinline__ float max_f(float a, float b) {
   asm("max.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
   return y;
 }
+#endif
 __device__ __forceinline__ float neg_inf() { return bits_to_float(0xff800000u); }
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -203,9 +246,13 @@ template <class T, int N> __device__ __forceinline__ void store(T* p, const Pack
 
 // ---- reductions ------------------------------------------------------------------
 __device__ __forceinline__ float shfl_xor(float v, int lane_mask) {
+#if defined(MOJO_CPU)
+  return bits_to_float(cpu::api().shfl_bfly(float_to_bits(v), lane_mask));
+#else
   float r;
   asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(lane_mask));
   return r;
+#endif
 }
 
 struct Sum {

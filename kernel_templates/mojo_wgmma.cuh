@@ -20,12 +20,60 @@ struct alignas(64) TensorMap {
 
 // The generic address of parameter INDEX (a literal) of the extern "C"
 // kernel NAME: NVRTC and clang both name it NAME_param_INDEX in PTX.
+#if defined(MOJO_CPU)
+#define MOJO_PARAM_ADDRESS(NAME, INDEX) reinterpret_cast<const mojo::TensorMap*>(mojo::cpu::api().param(INDEX))
+#else
 #define MOJO_PARAM_ADDRESS(NAME, INDEX)                                                              \
   [] {                                                                                               \
     unsigned long long address;                                                                      \
     asm("{ .reg .b64 p; mov.b64 p, " #NAME "_param_" #INDEX "; cvta.param.u64 %0, p; }" : "=l"(address)); \
     return reinterpret_cast<const mojo::TensorMap*>(address);                                        \
   }()
+#endif
+
+// The descriptor of an operand tile in shared memory as TMA writes it with
+// 128-byte swizzling: 128-byte rows (64 16-bit elements) in swizzle atoms of
+// 8 rows (1024 bytes), the tile 1024-byte aligned. Bits: start address >> 4
+// at 0, leading byte offset >> 4 at 16, stride byte offset >> 4 at 32,
+// swizzle mode 1 (128 B) at 62.
+//  K-major (rows along M/N, 64 k each): atoms 1024 bytes apart along M/N (the
+//    stride offset); the leading offset is unused (1). Stepping k by 16 adds
+//    32 bytes to the start.
+//  MN-major (rows along K, 64 m/n each): atoms 1024 bytes apart along K (the
+//    stride offset); the next 64 m/n are `mn_chunk_bytes` further (the
+//    leading offset). Stepping k by 16 adds 16 rows, 2048 bytes.
+__device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned smem_addr, unsigned mn_chunk_bytes = 16) {
+  return (unsigned long long)((smem_addr & 0x3FFFF) >> 4) | ((unsigned long long)(mn_chunk_bytes >> 4) << 16) |
+         ((1024ull >> 4) << 32) | (1ull << 62);
+}
+
+template <class T> constexpr bool is_bf16 = false;
+template <> constexpr bool is_bf16<bf16> = true;
+
+#if defined(MOJO_CPU)
+__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned arrivals) { cpu::api().mbarrier_init(bar, arrivals); }
+__device__ __forceinline__ void fence_barrier_init() {}
+__device__ __forceinline__ void mbarrier_arrive(unsigned bar) { cpu::api().mbarrier_arrive(bar, 0); }
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
+  cpu::api().mbarrier_arrive(bar, bytes);
+}
+__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) { cpu::api().mbarrier_wait(bar, parity); }
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const TensorMap* map, unsigned bar, int c0, int c1, int c2) {
+  cpu::api().tma_load_3d(dst, map, bar, c0, c1, c2);
+}
+__device__ __forceinline__ void tma_prefetch_descriptor(const TensorMap*) {}
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {}
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {}
+__device__ __forceinline__ void wgmma_fence() { cpu::api().wgmma_fence(); }
+__device__ __forceinline__ void wgmma_commit() { cpu::api().wgmma_commit(); }
+template <int N> __device__ __forceinline__ void wgmma_wait() { cpu::api().wgmma_wait(N); }
+__device__ __forceinline__ void wgmma_fence_operand(float&) {}
+template <class T, int N, int MN_MAJOR_A, int MN_MAJOR_B>
+__device__ __forceinline__ void wgmma(float (&d)[N / 2], unsigned long long a, unsigned long long b, int scale_d) {
+  static_assert(N == 128 || N == 256, "wgmma tiles are 64 x 128 or 64 x 256");
+  cpu::api().wgmma(d, N, a, b, scale_d, MN_MAJOR_A, MN_MAJOR_B, is_bf16<T> ? 2 : 1);
+}
+#else
 
 // ---- mbarriers (addresses in the shared window) -------------------------------
 __device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned arrivals) {
@@ -88,22 +136,6 @@ template <int N> __device__ __forceinline__ void wgmma_wait() {
 // the asynchronous MMAs that own it.
 __device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 
-// The descriptor of an operand tile in shared memory as TMA writes it with
-// 128-byte swizzling: 128-byte rows (64 16-bit elements) in swizzle atoms of
-// 8 rows (1024 bytes), the tile 1024-byte aligned. Bits: start address >> 4
-// at 0, leading byte offset >> 4 at 16, stride byte offset >> 4 at 32,
-// swizzle mode 1 (128 B) at 62.
-//  K-major (rows along M/N, 64 k each): atoms 1024 bytes apart along M/N (the
-//    stride offset); the leading offset is unused (1). Stepping k by 16 adds
-//    32 bytes to the start.
-//  MN-major (rows along K, 64 m/n each): atoms 1024 bytes apart along K (the
-//    stride offset); the next 64 m/n are `mn_chunk_bytes` further (the
-//    leading offset). Stepping k by 16 adds 16 rows, 2048 bytes.
-__device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned smem_addr, unsigned mn_chunk_bytes = 16) {
-  return (unsigned long long)((smem_addr & 0x3FFFF) >> 4) | ((unsigned long long)(mn_chunk_bytes >> 4) << 16) |
-         ((1024ull >> 4) << 32) | (1ull << 62);
-}
-
 #define MOJO_ACC4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define MOJO_ACC8(d, i) MOJO_ACC4(d, i), MOJO_ACC4(d, i + 4)
 #define MOJO_ACC32(d, i) MOJO_ACC8(d, i), MOJO_ACC8(d, i + 8), MOJO_ACC8(d, i + 16), MOJO_ACC8(d, i + 24)
@@ -141,9 +173,6 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned smem_add
                : MOJO_ACC128(d)                                                                          \
                : "l"(a), "l"(b), "r"(scale_d), "n"(MN_MAJOR_A), "n"(MN_MAJOR_B))
 
-template <class T> constexpr bool is_bf16 = false;
-template <> constexpr bool is_bf16<bf16> = true;
-
 template <class T, int N, int MN_MAJOR_A, int MN_MAJOR_B>
 __device__ __forceinline__ void wgmma(float (&d)[N / 2], unsigned long long a, unsigned long long b, int scale_d) {
   static_assert(N == 128 || N == 256, "wgmma tiles are 64 x 128 or 64 x 256");
@@ -163,5 +192,6 @@ __device__ __forceinline__ void wgmma(float (&d)[N / 2], unsigned long long a, u
 #undef MOJO_ACC32
 #undef MOJO_ACC8
 #undef MOJO_ACC4
+#endif  // MOJO_CPU
 
 }  // namespace mojo

@@ -1,6 +1,8 @@
 // A compiler is a pure function (source, target, stage) -> artifact. It knows
 // nothing of caching or loading (tinygrad's seam). The stages are the names of
 // the pipeline: llvm -> llvm-opt -> ptx -> cubin; `--emit=X` stops at X.
+// `host` is the cpu device's artifact: the same templates built for the
+// host by the system C++ compiler into a shared object.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +14,9 @@
 
 namespace mojo {
 
-enum class Emit { llvm, llvm_opt, ptx, cubin };
+enum class Emit { llvm, llvm_opt, ptx, cubin, host };
 
-std::string_view emit_name(Emit emit) noexcept;  // "llvm", "llvm-opt", "ptx", "cubin"
+std::string_view emit_name(Emit emit) noexcept;  // "llvm", "llvm-opt", "ptx", "cubin", "host"
 Emit parse_emit(std::string_view name);          // throws InvalidArgumentError
 
 struct CompileRequest {
@@ -29,7 +31,7 @@ struct CompileRequest {
 };
 
 struct CompileResult {
-  std::string binary;  // PTX text or cubin bytes (no trailing NUL)
+  std::string binary;  // PTX text, cubin bytes (no trailing NUL) or a host shared object
   std::string log;     // warnings, if any
 };
 
@@ -55,7 +57,8 @@ struct KernelResources {
 // Throws InvalidArgumentError when `cubin` is not a CUDA ELF or lacks `kernel`.
 KernelResources kernel_resources(std::string_view cubin, std::string_view kernel);
 
-// "nvrtc" (the default). Throws InvalidArgumentError for unknown names.
+// "nvrtc" (the default), "llvm", or "host" (the cpu device's). Throws
+// InvalidArgumentError for unknown names.
 std::unique_ptr<Compiler> make_compiler(std::string_view name);
 
 }  // namespace mojo

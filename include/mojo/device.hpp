@@ -1,7 +1,14 @@
-// A thin RAII layer over the CUDA Driver API. libcuda.so.1 is opened with
-// dlopen on first use, so programs linking mojo-jit start on machines with no
-// driver; asking for a device there throws NoDeviceError. Every failing driver
-// call throws DeviceError naming the call and the driver's error.
+// Two devices behind one thin RAII API:
+//  - cuda: the CUDA Driver API. libcuda.so.1 is opened with dlopen on first
+//    use, so programs linking mojo-jit start on machines with no driver;
+//    asking for a GPU there throws NoDeviceError. Every failing driver call
+//    throws DeviceError naming the call and the driver's error.
+//  - cpu: host memory, kernels built for the host and run by an emulator of
+//    a chosen GPU target (src/device/cpu/), in stream order (each launch
+//    completes before it returns). For checking kernels where no GPU is.
+// Like a CUDA context, the device made current on a thread (Device::open,
+// make_current) decides where the Streams, Events and buffers that thread
+// creates next live; each object remembers its device.
 #pragma once
 
 #include <cstddef>
@@ -24,6 +31,12 @@ struct CUgraphExec_st;
 
 namespace mojo {
 
+namespace cpu {
+class Library;
+struct Kernel;
+struct Recording;
+}  // namespace cpu
+
 using StreamHandle = CUstream_st*;  // nullptr is the legacy default stream
 
 // True when libcuda.so.1 loads and reports at least one GPU. Never throws.
@@ -31,10 +44,17 @@ bool device_available() noexcept;
 
 class Device {
  public:
-  static int count();  // 0 when there is no driver
-  // Opens device `ordinal` and makes its primary context current on this thread.
+  static int count();  // GPUs; 0 when there is no driver
+  // Opens GPU `ordinal` and makes its primary context current on this thread.
   static Device open(int ordinal = 0);
+  // "cuda" (GPU 0), "cuda:N", "cpu" (emulating sm_80) or "cpu:ARCH" (e.g.
+  // cpu:sm_90a); made current on this thread. Throws InvalidArgumentError
+  // for anything else.
+  static Device open(std::string_view spec);
+  // The CPU device emulating `target`, made current on this thread.
+  static Device cpu(const Target& target);
 
+  bool is_cpu() const noexcept { return cpu_; }
   int ordinal() const noexcept { return ordinal_; }
   const std::string& name() const noexcept { return name_; }
   Target target() const noexcept { return target_; }  // from the compute capability
@@ -59,6 +79,7 @@ class Device {
   Target target_;
   int sm_count_ = 0, max_smem_block_ = 0, max_smem_optin_ = 0, max_smem_sm_ = 0;
   std::size_t total_memory_ = 0;
+  bool cpu_ = false;
 };
 
 class Stream {
@@ -76,6 +97,7 @@ class Stream {
 
  private:
   StreamHandle stream_ = nullptr;
+  bool cpu_ = false;
 };
 
 class Event {
@@ -94,6 +116,8 @@ class Event {
 
  private:
   CUevent_st* event_ = nullptr;
+  bool cpu_ = false;
+  std::int64_t cpu_ns_ = 0;  // when a cpu event was recorded
 };
 
 // Device memory, freed on destruction.
@@ -120,6 +144,7 @@ class DeviceBuffer {
  private:
   DevicePtr ptr_ = 0;
   std::size_t size_ = 0;
+  bool cpu_ = false;
 };
 
 class Function;
@@ -127,7 +152,8 @@ class Function;
 // A loaded PTX or cubin image; unloaded on destruction.
 class Module {
  public:
-  // PTX must be NUL-terminated text; cubin is an ELF image.
+  // PTX must be NUL-terminated text; cubin is an ELF image; for the cpu
+  // device, a host shared object (Emit::host).
   static Module load(std::string_view image);
   ~Module();
   Module(Module&& other) noexcept;
@@ -140,6 +166,7 @@ class Module {
  private:
   Module() = default;
   CUmod_st* module_ = nullptr;
+  std::unique_ptr<cpu::Library> cpu_;
 };
 
 struct Dim3 {
@@ -151,6 +178,7 @@ class Function {
  public:
   Function() = default;
   explicit Function(CUfunc_st* f) : function_(f) {}
+  explicit Function(cpu::Kernel* k) : cpu_(k) {}
 
   int num_registers() const;
   int static_shared_bytes() const;
@@ -160,10 +188,12 @@ class Function {
   void set_max_dynamic_shared(int bytes) const;
 
   CUfunc_st* handle() const noexcept { return function_; }
-  explicit operator bool() const noexcept { return function_ != nullptr; }
+  cpu::Kernel* cpu_kernel() const noexcept { return cpu_; }
+  explicit operator bool() const noexcept { return function_ != nullptr || cpu_ != nullptr; }
 
  private:
   CUfunc_st* function_ = nullptr;
+  cpu::Kernel* cpu_ = nullptr;
 };
 
 // cuLaunchKernel: `args` points at one pointer per kernel parameter.
@@ -218,6 +248,7 @@ class Graph {
   static void abandon_capture(StreamHandle stream) noexcept;
   static Graph end_capture(StreamHandle stream);
   CUgraphExec_st* exec_ = nullptr;
+  std::unique_ptr<cpu::Recording> cpu_;  // the launches a cpu stream recorded
 };
 
 }  // namespace mojo

@@ -54,8 +54,8 @@ class CompileError : public Error {
 // A CUDA driver call that failed: carries the call and the driver's error.
 class DeviceError : public Error {
  public:
-  DeviceError(const std::string& message, int code) : Error(message), code_(code) {}
-  int code() const noexcept { return code_; }
+  DeviceError(const std::string& message, int code = 0) : Error(message), code_(code) {}
+  int code() const noexcept { return code_; }  // the CUresult, or 0 from the cpu device
 
  private:
   int code_;

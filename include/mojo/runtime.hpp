@@ -38,7 +38,9 @@ struct RuntimeOptions {
   std::string compiler;             // empty: $MOJO_JIT_COMPILER, else "nvrtc"
   std::vector<std::filesystem::path> template_paths;  // searched before $MOJO_JIT_TEMPLATE_PATH
   std::filesystem::path dump_dir;   // empty: $MOJO_JIT_DUMP; writes each compile's source and output
-  int device = 0;                   // ordinal of the GPU launches go to
+  // Where launches run: "cuda" (GPU 0), "cuda:N", or "cpu" / "cpu:ARCH" (the
+  // emulator, sm_80 by default, e.g. cpu:sm_90a). Empty: $MOJO_JIT_DEVICE, else "cuda".
+  std::string device;
   // Before each launch, ops that index memory with data (embedding ids,
   // rotary positions, KV slots) read it back and throw InvalidArgumentError
   // for a value out of range. Synchronizes the stream: for debugging only
@@ -152,7 +154,8 @@ class Runtime {
   // resolved so far are looked up again (their keys may change); handles
   // already given out stay valid.
   void add_template_path(std::filesystem::path dir);
-  // The GPU launches go to; opened on first use (throws NoDeviceError without one).
+  // The device launches go to; opened on first use (throws NoDeviceError
+  // when it is a GPU and there is none).
   const Device& device();
 
  private:

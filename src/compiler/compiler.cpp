@@ -1,6 +1,7 @@
 // The compiler factory.
 #include <fmt/format.h>
 
+#include "compiler/host_compiler.hpp"
 #include "compiler/nvrtc_compiler.hpp"
 #if MOJO_JIT_WITH_LLVM
 #include "compiler/llvm_compiler.hpp"
@@ -12,6 +13,7 @@ namespace mojo {
 
 std::unique_ptr<Compiler> make_compiler(std::string_view name) {
   if (name == "nvrtc") return std::make_unique<NvrtcCompiler>();
+  if (name == "host") return std::make_unique<HostCompiler>();
   if (name == "llvm") {
 #if MOJO_JIT_WITH_LLVM
     return std::make_unique<LlvmCompiler>();
@@ -20,7 +22,7 @@ std::unique_ptr<Compiler> make_compiler(std::string_view name) {
         "compiler 'llvm' is not part of this build (configured with MOJO_JIT_WITH_LLVM=OFF); use --compiler=nvrtc");
 #endif
   }
-  throw InvalidArgumentError(fmt::format("unknown compiler '{}': expected nvrtc or llvm", name));
+  throw InvalidArgumentError(fmt::format("unknown compiler '{}': expected nvrtc, llvm or host", name));
 }
 
 }  // namespace mojo

@@ -10,7 +10,8 @@ namespace mojo {
 
 namespace {
 constexpr std::pair<Emit, std::string_view> kEmitNames[] = {
-    {Emit::llvm, "llvm"}, {Emit::llvm_opt, "llvm-opt"}, {Emit::ptx, "ptx"}, {Emit::cubin, "cubin"}};
+    {Emit::llvm, "llvm"}, {Emit::llvm_opt, "llvm-opt"}, {Emit::ptx, "ptx"}, {Emit::cubin, "cubin"},
+    {Emit::host, "host"}};
 }
 
 std::string_view emit_name(Emit emit) noexcept {
@@ -22,7 +23,7 @@ std::string_view emit_name(Emit emit) noexcept {
 Emit parse_emit(std::string_view name) {
   for (auto [e, n] : kEmitNames)
     if (n == name) return e;
-  throw InvalidArgumentError(fmt::format("unknown emission '{}': expected llvm, llvm-opt, ptx, cubin (or sass from the CLI)", name));
+  throw InvalidArgumentError(fmt::format("unknown emission '{}': expected llvm, llvm-opt, ptx, cubin, host (or sass from the CLI)", name));
 }
 
 }  // namespace mojo

@@ -3,13 +3,62 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <utility>
+#include <vector>
 
+#include "device/cpu/executor.hpp"
+#include "device/cpu/library.hpp"
 #include "device/driver.hpp"
 #include "mojo/error.hpp"
 
 namespace mojo {
+
+// ---- the cpu device's share --------------------------------------------------
+namespace cpu {
+
+// The device current on this thread, as a CUDA context is: where new
+// streams, events and buffers go, and what a launch on the default stream runs on.
+struct Current {
+  bool cpu = false;
+  Limits limits;
+};
+thread_local Current t_current;
+
+// A stream of the cpu device: launches run as they are enqueued, unless the
+// stream is being captured into a graph.
+struct Stream {
+  Recording* capture = nullptr;
+};
+struct Recording {
+  std::vector<std::function<void()>> work;
+};
+
+Stream* stream_of(StreamHandle h) { return reinterpret_cast<Stream*>(h); }
+
+// One launch, its arguments copied (as a CUDA graph captures them by value).
+std::function<void()> recorded_launch(const Kernel& k, Dim3 grid, Dim3 block, unsigned smem, void** args,
+                                      const Limits& limits, const Schedule& schedule) {
+  struct Copy {
+    std::vector<std::unique_ptr<unsigned char[], void (*)(void*)>> values;
+    std::vector<void*> pointers;
+  };
+  auto copy = std::make_shared<Copy>();
+  for (unsigned i = 0; i < k.params[0]; ++i) {
+    const unsigned bytes = k.params[1 + i];
+    auto* p = static_cast<unsigned char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+    std::memcpy(p, args[i], bytes);
+    copy->values.emplace_back(p, &std::free);
+    copy->pointers.push_back(p);
+  }
+  const Kernel* kernel = &k;
+  return [=] { run(Launch{kernel, grid, block, smem, copy->pointers.data()}, limits, schedule); };
+}
+
+}  // namespace cpu
 
 bool device_available() noexcept {
   try {
@@ -33,6 +82,34 @@ int Device::count() {
   int n = 0;
   MOJO_CU(cuDeviceGetCount(&n));
   return n;
+}
+
+Device Device::cpu(const Target& target) {
+  Device d;
+  d.cpu_ = true;
+  d.target_ = target;
+  const cpu::Limits limits = cpu::Limits::of(target);
+  d.name_ = "cpu (emulating " + target.sm_name() + ")";
+  d.sm_count_ = limits.sm_count;
+  d.max_smem_block_ = 48 * 1024;
+  d.max_smem_optin_ = int(limits.max_smem_optin);
+  d.max_smem_sm_ = int(limits.max_smem_optin) + 1024;
+  d.total_memory_ = 0;
+  d.make_current();
+  return d;
+}
+
+Device Device::open(std::string_view spec) {
+  if (spec == "cuda") return open(0);
+  if (spec.substr(0, 5) == "cuda:") {
+    const std::string n(spec.substr(5));
+    char* end = nullptr;
+    const long ordinal = std::strtol(n.c_str(), &end, 10);
+    if (!n.empty() && *end == '\0' && ordinal >= 0) return open(int(ordinal));
+  }
+  if (spec == "cpu") return cpu(Target{80, false});
+  if (spec.substr(0, 4) == "cpu:") return cpu(Target::parse(spec.substr(4)));
+  throw InvalidArgumentError(fmt::format("device '{}': expected cuda, cuda:N, cpu or cpu:ARCH (e.g. cpu:sm_90a)", spec));
 }
 
 Device Device::open(int ordinal) {
@@ -70,9 +147,20 @@ Device Device::open(int ordinal) {
   return d;
 }
 
-void Device::make_current() const { MOJO_CU(cuCtxSetCurrent(context_->context)); }
+void Device::make_current() const {
+  cpu::t_current.cpu = cpu_;
+  if (cpu_) {
+    cpu::t_current.limits = cpu::Limits::of(target_);
+    return;
+  }
+  MOJO_CU(cuCtxSetCurrent(context_->context));
+}
 
 void Device::ensure_current() const {
+  if (cpu_ || cpu::t_current.cpu) {
+    if (!cpu_ || !(cpu::t_current.limits.target == target_) || !cpu::t_current.cpu) make_current();
+    return;
+  }
   CUcontext current = nullptr;
   MOJO_CU(cuCtxGetCurrent(&current));
   if (current != context_->context) make_current();
@@ -80,34 +168,65 @@ void Device::ensure_current() const {
 
 void Device::synchronize() const {
   make_current();
+  if (cpu_) return;  // every launch has completed
   MOJO_CU(cuCtxSynchronize());
 }
 
 // ---- Stream / Event -------------------------------------------------------
 
-Stream::Stream() { MOJO_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING)); }
-Stream::~Stream() {
-  if (stream_ != nullptr) driver::api().cuStreamDestroy(stream_);
+Stream::Stream() : cpu_(cpu::t_current.cpu) {
+  if (cpu_) stream_ = reinterpret_cast<StreamHandle>(new cpu::Stream());
+  else MOJO_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
 }
-Stream::Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
+Stream::~Stream() {
+  if (stream_ == nullptr) return;
+  if (cpu_) delete cpu::stream_of(stream_);
+  else driver::api().cuStreamDestroy(stream_);
+}
+Stream::Stream(Stream&& other) noexcept
+    : stream_(std::exchange(other.stream_, nullptr)), cpu_(other.cpu_) {}
 Stream& Stream::operator=(Stream&& other) noexcept {
   std::swap(stream_, other.stream_);
+  std::swap(cpu_, other.cpu_);
   return *this;
 }
-void Stream::synchronize() const { MOJO_CU(cuStreamSynchronize(stream_)); }
+void Stream::synchronize() const {
+  if (!cpu_) MOJO_CU(cuStreamSynchronize(stream_));
+}
 
-Event::Event() { MOJO_CU(cuEventCreate(&event_, CU_EVENT_DEFAULT)); }
+namespace {
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+Event::Event() : cpu_(cpu::t_current.cpu) {
+  if (!cpu_) MOJO_CU(cuEventCreate(&event_, CU_EVENT_DEFAULT));
+}
 Event::~Event() {
   if (event_ != nullptr) driver::api().cuEventDestroy(event_);
 }
-Event::Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+Event::Event(Event&& other) noexcept
+    : event_(std::exchange(other.event_, nullptr)), cpu_(other.cpu_), cpu_ns_(other.cpu_ns_) {}
 Event& Event::operator=(Event&& other) noexcept {
   std::swap(event_, other.event_);
+  std::swap(cpu_, other.cpu_);
+  std::swap(cpu_ns_, other.cpu_ns_);
   return *this;
 }
-void Event::record(StreamHandle stream) { MOJO_CU(cuEventRecord(event_, stream)); }
-void Event::synchronize() const { MOJO_CU(cuEventSynchronize(event_)); }
+// On the cpu device, work before the record has completed when it is recorded.
+void Event::record(StreamHandle stream) {
+  if (cpu_) cpu_ns_ = now_ns();
+  else MOJO_CU(cuEventRecord(event_, stream));
+}
+void Event::synchronize() const {
+  if (!cpu_) MOJO_CU(cuEventSynchronize(event_));
+}
 float Event::elapsed_ms(const Event& start, const Event& end) {
+  if (start.cpu_ || end.cpu_) {
+    if (!start.cpu_ || !end.cpu_) throw InvalidArgumentError("Event::elapsed_ms of events on different devices");
+    return float(double(end.cpu_ns_ - start.cpu_ns_) * 1e-6);
+  }
   float ms = 0;
   MOJO_CU(cuEventElapsedTime(&ms, start.event_, end.event_));
   return ms;
@@ -115,17 +234,29 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
 
 // ---- DeviceBuffer ---------------------------------------------------------
 
-DeviceBuffer::DeviceBuffer(std::size_t bytes) : size_(bytes) {
-  if (bytes > 0) MOJO_CU(cuMemAlloc(&ptr_, bytes));
+DeviceBuffer::DeviceBuffer(std::size_t bytes) : size_(bytes), cpu_(cpu::t_current.cpu) {
+  if (bytes == 0) return;
+  if (!cpu_) {
+    MOJO_CU(cuMemAlloc(&ptr_, bytes));
+    return;
+  }
+  // Exactly `bytes`, so that ASan sees a kernel reading past the end. 256-byte aligned, as cuMemAlloc's.
+  void* p = nullptr;
+  if (posix_memalign(&p, 256, bytes) != 0)
+    throw DeviceError(fmt::format("cpu device: out of memory allocating {} bytes", bytes));
+  ptr_ = reinterpret_cast<DevicePtr>(p);
 }
 DeviceBuffer::~DeviceBuffer() {
-  if (ptr_ != 0) driver::api().cuMemFree(ptr_);
+  if (ptr_ == 0) return;
+  if (cpu_) std::free(reinterpret_cast<void*>(ptr_));
+  else driver::api().cuMemFree(ptr_);
 }
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : ptr_(std::exchange(other.ptr_, 0)), size_(std::exchange(other.size_, 0)) {}
+    : ptr_(std::exchange(other.ptr_, 0)), size_(std::exchange(other.size_, 0)), cpu_(other.cpu_) {}
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   std::swap(ptr_, other.ptr_);
   std::swap(size_, other.size_);
+  std::swap(cpu_, other.cpu_);
   return *this;
 }
 
@@ -147,33 +278,42 @@ Tensor DeviceBuffer::as(const TensorSpec& spec, std::size_t byte_offset) const {
 
 void DeviceBuffer::copy_from_host(const void* src, std::size_t bytes, std::size_t offset) {
   check_range(offset, bytes, size_, "DeviceBuffer::copy_from_host");
-  if (bytes > 0) MOJO_CU(cuMemcpyHtoD(ptr_ + offset, src, bytes));
+  if (bytes == 0) return;
+  if (cpu_) std::memcpy(reinterpret_cast<void*>(ptr_ + offset), src, bytes);
+  else MOJO_CU(cuMemcpyHtoD(ptr_ + offset, src, bytes));
 }
 void DeviceBuffer::copy_to_host(void* dst, std::size_t bytes, std::size_t offset) const {
   check_range(offset, bytes, size_, "DeviceBuffer::copy_to_host");
-  if (bytes > 0) MOJO_CU(cuMemcpyDtoH(dst, ptr_ + offset, bytes));
+  if (bytes == 0) return;
+  if (cpu_) std::memcpy(dst, reinterpret_cast<const void*>(ptr_ + offset), bytes);
+  else MOJO_CU(cuMemcpyDtoH(dst, ptr_ + offset, bytes));
 }
 void DeviceBuffer::fill_bytes(std::uint8_t value) {
-  if (size_ > 0) MOJO_CU(cuMemsetD8(ptr_, value, size_));
+  if (size_ == 0) return;
+  if (cpu_) std::memset(reinterpret_cast<void*>(ptr_), value, size_);
+  else MOJO_CU(cuMemsetD8(ptr_, value, size_));
 }
 
 // ---- Module / Function / launch -------------------------------------------
 
 Module Module::load(std::string_view image) {
   Module m;
-  MOJO_CU(cuModuleLoadData(&m.module_, image.data()));
+  if (cpu::t_current.cpu) m.cpu_ = cpu::Library::load(image);
+  else MOJO_CU(cuModuleLoadData(&m.module_, image.data()));
   return m;
 }
 Module::~Module() {
   if (module_ != nullptr) driver::api().cuModuleUnload(module_);
 }
-Module::Module(Module&& other) noexcept : module_(std::exchange(other.module_, nullptr)) {}
+Module::Module(Module&& other) noexcept : module_(std::exchange(other.module_, nullptr)), cpu_(std::move(other.cpu_)) {}
 Module& Module::operator=(Module&& other) noexcept {
   std::swap(module_, other.module_);
+  std::swap(cpu_, other.cpu_);
   return *this;
 }
 
 Function Module::function(const std::string& name) const {
+  if (cpu_) return Function(cpu_->kernel(name));
   CUfunction f = nullptr;
   CUresult r = driver::api().cuModuleGetFunction(&f, module_, name.c_str());
   if (r == CUDA_ERROR_NOT_FOUND)
@@ -182,7 +322,9 @@ Function Module::function(const std::string& name) const {
   return Function(f);
 }
 
+// A cpu kernel has no registers, no static shared memory the driver knows of and no stack limit.
 static int function_attribute(CUfunction f, CUfunction_attribute a) {
+  if (f == nullptr) return a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : 0;
   int v = 0;
   MOJO_CU(cuFuncGetAttribute(&v, a, f));
   return v;
@@ -196,11 +338,28 @@ int Function::max_threads_per_block() const {
   return function_attribute(function_, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
 }
 void Function::set_max_dynamic_shared(int bytes) const {
+  if (cpu_ != nullptr) {
+    if (bytes < 0 || bytes > int(cpu::t_current.limits.max_smem_optin))
+      throw DeviceError(fmt::format("cpu device: {} bytes of dynamic shared memory; {} allows at most {}", bytes,
+                                    cpu::t_current.limits.target.sm_name(), cpu::t_current.limits.max_smem_optin));
+    cpu_->max_dynamic_smem = unsigned(bytes);
+    return;
+  }
   MOJO_CU(cuFuncSetAttribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
 }
 
 void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream,
             void** args) {
+  if (const cpu::Kernel* k = f.cpu_kernel()) {
+    const cpu::Schedule schedule = cpu::Schedule::from_env();
+    if (stream != nullptr && cpu::stream_of(stream)->capture != nullptr) {
+      cpu::stream_of(stream)->capture->work.push_back(
+          cpu::recorded_launch(*k, grid, block, dynamic_smem, args, cpu::t_current.limits, schedule));
+      return;
+    }
+    cpu::run(cpu::Launch{k, grid, block, dynamic_smem, args}, cpu::t_current.limits, schedule);
+    return;
+  }
   MOJO_CU(cuLaunchKernel(f.handle(), grid.x, grid.y, grid.z, block.x, block.y, block.z, dynamic_smem,
                          stream, args, nullptr));
 }
@@ -210,12 +369,21 @@ void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, Str
 namespace mojo {
 
 void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream) {
-  if (bytes > 0) MOJO_CU(cuMemcpyDtoDAsync(dst, src, bytes, stream));
+  if (bytes == 0) return;
+  if (!cpu::t_current.cpu) {
+    MOJO_CU(cuMemcpyDtoDAsync(dst, src, bytes, stream));
+    return;
+  }
+  auto copy = [=] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes); };
+  if (stream != nullptr && cpu::stream_of(stream)->capture != nullptr) cpu::stream_of(stream)->capture->work.push_back(copy);
+  else copy();
 }
 
 TensorMap tile_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::int64_t rows, std::int64_t batches,
                           std::int64_t row_stride, std::int64_t batch_stride, unsigned box_cols, unsigned box_rows) {
   static_assert(sizeof(TensorMap) == sizeof(CUtensorMap));
+  if (cpu::t_current.cpu)
+    return cpu::encode_tensor_map(base, dtype, cols, rows, batches, row_stride, batch_stride, box_cols, box_rows);
   if (dtype != DType::f16 && dtype != DType::bf16)
     throw InvalidArgumentError(fmt::format("tile_tensor_map: {} is not a 16-bit float", dtype_name(dtype)));
   const cuuint64_t element = 2;
@@ -237,6 +405,10 @@ TensorMap tile_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::i
 
 void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, StreamHandle stream) {
   if (bytes == 0) return;
+  if (cpu::t_current.cpu) {
+    std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
+    return;
+  }
   MOJO_CU(cuStreamSynchronize(stream));
   MOJO_CU(cuMemcpyDtoH(dst, src, bytes));
 }
@@ -245,15 +417,29 @@ void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, StreamHandle stre
 
 void Graph::begin_capture(StreamHandle stream) {
   if (stream == nullptr) throw InvalidArgumentError("Graph::capture needs a stream; the legacy default stream cannot be captured");
+  if (cpu::t_current.cpu) {
+    if (cpu::stream_of(stream)->capture != nullptr) throw InvalidArgumentError("Graph::capture: the stream is already being captured");
+    cpu::stream_of(stream)->capture = new cpu::Recording();
+    return;
+  }
   MOJO_CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
 }
 
 void Graph::abandon_capture(StreamHandle stream) noexcept {
+  if (cpu::t_current.cpu) {
+    delete std::exchange(cpu::stream_of(stream)->capture, nullptr);
+    return;
+  }
   CUgraph graph = nullptr;
   if (driver::api().cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS && graph) driver::api().cuGraphDestroy(graph);
 }
 
 Graph Graph::end_capture(StreamHandle stream) {
+  if (cpu::t_current.cpu) {
+    Graph g;
+    g.cpu_.reset(std::exchange(cpu::stream_of(stream)->capture, nullptr));
+    return g;
+  }
   CUgraph graph = nullptr;
   MOJO_CU(cuStreamEndCapture(stream, &graph));
   Graph g;
@@ -266,11 +452,18 @@ Graph Graph::end_capture(StreamHandle stream) {
 Graph::~Graph() {
   if (exec_ != nullptr) driver::api().cuGraphExecDestroy(exec_);
 }
-Graph::Graph(Graph&& other) noexcept : exec_(std::exchange(other.exec_, nullptr)) {}
+Graph::Graph(Graph&& other) noexcept : exec_(std::exchange(other.exec_, nullptr)), cpu_(std::move(other.cpu_)) {}
 Graph& Graph::operator=(Graph&& other) noexcept {
   std::swap(exec_, other.exec_);
+  std::swap(cpu_, other.cpu_);
   return *this;
 }
-void Graph::launch(StreamHandle stream) const { MOJO_CU(cuGraphLaunch(exec_, stream)); }
+void Graph::launch(StreamHandle stream) const {
+  if (cpu_) {
+    for (const auto& work : cpu_->work) work();
+    return;
+  }
+  MOJO_CU(cuGraphLaunch(exec_, stream));
+}
 
 }  // namespace mojo

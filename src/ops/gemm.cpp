@@ -79,12 +79,16 @@ TileConfig fit(TileConfig c, int element_bytes, const Target& target) {
 // Where the sm_90a path may run (`wgmma_ok`), it takes every problem with
 // enough 128-row tiles to fill half the SMs; thin problems stay on the
 // sm_80 path, whose small tiles spread the weights over more SMs.
+// The "path" scalar: 0 lets the heuristic choose, 80 and 90 pin the sm_80 or sm_90a path.
+enum class Path { any = 0, sm80 = 80, sm90 = 90 };
+
 TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, bool tf32, const Target& target,
-                     bool wgmma_ok = false, std::int64_t batch = 1) {
+                     bool wgmma_ok = false, std::int64_t batch = 1, Path path = Path::any) {
   if (dtype == DType::f32 && !tf32) return {64, 64, 16, 2, 4, 1, 4, false};  // 256 threads of 4 x 4 outputs
   const std::int64_t sms = typical_sm_count(target);
   auto tiles = [&](const TileConfig& c) { return ((m + c.bm - 1) / c.bm) * ((n + c.bn - 1) / c.bn) * batch; };
-  if (wgmma_ok && m > 64) {
+  if (path == Path::sm90) return fit(n > 128 ? kWgmmaWide : kWgmmaNarrow, 2, target);
+  if (wgmma_ok && m > 64 && path == Path::any) {
     if (tiles(kWgmmaWide) >= sms) return fit(kWgmmaWide, 2, target);
     if (tiles(kWgmmaNarrow) >= sms / 2) return fit(kWgmmaNarrow, 2, target);
   }
@@ -248,6 +252,18 @@ std::int64_t flag(const OpDef& op, ScalarList scalars, std::string_view name) {
   return std::int64_t(v);
 }
 
+// The "path" scalar; 90 only where the sm_90a path can take these tensors (`wgmma_ok`).
+Path path_of(const OpDef& op, ScalarList scalars, bool wgmma_ok, const Target& target) {
+  const double v = op.scalar(scalars, "path");
+  if (v != 0 && v != 80 && v != 90)
+    throw InvalidArgumentError(fmt::format("{}: path is {}; expected 0 (the heuristic's choice), 80 or 90", op.name(), v));
+  if (v == 90 && !wgmma_ok)
+    throw InvalidArgumentError(fmt::format("{}: path = 90 (TMA + wgmma) needs an sm_90a target (this is {}), f16 or bf16 "
+                                           "inputs with 16-byte aligned rows, batches apart and a non-empty problem",
+                                           op.name(), target.sm_name()));
+  return Path(int(v));
+}
+
 // The "tf32" scalar: 1 runs f32 inputs on tensor cores as tf32; only for f32.
 bool tf32_of(const OpDef& op, ScalarList scalars, DType dtype) {
   const bool tf32 = flag(op, scalars, "tf32") == 1;
@@ -311,7 +327,8 @@ constexpr ScalarArgInfo kGemmScalars[] = {{"alpha", 1, "scales a * b"},
                                           {"beta", 0, "scales the old c (0: c is only written)"},
                                           {"trans_a", 0, "1: a is stored [K, M]"},
                                           {"trans_b", 0, "1: b is stored [N, K] (the LLM weight layout)"},
-                                          {"tf32", 0, "1: f32 inputs on tensor cores as tf32 (10-bit mantissa)"}};
+                                          {"tf32", 0, "1: f32 inputs on tensor cores as tf32 (10-bit mantissa)"},
+                                          {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path (mma.sync); 90: the sm_90a path (TMA + wgmma)"}};
 
 // gemm ([M, K] x [K, N]) and gemm_batched (a batch of those, strided).
 class Gemm final : public TileOp {
@@ -351,9 +368,9 @@ class Gemm final : public TileOp {
     // TMA walks batches by their stride: each batch's operand must lie apart from the others.
     const bool batches_apart = d.batch == 1 || (d.batch_a >= (d.trans_a ? d.k : d.m) * d.lda &&
                                                 d.batch_b >= (d.trans_b ? d.n : d.k) * d.ldb);
-    const TileConfig tile = pick_tile(d.m, d.n, d.k, a.dtype(), tf32, target,
-                                      wgmma_possible(target, a.dtype(), aligned && batches_apart, d.m, d.n, d.k),
-                                      d.batch);
+    const bool wgmma_ok = wgmma_possible(target, a.dtype(), aligned && batches_apart, d.m, d.n, d.k);
+    const TileConfig tile =
+        pick_tile(d.m, d.n, d.k, a.dtype(), tf32, target, wgmma_ok, d.batch, path_of(*this, scalars, wgmma_ok, target));
     add_tile(p, tile);
     p.add("ta", d.trans_a);
     p.add("tb", d.trans_b);
@@ -456,7 +473,8 @@ constexpr TensorArgInfo kLinearTensors[] = {
 };
 constexpr ScalarArgInfo kLinearScalars[] = {
     {"activation", 0, "applied after the bias: 0 none, 1 gelu (erf), 2 gelu (tanh), 3 silu"},
-    {"tf32", 0, "1: f32 inputs on tensor cores as tf32"}};
+    {"tf32", 0, "1: f32 inputs on tensor cores as tf32"},
+    {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path (mma.sync); 90: the sm_90a path (TMA + wgmma)"}};
 
 // linear: out = act(x * weight^T + bias) + residual, the epilogue fused.
 class Linear final : public TileOp {
@@ -483,8 +501,9 @@ class Linear final : public TileOp {
     Params p;
     p.add_dtype("dtype", dtype);
     const bool aligned = chunk_aligned(dtype, t[1].data, {d.ldx}) && chunk_aligned(dtype, t[2].data, {d.ldw});
+    const bool wgmma_ok = wgmma_possible(target, dtype, aligned, d.m, d.n, d.k);
     const TileConfig tile =
-        pick_tile(d.m, d.n, d.k, dtype, tf32, target, wgmma_possible(target, dtype, aligned, d.m, d.n, d.k));
+        pick_tile(d.m, d.n, d.k, dtype, tf32, target, wgmma_ok, 1, path_of(*this, scalars, wgmma_ok, target));
     add_tile(p, tile);
     p.add("vec", vec_param(tile, aligned));
     p.add("bias", t[3].spec.rank() != 0 ? 1 : 0);
@@ -595,7 +614,8 @@ constexpr TensorArgInfo kGroupTensors[] = {
 constexpr ScalarArgInfo kGroupScalars[] = {
     {"max_rows", 0, "a hint: the most rows a group usually has (0: all rows); fewer blocks are launched and a "
                     "larger group takes more passes"},
-    {"tf32", 0, "1: f32 inputs on tensor cores as tf32"}};
+    {"tf32", 0, "1: f32 inputs on tensor cores as tf32"},
+    {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path (mma.sync); 90: the sm_90a path (TMA + wgmma)"}};
 
 // group_gemm: many products of different M sharing N and K (MoE experts), one launch.
 class GroupGemm final : public TileOp {
@@ -621,8 +641,9 @@ class GroupGemm final : public TileOp {
     // The sm_90a path walks every group's tiles up to all rows (no max_rows passes), skipping empty ones.
     const std::int64_t typical = std::max<std::int64_t>(1, d.rows / std::max<std::int64_t>(d.groups, 1));
     const bool aligned = chunk_aligned(dtype, t[1].data, {d.ldx}) && chunk_aligned(dtype, t[2].data, {d.k, d.n * d.k});
-    const TileConfig tile = pick_tile(typical, d.n * d.groups, d.k, dtype, tf32, target,
-                                      d.max_rows == d.rows && wgmma_possible(target, dtype, aligned, d.rows, d.n, d.k));
+    const bool wgmma_ok = d.max_rows == d.rows && wgmma_possible(target, dtype, aligned, d.rows, d.n, d.k);
+    const TileConfig tile = pick_tile(typical, d.n * d.groups, d.k, dtype, tf32, target, wgmma_ok, 1,
+                                      path_of(*this, scalars, wgmma_ok, target));
     add_tile(p, tile);
     p.add("vec", vec_param(tile, aligned));
     p.add("offsets", std::int64_t(dtype_size(t[3].spec.dtype())));

@@ -105,6 +105,12 @@ CacheOptions cache_options(const RuntimeOptions& o) {
   return c;
 }
 
+std::string device_spec(const RuntimeOptions& options) {
+  if (!options.device.empty()) return options.device;
+  if (const char* v = env("MOJO_JIT_DEVICE")) return v;
+  return "cuda";
+}
+
 std::string compiler_name(const RuntimeOptions& options) {
   if (!options.compiler.empty()) return options.compiler;
   if (const char* v = env("MOJO_JIT_COMPILER")) return v;
@@ -114,12 +120,12 @@ std::string compiler_name(const RuntimeOptions& options) {
 void launch_loaded(const OpDef& op, const LoadedKernel& kernel, TensorList tensors, ScalarList scalars,
                    StreamHandle stream) {
   const Params& params = kernel.params;
+  kernel.device->ensure_current();  // before pack_args: TMA descriptors are encoded by the current device
   LaunchGeometry g = op.geometry(params, tensors);
   KernelArgs args;
   op.pack_args(params, tensors, scalars, args);
   if (g.grid.x == 0 || g.grid.y == 0 || g.grid.z == 0) return;  // empty tensor: nothing to do
   if (g.persistent) g.grid.x = std::min(g.grid.x, unsigned(kernel.device->sm_count()));
-  kernel.device->ensure_current();
   if (kernel.debug_checks) op.check_data(tensors, stream);
   mojo::launch(kernel.function, g.grid, g.block, g.dynamic_smem, stream, args.data());
 }
@@ -137,6 +143,8 @@ struct Runtime::Impl {
   mutable std::shared_mutex templates_mutex;
   TemplateRegistry templates;
   std::unique_ptr<Compiler> compiler;
+  std::once_flag host_once;
+  std::unique_ptr<Compiler> host_compiler;  // the cpu device's, made on its first use
   KernelCache cache;
   fs::path dump_dir;
   bool debug_checks;
@@ -165,35 +173,53 @@ struct Runtime::Impl {
   const Device& open_device() {
     std::lock_guard lock(device_mutex);
     if (!device) {
-      device = Device::open(options.device);
+      device = Device::open(device_spec(options));
       device_ready.store(&*device, std::memory_order_release);
     }
     return *device;
   }
 
-  Unit unit(const OpDef& op, const Params& params, const Target& target, Emit emit) const {
+  // The compiler of an emission: the host compiler for the cpu device's, else the Runtime's.
+  const Compiler& compiler_for(Emit emit) {
+    if (emit != Emit::host) return *compiler;
+    std::call_once(host_once, [&] { host_compiler = make_compiler("host"); });
+    return *host_compiler;
+  }
+
+  // The templates of a translation unit; a host build starts with the cpu device's prelude.
+  std::string expand(std::vector<std::string> files, Emit emit) const {
+    if (emit == Emit::host) files.insert(files.begin(), "mojo_cpu.cuh");
+    std::shared_lock lock(templates_mutex);
+    return templates.expand(files);
+  }
+  // The lines that instantiate one kernel (and, for a host build, its entry point).
+  static std::string entry(const OpDef& op, const Params& params, Emit emit) {
+    std::string text = fmt::format("\n#line 1 \"<specialization>\"\n{}\n", op.entry_line(params));
+    if (emit == Emit::host) text += fmt::format("MOJO_CPU_ENTRY({})\n", op.kernel_name(params));
+    return text;
+  }
+
+  Unit unit(const OpDef& op, const Params& params, const Target& target, Emit emit) {
+    const Compiler& compiler = compiler_for(emit);
     Unit u;
     u.kernel_name = op.kernel_name(params);
-    {
-      std::shared_lock lock(templates_mutex);
-      u.source = templates.expand(op.template_file());
-    }
-    u.source += fmt::format("\n#line 1 \"<specialization>\"\n{}\n", op.entry_line(params));
+    u.source = expand({std::string(op.template_file())}, emit) + entry(op, params, emit);
     u.description = fmt::format("{} {{{}}} for {} ({})", op.name(), params.str(), target.sm_name(), emit_name(emit));
     std::string params_text = params.str(), target_name = target.sm_name();
-    u.key = compute_key(KeyInputs{u.source, u.kernel_name, params_text, target_name, compiler->identity(), emit});
+    u.key = compute_key(KeyInputs{u.source, u.kernel_name, params_text, target_name, compiler.identity(), emit});
     XXH64_hash_t source_hash = XXH3_64bits(u.source.data(), u.source.size());
-    u.components = fmt::format("source={:016x}\ncompiler={}\nformat={}\n", source_hash, compiler->identity(),
+    u.components = fmt::format("source={:016x}\ncompiler={}\nformat={}\n", source_hash, compiler.identity(),
                                kCacheFormatVersion);
     u.meta = fmt::format("op={}\nkernel={}\nparams={}\ntarget={}\ncompiler={}\nemit={}\n", op.name(), u.kernel_name,
-                         params_text, target_name, compiler->identity(), emit_name(emit));
+                         params_text, target_name, compiler.identity(), emit_name(emit));
     return u;
   }
 
   std::shared_ptr<const std::string> binary(const OpDef& op, const Unit& u, const Target& target, Emit emit,
                                             bool* compiled) {
     return cache.get(CacheRequest{u.key, emit, u.description, u.meta, u.components}, [&] {
-      std::string out = compiler->compile(CompileRequest{op.template_file(), u.source, target, emit, u.description}).binary;
+      std::string out =
+          compiler_for(emit).compile(CompileRequest{op.template_file(), u.source, target, emit, u.description}).binary;
       if (!dump_dir.empty()) dump(u, target, emit, out);
       return out;
     }, compiled);
@@ -215,9 +241,10 @@ struct Runtime::Impl {
 
   const LoadedKernel& load(const OpDef& op, const Params& params, const Target& target, const FastKey& key) {
     const Device& dev = open_device();
-    Unit u = unit(op, params, target, Emit::cubin);
+    const Emit emit = dev.is_cpu() ? Emit::host : Emit::cubin;
+    Unit u = unit(op, params, target, emit);
     bool compiled = false;
-    auto bin = binary(op, u, target, Emit::cubin, &compiled);
+    auto bin = binary(op, u, target, emit, &compiled);
     std::lock_guard lock(load_mutex);
     {
       std::shared_lock read(loaded_mutex);
@@ -278,7 +305,10 @@ Params Runtime::Impl::tuned(const OpDef& op, const Params& params, TensorList te
   return best < candidates.size() ? candidates[best] : params;
 }
 
-Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
+  // The cpu device costs nothing to open: it is current at once, so the buffers made next live on it.
+  if (device_spec(impl_->options).starts_with("cpu")) impl_->open_device();
+}
 Runtime::~Runtime() = default;
 
 void Runtime::launch(std::string_view op_name, TensorList tensors, ScalarList scalars, StreamHandle stream) {
@@ -396,12 +426,9 @@ std::vector<Bundle> Runtime::compile_all(const std::vector<PrewarmItem>& items, 
         files.emplace_back(op.template_file());
     }
     // One translation unit: every template (the prelude once), then one entry line per kernel.
-    std::string source;
-    {
-      std::shared_lock lock(impl_->templates_mutex);
-      source = impl_->templates.expand(files);
-    }
-    for (const Spec& s : specs) source += fmt::format("\n#line 1 \"<specialization>\"\n{}\n", s.op->entry_line(s.params));
+    std::string source = impl_->expand(files, emit);
+    for (const Spec& s : specs) source += Impl::entry(*s.op, s.params, emit);
+    const Compiler& compiler = impl_->compiler_for(emit);
     const std::string kernels_text = fmt::format("{}", fmt::join(names, "\n"));
     const std::string params_text = fmt::format("{}", fmt::join(params, "\n"));
     const std::string target_name = target.sm_name();
@@ -409,15 +436,15 @@ std::vector<Bundle> Runtime::compile_all(const std::vector<PrewarmItem>& items, 
     b.target = target;
     b.emit = emit;
     b.kernels = names;
-    b.key = compute_key(KeyInputs{source, kernels_text, params_text, target_name, impl_->compiler->identity(), emit});
+    b.key = compute_key(KeyInputs{source, kernels_text, params_text, target_name, compiler.identity(), emit});
     const std::string description = fmt::format("bundle of {} kernels for {} ({})", names.size(), target_name, emit_name(emit));
     const std::string meta = fmt::format("bundle={} kernels\nkernels={}\ntarget={}\ncompiler={}\nemit={}\n", names.size(),
-                                         fmt::join(names, ","), target_name, impl_->compiler->identity(), emit_name(emit));
+                                         fmt::join(names, ","), target_name, compiler.identity(), emit_name(emit));
     const std::string components = fmt::format("source={:016x}\ncompiler={}\nformat={}\n",
-                                               XXH3_64bits(source.data(), source.size()), impl_->compiler->identity(),
+                                               XXH3_64bits(source.data(), source.size()), compiler.identity(),
                                                kCacheFormatVersion);
     b.binary = impl_->cache.get(CacheRequest{b.key, emit, description, meta, components}, [&] {
-      return impl_->compiler->compile(CompileRequest{"bundle.cu", source, target, emit, description, threads}).binary;
+      return compiler.compile(CompileRequest{"bundle.cu", source, target, emit, description, threads}).binary;
     }, &b.compiled);
     // Index every kernel of the bundle under its own single-kernel key.
     for (const Spec& s : specs) {
@@ -439,8 +466,8 @@ Runtime::KeyParts Runtime::key_parts(std::string_view op_name, TensorList tensor
   const OpDef& op = find_op(op_name);
   Params params = op.specialize(tensors, scalars, target);
   Unit u = impl_->unit(op, params, target, emit);
-  return KeyParts{std::move(u.source), u.kernel_name, params.str(), target.sm_name(), impl_->compiler->identity(),
-                  emit, u.key};
+  return KeyParts{std::move(u.source), u.kernel_name, params.str(), target.sm_name(),
+                  impl_->compiler_for(emit).identity(), emit, u.key};
 }
 
 CacheStats Runtime::stats() const {

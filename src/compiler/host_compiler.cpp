@@ -1,0 +1,135 @@
+#include "compiler/host_compiler.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "../kernel_templates/mojo_cpu_abi.h"
+#include "compiler/diagnostics.hpp"
+#include "mojo/error.hpp"
+
+extern char** environ;
+
+namespace mojo {
+namespace fs = std::filesystem;
+
+#ifndef MOJO_JIT_HOST_CXX
+#define MOJO_JIT_HOST_CXX "c++"
+#endif
+#ifndef MOJO_JIT_HOST_SANITIZE
+#define MOJO_JIT_HOST_SANITIZE ""
+#endif
+
+namespace {
+
+// Runs argv with stdout and stderr into `log`; the exit status, or -errno when it could not start.
+int run(const std::vector<std::string>& argv, const fs::path& log) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = 0;
+  const int err = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (err != 0) return -err;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// A private scratch directory, removed with its contents.
+struct ScratchDir {
+  fs::path path;
+  ScratchDir() {
+    std::string tmpl = (fs::temp_directory_path() / "mojo-jit-host-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr)
+      throw CompileError(fmt::format("host compiler: cannot make a scratch directory in {}: {}",
+                                     fs::temp_directory_path().string(), std::strerror(errno)),
+                         "");
+    path = tmpl;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+}  // namespace
+
+HostCompiler::HostCompiler() {
+  const char* env = std::getenv("MOJO_JIT_HOST_CXX");
+  cxx_ = env != nullptr && *env != '\0' ? env : MOJO_JIT_HOST_CXX;
+  // -O1: the kernels run a few times in tests; compile time matters more. No strict aliasing:
+  // templates move bits through reinterpret_cast as GPU code may.
+  flags_ = {"-std=c++17", "-O1", "-fPIC", "-shared", "-fno-strict-aliasing", "-fno-math-errno", "-w", "-DMOJO_CPU=1"};
+  std::istringstream sanitize(MOJO_JIT_HOST_SANITIZE);
+  for (std::string f; sanitize >> f;) flags_.push_back(f);
+  ScratchDir dir;
+  std::string version;
+  const int status = run({cxx_, "--version"}, dir.path / "version.txt");
+  if (status != 0) {
+    missing_ = status == -ENOENT ? fmt::format("no host C++ compiler '{}' found: install g++ (apt-get install g++) or "
+                                               "set MOJO_JIT_HOST_CXX to one",
+                                               cxx_)
+                                 : fmt::format("the host C++ compiler '{}' does not run ('--version' exited {})", cxx_, status);
+  } else {
+    version = read_file(dir.path / "version.txt");
+    version = version.substr(0, version.find('\n'));
+  }
+  identity_ = fmt::format("host {} [{}] {} abi {}", fs::path(cxx_).filename().string(), version, fmt::join(flags_, " "),
+                          MOJO_CPU_ABI_VERSION);
+}
+
+CompileResult HostCompiler::compile(const CompileRequest& request) const {
+  if (!can_emit(request.emit))
+    throw InvalidArgumentError(
+        fmt::format("the host compiler emits 'host' (a shared object for the cpu device), not '{}'", emit_name(request.emit)));
+  if (!missing_.empty()) throw CompileError(fmt::format("{}: {}", request.description, missing_), "");
+  ScratchDir dir;
+  const fs::path source = dir.path / "kernels.cpp", library = dir.path / "kernels.so", log = dir.path / "log.txt";
+  {
+    std::ofstream out(source, std::ios::binary);
+    out << request.source;
+    if (!out) throw CompileError(fmt::format("{}: cannot write {}", request.description, source.string()), "");
+  }
+  std::vector<std::string> argv{cxx_};
+  argv.insert(argv.end(), flags_.begin(), flags_.end());
+  argv.push_back(fmt::format("-D__CUDA_ARCH__={}", request.target.sm * 10));
+  argv.insert(argv.end(), {"-o", library.string(), source.string()});
+  const int status = run(argv, log);
+  std::string text = read_file(log);
+  if (status == -ENOENT) throw CompileError(fmt::format("{}: {}", request.description, missing_), "");
+  if (status != 0) {
+    throw CompileError(fmt::format("{}: the host compiler failed for the cpu device ({}): {}", request.description,
+                                   request.target.sm_name(), diagnostics::first_error(text)),
+                       diagnostics::annotate(text, request.source));
+  }
+  CompileResult out;
+  out.binary = read_file(library);
+  out.log = std::move(text);
+  if (out.binary.empty()) throw CompileError(fmt::format("{}: the host compiler wrote no library", request.description), "");
+  return out;
+}
+
+}  // namespace mojo

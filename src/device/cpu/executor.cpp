@@ -1,0 +1,316 @@
+// The grid loop, the scheduler and the block's synchronisation: barriers,
+// rendezvous, thread exit and deadlock reports.
+#include "device/cpu/executor.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "device/cpu/block.hpp"
+#include "mojo/error.hpp"
+
+namespace mojo::cpu {
+
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr std::size_t kStackBytes = 1 << 20;  // instrumented frames are larger
+#else
+constexpr std::size_t kStackBytes = 256 << 10;
+#endif
+
+// What each OS thread keeps between launches: the block state, its fibers
+// and the shared-memory arena.
+struct FreeBytes {
+  void operator()(unsigned char* p) const { std::free(p); }
+};
+struct Worker {
+  Block block;
+  std::vector<std::unique_ptr<Fiber>> fibers;
+  std::unique_ptr<unsigned char[], FreeBytes> arena;
+  std::size_t arena_bytes = 0;
+};
+thread_local Worker t_worker;
+thread_local Block* t_running = nullptr;
+
+void thread_main(void* arg) {
+  auto* t = static_cast<Thread*>(arg);
+  Block& b = *t_running;
+  b.launch->kernel->entry(b.args);
+  b.exit_thread();
+  t->fiber->suspend(true);
+}
+
+std::string describe_wait(const Block& b, const Thread& t) {
+  switch (t.wait) {
+    case Wait::barrier:
+      return t.wait_arg == 0 ? fmt::format("bar.sync {} (all threads; {} of {} arrived)", t.wait_id,
+                                           b.barriers[t.wait_id].arrived, b.live)
+                             : fmt::format("bar.sync {}, {} ({} arrived)", t.wait_id, t.wait_arg,
+                                           b.barriers[t.wait_id].arrived);
+    case Wait::warp:
+      return fmt::format("{} (warp {}: {} of its lanes arrived)", t.wait_what, t.wait_id,
+                         b.warps[t.wait_id].arrived);
+    case Wait::warpgroup:
+      return fmt::format("{} (warpgroup {}: {} of its threads arrived)", t.wait_what, t.wait_id,
+                         b.warpgroups[t.wait_id].arrived);
+    case Wait::mbarrier: {
+      for (const Mbarrier& m : b.mbarriers)
+        if (m.address == t.wait_id)
+          return fmt::format("mbarrier 0x{:x} parity {} (phase {}: {} of {} arrivals and {} transaction bytes pending)",
+                             t.wait_id, t.wait_arg, m.phase, m.pending, m.expected, m.tx);
+      return fmt::format("mbarrier 0x{:x}", t.wait_id);
+    }
+    case Wait::none: break;
+  }
+  return "nothing";
+}
+
+// "; threads 0-31, 64 wait at bar.sync 1, 128 (...)": threads grouped by what they wait for.
+std::string deadlock_report(const Block& b) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  int exited = 0;
+  for (std::size_t i = 0; i < b.threads.size(); ++i) {
+    const Thread& t = b.threads[i];
+    if (t.state == Thread::exited) {
+      ++exited;
+      continue;
+    }
+    std::string what = describe_wait(b, t);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == what; });
+    if (it == groups.end()) it = groups.insert(groups.end(), {std::move(what), {}});
+    it->second.push_back(int(i));
+  }
+  std::string out;
+  for (auto& [what, ids] : groups) {
+    std::string list;
+    for (std::size_t i = 0; i < ids.size();) {
+      std::size_t j = i;
+      while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+      list += fmt::format("{}{}", list.empty() ? "" : ", ", i == j ? std::to_string(ids[i]) : fmt::format("{}-{}", ids[i], ids[j]));
+      i = j + 1;
+    }
+    out += fmt::format("; threads {} wait at {}", list, what);
+  }
+  if (exited > 0) out += fmt::format("; {} thread(s) exited", exited);
+  return out;
+}
+
+[[noreturn]] void launch_error(const Launch& l, std::string_view what) {
+  throw DeviceError(fmt::format("cpu device: kernel {}: {}", l.kernel->name, what));
+}
+
+void run_block(Block& b, Worker& w, const Launch& l, const Schedule& schedule, unsigned x, unsigned y, unsigned z,
+               std::mt19937_64& rng) {
+  const unsigned n = l.block.x;
+  b.launch = &l;
+  b.args = l.args;
+  b.threads.resize(n);
+  b.live = int(n);
+  b.current = -1;
+  b.error.clear();
+  for (auto& bar : b.barriers) bar = {};
+  b.warps.assign((n + 31) / 32, Rendezvous{});
+  b.warpgroups.assign((n + 127) / 128, Rendezvous{});
+  b.exited_in_warp.assign((n + 31) / 32, 0);
+  b.mbarriers.clear();
+  b.wgmma.assign((n + 127) / 128, Warpgroup{});
+  // Poisoned: shared memory is uninitialised on the GPU, and NaN in every float type here.
+  std::memset(b.smem, 0xff, b.smem_bytes);
+  while (w.fibers.size() < n) w.fibers.push_back(std::make_unique<Fiber>(kStackBytes));
+  for (unsigned i = 0; i < n; ++i) {
+    Thread& t = b.threads[i];
+    t.regs = mojo_cpu_thread{i, n, {x, y, z}, {l.grid.x, l.grid.y, l.grid.z}};
+    t.fiber = w.fibers[i].get();
+    t.state = Thread::runnable;
+    t.wait = Wait::none;
+    t.open_copies.clear();
+    t.copy_groups.clear();
+    t.fiber->start(&thread_main, &t);
+  }
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  if (schedule.order == Schedule::reverse) std::reverse(order.begin(), order.end());
+  while (b.live > 0) {
+    if (schedule.order == Schedule::random) std::shuffle(order.begin(), order.end(), rng);
+    bool ran = false;
+    for (int i : order) {
+      Thread& t = b.threads[std::size_t(i)];
+      if (t.state != Thread::runnable) continue;
+      b.current = i;
+      t.fiber->resume();
+      ran = true;
+      if (!b.error.empty()) launch_error(l, fmt::format("block ({}, {}, {}), thread {}: {}", x, y, z, i, b.error));
+    }
+    if (!ran)
+      launch_error(l, fmt::format("block ({}, {}, {}) deadlocked: no thread can go on (a GPU would hang){}", x, y, z,
+                                  deadlock_report(b)));
+  }
+  b.current = -1;
+}
+
+}  // namespace
+
+Block& current_block() { return *t_running; }
+
+// ---- the block's synchronisation ---------------------------------------------------
+
+void Block::wait(Wait why, const char* what, unsigned id, unsigned arg) {
+  Thread& t = self();
+  t.state = Thread::waiting;
+  t.wait = why;
+  t.wait_what = what;
+  t.wait_id = id;
+  t.wait_arg = arg;
+  t.fiber->suspend();
+}
+
+void Block::fail(std::string message) {
+  if (error.empty()) error = std::move(message);
+  Thread& t = self();
+  t.state = Thread::waiting;
+  t.wait = Wait::none;
+  t.fiber->suspend(true);
+  __builtin_unreachable();
+}
+
+unsigned char* Block::shared(unsigned address, unsigned bytes, unsigned align, const char* what) {
+  if (address % align != 0)
+    fail(fmt::format("{}: shared address 0x{:x} is not {}-byte aligned", what, address, align));
+  if (address < kWindowBase || std::uint64_t(address) + bytes > std::uint64_t(kWindowBase) + smem_bytes)
+    fail(fmt::format("{}: {} bytes at shared address 0x{:x} are outside the block's {} bytes of dynamic shared memory "
+                     "[0x{:x}, 0x{:x})",
+                     what, bytes, address, smem_bytes, kWindowBase, kWindowBase + smem_bytes));
+  return smem + (address - kWindowBase);
+}
+
+int Block::lanes_of(bool warpgroup, int group) const {
+  const int size = warpgroup ? 128 : 32;
+  return std::min(size, int(threads.size()) - group * size);
+}
+
+void Block::barrier(int id, int count) {
+  if (id < 0 || id > 15) fail(fmt::format("bar.sync {}: barriers are numbered 0 to 15", id));
+  if (count < 0 || count % 32 != 0 || count > int(threads.size()))
+    fail(fmt::format("bar.sync {}, {}: the thread count must be a multiple of 32 up to the block's {} threads", id,
+                     count, threads.size()));
+  Barrier& bar = barriers[id];
+  if (bar.arrived > 0 && bar.threads != count)
+    fail(fmt::format("bar.sync {} with {} threads while {} threads wait at it with {}", id, count, bar.arrived,
+                     bar.threads));
+  bar.threads = count;
+  ++bar.arrived;
+  if (bar.arrived < (count != 0 ? count : live)) {
+    wait(Wait::barrier, nullptr, unsigned(id), unsigned(count));
+    return;
+  }
+  bar.arrived = 0;
+  for (Thread& t : threads)
+    if (t.state == Thread::waiting && t.wait == Wait::barrier && t.wait_id == unsigned(id)) wake(t);
+}
+
+void Block::exit_thread() {
+  Thread& me = self();
+  const int warp = current / 32, group = current / 128;
+  if (warps[std::size_t(warp)].arrived > 0)
+    fail(fmt::format("thread {} exited while its warp waits at {}", current, warps[std::size_t(warp)].what));
+  if (warpgroups[std::size_t(group)].arrived > 0)
+    fail(fmt::format("thread {} exited while its warpgroup waits at {}", current, warpgroups[std::size_t(group)].what));
+  me.state = Thread::exited;
+  me.wait = Wait::none;
+  ++exited_in_warp[std::size_t(warp)];
+  --live;
+  // bar.sync without a count waits for the threads that have not exited.
+  Barrier& all = barriers[0];
+  if (all.arrived > 0 && all.threads == 0 && all.arrived >= live) {
+    all.arrived = 0;
+    for (Thread& t : threads)
+      if (t.state == Thread::waiting && t.wait == Wait::barrier && t.wait_id == 0) wake(t);
+  }
+}
+
+Mbarrier& Block::mbarrier(unsigned address, const char* what) {
+  for (Mbarrier& m : mbarriers)
+    if (m.address == address) return m;
+  fail(fmt::format("{} on shared address 0x{:x}, which holds no initialised mbarrier", what, address));
+}
+
+// ---- launches ------------------------------------------------------------------------
+
+Limits Limits::of(const Target& target) {
+  Limits l;
+  l.target = target;
+  // The GPUs these targets stand for: A100 (sm_80), the RTX 30/40 class (sm_86, sm_89), H100 (sm_90).
+  if (target.sm >= 90) l.sm_count = 132, l.max_smem_optin = 232448;
+  else if (target.sm == 80) l.sm_count = 108, l.max_smem_optin = 166912;
+  else if (target.sm > 80) l.sm_count = 84, l.max_smem_optin = 101376;
+  else l.sm_count = 80, l.max_smem_optin = 98304;
+  return l;
+}
+
+Schedule Schedule::parse(std::string_view text) {
+  Schedule s;
+  if (text == "forward") return s;
+  if (text == "reverse") {
+    s.order = reverse;
+    return s;
+  }
+  if (text.substr(0, 7) == "random:" && text.size() > 7) {
+    const std::string digits(text.substr(7));
+    char* end = nullptr;
+    s.seed = std::strtoull(digits.c_str(), &end, 10);
+    if (end != nullptr && *end == '\0' && std::isdigit(static_cast<unsigned char>(digits[0]))) {
+      s.order = random;
+      return s;
+    }
+  }
+  throw InvalidArgumentError(
+      fmt::format("MOJO_JIT_CPU_SCHEDULE='{}': expected forward, reverse or random:SEED (SEED a number)", text));
+}
+
+Schedule Schedule::from_env() {
+  const char* v = std::getenv("MOJO_JIT_CPU_SCHEDULE");
+  return v != nullptr && *v != '\0' ? parse(v) : Schedule{};
+}
+
+void run(const Launch& l, const Limits& limits, const Schedule& schedule) {
+  const Kernel& k = *l.kernel;
+  if (l.block.x == 0 || l.block.x > 1024 || l.block.y != 1 || l.block.z != 1)
+    launch_error(l, fmt::format("block ({}, {}, {}): the CPU device runs 1-D blocks of 1 to 1024 threads", l.block.x,
+                                l.block.y, l.block.z));
+  if (l.grid.x == 0 || l.grid.x > 0x7fffffffu || l.grid.y == 0 || l.grid.y > 65535 || l.grid.z == 0 ||
+      l.grid.z > 65535)
+    launch_error(l, fmt::format("grid ({}, {}, {}) is outside what {} allows (x < 2^31, y and z <= 65535)", l.grid.x,
+                                l.grid.y, l.grid.z, limits.target.sm_name()));
+  if (l.dynamic_smem > limits.max_smem_optin)
+    launch_error(l, fmt::format("{} bytes of dynamic shared memory; {} allows at most {} per block", l.dynamic_smem,
+                                limits.target.sm_name(), limits.max_smem_optin));
+  if (l.dynamic_smem > k.max_dynamic_smem)
+    launch_error(l, fmt::format("{} bytes of dynamic shared memory, more than the {} the function allows "
+                                "(Function::set_max_dynamic_shared raises it, as cuFuncSetAttribute does)",
+                                l.dynamic_smem, k.max_dynamic_smem));
+  Worker& w = t_worker;
+  if (t_running != nullptr) launch_error(l, "launched from inside a kernel");
+  const std::size_t need = (l.dynamic_smem + 2047) / 1024 * 1024;
+  if (w.arena_bytes < need) {
+    w.arena.reset(static_cast<unsigned char*>(std::aligned_alloc(1024, need)));
+    w.arena_bytes = need;
+  }
+  Block& b = w.block;
+  b.smem = w.arena.get() + Block::kWindowBase % 1024;  // host and window addresses agree modulo 1024
+  b.smem_bytes = l.dynamic_smem;
+  std::mt19937_64 rng(schedule.seed);
+  t_running = &b;
+  struct Reset {
+    ~Reset() { t_running = nullptr; }
+  } reset;
+  for (unsigned z = 0; z < l.grid.z; ++z)
+    for (unsigned y = 0; y < l.grid.y; ++y)
+      for (unsigned x = 0; x < l.grid.x; ++x) run_block(b, w, l, schedule, x, y, z, rng);
+}
+
+}  // namespace mojo::cpu

@@ -1,0 +1,93 @@
+#include "device/cpu/library.hpp"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "device/cpu/primitives.hpp"
+#include "mojo/error.hpp"
+
+namespace mojo::cpu {
+
+std::unique_ptr<Library> Library::load(std::string_view image) {
+  if (image.size() < 20 || std::memcmp(image.data(), "\x7f" "ELF", 4) != 0 || image[16] != 3 /* ET_DYN */)
+    throw DeviceError("cpu device: the module is not a host shared object (PTX or cubin is for the cuda device)");
+  // dlopen needs a file: an anonymous one in memory, never on disk.
+  const int fd = memfd_create("mojo-jit-kernels", MFD_CLOEXEC);
+  if (fd < 0) throw DeviceError(fmt::format("cpu device: memfd_create: {}", std::strerror(errno)));
+  std::size_t written = 0;
+  while (written < image.size()) {
+    const ssize_t n = ::write(fd, image.data() + written, image.size() - written);
+    if (n <= 0) {
+      ::close(fd);
+      throw DeviceError(fmt::format("cpu device: writing the kernel library: {}", std::strerror(errno)));
+    }
+    written += std::size_t(n);
+  }
+  const std::string path = fmt::format("/proc/self/fd/{}", fd);
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ::close(fd);
+  if (handle == nullptr) throw DeviceError(fmt::format("cpu device: cannot load the kernel library: {}", dlerror()));
+  std::unique_ptr<Library> lib(new Library());
+  lib->handle_ = handle;
+  auto** table = static_cast<const mojo_cpu_api**>(dlsym(handle, "mojo_cpu_api_table"));
+  if (table == nullptr) throw DeviceError("cpu device: the library has no mojo_cpu_api_table (not built by mojo-jit's host compiler)");
+  *table = &api_table();
+  return lib;
+}
+
+Library::~Library() {
+  if (handle_ != nullptr) dlclose(handle_);
+}
+
+Kernel* Library::kernel(const std::string& name) {
+  for (auto& k : kernels_)
+    if (k->name == name) return k.get();
+  auto entry = reinterpret_cast<void (*)(void**)>(dlsym(handle_, (name + "_mojo_cpu").c_str()));
+  auto* params = static_cast<const unsigned* const*>(dlsym(handle_, (name + "_mojo_cpu_params").c_str()));
+  if (entry == nullptr || params == nullptr)
+    throw DeviceError(fmt::format("the loaded module has no kernel named '{}'", name));
+  kernels_.push_back(std::make_unique<Kernel>(Kernel{name, entry, *params}));
+  return kernels_.back().get();
+}
+
+TensorMap encode_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::int64_t rows, std::int64_t batches,
+                            std::int64_t row_stride, std::int64_t batch_stride, unsigned box_cols, unsigned box_rows) {
+  if (dtype != DType::f16 && dtype != DType::bf16)
+    throw InvalidArgumentError(fmt::format("tile_tensor_map: {} is not a 16-bit float", dtype_name(dtype)));
+  if (batches <= 1) batch_stride = row_stride * std::max<std::int64_t>(rows, 1);
+  TensorMapRecord r{};
+  r.magic = kTensorMapMagic;
+  r.base = base;
+  r.dims[0] = std::uint64_t(cols), r.dims[1] = std::uint64_t(rows), r.dims[2] = std::uint64_t(std::max<std::int64_t>(batches, 1));
+  r.strides[0] = std::uint64_t(row_stride) * 2, r.strides[1] = std::uint64_t(batch_stride) * 2;
+  r.box[0] = box_cols, r.box[1] = box_rows, r.box[2] = 1;
+  r.element_bytes = 2;
+  r.swizzle_bytes = 128;
+  // cuTensorMapEncodeTiled's rules (cuda.h), as the driver would reject the map.
+  auto reject = [&](std::string_view why) {
+    throw DeviceError(fmt::format("cuTensorMapEncodeTiled (cpu device): {} (cols {}, rows {}, batches {}, row stride {}, "
+                                  "batch stride {}, box {}x{})",
+                                  why, cols, rows, batches, row_stride, batch_stride, box_rows, box_cols),
+                      1);
+  };
+  if (base % 16 != 0) reject("the global address is not 16-byte aligned");
+  for (std::uint64_t d : r.dims)
+    if (d == 0 || d > (std::uint64_t(1) << 32)) reject("a dimension is 0 or above 2^32");
+  for (std::uint64_t s : r.strides)
+    if (s % 16 != 0 || s >= (std::uint64_t(1) << 40)) reject("a stride is not a multiple of 16 bytes below 2^40");
+  for (unsigned b : r.box)
+    if (b == 0 || b > 256) reject("a box dimension is 0 or above 256");
+  if (box_cols * r.element_bytes % 16 != 0) reject("the box's inner dimension is not a multiple of 16 bytes");
+  if (box_cols * r.element_bytes > r.swizzle_bytes) reject("the box's inner dimension exceeds the 128-byte swizzle span");
+  TensorMap map{};
+  static_assert(sizeof(TensorMapRecord) <= sizeof(TensorMap));
+  std::memcpy(&map, &r, sizeof r);
+  return map;
+}
+
+}  // namespace mojo::cpu
