@@ -177,20 +177,9 @@ constexpr float kLn2 = 0.6931471805599453f;
 __device__ __forceinline__ float exp_approx(float x) { return exp2_approx(x * kLog2e); }
 __device__ __forceinline__ float log_approx(float x) { return log2_approx(x) * kLn2; }
 
-// tanh(x) = sign(x) * (1 - 2 / (e^{2|x|} + 1)): relative error ~1e-6 away from
-// 0; below |x| < 2^-6 the odd Taylor series (error < 1e-9) avoids cancellation.
-__device__ __forceinline__ float tanh_f(float x) {
-  const float a = abs_f(x);
-  if (a < 0.015625f) {
-    const float x2 = x * x;
-    return x * (1.f + x2 * (-1.f / 3.f + x2 * (2.f / 15.f)));
-  }
-  const float t = 1.f - 2.f * rcp_approx(exp2_approx(2.f * kLog2e * a) + 1.f);
-  return x < 0.f ? -t : t;
-}
-
-// erf(x), absolute error < 1.2e-7 (Numerical Recipes' erfc Chebyshev fit).
-__device__ __forceinline__ float erf_f(float x) {
+// erfc(x), relative error < 1.2e-7 (Numerical Recipes' Chebyshev fit of
+// erfc): 1 + erf(x) is erfc(-x), which keeps its digits where erf(x) is near -1.
+__device__ __forceinline__ float erfc_f(float x) {
   const float z = abs_f(x);
   const float t = rcp_approx(1.f + 0.5f * z);
   const float poly =
@@ -201,20 +190,23 @@ __device__ __forceinline__ float erf_f(float x) {
                      t * (-0.18628806f +
                           t * (0.27886807f +
                                t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
-  const float erfc = t * exp_approx(poly);
-  return x >= 0.f ? 1.f - erfc : erfc - 1.f;
+  const float r = t * exp_approx(poly);
+  return x >= 0.f ? r : 2.f - r;
 }
 
 // Activations by code, shared by the activation ops and fused epilogues:
 //   0 identity, 1 gelu (erf form), 2 gelu (tanh approximation), 3 silu.
+// Each is written so that no 1 + f(x) cancels for negative x, where the
+// result is a tiny fraction of x: relative accuracy holds on the whole line.
 template <int ACT> __device__ __forceinline__ float activate(float x) {
   if constexpr (ACT == 0) {
     return x;
   } else if constexpr (ACT == 1) {
-    return 0.5f * x * (1.f + erf_f(x * 0.70710678118654752f));
+    return 0.5f * x * erfc_f(-x * 0.70710678118654752f);  // x/2 (1 + erf(x / sqrt 2))
   } else if constexpr (ACT == 2) {
-    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
-    return 0.5f * x * (1.f + tanh_f(k * (x + 0.044715f * x * x * x)));
+    // x/2 (1 + tanh(u)) = x / (1 + e^{-2u}), u = sqrt(2/pi) (x + 0.044715 x^3).
+    const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    return x * rcp_approx(1.f + exp_approx(-2.f * u));
   } else {
     static_assert(ACT == 3, "activation codes: 0 identity, 1 gelu, 2 gelu_tanh, 3 silu");
     return x * rcp_approx(1.f + exp_approx(-x));

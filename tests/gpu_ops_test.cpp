@@ -106,7 +106,17 @@ TEST_P(GpuOps, LayerNormBackwardIsCorrectAndDeterministic) {
         std::vector<std::uint8_t> want_x(x.nbytes()), want_w(v.nbytes()), want_b(v.nbytes());
         reference::layer_norm_backward(d, gh.data(), xh.data(), wh.data(), mean_h.data(), rstd_h.data(), want_x.data(),
                                        want_w.data(), want_b.data(), s.rows, s.cols);
-        test::expect_close(d, grad_x.read(), want_x, "grad_x");
+        // grad_x = rstd (g w - mean(g w) - xhat mean(g w xhat)) cancels terms as large as rstd |g w|, so
+        // fp32 keeps digits relative to those, not to grad_x (two elements a row cancel to 1e-3 of them).
+        double terms = 0, out_scale = 0;
+        for (std::int64_t i = 0; i < n; ++i) {
+          terms = std::max(terms, double(rstd_h[std::size_t(i / s.cols)]) * std::abs(reference::load(d, gh.data(), std::size_t(i)) *
+                                                                      reference::load(d, wh.data(), std::size_t(i % s.cols))));
+          out_scale = std::max(out_scale, double(std::abs(reference::load(d, want_x.data(), std::size_t(i)))));
+        }
+        test::Tolerance cancel = test::tolerance(d);
+        cancel.atol *= std::max(1.0, terms / out_scale);
+        test::expect_close(d, grad_x.read(), want_x, "grad_x", cancel);
         // Column sums over `rows` products: fp32 rounding grows like sqrt(rows).
         test::Tolerance sums = test::tolerance(d);
         sums.atol *= std::sqrt(double(s.rows));
@@ -193,8 +203,8 @@ TEST_P(GpuOps, Activations) {
         const TensorSpec x(d, {s.rows, in_cols}), y(d, {s.rows, s.cols});
         const auto xh = random_tensor(d, s.rows * in_cols, 14, 0.05f, 6.f);
         GpuTensor out(y), xin(x, xh);
-        if (c.gated) rt->launch(c.op, {out, xin});
-        else rt->launch(c.op, {out, xin}, {{"approximate", c.approximate}});
+        if (c.op == std::string_view("gelu")) rt->launch(c.op, {out, xin}, {{"approximate", c.approximate}});
+        else rt->launch(c.op, {out, xin});
         sync();
         std::vector<std::uint8_t> want(y.nbytes());
         reference::activation(d, c.act, c.gated, xh.data(), want.data(), s.rows * s.cols, s.cols);
@@ -326,7 +336,7 @@ TEST_P(GpuOps, BundleOfEveryOpLoadsAsOneModuleAndEachKernelRuns) {
   // compile_all on the example set (one kernel per op x dtype), then ops at
   // those very shapes find their kernels in the bundle and compile nothing.
   auto items = Manifest::examples({"silu", "swiglu", "softmax"}).items({rt->device().target()});
-  auto bundles = rt->compile_all(items, Emit::cubin);
+  auto bundles = rt->compile_all(items, launch_emit());
   ASSERT_EQ(bundles.size(), 1u);
   EXPECT_EQ(bundles[0].kernels.size(), items.size());
   const std::uint64_t compiles = rt->stats().compiles;

@@ -1,6 +1,7 @@
-// Helpers for the GPU tests: a Runtime on the GPU (or a skipped test), device
-// tensors with poisoned guard bytes, random inputs that are never zero, and
-// the comparison against a CPU reference with per-dtype tolerances.
+// Helpers for the GPU tests: a Runtime on the GPU, or on the CPU device where
+// there is none (the same kernels, emulated), device tensors with poisoned
+// guard bytes, random inputs that are never zero, and the comparison against
+// a CPU reference with per-dtype tolerances.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -29,8 +30,17 @@ inline std::vector<float> random_values(std::size_t n, std::uint32_t seed, float
   return v;
 }
 
-// A Runtime with a private cache on GPU 0, compiling with compiler(); the
-// test is skipped on a machine with no driver or GPU.
+// Where the GPU tests run: the GPU when this machine has one, else the CPU
+// device emulating sm_80; MOJO_JIT_TEST_DEVICE (cuda, cpu, cpu:sm_90a) chooses.
+inline std::string test_device() {
+  if (const char* v = std::getenv("MOJO_JIT_TEST_DEVICE"); v != nullptr && *v != '\0') return v;
+  return device_available() ? "cuda" : "cpu";
+}
+inline bool on_cpu_device() { return test_device().starts_with("cpu"); }
+
+// A Runtime with a private cache on test_device(), compiling with compiler().
+// On the CPU device every kernel is built by the host compiler whatever the
+// Runtime's compiler, so only the NVRTC instance of a test runs there.
 class GpuTest : public ::testing::Test {
  protected:
   virtual std::string compiler() const { return "nvrtc"; }
@@ -39,13 +49,18 @@ class GpuTest : public ::testing::Test {
     RuntimeOptions o;
     o.cache_dir = cache.path();
     o.compiler = compiler();
+    o.device = test_device();
     return o;
   }
   void SetUp() override {
-    if (!device_available()) GTEST_SKIP() << "no GPU or no CUDA driver on this machine";
+    if (!on_cpu_device() && !device_available()) GTEST_SKIP() << "no GPU or no CUDA driver on this machine";
+    if (on_cpu_device() && compiler() != "nvrtc")
+      GTEST_SKIP() << "the cpu device builds kernels with the host compiler; the Nvrtc instance runs this test";
     rt = std::make_unique<Runtime>(options());
     rt->device();
   }
+  // What launches on rt's device load: cubin, or the cpu device's host library.
+  Emit launch_emit() const { return rt->device().is_cpu() ? Emit::host : Emit::cubin; }
   TempDir cache;
   std::unique_ptr<Runtime> rt;
 };
@@ -106,10 +121,12 @@ inline void expect_close(DType dtype, const std::vector<std::uint8_t>& got, cons
     const double r = reference::load(dtype, want.data(), i);
     if (std::isfinite(r)) scale = std::max(scale, std::abs(r));
   }
+  // f16 subnormals are 2^-24 apart: two roundings of nearly the same value may land one step apart.
+  const double step = dtype == DType::f16 ? std::ldexp(1.0, -24) : 0.0;
   std::size_t bad = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const double g = reference::load(dtype, got.data(), i), r = reference::load(dtype, want.data(), i);
-    const bool ok = std::isfinite(r) ? std::abs(g - r) <= tol.rtol * std::abs(r) + tol.atol * scale : g == r;
+    const bool ok = std::isfinite(r) ? std::abs(g - r) <= tol.rtol * std::abs(r) + tol.atol * scale + step : g == r;
     if (!ok && bad++ < 5)
       ADD_FAILURE() << what << " (" << dtype_name(dtype) << ") element " << i << ": gpu " << g << " vs cpu " << r;
   }

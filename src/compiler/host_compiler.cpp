@@ -82,7 +82,8 @@ HostCompiler::HostCompiler() {
   cxx_ = env != nullptr && *env != '\0' ? env : MOJO_JIT_HOST_CXX;
   // -O1: the kernels run a few times in tests; compile time matters more. No strict aliasing:
   // templates move bits through reinterpret_cast as GPU code may.
-  flags_ = {"-std=c++17", "-O1", "-fPIC", "-shared", "-fno-strict-aliasing", "-fno-math-errno", "-w", "-DMOJO_CPU=1"};
+  flags_ = {"-std=c++17", "-O1", "-fPIC", "-shared", "-fno-strict-aliasing", "-fno-math-errno",
+            "-fno-gnu-unique" /* or dlclose could not unload it */, "-w", "-DMOJO_CPU=1"};
   std::istringstream sanitize(MOJO_JIT_HOST_SANITIZE);
   for (std::string f; sanitize >> f;) flags_.push_back(f);
   ScratchDir dir;

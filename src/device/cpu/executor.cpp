@@ -33,6 +33,7 @@ struct Worker {
   std::vector<std::unique_ptr<Fiber>> fibers;
   std::unique_ptr<unsigned char[], FreeBytes> arena;
   std::size_t arena_bytes = 0;
+  std::vector<int> order;  // the threads in scheduling order
 };
 thread_local Worker t_worker;
 thread_local Block* t_running = nullptr;
@@ -118,7 +119,14 @@ void run_block(Block& b, Worker& w, const Launch& l, const Schedule& schedule, u
   b.warpgroups.assign((n + 127) / 128, Rendezvous{});
   b.exited_in_warp.assign((n + 31) / 32, 0);
   b.mbarriers.clear();
-  b.wgmma.assign((n + 127) / 128, Warpgroup{});
+  // Reset in place: a launch that hits the cache allocates nothing once the containers have grown.
+  b.wgmma.resize((n + 127) / 128);
+  for (Warpgroup& wg : b.wgmma) {
+    wg.fenced = false;
+    wg.open.clear();
+    wg.groups.clear();
+    wg.in_flight.clear();
+  }
   // Poisoned: shared memory is uninitialised on the GPU, and NaN in every float type here.
   std::memset(b.smem, 0xff, b.smem_bytes);
   while (w.fibers.size() < n) w.fibers.push_back(std::make_unique<Fiber>(kStackBytes));
@@ -132,7 +140,8 @@ void run_block(Block& b, Worker& w, const Launch& l, const Schedule& schedule, u
     t.copy_groups.clear();
     t.fiber->start(&thread_main, &t);
   }
-  std::vector<int> order(n);
+  std::vector<int>& order = w.order;
+  order.resize(n);
   std::iota(order.begin(), order.end(), 0);
   if (schedule.order == Schedule::reverse) std::reverse(order.begin(), order.end());
   while (b.live > 0) {

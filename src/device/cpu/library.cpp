@@ -2,10 +2,13 @@
 
 #include <dlfcn.h>
 #include <fmt/format.h>
-#include <sys/mman.h>
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "device/cpu/primitives.hpp"
@@ -16,24 +19,32 @@ namespace mojo::cpu {
 std::unique_ptr<Library> Library::load(std::string_view image) {
   if (image.size() < 20 || std::memcmp(image.data(), "\x7f" "ELF", 4) != 0 || image[16] != 3 /* ET_DYN */)
     throw DeviceError("cpu device: the module is not a host shared object (PTX or cubin is for the cuda device)");
-  // dlopen needs a file: an anonymous one in memory, never on disk.
-  const int fd = memfd_create("mojo-jit-kernels", MFD_CLOEXEC);
-  if (fd < 0) throw DeviceError(fmt::format("cpu device: memfd_create: {}", std::strerror(errno)));
-  std::size_t written = 0;
-  while (written < image.size()) {
-    const ssize_t n = ::write(fd, image.data() + written, image.size() - written);
-    if (n <= 0) {
-      ::close(fd);
-      throw DeviceError(fmt::format("cpu device: writing the kernel library: {}", std::strerror(errno)));
+  // dlopen needs a file and tells libraries apart by path: a new name each
+  // time, unlinked as soon as it is mapped.
+  static std::atomic<unsigned> counter{0};
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            fmt::format("mojo-jit-kernels-{}-{}.so", ::getpid(), counter.fetch_add(1)))
+                               .string();
+  {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
+    if (fd < 0) throw DeviceError(fmt::format("cpu device: cannot write {}: {}", path, std::strerror(errno)));
+    std::size_t written = 0;
+    while (written < image.size()) {
+      const ssize_t n = ::write(fd, image.data() + written, image.size() - written);
+      if (n <= 0) break;
+      written += std::size_t(n);
     }
-    written += std::size_t(n);
+    ::close(fd);
+    if (written < image.size()) {
+      ::unlink(path.c_str());
+      throw DeviceError(fmt::format("cpu device: cannot write {}: {}", path, std::strerror(errno)));
+    }
   }
-  const std::string path = fmt::format("/proc/self/fd/{}", fd);
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  ::close(fd);
-  if (handle == nullptr) throw DeviceError(fmt::format("cpu device: cannot load the kernel library: {}", dlerror()));
   std::unique_ptr<Library> lib(new Library());
-  lib->handle_ = handle;
+  lib->handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ::unlink(path.c_str());
+  if (lib->handle_ == nullptr) throw DeviceError(fmt::format("cpu device: cannot load the kernel library: {}", dlerror()));
+  void* handle = lib->handle_;
   auto** table = static_cast<const mojo_cpu_api**>(dlsym(handle, "mojo_cpu_api_table"));
   if (table == nullptr) throw DeviceError("cpu device: the library has no mojo_cpu_api_table (not built by mojo-jit's host compiler)");
   *table = &api_table();
