@@ -1,7 +1,8 @@
 // gemm, gemm_batched and linear on the GPU against the float64 CPU reference,
 // with each compiler: odd shapes (M = 1, 17, 4095; K not a multiple of the
 // tile), both transposes, alpha/beta, f32 output, every epilogue, strided
-// and unaligned inputs. Skips on a machine with no GPU.
+// and unaligned inputs. Where there is no GPU they run on the CPU device, the
+// sm_90a path on one emulating sm_90a at smaller shapes (path = 90 pins it).
 //
 // Tolerance: a dot product of K terms accumulated in fp32 (tensor cores for
 // f16/bf16, FMAs for f32) vs float64: |gpu - cpu| <= rtol * |cpu| + atol *
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <span>
 
 #include "gpu_util.hpp"
 #include "mojo/error.hpp"
@@ -21,8 +23,22 @@ using test::GpuTensor;
 
 namespace {
 
+bool is_hopper(Runtime& rt) { return rt.device().target() == Target::parse("sm_90a"); }
+
 struct GpuGemm : test::GpuTest, ::testing::WithParamInterface<std::string> {
   std::string compiler() const override { return GetParam(); }
+  // A Runtime that takes the sm_90a path: rt on a Hopper GPU, the CPU device
+  // emulating sm_90a where there is no GPU; null on other GPUs.
+  Runtime* hopper() {
+    if (!rt->device().is_cpu()) return is_hopper(*rt) ? rt.get() : nullptr;
+    if (!hopper_rt) {
+      RuntimeOptions o = options();
+      o.device = "cpu:sm_90a";
+      hopper_rt = std::make_unique<Runtime>(o);
+    }
+    return hopper_rt.get();
+  }
+  std::unique_ptr<Runtime> hopper_rt;
 };
 
 test::Tolerance gemm_tolerance(DType out, std::int64_t k) {
@@ -41,8 +57,9 @@ struct Case {
   bool ta, tb;
 };
 
+// path: the gemm "path" scalar (0: the heuristic's choice, 90: the sm_90a path).
 void check_gemm(Runtime& rt, DType in, DType out, Case s, double alpha, double beta, std::int64_t batch = 1,
-                bool tf32 = false) {
+                bool tf32 = false, int path = 0) {
   SCOPED_TRACE(fmt::format("{}->{} batch {} m {} n {} k {} ta {} tb {} alpha {} beta {}", dtype_name(in), dtype_name(out),
                            batch, s.m, s.n, s.k, s.ta, s.tb, alpha, beta));
   const bool batched = batch > 1;
@@ -55,7 +72,12 @@ void check_gemm(Runtime& rt, DType in, DType out, Case s, double alpha, double b
              ch = random_matrix(out, c.numel(), 3);
   GpuTensor ad(a, ah), bd(b, bh), cd(c, ch);
   rt.launch(batched ? "gemm_batched" : "gemm", {cd, ad, bd},
-            {{"alpha", alpha}, {"beta", beta}, {"trans_a", s.ta ? 1 : 0}, {"trans_b", s.tb ? 1 : 0}, {"tf32", tf32 ? 1 : 0}});
+            {{"alpha", alpha},
+             {"beta", beta},
+             {"trans_a", s.ta ? 1 : 0},
+             {"trans_b", s.tb ? 1 : 0},
+             {"tf32", tf32 ? 1 : 0},
+             {"path", path}});
   rt.device().synchronize();
   auto want = ch;
   reference::gemm(in, out, ah.data(), bh.data(), want.data(), batch, s.m, s.n, s.k, alpha, beta, s.ta, s.tb);
@@ -64,9 +86,7 @@ void check_gemm(Runtime& rt, DType in, DType out, Case s, double alpha, double b
   EXPECT_EQ(ad.read(), ah);
 }
 
-bool is_hopper(Runtime& rt) { return rt.device().target() == Target::parse("sm_90a"); }
-
-// The heuristic picks the sm_90a path with a tile `bn` wide for these tensors.
+// The heuristic (or the path scalar) picks the sm_90a path with a tile `bn` wide for these tensors.
 void expect_wgmma(Runtime& rt, std::string_view op, TensorList tensors, ScalarList scalars, std::int64_t bn) {
   const Params p = rt.get_kernel(op, tensors, scalars).params();
   EXPECT_EQ(p.get("wgmma"), 1) << p.str();
@@ -76,7 +96,7 @@ void expect_wgmma(Runtime& rt, std::string_view op, TensorList tensors, ScalarLi
 // linear on random inputs vs the reference; `wgmma_bn` > 0: it must take the
 // sm_90a path with that tile width.
 void check_linear(Runtime& rt, DType d, std::int64_t m, std::int64_t n, std::int64_t k, int act, bool bias,
-                  bool residual, std::int64_t wgmma_bn = 0) {
+                  bool residual, std::int64_t wgmma_bn = 0, int path = 0) {
   SCOPED_TRACE(fmt::format("linear {} m {} n {} k {} act {} bias {} residual {}", dtype_name(d), m, n, k, act, bias,
                            residual));
   const TensorSpec x(d, {m, k}), w(d, {n, k}), y(d, {m, n}), bs(d, {n});
@@ -85,7 +105,7 @@ void check_linear(Runtime& rt, DType d, std::int64_t m, std::int64_t n, std::int
   GpuTensor xd(x, xh), wd(w, wh), yd(y), bd(bs, bh), rd(y, rh);
   const Tensor absent{TensorSpec(), 0};
   const std::vector<Tensor> tensors{yd, xd, wd, bias ? bd.tensor() : absent, residual ? rd.tensor() : absent};
-  const std::vector<ScalarArg> scalars = {{"activation", act}};
+  const std::vector<ScalarArg> scalars = {{"activation", act}, {"path", path}};
   if (wgmma_bn > 0) expect_wgmma(rt, "linear", tensors, scalars, wgmma_bn);
   rt.launch("linear", tensors, scalars);
   rt.device().synchronize();
@@ -200,6 +220,17 @@ const HopperCase kHopperCases[] = {{DType::bf16, DType::bf16, {1100, 1000, 136, 
                                    {DType::f16, DType::f32, {1024, 4352, 200, true, true}, 1.0, 0.5, 1, 256},
                                    {DType::bf16, DType::bf16, {1000, 1104, 72, true, false}, 2.0, 0.0, 1, 128},
                                    {DType::f16, DType::f16, {704, 1000, 200, true, false}, 1.0, 0.0, 3, 128}};
+// The same features at shapes the CPU device emulates in moments, the path
+// pinned (MN-major operands keep 16-byte aligned rows: M or N a multiple of 8).
+const HopperCase kEmulatedHopperCases[] = {{DType::bf16, DType::bf16, {200, 300, 136, false, true}, 1.0, 0.0, 1, 256},
+                                           {DType::f16, DType::f32, {130, 128, 136, false, true}, 0.5, 2.0, 1, 128},
+                                           {DType::bf16, DType::bf16, {256, 512, 72, false, true}, 1.0, 0.0, 1, 256},
+                                           {DType::f16, DType::f16, {300, 200, 8, false, true}, -1.0, 0.0, 1, 256},
+                                           {DType::f16, DType::f16, {140, 100, 200, false, true}, 1.0, 0.5, 3, 128},
+                                           {DType::bf16, DType::bf16, {200, 104, 136, false, false}, 1.0, 0.0, 1, 128},
+                                           {DType::f16, DType::f32, {128, 320, 200, true, true}, 1.0, 0.5, 1, 256},
+                                           {DType::bf16, DType::bf16, {200, 144, 72, true, false}, 2.0, 0.0, 1, 256},
+                                           {DType::f16, DType::f16, {136, 104, 200, true, false}, 1.0, 0.0, 3, 128}};
 
 void check_hopper_gemm(Runtime& rt, const HopperCase& c) {
   const bool batched = c.batch > 1;
@@ -210,39 +241,45 @@ void check_hopper_gemm(Runtime& rt, const HopperCase& c) {
   const std::vector<Tensor> t = {{TensorSpec(c.out, shape(s.m, s.n)), 0x1000},
                                  {TensorSpec(c.in, s.ta ? shape(s.k, s.m) : shape(s.m, s.k)), 0x1000},
                                  {TensorSpec(c.in, s.tb ? shape(s.n, s.k) : shape(s.k, s.n)), 0x1000}};
-  const std::vector<ScalarArg> scalars = {{"trans_a", s.ta ? 1 : 0}, {"trans_b", s.tb ? 1 : 0}, {"beta", c.beta}};
+  const int path = rt.device().is_cpu() ? 90 : 0;
+  const std::vector<ScalarArg> scalars = {
+      {"trans_a", s.ta ? 1 : 0}, {"trans_b", s.tb ? 1 : 0}, {"beta", c.beta}, {"path", path}};
   expect_wgmma(rt, batched ? "gemm_batched" : "gemm", t, scalars, c.bn);
-  check_gemm(rt, c.in, c.out, c.shape, c.alpha, c.beta, c.batch);
+  check_gemm(rt, c.in, c.out, c.shape, c.alpha, c.beta, c.batch, false, path);
 }
 }  // namespace
 
 TEST_P(GpuGemm, HopperPathAgainstTheReference) {
-  if (!is_hopper(*rt)) GTEST_SKIP() << "the sm_90a path needs a Hopper GPU";
-  for (const HopperCase& c : kHopperCases) check_hopper_gemm(*rt, c);
+  Runtime* h = hopper();
+  if (h == nullptr) GTEST_SKIP() << "the sm_90a path needs a Hopper GPU (or no GPU: the CPU device emulates one)";
+  const bool cpu = h->device().is_cpu();
+  for (const HopperCase& c : cpu ? std::span(kEmulatedHopperCases) : std::span(kHopperCases)) check_hopper_gemm(*h, c);
+  const std::int64_t m = cpu ? 150 : 1000, n = cpu ? 272 : 4352;
   for (DType d : {DType::bf16, DType::f16}) {
-    check_linear(*rt, d, 1000, 4352, 200, 0, false, false, 256);  // the plain product
-    check_linear(*rt, d, 1000, 4352, 200, 3, true, true, 256);    // bias + silu + residual fused
+    check_linear(*h, d, m, n, 200, 0, false, false, 256, cpu ? 90 : 0);  // the plain product
+    check_linear(*h, d, m, n, 200, 3, true, true, 256, cpu ? 90 : 0);    // bias + silu + residual fused
   }
 }
 
 // One sm_90a shape: what tools/gpu_check.sh runs under compute-sanitizer racecheck.
 TEST_P(GpuGemm, HopperPathOneShape) {
-  if (!is_hopper(*rt)) GTEST_SKIP() << "the sm_90a path needs a Hopper GPU";
-  check_hopper_gemm(*rt, kHopperCases[0]);
+  Runtime* h = hopper();
+  if (h == nullptr) GTEST_SKIP() << "the sm_90a path needs a Hopper GPU (or no GPU: the CPU device emulates one)";
+  check_hopper_gemm(*h, h->device().is_cpu() ? kEmulatedHopperCases[0] : kHopperCases[0]);
 }
 
 namespace {
 // group_gemm over `offsets` (rows of x outside every group stay poisoned) vs
 // the reference; `wgmma`: the path the heuristic must pick.
 void check_group_gemm(Runtime& rt, DType d, DType index, std::int64_t rows, std::int64_t n, std::int64_t k,
-                      const std::vector<std::int64_t>& offsets, double max_rows, int wgmma) {
+                      const std::vector<std::int64_t>& offsets, double max_rows, int wgmma, int path = 0) {
   SCOPED_TRACE(fmt::format("{} offsets {} max_rows {}", dtype_name(d), dtype_name(index), max_rows));
   const std::int64_t groups = std::int64_t(offsets.size()) - 1;
   const TensorSpec x(d, {rows, k}), w(d, {groups, n, k}), y(d, {rows, n}), off(index, {groups + 1});
   const auto xh = random_matrix(d, x.numel(), 13), wh = random_matrix(d, w.numel(), 14);
   GpuTensor xd(x, xh), wd(w, wh), yd(y), od(off, test::index_bytes(index, offsets));
   const std::vector<Tensor> tensors = {yd, xd, wd, od};
-  const std::vector<ScalarArg> scalars = {{"max_rows", max_rows}};
+  const std::vector<ScalarArg> scalars = {{"max_rows", max_rows}, {"path", path}};
   EXPECT_EQ(rt.get_kernel("group_gemm", tensors, scalars).params().get("wgmma"), wgmma);
   rt.launch("group_gemm", tensors, scalars);
   rt.device().synchronize();
@@ -274,11 +311,18 @@ TEST_P(GpuGemm, GroupGemmOverUnevenGroups) {
 // never stored), untouched rows around them; with a max_rows hint the
 // sm_80 path's passes take over.
 TEST_P(GpuGemm, HopperGroupGemm) {
-  if (!is_hopper(*rt)) GTEST_SKIP() << "the sm_90a path needs a Hopper GPU";
+  Runtime* h = hopper();
+  if (h == nullptr) GTEST_SKIP() << "the sm_90a path needs a Hopper GPU (or no GPU: the CPU device emulates one)";
+  if (h->device().is_cpu()) {
+    const std::vector<std::int64_t> offsets = {0, 0, 130, 140, 300, 301, 419, 420};
+    for (DType d : {DType::bf16, DType::f16})
+      for (DType index : {DType::i64, DType::i32}) check_group_gemm(*h, d, index, 420, 256, 72, offsets, 0, 1, 90);
+    return;
+  }
   const std::vector<std::int64_t> offsets = {0, 0, 500, 520, 1100, 1101, 1800, 2399, 2400};
   for (DType d : {DType::bf16, DType::f16})
-    for (DType index : {DType::i64, DType::i32}) check_group_gemm(*rt, d, index, 2400, 1536, 200, offsets, 0, 1);
-  check_group_gemm(*rt, DType::bf16, DType::i64, 2400, 1536, 200, offsets, 700, 0);
+    for (DType index : {DType::i64, DType::i32}) check_group_gemm(*h, d, index, 2400, 1536, 200, offsets, 0, 1);
+  check_group_gemm(*h, DType::bf16, DType::i64, 2400, 1536, 200, offsets, 700, 0);
 }
 
 TEST_P(GpuGemm, GroupGemmDebugCheckNamesBadOffsets) {

@@ -258,8 +258,9 @@ Path path_of(const OpDef& op, ScalarList scalars, bool wgmma_ok, const Target& t
   if (v != 0 && v != 80 && v != 90)
     throw InvalidArgumentError(fmt::format("{}: path is {}; expected 0 (the heuristic's choice), 80 or 90", op.name(), v));
   if (v == 90 && !wgmma_ok)
-    throw InvalidArgumentError(fmt::format("{}: path = 90 (TMA + wgmma) needs an sm_90a target (this is {}), f16 or bf16 "
-                                           "inputs with 16-byte aligned rows, batches apart and a non-empty problem",
+    throw InvalidArgumentError(fmt::format("{}: path = 90 (TMA + wgmma) cannot take these tensors on {}: it needs an "
+                                           "sm_90a target, f16 or bf16 inputs with 16-byte aligned rows, batches apart "
+                                           "and a non-empty problem",
                                            op.name(), target.sm_name()));
   return Path(int(v));
 }
@@ -328,7 +329,7 @@ constexpr ScalarArgInfo kGemmScalars[] = {{"alpha", 1, "scales a * b"},
                                           {"trans_a", 0, "1: a is stored [K, M]"},
                                           {"trans_b", 0, "1: b is stored [N, K] (the LLM weight layout)"},
                                           {"tf32", 0, "1: f32 inputs on tensor cores as tf32 (10-bit mantissa)"},
-                                          {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path (mma.sync); 90: the sm_90a path (TMA + wgmma)"}};
+                                          {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path; 90: the sm_90a path (TMA + wgmma)"}};
 
 // gemm ([M, K] x [K, N]) and gemm_batched (a batch of those, strided).
 class Gemm final : public TileOp {
@@ -474,7 +475,7 @@ constexpr TensorArgInfo kLinearTensors[] = {
 constexpr ScalarArgInfo kLinearScalars[] = {
     {"activation", 0, "applied after the bias: 0 none, 1 gelu (erf), 2 gelu (tanh), 3 silu"},
     {"tf32", 0, "1: f32 inputs on tensor cores as tf32"},
-    {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path (mma.sync); 90: the sm_90a path (TMA + wgmma)"}};
+    {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path; 90: the sm_90a path (TMA + wgmma)"}};
 
 // linear: out = act(x * weight^T + bias) + residual, the epilogue fused.
 class Linear final : public TileOp {
@@ -615,7 +616,7 @@ constexpr ScalarArgInfo kGroupScalars[] = {
     {"max_rows", 0, "a hint: the most rows a group usually has (0: all rows); fewer blocks are launched and a "
                     "larger group takes more passes"},
     {"tf32", 0, "1: f32 inputs on tensor cores as tf32"},
-    {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path (mma.sync); 90: the sm_90a path (TMA + wgmma)"}};
+    {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path; 90: the sm_90a path (TMA + wgmma)"}};
 
 // group_gemm: many products of different M sharing N and K (MoE experts), one launch.
 class GroupGemm final : public TileOp {
