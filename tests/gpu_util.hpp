@@ -112,9 +112,11 @@ inline Tolerance tolerance(DType d) {
   }
 }
 
-inline void expect_close(DType dtype, const std::vector<std::uint8_t>& got, const std::vector<std::uint8_t>& want,
-                         const std::string& what, Tolerance tol) {
-  ASSERT_EQ(got.size(), want.size()) << what;
+// The elements of `got` outside the tolerance of `want`; the first few are
+// described in `report` when it is given.
+inline std::size_t mismatches(DType dtype, const std::vector<std::uint8_t>& got, const std::vector<std::uint8_t>& want,
+                              Tolerance tol, std::vector<std::string>* report = nullptr) {
+  if (got.size() != want.size()) return std::max(got.size(), want.size());
   const std::size_t n = want.size() / dtype_size(dtype);
   double scale = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -127,11 +129,21 @@ inline void expect_close(DType dtype, const std::vector<std::uint8_t>& got, cons
   for (std::size_t i = 0; i < n; ++i) {
     const double g = reference::load(dtype, got.data(), i), r = reference::load(dtype, want.data(), i);
     const bool ok = std::isfinite(r) ? std::abs(g - r) <= tol.rtol * std::abs(r) + tol.atol * scale + step : g == r;
-    if (!ok && bad++ < 5)
-      ADD_FAILURE() << what << " (" << dtype_name(dtype) << ") element " << i << ": gpu " << g << " vs cpu " << r;
+    if (!ok && bad++ < 5 && report != nullptr)
+      report->push_back("(" + std::string(dtype_name(dtype)) + ") element " + std::to_string(i) + ": device " +
+                        std::to_string(g) + " vs reference " + std::to_string(r));
   }
-  EXPECT_EQ(bad, 0u) << what << ": elements outside tolerance (rtol " << tol.rtol << ", atol " << tol.atol << " x "
-                     << scale << ")";
+  return bad;
+}
+
+inline void expect_close(DType dtype, const std::vector<std::uint8_t>& got, const std::vector<std::uint8_t>& want,
+                         const std::string& what, Tolerance tol) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  std::vector<std::string> report;
+  const std::size_t bad = mismatches(dtype, got, want, tol, &report);
+  for (const std::string& line : report) ADD_FAILURE() << what << " " << line;
+  EXPECT_EQ(bad, 0u) << what << ": elements outside tolerance (rtol " << tol.rtol << ", atol " << tol.atol
+                     << " x max|reference|)";
 }
 inline void expect_close(DType dtype, const std::vector<std::uint8_t>& got, const std::vector<std::uint8_t>& want,
                          const std::string& what) {

@@ -57,8 +57,10 @@ struct KernelResources {
 // Throws InvalidArgumentError when `cubin` is not a CUDA ELF or lacks `kernel`.
 KernelResources kernel_resources(std::string_view cubin, std::string_view kernel);
 
-// "nvrtc" (the default), "llvm", or "host" (the cpu device's). Throws
-// InvalidArgumentError for unknown names.
+// "nvrtc" (the default) or "llvm". Throws InvalidArgumentError for unknown names.
 std::unique_ptr<Compiler> make_compiler(std::string_view name);
+// The cpu device's: the system C++ compiler ($MOJO_JIT_HOST_CXX, else the
+// one mojo-jit was built with), emitting Emit::host.
+std::unique_ptr<Compiler> make_host_compiler();
 
 }  // namespace mojo

@@ -13,7 +13,6 @@ namespace mojo {
 
 std::unique_ptr<Compiler> make_compiler(std::string_view name) {
   if (name == "nvrtc") return std::make_unique<NvrtcCompiler>();
-  if (name == "host") return std::make_unique<HostCompiler>();
   if (name == "llvm") {
 #if MOJO_JIT_WITH_LLVM
     return std::make_unique<LlvmCompiler>();
@@ -22,7 +21,9 @@ std::unique_ptr<Compiler> make_compiler(std::string_view name) {
         "compiler 'llvm' is not part of this build (configured with MOJO_JIT_WITH_LLVM=OFF); use --compiler=nvrtc");
 #endif
   }
-  throw InvalidArgumentError(fmt::format("unknown compiler '{}': expected nvrtc, llvm or host", name));
+  throw InvalidArgumentError(fmt::format("unknown compiler '{}': expected nvrtc or llvm", name));
 }
+
+std::unique_ptr<Compiler> make_host_compiler() { return std::make_unique<HostCompiler>(); }
 
 }  // namespace mojo

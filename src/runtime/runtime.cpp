@@ -182,7 +182,7 @@ struct Runtime::Impl {
   // The compiler of an emission: the host compiler for the cpu device's, else the Runtime's.
   const Compiler& compiler_for(Emit emit) {
     if (emit != Emit::host) return *compiler;
-    std::call_once(host_once, [&] { host_compiler = make_compiler("host"); });
+    std::call_once(host_once, [&] { host_compiler = make_host_compiler(); });
     return *host_compiler;
   }
 

@@ -107,6 +107,8 @@ class Block {
   // Suspends the calling thread until another wakes it.
   void wait(Wait why, const char* what = nullptr, unsigned id = 0, unsigned arg = 0);
   void wake(Thread& t) { t.state = Thread::runnable, t.wait = Wait::none; }
+  // Lets the others run before the calling thread goes on (it stays runnable).
+  void yield() { self().fiber->suspend(); }
   // Records the failure (the first one wins) and stops the calling thread for good.
   [[noreturn]] void fail(std::string message);
 

@@ -212,7 +212,11 @@ void mbarrier_arrive(unsigned bar, unsigned expect_tx_bytes) {
   if (m.pending == 0) b.fail(fmt::format("mbarrier 0x{:x}: more arrivals than its {} in phase {}", bar, m.expected, m.phase));
   m.tx += expect_tx_bytes;
   --m.pending;
+  const unsigned phase = m.phase;
   try_complete(b, m);
+  // A released thread runs before the releasing one goes on, as it may on a GPU: an arrive that comes
+  // too early (a stage freed while its MMAs still read it) then meets the copies that overwrite it.
+  if (m.phase != phase) b.yield();
 }
 
 unsigned swizzle(unsigned address, unsigned swizzle_bytes) {

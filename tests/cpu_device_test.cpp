@@ -1,0 +1,383 @@
+// The CPU device itself: that it is worth having (templates with deliberate
+// bugs fail, the real ones pass), that what a GPU would do wrong or hang on
+// is a DeviceError naming the kernel, block and threads, and that its
+// primitives behave as the PTX ISA says (conversions bit-exact, scheduling
+// orders reproducible). Runs everywhere: no GPU is involved.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "device/cpu/executor.hpp"
+#include "gpu_util.hpp"
+#include "mojo/error.hpp"
+#include "mojo/templates.hpp"
+
+using namespace mojo;
+using test::GpuTensor;
+
+namespace {
+
+// ---- templates with one deliberate bug each -------------------------------------------
+
+// A template file as shipped, with `from` replaced by `to` (exactly once), in a directory searched first.
+struct Variant {
+  const char* file;
+  const char* from;
+  const char* to;
+};
+
+struct Outcome {
+  std::string error;      // what the launch threw, if it threw
+  std::size_t wrong = 0;  // elements outside the tolerance, if it ran
+};
+
+class DeliberateBugs : public ::testing::Test {
+ protected:
+  // A Runtime on the CPU device emulating `arch`, with `v` applied to its templates (none: the real ones).
+  std::unique_ptr<Runtime> runtime(const char* arch, const Variant* v = nullptr) {
+    RuntimeOptions o;
+    o.cache_dir = cache.path();
+    o.device = std::string("cpu:") + arch;
+    if (v != nullptr) {
+      std::string text = test::read_file(std::filesystem::path(MOJO_TEST_TEMPLATE_DIR) / v->file);
+      const std::size_t at = text.find(v->from);
+      EXPECT_NE(at, std::string::npos) << v->file << " no longer contains: " << v->from;
+      EXPECT_EQ(text.find(v->from, at + 1), std::string::npos) << v->file << " contains twice: " << v->from;
+      if (at != std::string::npos) text.replace(at, std::strlen(v->from), v->to);
+      const auto dir = templates.path() / std::to_string(variants++);
+      std::filesystem::create_directories(dir);
+      test::write_file(dir / v->file, text);
+      o.template_paths = {dir};
+    }
+    return std::make_unique<Runtime>(o);
+  }
+
+  // rms_norm on [rows, hidden] bf16 against the reference.
+  static Outcome rms_norm(Runtime& rt, std::int64_t rows, std::int64_t hidden) {
+    const TensorSpec x(DType::bf16, {rows, hidden}), w(DType::bf16, {hidden});
+    const auto xh = reference::encode(DType::bf16, test::random_values(std::size_t(rows * hidden), 1));
+    const auto wh = reference::encode(DType::bf16, test::random_values(std::size_t(hidden), 2));
+    GpuTensor out(x), xd(x, xh), wd(w, wh);
+    Outcome r;
+    try {
+      rt.launch("rms_norm", {out, xd, wd}, {{"eps", 1e-6f}});
+    } catch (const Error& e) {
+      r.error = e.what();
+      return r;
+    }
+    std::vector<std::uint8_t> want(x.nbytes());
+    reference::rms_norm(DType::bf16, xh.data(), wh.data(), want.data(), rows, hidden, 1e-6);
+    r.wrong = test::mismatches(DType::bf16, out.read(), want, test::tolerance(DType::bf16));
+    return r;
+  }
+
+  // gemm [m, k] x ([n, k] with trans_b, else [k, n]) in bf16 against the reference, on `path` (80 or 90).
+  static Outcome gemm(Runtime& rt, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_b, int path) {
+    const TensorSpec a(DType::bf16, {m, k}), b(DType::bf16, trans_b ? std::vector<std::int64_t>{n, k}
+                                                                        : std::vector<std::int64_t>{k, n}),
+        c(DType::bf16, {m, n});
+    const auto ah = reference::encode(DType::bf16, test::random_values(std::size_t(m * k), 3));
+    const auto bh = reference::encode(DType::bf16, test::random_values(std::size_t(n * k), 4));
+    GpuTensor ad(a, ah), bd(b, bh), cd(c);
+    Outcome r;
+    try {
+      rt.launch("gemm", {cd, ad, bd}, {{"trans_b", trans_b ? 1 : 0}, {"path", path}});
+    } catch (const Error& e) {
+      r.error = e.what();
+      return r;
+    }
+    std::vector<std::uint8_t> want(c.nbytes());
+    reference::gemm(DType::bf16, DType::bf16, ah.data(), bh.data(), want.data(), 1, m, n, k, 1, 0, false, trans_b);
+    test::Tolerance tol = test::tolerance(DType::bf16);
+    tol.atol *= std::max(1.0, std::sqrt(double(k)) / 16);
+    r.wrong = test::mismatches(DType::bf16, cd.read(), want, tol);
+    return r;
+  }
+
+  // The bug makes the op fail: wrong elements, or an error whose message contains `error` (if given).
+  void expect_caught(const Outcome& bug, const char* error = nullptr) {
+    if (error != nullptr) {
+      EXPECT_NE(bug.error.find(error), std::string::npos) << "expected an error with '" << error << "', got: '"
+                                                           << bug.error << "' and " << bug.wrong << " wrong elements";
+    } else {
+      EXPECT_TRUE(bug.wrong > 0 || !bug.error.empty()) << "the deliberate bug went unnoticed";
+    }
+  }
+
+  test::TempDir cache, templates;
+  int variants = 0;
+};
+
+TEST_F(DeliberateBugs, BlockReductionWithoutItsBarrier) {
+  const Variant v{"mojo_prelude.cuh", "  if (tid % 32 == 0) scratch[tid / 32] = v;\n  sync_block();",
+                  "  if (tid % 32 == 0) scratch[tid / 32] = v;"};
+  EXPECT_EQ(rms_norm(*runtime("sm_80"), 8, 4096).wrong, 0u) << "the real template";
+  expect_caught(rms_norm(*runtime("sm_80", &v), 8, 4096));
+}
+
+TEST_F(DeliberateBugs, CpAsyncWithoutItsWait) {
+  const Variant v{"gemm.cu", "    mojo::cp_async_wait<STAGES - 2>();  // tile it has landed\n", ""};
+  EXPECT_EQ(gemm(*runtime("sm_80"), 64, 64, 96, true, 80).wrong, 0u) << "the real template";
+  expect_caught(gemm(*runtime("sm_80", &v), 64, 64, 96, true, 80));
+}
+
+TEST_F(DeliberateBugs, WrongFragmentIndex) {
+  const Variant v{"gemm.cu", "        fb[j][1] = r[2];", "        fb[j][1] = r[1];"};
+  expect_caught(gemm(*runtime("sm_80", &v), 64, 64, 64, true, 80));
+}
+
+TEST_F(DeliberateBugs, LdmatrixReadsUnswizzledRows) {
+  // The fragment loads forget the swizzle the tile writes with.
+  const Variant v{"gemm.cu", "    mojo::ldmatrix_x4(r, mojo::smem_address(tile + L::offset(x, k)));",
+                  "    mojo::ldmatrix_x4(r, mojo::smem_address(tile + (x * INNER + k) * (int)sizeof(T)));"};
+  expect_caught(gemm(*runtime("sm_80", &v), 64, 64, 64, true, 80));
+}
+
+TEST_F(DeliberateBugs, SwizzledRingNotOnA1024ByteBoundary) {
+  const Variant v{"gemm_sm90.cuh", "const unsigned ring = (mojo::smem_address(smem) + 1023u) & ~1023u;",
+                  "const unsigned ring = (mojo::smem_address(smem) + 127u) & ~127u;"};
+  EXPECT_EQ(gemm(*runtime("sm_90a"), 128, 128, 128, true, 90).wrong, 0u) << "the real template";
+  expect_caught(gemm(*runtime("sm_90a", &v), 128, 128, 128, true, 90), "is not 1024-byte aligned");
+}
+
+TEST_F(DeliberateBugs, TmaBoxOneRowOff) {
+  const Variant v{"gemm_sm90.cuh", "mojo::tma_load_3d(dst, a_map, bar, kt * BK, a_row, a_batch);",
+                  "mojo::tma_load_3d(dst, a_map, bar, kt * BK, a_row + 1, a_batch);"};
+  expect_caught(gemm(*runtime("sm_90a", &v), 128, 128, 128, true, 90));
+}
+
+TEST_F(DeliberateBugs, WgmmaDescriptorWithTheWrongLeadingOffset) {
+  // b [K, N] is MN-major: the next 64 columns are CHUNK bytes further, not half of that.
+  const Variant v{"gemm_sm90.cuh", "mojo::wgmma_descriptor(b_tile + kk * 2048, CHUNK)",
+                  "mojo::wgmma_descriptor(b_tile + kk * 2048, CHUNK / 2)"};
+  EXPECT_EQ(gemm(*runtime("sm_90a"), 128, 256, 128, false, 90).wrong, 0u) << "the real template";
+  expect_caught(gemm(*runtime("sm_90a", &v), 128, 256, 128, false, 90));
+}
+
+TEST_F(DeliberateBugs, StageReleasedBeforeItsWgmmaCompletes) {
+  // The consumers free a stage while the MMAs reading it still run.
+  const Variant v{"gemm_sm90.cuh", "      mojo::wgmma_wait<1>();  // the previous k step's MMAs are done: release its stage",
+                  "      if (previous >= 0) mojo::mbarrier_arrive(empty + 8 * previous), previous = -1;\n"
+                  "      mojo::wgmma_wait<1>();"};
+  expect_caught(gemm(*runtime("sm_90a", &v), 128, 128, 64 * 12, true, 90), "changed before its wgmma.wait_group");
+}
+
+TEST_F(DeliberateBugs, ProducerWaitsForTheWrongPhase) {
+  const Variant v{"gemm_sm90.cuh", "mojo::mbarrier_wait(empty + 8 * stage, phase ^ 1);",
+                  "mojo::mbarrier_wait(empty + 8 * stage, phase);"};
+  const Outcome bug = gemm(*runtime("sm_90a", &v), 128, 128, 128, true, 90);
+  expect_caught(bug, "deadlocked: no thread can go on (a GPU would hang)");
+  EXPECT_NE(bug.error.find("wait at mbarrier"), std::string::npos) << bug.error;
+  EXPECT_NE(bug.error.find("kernel gemm_bf16"), std::string::npos) << bug.error;
+}
+
+TEST_F(DeliberateBugs, ReadOnePastTheRow) {
+  // Every thread reads one element further along: the last row's last vector reads past x.
+  const Variant v{"rms_norm.cu", "      P p = mojo::load<T, VEC>(xr + v * VEC);", "      P p = mojo::load<T, VEC>(xr + v * VEC + 1);"};
+  expect_caught(rms_norm(*runtime("sm_80", &v), 3, 64 * 8 + 1));
+}
+
+// ---- the device API with kernels of its own ---------------------------------------------
+
+// Kernels written here, built by the host compiler and run through Module / launch.
+class CpuKernels : public ::testing::Test {
+ protected:
+  void SetUp() override { device = std::make_unique<Device>(Device::cpu(Target::parse("sm_80"))); }
+  Module build(const std::string& kernels, const std::vector<std::string>& names) {
+    TemplateRegistry templates;
+    std::string source = templates.expand(std::vector<std::string>{"mojo_cpu.cuh", "mojo_mma.cuh"}) + kernels;
+    for (const std::string& n : names) source += fmt::format("\nMOJO_CPU_ENTRY({})\n", n);
+    return Module::load(
+        make_host_compiler()->compile(CompileRequest{"probe.cu", source, device->target(), Emit::host, "probe"}).binary);
+  }
+  std::unique_ptr<Device> device;
+};
+
+TEST_F(CpuKernels, DeadlockNamesKernelBlockAndWaits) {
+  Module m = build(R"(extern "C" __global__ void half_waits(int*) {
+    if (mojo::thread_x() < 32) mojo::sync_warps(1, 64);  // the other warp never comes
+  })", {"half_waits"});
+  int* unused = nullptr;
+  void* args[] = {&unused};
+  const std::string msg =
+      test::error_of<DeviceError>([&] { launch(m.function("half_waits"), {2, 1, 1}, {64, 1, 1}, 0, nullptr, args); });
+  EXPECT_EQ(msg, "cpu device: kernel half_waits: block (0, 0, 0) deadlocked: no thread can go on (a GPU would hang); "
+                 "threads 0-31 wait at bar.sync 1, 64 (32 arrived); 32 thread(s) exited");
+}
+
+TEST_F(CpuKernels, DivergentCollectivesAreNamed) {
+  Module m = build(R"(extern "C" __global__ void diverge(float* out) {
+    const unsigned t = mojo::thread_x();
+    float v = float(t);
+    if (t % 2 == 0) v = mojo::shfl_xor(v, 1);  // one shuffle, then the barrier
+    else v = mojo::group_reduce<32>(v);        // five shuffles: the second meets no partner
+    mojo::sync_block();
+    out[t] = v;
+  }
+  extern "C" __global__ void exits_early(float* out) {
+    const unsigned t = mojo::thread_x();
+    if (t == 5) return;
+    out[t] = mojo::shfl_xor(1.f, 1);
+  })", {"diverge", "exits_early"});
+  DeviceBuffer out(32 * 4);
+  DevicePtr p = out.ptr();
+  void* args[] = {&p};
+  const std::string msg =
+      test::error_of<DeviceError>([&] { launch(m.function("diverge"), {1, 1, 1}, {32, 1, 1}, 0, nullptr, args); });
+  EXPECT_NE(msg.find("cpu device: kernel diverge: block (0, 0, 0) deadlocked: no thread can go on (a GPU would hang)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("threads 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 wait at bar.sync 0 (all "
+                     "threads; 16 of 32 arrived)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("wait at shfl.sync.bfly (warp 0: 16 of its lanes arrived)"), std::string::npos) << msg;
+  EXPECT_EQ(test::error_of<DeviceError>([&] { launch(m.function("exits_early"), {1, 1, 1}, {32, 1, 1}, 0, nullptr, args); }),
+            "cpu device: kernel exits_early: block (0, 0, 0), thread 5: thread 5 exited while its warp waits at "
+            "shfl.sync.bfly");
+}
+
+TEST_F(CpuKernels, SharedMemoryAndGeometryLimits) {
+  Module m = build(R"(extern "C" __global__ void touch(int* out) {
+    MOJO_DYNAMIC_SMEM(smem);
+    smem[mojo::thread_x()] = 1;
+    mojo::sync_block();
+    out[mojo::thread_x()] = smem[mojo::thread_x()];
+  })", {"touch"});
+  DeviceBuffer out(1024 * 4);
+  DevicePtr p = out.ptr();
+  void* args[] = {&p};
+  const Function f = m.function("touch");
+  EXPECT_NO_THROW(launch(f, {1, 1, 1}, {1024, 1, 1}, 1024, nullptr, args));
+  EXPECT_EQ(test::error_of<DeviceError>([&] { launch(f, {1, 1, 1}, {32, 1, 1}, 64 * 1024, nullptr, args); }),
+            "cpu device: kernel touch: 65536 bytes of dynamic shared memory, more than the 49152 the function allows "
+            "(Function::set_max_dynamic_shared raises it, as cuFuncSetAttribute does)");
+  f.set_max_dynamic_shared(64 * 1024);
+  EXPECT_NO_THROW(launch(f, {1, 1, 1}, {32, 1, 1}, 64 * 1024, nullptr, args));
+  EXPECT_EQ(test::error_of<DeviceError>([&] { f.set_max_dynamic_shared(200 * 1024); }),
+            "cpu device: 204800 bytes of dynamic shared memory; sm_80 allows at most 166912");
+  EXPECT_EQ(test::error_of<DeviceError>([&] { launch(f, {1, 1, 1}, {2048, 1, 1}, 0, nullptr, args); }),
+            "cpu device: kernel touch: block (2048, 1, 1): the CPU device runs 1-D blocks of 1 to 1024 threads");
+  EXPECT_EQ(test::error_of<DeviceError>([&] { launch(f, {1, 70000, 1}, {32, 1, 1}, 0, nullptr, args); }),
+            "cpu device: kernel touch: grid (1, 70000, 1) is outside what sm_80 allows (x < 2^31, y and z <= 65535)");
+}
+
+TEST_F(CpuKernels, ConversionsMatchTheReferenceBitForBit) {
+  Module m = build(R"(extern "C" __global__ void convert(const unsigned* in, unsigned short* f16, unsigned short* bf16,
+                                                          unsigned* back, int n) {
+    for (int i = 0; i < n; ++i) {
+      const float v = mojo::bits_to_float(in[i]);
+      f16[i] = mojo::from_float<mojo::f16>(v).bits;
+      bf16[i] = mojo::from_float<mojo::bf16>(v).bits;
+      back[i] = mojo::float_to_bits(mojo::to_float(mojo::from_float<mojo::f16>(v)));
+    }
+  })", {"convert"});
+  // Ties, subnormals of both formats, overflow, infinities, NaN, and a sweep of random bit patterns.
+  std::vector<std::uint32_t> in = {0x3f800000, 0x3f801000, 0x3f803000, 0x33800000, 0x33000000, 0x33000001, 0x387fc000,
+                                   0x477ff000, 0x477fefff, 0x7f800000, 0xff800000, 0x7fc00001, 0x80000000, 0x00000001,
+                                   0x3f808000, 0x3f818000, 0xc7800000, 0x38800000, 0x3c00c000};
+  std::mt19937 rng(7);
+  for (int i = 0; i < 20000; ++i) in.push_back(rng());
+  int n = int(in.size());
+  DeviceBuffer ib(in.size() * 4), hb(in.size() * 2), bb(in.size() * 2), back(in.size() * 4);
+  ib.copy_from_host(in.data(), in.size() * 4);
+  DevicePtr p[4] = {ib.ptr(), hb.ptr(), bb.ptr(), back.ptr()};
+  void* args[] = {&p[0], &p[1], &p[2], &p[3], &n};
+  launch(m.function("convert"), {1, 1, 1}, {1, 1, 1}, 0, nullptr, args);
+  std::vector<std::uint16_t> h(in.size()), b(in.size());
+  std::vector<std::uint32_t> r(in.size());
+  hb.copy_to_host(h.data(), h.size() * 2);
+  bb.copy_to_host(b.data(), b.size() * 2);
+  back.copy_to_host(r.data(), r.size() * 4);
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    float f;
+    std::memcpy(&f, &in[i], 4);
+    if (std::isnan(f)) {
+      EXPECT_EQ(h[i] & 0x7c00, 0x7c00) << "NaN stays NaN";
+      EXPECT_NE(h[i] & 0x3ff, 0);
+      EXPECT_EQ(b[i] & 0x7f80, 0x7f80);
+      EXPECT_NE(b[i] & 0x7f, 0);
+      continue;
+    }
+    ASSERT_EQ(h[i], reference::float_to_f16(f)) << fmt::format("f16 of 0x{:08x}", in[i]);
+    ASSERT_EQ(b[i], reference::float_to_bf16(f)) << fmt::format("bf16 of 0x{:08x}", in[i]);
+    const float widened = reference::f16_to_float(h[i]);
+    std::uint32_t bits;
+    std::memcpy(&bits, &widened, 4);
+    ASSERT_EQ(r[i], bits) << fmt::format("f16 0x{:04x} back to f32", h[i]);
+  }
+}
+
+TEST_F(CpuKernels, SchedulesAreReproducibleAndExposeOrderBugs) {
+  // A race: thread 1 reads what thread 0 writes, with no barrier between.
+  Module m = build(R"(extern "C" __global__ void racy(unsigned* out) {
+    MOJO_DYNAMIC_SMEM(smem);
+    unsigned* cell = reinterpret_cast<unsigned*>(smem);
+    if (mojo::thread_x() == 0) *cell = 7u;
+    if (mojo::thread_x() == 1) out[0] = *cell;
+  })", {"racy"});
+  auto run = [&](const char* schedule) {
+    test::ScopedEnv env("MOJO_JIT_CPU_SCHEDULE", schedule);
+    DeviceBuffer out(4);
+    DevicePtr p = out.ptr();
+    void* args[] = {&p};
+    launch(m.function("racy"), {1, 1, 1}, {64, 1, 1}, 16, nullptr, args);
+    unsigned v = 0;
+    out.copy_to_host(&v, 4);
+    return v;
+  };
+  EXPECT_EQ(run("forward"), 7u) << "thread 0 ran first";
+  EXPECT_EQ(run("reverse"), 0xffffffffu) << "thread 1 read shared memory before thread 0 wrote it";
+  EXPECT_EQ(run("random:12345"), run("random:12345")) << "a seed gives the same order every time";
+  EXPECT_EQ(test::error_of<InvalidArgumentError>([&] { run("sideways"); }),
+            "MOJO_JIT_CPU_SCHEDULE='sideways': expected forward, reverse or random:SEED (SEED a number)");
+}
+
+TEST(CpuDevice, MissingHostCompilerNamesWhatToInstall) {
+  test::ScopedEnv env("MOJO_JIT_HOST_CXX", "/nonexistent/g++");
+  test::TempDir cache;
+  RuntimeOptions o;
+  o.cache_dir = cache.path();
+  o.device = "cpu";
+  Runtime rt(o);
+  const TensorSpec x(DType::f32, {2, 64}), w(DType::f32, {64});
+  DeviceBuffer xb(x.nbytes()), wb(w.nbytes()), ob(x.nbytes());
+  const std::string msg = test::error_of<CompileError>([&] { rt.launch("rms_norm", {ob.as(x), xb.as(x), wb.as(w)}); });
+  EXPECT_NE(msg.find("no host C++ compiler '/nonexistent/g++' found: install g++ (apt-get install g++) or set "
+                     "MOJO_JIT_HOST_CXX"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(rt.stats().compiles, 0u);
+}
+
+TEST(CpuDevice, DeviceSpecsAndTheirErrors) {
+  EXPECT_EQ(Device::open("cpu").target(), Target::parse("sm_80"));
+  const Device hopper = Device::open("cpu:sm_90a");
+  EXPECT_TRUE(hopper.is_cpu());
+  EXPECT_EQ(hopper.name(), "cpu (emulating sm_90a)");
+  EXPECT_EQ(hopper.sm_count(), 132);
+  EXPECT_EQ(test::error_of<InvalidArgumentError>([] { Device::open("tpu"); }),
+            "device 'tpu': expected cuda, cuda:N, cpu or cpu:ARCH (e.g. cpu:sm_90a)");
+  EXPECT_THROW(Device::open("cpu:volta"), ArchError);
+}
+
+TEST(CpuDevice, GraphsReplayWhatTheStreamRecorded) {
+  test::TempDir cache;
+  RuntimeOptions o;
+  o.cache_dir = cache.path();
+  o.device = "cpu";
+  Runtime rt(o);
+  const TensorSpec x(DType::f32, {4, 256}), w(DType::f32, {256});
+  const auto xh = reference::encode(DType::f32, test::random_values(4 * 256, 5));
+  const auto wh = reference::encode(DType::f32, test::random_values(256, 6));
+  GpuTensor xd(x, xh), wd(w, wh), out(x);
+  Stream stream;
+  Graph g = Graph::capture(stream, [&] { rt.launch("rms_norm", {out, xd, wd}, {{"eps", 1e-5f}}, stream); });
+  EXPECT_EQ(out.read(), std::vector<std::uint8_t>(x.nbytes(), 0xff)) << "capturing runs nothing";
+  g.launch(stream);
+  stream.synchronize();
+  std::vector<std::uint8_t> want(x.nbytes());
+  reference::rms_norm(DType::f32, xh.data(), wh.data(), want.data(), 4, 256, 1e-5);
+  test::expect_close(DType::f32, out.read(), want, "out");
+}
+
+}  // namespace
