@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "mojo/check.hpp"
 #include "mojo/device.hpp"
 #include "mojo/reference.hpp"
 #include "mojo/runtime.hpp"
@@ -96,45 +97,10 @@ class GpuTensor {
   DeviceBuffer buffer_;
 };
 
-// A kernel computes in float, the reference in double, and both round once
-// to the storage type; they may also differ by what fp32 accumulation and the
-// fast approximations (ex2/rsqrt/tanh .approx) lose. An element passes when
-//   |gpu - cpu| <= rtol * |cpu| + atol * max|cpu over the tensor|
-// (atol relative to the tensor's scale: softmax outputs are ~1e-6).
-struct Tolerance {
-  double rtol, atol;
-};
-inline Tolerance tolerance(DType d) {
-  switch (d) {
-    case DType::bf16: return {8e-3, 4e-3};  // 1 ulp = 2^-8 relative: 2 ulp
-    case DType::f16: return {2e-3, 1e-3};   // 1 ulp = 2^-11 relative: 4 ulp (and f16 subnormals)
-    default: return {1e-4, 1e-6};           // f32: a few ulp of 2^-23 after approximations and sums
-  }
-}
-
-// The elements of `got` outside the tolerance of `want`; the first few are
-// described in `report` when it is given.
-inline std::size_t mismatches(DType dtype, const std::vector<std::uint8_t>& got, const std::vector<std::uint8_t>& want,
-                              Tolerance tol, std::vector<std::string>* report = nullptr) {
-  if (got.size() != want.size()) return std::max(got.size(), want.size());
-  const std::size_t n = want.size() / dtype_size(dtype);
-  double scale = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double r = reference::load(dtype, want.data(), i);
-    if (std::isfinite(r)) scale = std::max(scale, std::abs(r));
-  }
-  // f16 subnormals are 2^-24 apart: two roundings of nearly the same value may land one step apart.
-  const double step = dtype == DType::f16 ? std::ldexp(1.0, -24) : 0.0;
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double g = reference::load(dtype, got.data(), i), r = reference::load(dtype, want.data(), i);
-    const bool ok = std::isfinite(r) ? std::abs(g - r) <= tol.rtol * std::abs(r) + tol.atol * scale + step : g == r;
-    if (!ok && bad++ < 5 && report != nullptr)
-      report->push_back("(" + std::string(dtype_name(dtype)) + ") element " + std::to_string(i) + ": device " +
-                        std::to_string(g) + " vs reference " + std::to_string(r));
-  }
-  return bad;
-}
+// The tolerances of mojo/op.hpp (default_tolerance) and the comparison of mojo/check.hpp.
+using mojo::Tolerance;
+inline Tolerance tolerance(DType d) { return default_tolerance(d); }
+using mojo::mismatches;
 
 inline void expect_close(DType dtype, const std::vector<std::uint8_t>& got, const std::vector<std::uint8_t>& want,
                          const std::string& what, Tolerance tol) {

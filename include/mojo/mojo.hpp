@@ -2,6 +2,7 @@
 #pragma once
 
 #include "mojo/cache.hpp"
+#include "mojo/check.hpp"
 #include "mojo/compiler.hpp"
 #include "mojo/device.hpp"
 #include "mojo/error.hpp"

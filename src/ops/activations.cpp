@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "mojo/error.hpp"
+#include "mojo/reference.hpp"
+#include "ops/host_data.hpp"
 #include "ops/checks.hpp"
 #include "ops/registry.hpp"
 
@@ -29,6 +31,14 @@ class Activation final : public OpDef {
   Activation(std::string_view name, std::string_view summary, bool gelu, bool gated)
       : name_(name), summary_(summary), gelu_(gelu), gated_(gated) {}
   std::string_view name() const override { return name_; }
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
+                 ScalarList scalars) const override {
+    const auto act = !gelu_ ? reference::Activation::silu
+                     : scalar(scalars, "approximate") != 0 ? reference::Activation::gelu_tanh
+                                                             : reference::Activation::gelu;
+    reference::activation(specs[1].dtype(), act, gated_, d[1].data(), d[0].data(), specs[0].numel(),
+                          host_data::last_dim(specs[0]));
+  }
   std::string_view summary() const override { return summary_; }
   std::span<const TensorArgInfo> tensor_args() const override {
     if (gated_) return kGatedTensors;

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include "mojo/error.hpp"
+#include "mojo/reference.hpp"
+#include "ops/host_data.hpp"
 #include "ops/checks.hpp"
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
@@ -23,6 +25,16 @@ constexpr TensorArgInfo kEmbeddingTensors[] = {
 class Embedding final : public OpDef {
  public:
   std::string_view name() const override { return "embedding"; }
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
+    const std::vector<std::int64_t> ids = host_data::indices(specs[1], d[1]);
+    reference::embedding(specs[2].dtype(), ids.data(), d[2].data(), d[0].data(), specs[1].numel(), specs[2].dim(0),
+                         specs[2].dim(1));
+  }
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+                                        std::uint32_t seed) const override {
+    if (i != 1) return OpDef::random_data(i, specs, seed);
+    return host_data::index_bytes(specs[1].dtype(), host_data::random_indices(specs[1].numel(), specs[2].dim(0), seed, false));
+  }
   std::string_view summary() const override {
     return "out[t, :] = weight[ids[t], :]; an id out of range gives zeros (an error with debug checks)";
   }
@@ -90,6 +102,19 @@ constexpr TensorArgInfo kKvTensors[] = {
 class StoreKvCache final : public OpDef {
  public:
   std::string_view name() const override { return "store_kv_cache"; }
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
+    const TensorSpec &cache = specs[0], &k = specs[2];
+    const std::vector<std::int64_t> slots = host_data::indices(specs[4], d[4]);
+    reference::store_kv_cache(cache.dtype(), d[2].data(), d[3].data(), slots.data(), d[0].data(), d[1].data(), k.dim(0),
+                              cache.dim(0) * cache.dim(1), cache.dim(2) * cache.dim(3));
+  }
+  // Distinct slots: two tokens for one slot would leave either.
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+                                        std::uint32_t seed) const override {
+    if (i != 4) return OpDef::random_data(i, specs, seed);
+    return host_data::index_bytes(
+        specs[4].dtype(), host_data::random_indices(specs[4].numel(), specs[0].dim(0) * specs[0].dim(1), seed, true));
+  }
   std::string_view summary() const override {
     return "writes k and v of new tokens into a paged KV cache at slot_mapping; slots < 0 are skipped";
   }

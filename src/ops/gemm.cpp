@@ -10,8 +10,11 @@
 #include <algorithm>
 #include <bit>
 #include <climits>
+#include <cmath>
 
 #include "mojo/error.hpp"
+#include "mojo/reference.hpp"
+#include "ops/host_data.hpp"
 #include "ops/checks.hpp"
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
@@ -312,6 +315,14 @@ class TileOp : public OpDef {
   static unsigned operand_alignment(const Params& p) {
     return p.get("vec") == 8 ? 16 : unsigned(dtype_size(p.dtype("dtype")));
   }
+  // A dot product of k terms in fp32 vs float64: atol grows like sqrt(k) / 16 (inputs in ±[0.05, 2], so the
+  // sums are ~sqrt(k)); tf32 inputs carry bf16-like error.
+  static Tolerance product_tolerance(DType out, std::int64_t k, bool tf32) {
+    Tolerance t = default_tolerance(tf32 ? DType::bf16 : out);
+    t.atol *= std::max(1.0, std::sqrt(double(k)) / 16);
+    if (out == DType::f32 && !tf32) t.rtol = 1e-4, t.atol = std::max(t.atol, 1e-5);
+    return t;
+  }
 };
 
 constexpr TensorArgInfo kGemmTensors[] = {
@@ -336,6 +347,20 @@ class Gemm final : public TileOp {
  public:
   explicit Gemm(bool batched) : batched_(batched) {}
   std::string_view name() const override { return batched_ ? "gemm_batched" : "gemm"; }
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
+                 ScalarList scalars) const override {
+    const TensorSpec &c = specs[0], &a = specs[1];
+    const bool ta = scalar(scalars, "trans_a") != 0, tb = scalar(scalars, "trans_b") != 0;
+    const int r = c.rank();
+    reference::gemm(a.dtype(), c.dtype(), d[1].data(), d[2].data(), d[0].data(), batched_ ? c.dim(0) : 1, c.dim(r - 2),
+                    c.dim(r - 1), ta ? a.dim(r - 2) : a.dim(r - 1), scalar(scalars, "alpha"), scalar(scalars, "beta"), ta,
+                    tb);
+  }
+  Tolerance tolerance(DType out, std::span<const TensorSpec> specs, ScalarList scalars) const override {
+    const TensorSpec& a = specs[1];
+    const std::int64_t k = scalar(scalars, "trans_a") != 0 ? a.dim(a.rank() - 2) : a.dim(a.rank() - 1);
+    return product_tolerance(out, k, scalar(scalars, "tf32") != 0);
+  }
   std::string_view summary() const override {
     return batched_ ? "c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for each batch i, on tensor cores"
                     : "c = alpha * op(a) * op(b) + beta * c, op = N or T, on tensor cores (fp32 accumulation)";
@@ -481,6 +506,16 @@ constexpr ScalarArgInfo kLinearScalars[] = {
 class Linear final : public TileOp {
  public:
   std::string_view name() const override { return "linear"; }
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
+                 ScalarList scalars) const override {
+    const TensorSpec &x = specs[1], &w = specs[2];
+    reference::linear(x.dtype(), d[1].data(), d[2].data(), d[3].empty() ? nullptr : d[3].data(),
+                      d[4].empty() ? nullptr : d[4].data(), d[0].data(), host_data::rows(x), w.dim(0), w.dim(1),
+                      int(scalar(scalars, "activation")));
+  }
+  Tolerance tolerance(DType out, std::span<const TensorSpec> specs, ScalarList scalars) const override {
+    return product_tolerance(out, specs[2].dim(1), scalar(scalars, "tf32") != 0);
+  }
   std::string_view summary() const override {
     return "out = act(x * weight^T + bias) + residual on tensor cores; bias, activation and residual fused";
   }
@@ -622,6 +657,24 @@ constexpr ScalarArgInfo kGroupScalars[] = {
 class GroupGemm final : public TileOp {
  public:
   std::string_view name() const override { return "group_gemm"; }
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
+    const TensorSpec& w = specs[2];
+    const std::vector<std::int64_t> offsets = host_data::indices(specs[3], d[3]);
+    reference::group_gemm(w.dtype(), d[1].data(), d[2].data(), offsets.data(), d[0].data(), w.dim(0), w.dim(1), w.dim(2));
+  }
+  Tolerance tolerance(DType out, std::span<const TensorSpec> specs, ScalarList scalars) const override {
+    return product_tolerance(out, specs[2].dim(2), scalar(scalars, "tf32") != 0);
+  }
+  // Groups of random sizes covering every row of x.
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+                                        std::uint32_t seed) const override {
+    if (i != 3) return OpDef::random_data(i, specs, seed);
+    const std::int64_t rows = specs[1].dim(0);
+    std::vector<std::int64_t> offsets = host_data::random_indices(specs[3].numel(), rows + 1, seed, false);
+    std::sort(offsets.begin(), offsets.end());
+    if (!offsets.empty()) offsets.front() = 0, offsets.back() = rows;
+    return host_data::index_bytes(specs[3].dtype(), offsets);
+  }
   std::string_view summary() const override {
     return "out[rows of g] = x[rows of g] * weight[g]^T for every group g (MoE experts) in one launch";
   }

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "mojo/error.hpp"
+#include "mojo/reference.hpp"
+#include "ops/host_data.hpp"
 #include "ops/checks.hpp"
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
@@ -47,6 +49,17 @@ class RmsNorm final : public OpDef {
  public:
   explicit RmsNorm(bool add) : add_(add) {}
   std::string_view name() const override { return add_ ? "add_rms_norm" : "rms_norm"; }
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
+                 ScalarList scalars) const override {
+    const TensorSpec& x = specs[add_ ? 2 : 1];
+    const double eps = scalar(scalars, "eps");
+    if (add_)
+      reference::add_rms_norm(x.dtype(), d[1].data(), d[2].data(), d[3].data(), d[0].data(), host_data::rows(x),
+                              host_data::last_dim(x), eps);
+    else
+      reference::rms_norm(x.dtype(), d[1].data(), d[2].data(), d[0].data(), host_data::rows(x), host_data::last_dim(x),
+                          eps);
+  }
   std::string_view summary() const override {
     return add_ ? "residual += x; out = residual * rsqrt(mean(residual^2) + eps) * weight, in one pass"
                 : "out = x * rsqrt(mean(x^2) + eps) * weight over the last dim";
@@ -145,6 +158,13 @@ bool check_stats(std::string_view op, TensorList t, std::size_t mean_index, std:
 class LayerNorm final : public OpDef {
  public:
   std::string_view name() const override { return "layer_norm"; }
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
+                 ScalarList scalars) const override {
+    const TensorSpec& x = specs[3];
+    auto stats = [&](std::size_t i) { return d[i].empty() ? nullptr : reinterpret_cast<float*>(d[i].data()); };
+    reference::layer_norm(x.dtype(), d[3].data(), d[4].data(), d[5].data(), d[0].data(), stats(1), stats(2),
+                          host_data::rows(x), host_data::last_dim(x), scalar(scalars, "eps"));
+  }
   std::string_view summary() const override {
     return "out = (x - mean) * rstd * weight + bias over the last dim; optionally writes mean and rstd";
   }
@@ -218,6 +238,12 @@ constexpr TensorArgInfo kLayerNormBackwardTensors[] = {
 class LayerNormBackward final : public OpDef {
  public:
   std::string_view name() const override { return "layer_norm_backward"; }
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
+    const TensorSpec& x = specs[4];
+    reference::layer_norm_backward(x.dtype(), d[3].data(), d[4].data(), d[5].data(),
+                                   reinterpret_cast<const float*>(d[6].data()), reinterpret_cast<const float*>(d[7].data()),
+                                   d[0].data(), d[1].data(), d[2].data(), host_data::rows(x), host_data::last_dim(x));
+  }
   std::string_view summary() const override {
     return "grad_x, grad_weight, grad_bias of layer_norm, from grad_out, x, weight and the forward's mean and rstd";
   }

@@ -6,6 +6,8 @@
 #include <bit>
 
 #include "mojo/error.hpp"
+#include "mojo/reference.hpp"
+#include "ops/host_data.hpp"
 #include "ops/checks.hpp"
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
@@ -26,6 +28,19 @@ constexpr ScalarArgInfo kScalars[] = {{"neox", 1, "1: rotate halves (NeoX); 0: i
 class RotaryEmbedding final : public OpDef {
  public:
   std::string_view name() const override { return "rotary_embedding"; }
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
+                 ScalarList scalars) const override {
+    const TensorSpec &q = specs[0], &k = specs[1], &cs = specs[3];
+    const std::vector<std::int64_t> positions = host_data::indices(specs[2], d[2]);
+    const std::vector<float> cos_sin = host_data::floats(cs, d[3]);
+    reference::rotary_embedding(q.dtype(), d[0].data(), d[1].data(), positions.data(), cos_sin.data(), q.dim(0),
+                                q.dim(1), k.dim(1), q.dim(2), cs.dim(1), cs.dim(0), scalar(scalars, "neox") != 0);
+  }
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+                                        std::uint32_t seed) const override {
+    if (i != 2) return OpDef::random_data(i, specs, seed);
+    return host_data::index_bytes(specs[2].dtype(), host_data::random_indices(specs[2].numel(), specs[3].dim(0), seed, false));
+  }
   std::string_view summary() const override {
     return "rotates q and k in place by each token's position (NeoX or GPT-J style, partial rotary dim)";
   }

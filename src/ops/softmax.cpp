@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "mojo/error.hpp"
+#include "mojo/reference.hpp"
+#include "ops/host_data.hpp"
 #include "ops/checks.hpp"
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
@@ -25,6 +27,10 @@ class Softmax final : public OpDef {
  public:
   explicit Softmax(bool log) : log_(log) {}
   std::string_view name() const override { return log_ ? "log_softmax" : "softmax"; }
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
+    reference::softmax(specs[1].dtype(), d[1].data(), d[0].data(), host_data::rows(specs[1]),
+                       host_data::last_dim(specs[1]), log_);
+  }
   std::string_view summary() const override {
     return log_ ? "out = x - max - log(sum(exp(x - max))) over the last dim"
                 : "out = exp(x - max) / sum(exp(x - max)) over the last dim";
@@ -80,6 +86,10 @@ class Softmax final : public OpDef {
 class SoftmaxBackward final : public OpDef {
  public:
   std::string_view name() const override { return "softmax_backward"; }
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
+    reference::softmax_backward(specs[1].dtype(), d[1].data(), d[2].data(), d[0].data(), host_data::rows(specs[1]),
+                                host_data::last_dim(specs[1]));
+  }
   std::string_view summary() const override {
     return "grad_x = out * (grad_out - sum(grad_out * out)) over the last dim, from softmax's output";
   }

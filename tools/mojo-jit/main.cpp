@@ -3,6 +3,7 @@
 //   mojo-jit --emit=ptx rms_norm --dtype bf16 --shape x=4096x4096 --arch sm_90
 //   mojo-jit --emit=cubin rms_norm --dtype f16 --shape x=8x5120 -o k.cubin
 //   mojo-jit describe rms_norm --dtype bf16 --shape x=4096x4096
+//   mojo-jit run rms_norm --dtype bf16 --shape x=17x896 --device cpu
 //   mojo-jit list
 //   mojo-jit prewarm --manifest cache/qwen3-8b.toml --arch sm_80,sm_90 -j 8
 //   mojo-jit cache path|stats|ls|verify|prune|clear [--json]
@@ -29,6 +30,7 @@ constexpr const char* kUsage = R"(mojo-jit: JIT kernel compiler for LLM operator
 usage:
   mojo-jit [--emit=ptx|cubin|sass|llvm|llvm-opt] [--compiler=nvrtc|llvm] OP --dtype DT --shape NAME=DIMS... [options]
   mojo-jit describe OP --dtype DT --shape NAME=DIMS... [options]
+  mojo-jit run OP --dtype DT --shape NAME=DIMS... [--param N=V] [--device cpu|cuda] [--arch A] [--seed N]
   mojo-jit list
   mojo-jit prewarm --manifest FILE|--ops all|OP,.. [--arch sm_80,sm_90] [-j N] [--cache-dir DIR]
   mojo-jit compile-all --manifest FILE|--ops all|OP,.. [--arch sm_90] [--compiler llvm] [-j N] [-o FILE]
@@ -100,6 +102,49 @@ struct SpecOptions {
     return out;
   }
 };
+
+// run: one launch on seeded random inputs, compared with the op's CPU reference.
+int run_check(int argc, char** argv) {
+  CLI::App app{"Launch one specialization on random inputs and compare it with the op's CPU reference; exits 1 on "
+               "a mismatch",
+               "mojo-jit run"};
+  SpecOptions spec;
+  std::string device;
+  unsigned seed = 0;
+  spec.add_to(app);
+  app.add_option("--device", device,
+                 "cuda (a GPU) or cpu (the emulator; --arch picks the GPU it emulates, sm_80 by default); default: "
+                 "$MOJO_JIT_DEVICE, else cuda where there is a GPU, else cpu");
+  app.add_option("--seed", seed, "seed of the random inputs")->capture_default_str();
+  app.footer("example: mojo-jit run gemm --dtype bf16 --shape a=100x72 --shape b=72x136 --device cpu --arch sm_90a "
+             "--param path=90");
+  CLI11_PARSE(app, argc, argv);
+
+  mojo::RuntimeOptions o = spec.runtime_options();
+  if (device.empty()) device = std::getenv("MOJO_JIT_DEVICE") != nullptr ? std::getenv("MOJO_JIT_DEVICE") : "";
+  if (device.empty()) device = mojo::device_available() ? "cuda" : "cpu";
+  if (device == "cpu" && !spec.arch.empty()) device += ":" + spec.arch;
+  o.device = device;
+  mojo::Runtime rt(o);
+  if (!rt.device().is_cpu() && !spec.arch.empty() && !(mojo::Target::parse(spec.arch) == rt.device().target()))
+    throw mojo::InvalidArgumentError(fmt::format("--arch {}: the GPU is {}; --arch picks the target of --device cpu",
+                                                 spec.arch, rt.device().target().sm_name()));
+  const mojo::OpDef& op = mojo::find_op(spec.op);
+  std::vector<mojo::TensorSpec> specs;
+  for (const mojo::Tensor& t : spec.tensors(op)) specs.push_back(t.spec);
+  std::vector<std::string> names;
+  const auto scalars = spec.scalars(names);
+  const mojo::CheckReport r = mojo::check_op(rt, spec.op, specs, scalars, seed);
+  fmt::print("{} on {}\n", r.kernel, rt.device().name());
+  for (const auto& out : r.outputs)
+    fmt::print("  {:<12} {:<4} {:>9} elements: max abs err {:.3g}, max rel err {:.3g}; tolerance rtol {:g} + atol {:g} "
+               "x max|ref|: {} outside -> {}\n",
+               out.name, mojo::dtype_name(out.dtype), out.elements, out.max_abs, out.max_rel, out.tolerance.rtol,
+               out.tolerance.atol, out.wrong, out.wrong == 0 ? "pass" : "FAIL");
+  fmt::print("kernel time {:.3f} ms{}\n{}\n", r.kernel_ms, rt.device().is_cpu() ? " (emulated on the CPU)" : "",
+             r.pass() ? "PASS" : "FAIL");
+  return r.pass() ? 0 : 1;
+}
 
 // nvdisasm from PATH, $CUDA_HOME/bin or /usr/local/cuda/bin; empty if none.
 std::string find_nvdisasm() {
@@ -456,6 +501,7 @@ int main(int argc, char** argv) {
     std::string_view command = argv[1];
     if (command == "list") return run_list(argc - 1, argv + 1);
     if (command == "describe") return run_describe(argc - 1, argv + 1, false);
+    if (command == "run") return run_check(argc - 1, argv + 1);
     if (command == "prewarm") return run_prewarm(argc - 1, argv + 1);
     if (command == "compile-all") return run_compile_all(argc - 1, argv + 1);
     if (command == "cache") return run_cache(argc - 1, argv + 1);
