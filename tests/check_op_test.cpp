@@ -1,0 +1,109 @@
+// Every op, every dtype, at small and odd shapes (1, 17 and 4097 rows;
+// hidden sizes 896 and 5632; GEMM edges that are no multiple of a tile),
+// launched on the test device (the GPU, or the CPU device where there is
+// none) against its CPU reference through mojo::check_op: what
+// `mojo-jit run` does. The sm_90a GEMM path runs on a device of that target.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "gpu_util.hpp"
+
+using namespace mojo;
+
+namespace {
+
+struct OddCase {
+  const char* op;
+  const char* shapes;
+  std::vector<ScalarArg> scalars = {};
+};
+
+const OddCase kCases[] = {
+    {"rms_norm", "x=1x896"},
+    {"rms_norm", "x=4097x896"},
+    {"rms_norm", "x=17x5632"},
+    {"add_rms_norm", "x=17x896"},
+    {"layer_norm", "x=17x5632"},
+    {"layer_norm_backward", "x=17x896"},
+    {"softmax", "x=4097x896"},
+    {"log_softmax", "x=17x5632"},
+    {"softmax_backward", "out=17x896"},
+    {"silu", "x=4097x896"},
+    {"gelu", "x=17x5632", {{"approximate", 1}}},
+    {"swiglu", "x=17x1792"},
+    {"gelu_and_mul", "x=1x11264"},
+    {"rotary_embedding", "q=17x4x128 k=17x2x128 cos_sin_cache=100x128"},
+    {"rotary_embedding", "q=17x4x128 k=17x2x128 cos_sin_cache=100x64", {{"neox", 0}}},
+    {"embedding", "ids=4097 weight=1000x896"},
+    {"store_kv_cache", "k_cache=20x16x2x128 k=17x2x128"},
+    {"gemm", "a=17x72 b=72x136"},
+    {"gemm", "a=100x200 b=40x200 c=100x40", {{"trans_b", 1}, {"beta", 0.5}}},
+    {"gemm_batched", "a=3x72x17 b=3x72x136 c=3x17x136", {{"trans_a", 1}}},
+    {"linear", "x=17x200 weight=136x200 bias=136", {{"activation", 3}}},
+    {"linear", "x=1x4104 weight=72x4104"},
+    {"group_gemm", "x=100x72 weight=4x136x72 offsets=5"},
+};
+
+void expect_pass(Runtime& rt, const char* op_name, const char* shapes, DType dtype, ScalarList scalars) {
+  const OpDef& op = find_op(op_name);
+  const std::vector<TensorSpec> specs = op.specs_from_shapes(dtype, parse_shapes(op, shapes));
+  const CheckReport r = check_op(rt, op_name, specs, scalars, 11);
+  EXPECT_FALSE(r.outputs.empty());
+  for (const auto& out : r.outputs)
+    EXPECT_EQ(out.wrong, 0u) << fmt::format("{} {} {}: {} of {} elements of {} outside rtol {} atol {} (max abs err {})",
+                                            op_name, dtype_name(dtype), shapes, out.wrong, out.elements, out.name,
+                                            out.tolerance.rtol, out.tolerance.atol, out.max_abs);
+}
+
+RuntimeOptions options(const test::TempDir& cache, std::string device) {
+  RuntimeOptions o;
+  o.cache_dir = cache.path();
+  o.device = std::move(device);
+  return o;
+}
+
+}  // namespace
+
+TEST(CheckOp, EveryOpAndDtypeAtOddShapes) {
+  if (!test::on_cpu_device() && !device_available()) GTEST_SKIP() << "no GPU or no CUDA driver on this machine";
+  test::TempDir cache;
+  Runtime rt(options(cache, test::test_device()));
+  for (const OddCase& c : kCases)
+    for (DType dtype : find_op(c.op).dtypes()) expect_pass(rt, c.op, c.shapes, dtype, c.scalars);
+}
+
+TEST(CheckOp, HopperPathAtOddShapes) {
+  test::TempDir cache;
+  std::string device = test::test_device();
+  if (test::on_cpu_device()) device = "cpu:sm_90a";
+  else if (!device_available() || !(Device::open(0).target() == Target::parse("sm_90a")))
+    GTEST_SKIP() << "the sm_90a path needs a Hopper GPU (or no GPU: the CPU device emulates one)";
+  Runtime rt(options(cache, device));
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    expect_pass(rt, "gemm", "a=130x72 b=72x136", dtype, {{"path", 90}});
+    expect_pass(rt, "gemm", "a=72x200 b=264x72 c=200x264", dtype, {{"path", 90}, {"trans_a", 1}, {"trans_b", 1}});
+    expect_pass(rt, "linear", "x=17x200 weight=300x200 bias=300", dtype, {{"path", 90}, {"activation", 1}});
+    expect_pass(rt, "group_gemm", "x=300x72 weight=3x136x72 offsets=4", dtype, {{"path", 90}});
+  }
+}
+
+TEST(CheckOp, ReportsAMismatch) {
+  // A kernel template whose rms_norm forgets the weight: check_op (and so `mojo-jit run`) says so.
+  test::TempDir cache, templates;
+  std::string text = test::read_file(std::filesystem::path(MOJO_TEST_TEMPLATE_DIR) / "rms_norm.cu");
+  const std::string scaled = "mojo::to_float(w.v[j])";
+  ASSERT_NE(text.find(scaled), std::string::npos) << "rms_norm.cu changed: update this test";
+  for (std::size_t at; (at = text.find(scaled)) != std::string::npos;) text.replace(at, scaled.size(), "1.f");
+  test::write_file(templates.path() / "rms_norm.cu", text);
+  RuntimeOptions o = options(cache, "cpu");
+  o.template_paths = {templates.path()};
+  Runtime rt(o);
+  const TensorSpec x(DType::f32, {3, 64}), w(DType::f32, {64});
+  const std::vector<TensorSpec> specs = {x, x, w};
+  const CheckReport r = check_op(rt, "rms_norm", specs, {});
+  ASSERT_EQ(r.outputs.size(), 1u);
+  EXPECT_EQ(r.outputs[0].name, "out");
+  EXPECT_GT(r.outputs[0].wrong, 0u);
+  EXPECT_GT(r.outputs[0].max_rel, 0.01);
+  EXPECT_FALSE(r.pass());
+}
