@@ -200,3 +200,39 @@ TEST_F(Cli, EmitSassNeedsNvdisasm) {
   EXPECT_EQ(r.output.rfind("mojo-jit: error: --emit=sass needs nvdisasm", 0), 0u) << r.output;
   EXPECT_TRUE(one_line(r.output)) << r.output;
 }
+
+// mojo-jit run: one launch against the op's reference, here on the CPU device.
+TEST_F(Cli, RunChecksASpecializationOnTheCpuDevice) {
+  auto r = run("run rms_norm --dtype bf16 --shape x=17x896 --device cpu");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(" on cpu (emulating sm_80)\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  out          bf16     15232 elements: max abs err "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("0 outside -> pass"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(emulated on the CPU)\nPASS\n"), std::string::npos) << r.output;
+
+  r = run("run gemm --dtype f16 --shape a=130x72 --shape b=72x136 --device cpu --arch sm_90a --param path=90 --seed 3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("_wgmma1 on cpu (emulating sm_90a)"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, RunFailsOnAMismatchAndOnBadInput) {
+  // rms_norm with the weight dropped from the template: the comparison fails, exit 1.
+  mojo::test::TempDir templates;
+  std::string text = mojo::test::read_file(std::filesystem::path(MOJO_TEST_TEMPLATE_DIR) / "rms_norm.cu");
+  const std::string weighted = " * mojo::to_float(w.v[j])";
+  ASSERT_NE(text.find(weighted), std::string::npos);
+  text.replace(text.find(weighted), weighted.size(), "");
+  mojo::test::write_file(templates.path() / "rms_norm.cu", text);
+  auto r = run("MOJO_JIT_TEMPLATE_PATH=" + templates.str(), "run rms_norm --dtype f32 --shape x=3x64 --device cpu");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("-> FAIL\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\nFAIL\n"), std::string::npos) << r.output;
+
+  r = run("run rms_norm --dtype f32 --shape x=3x64 --device tpu");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output, "mojo-jit: error: device 'tpu': expected cuda, cuda:N, cpu or cpu:ARCH (e.g. cpu:sm_90a)\n");
+  r = run("run gemm --dtype f32 --shape a=4x8 --shape b=8x4 --device cpu --param path=90");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(one_line(r.output)) << r.output;
+  EXPECT_NE(r.output.find("path = 90 (TMA + wgmma) cannot take these tensors on sm_80"), std::string::npos) << r.output;
+}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Verifies the whole library on a machine with a GPU, in one command:
-#   1. every test (the GPU ones included) -> OUT/tests.txt, OUT/tests.xml
+#   1. every test (the GPU ones included) -> OUT/tests.txt, OUT/tests.xml, and the
+#      conformance of the CPU device's emulation with the GPU -> OUT/conformance.txt
 #   2. the GPU tests under compute-sanitizer memcheck -> OUT/memcheck.txt, one
 #      shape per gemm path under racecheck -> OUT/racecheck.txt, and the SASS of
 #      both gemm paths (HMMA / HGMMA, no local memory) -> OUT/sass.txt
@@ -19,6 +20,10 @@ nvidia-smi -L >"$out/device.txt" 2>&1 || true
 echo "== tests"
 "$build/tests/mojo_tests" --gtest_output="xml:$out/tests.xml" >"$out/tests.txt" 2>&1 || failed+=(tests)
 tail -n 3 "$out/tests.txt"
+
+echo "== the CPU device's emulation of each prelude primitive against the GPU"
+"$build/tests/mojo_tests" --gtest_filter='Conformance.*' >"$out/conformance.txt" 2>&1 || failed+=(conformance)
+grep -E "^\[ *(OK|FAILED|SKIPPED) *\]" "$out/conformance.txt"
 
 echo "== compute-sanitizer memcheck on the GPU tests"
 if command -v compute-sanitizer >/dev/null; then

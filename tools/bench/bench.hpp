@@ -51,6 +51,7 @@ struct Options {
 void bench_compile(const mojo::Target& target);
 void bench_compile_modes(const mojo::Target& target, const Options& options);
 void bench_cache(const Options& options);
+void bench_emulator(const Options& options);  // the CPU device
 // With a GPU.
 void bench_warm_start(const Options& options);
 void bench_host_overhead(mojo::Runtime& rt, const Options& options);
