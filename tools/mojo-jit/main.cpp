@@ -28,7 +28,7 @@ namespace {
 constexpr const char* kUsage = R"(mojo-jit: JIT kernel compiler for LLM operators
 
 usage:
-  mojo-jit [--emit=ptx|cubin|sass|llvm|llvm-opt] [--compiler=nvrtc|llvm] OP --dtype DT --shape NAME=DIMS... [options]
+  mojo-jit [--emit=ptx|cubin|sass|llvm|llvm-opt|host] [--compiler=nvrtc|llvm] OP --dtype DT --shape NAME=DIMS... [options]
   mojo-jit describe OP --dtype DT --shape NAME=DIMS... [options]
   mojo-jit run OP --dtype DT --shape NAME=DIMS... [--param N=V] [--device cpu|cuda] [--arch A] [--seed N]
   mojo-jit list
@@ -191,7 +191,9 @@ int run_emit(int argc, char** argv) {
   SpecOptions spec;
   std::string emit = "ptx", output;
   bool stats = false;
-  app.add_option("--emit", emit, "stage to stop at: llvm, llvm-opt (--compiler=llvm), ptx, cubin, sass (needs nvdisasm)")
+  app.add_option("--emit", emit,
+                 "stage to stop at: llvm, llvm-opt (--compiler=llvm), ptx, cubin, sass (needs nvdisasm), host (the CPU "
+                 "device's shared object)")
       ->capture_default_str();
   app.add_option("-o,--output", output, "write to FILE instead of stdout (required for cubin)");
   app.add_flag("--stats", stats, "print cache statistics to stderr");
@@ -207,8 +209,8 @@ int run_emit(int argc, char** argv) {
     return 2;
   }
   mojo::Emit kind = sass ? mojo::Emit::cubin : mojo::parse_emit(emit);
-  if (kind == mojo::Emit::cubin && !sass && output.empty())
-    throw mojo::InvalidArgumentError("--emit=cubin writes a binary: give -o FILE");
+  if ((kind == mojo::Emit::cubin || kind == mojo::Emit::host) && !sass && output.empty())
+    throw mojo::InvalidArgumentError(fmt::format("--emit={} writes a binary: give -o FILE", emit));
   mojo::Runtime rt(spec.runtime_options());
   const mojo::OpDef& op = mojo::find_op(spec.op);
   std::vector<std::string> names;
