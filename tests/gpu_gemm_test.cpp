@@ -337,6 +337,20 @@ TEST_P(GpuGemm, GroupGemmDebugCheckNamesBadOffsets) {
   EXPECT_EQ(msg, "group_gemm: offsets[1..2] = 7, 5 are not a non-decreasing range within the 10 rows of x");
 }
 
+// Autotune's timing path: every candidate tile is compiled, launched and timed
+// on the tensors themselves; the winner's result is right, and a second
+// Runtime on the same cache reuses the choice without timing anything.
+TEST_P(GpuGemm, AutotuneTimesEveryCandidateAndKeepsTheWinner) {
+  RuntimeOptions o = options();
+  o.autotune = true;
+  Runtime tuned(o);
+  check_linear(tuned, DType::bf16, 17, 136, 200, 3, true, false);
+  EXPECT_GE(tuned.stats().compiles, 3u) << "the candidates were compiled to be timed";
+  Runtime again(o);
+  check_linear(again, DType::bf16, 17, 136, 200, 3, true, false);
+  EXPECT_EQ(again.stats().compiles, 0u) << "the tuning record and the winner came from the disk cache";
+}
+
 INSTANTIATE_TEST_SUITE_P(Compilers, GpuGemm,
                          ::testing::ValuesIn(test::compilers()),
                          [](const auto& info) { return test::compiler_test_name(info.param); });
