@@ -17,6 +17,7 @@
 #include "mojo/device.hpp"
 #include "mojo/reference.hpp"
 #include "mojo/runtime.hpp"
+#include "ops/indices.hpp"
 #include "test_util.hpp"
 
 namespace mojo::test {
@@ -118,16 +119,7 @@ inline void expect_close(DType dtype, const std::vector<std::uint8_t>& got, cons
 
 // Host bytes of i32 or i64 indices.
 inline std::vector<std::uint8_t> index_bytes(DType dtype, const std::vector<std::int64_t>& values) {
-  std::vector<std::uint8_t> out(values.size() * dtype_size(dtype));
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (dtype == DType::i32) {
-      const auto v = std::int32_t(values[i]);
-      std::memcpy(out.data() + 4 * i, &v, 4);
-    } else {
-      std::memcpy(out.data() + 8 * i, &values[i], 8);
-    }
-  }
-  return out;
+  return indices::encode(dtype, values);
 }
 
 }  // namespace mojo::test

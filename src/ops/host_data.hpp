@@ -11,6 +11,7 @@
 
 #include "mojo/reference.hpp"
 #include "mojo/tensor.hpp"
+#include "ops/indices.hpp"
 
 namespace mojo::host_data {
 
@@ -23,31 +24,12 @@ inline std::int64_t rows(const TensorSpec& t) {
 }
 inline std::int64_t last_dim(const TensorSpec& t) { return t.rank() == 0 ? 1 : t.dim(t.rank() - 1); }
 
-// An i32 or i64 tensor's values.
+// An i32 or i64 tensor's values, and values as its bytes.
 inline std::vector<std::int64_t> indices(const TensorSpec& t, const std::vector<std::uint8_t>& bytes) {
-  std::vector<std::int64_t> out(std::size_t(t.numel()));
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    if (t.dtype() == DType::i32) {
-      std::int32_t v;
-      std::memcpy(&v, bytes.data() + 4 * i, 4);
-      out[i] = v;
-    } else {
-      std::memcpy(&out[i], bytes.data() + 8 * i, 8);
-    }
-  }
-  return out;
+  return indices::decode(t.dtype(), bytes);
 }
 inline std::vector<std::uint8_t> index_bytes(DType d, const std::vector<std::int64_t>& values) {
-  std::vector<std::uint8_t> out(values.size() * dtype_size(d));
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (d == DType::i32) {
-      const auto v = std::int32_t(values[i]);
-      std::memcpy(out.data() + 4 * i, &v, 4);
-    } else {
-      std::memcpy(out.data() + 8 * i, &values[i], 8);
-    }
-  }
-  return out;
+  return indices::encode(d, values);
 }
 
 // `n` random indices in [0, bound), distinct while n <= bound.

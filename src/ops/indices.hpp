@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -14,6 +15,10 @@ inline constexpr DType kTypes[] = {DType::i32, DType::i64};
 
 // `t` is i32 or i64, contiguous, with `count` elements.
 void expect(std::string_view op, std::string_view arg, const TensorSpec& t, std::int64_t count);
+
+// Host bytes of an i32 or i64 tensor as values, and values as such bytes.
+std::vector<std::int64_t> decode(DType dtype, std::span<const std::uint8_t> bytes);
+std::vector<std::uint8_t> encode(DType dtype, std::span<const std::int64_t> values);
 
 // The values of an i32 or i64 tensor, copied to the host after the stream's work.
 std::vector<std::int64_t> read(const Tensor& t, StreamHandle stream);
