@@ -17,7 +17,7 @@ namespace mojo::cpu {
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
+#if MOJO_ASAN
 constexpr std::size_t kStackBytes = 1 << 20;  // instrumented frames are larger
 #else
 constexpr std::size_t kStackBytes = 256 << 10;

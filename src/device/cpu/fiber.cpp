@@ -13,13 +13,11 @@
 #error "the CPU device's fibers switch stacks in x86-64 assembly; other hosts need a port of mojo_cpu_switch"
 #endif
 
-#if defined(__SANITIZE_ADDRESS__)
-#define MOJO_ASAN 1
+#if MOJO_ASAN
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
-#if defined(__SANITIZE_THREAD__)
-#define MOJO_TSAN 1
+#if MOJO_TSAN
 #include <sanitizer/tsan_interface.h>
 #endif
 

@@ -7,6 +7,22 @@
 
 #include <cstddef>
 
+// Which sanitizer instruments this build (GCC's macros, or clang's __has_feature).
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MOJO_ASAN 1
+#endif
+#if __has_feature(thread_sanitizer)
+#define MOJO_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(MOJO_ASAN)
+#define MOJO_ASAN 1
+#endif
+#if defined(__SANITIZE_THREAD__) && !defined(MOJO_TSAN)
+#define MOJO_TSAN 1
+#endif
+
 namespace mojo::cpu {
 
 class Fiber {
