@@ -161,6 +161,11 @@ TEST_F(DeliberateBugs, StageReleasedBeforeItsWgmmaCompletes) {
   expect_caught(gemm(*runtime("sm_90a", &v), 128, 128, 64 * 12, true, 90), "changed before its wgmma.wait_group");
 }
 
+TEST_F(DeliberateBugs, AccumulatorsReadBeforeTheirWgmmaWait) {
+  const Variant v{"gemm_sm90.cuh", "    mojo::wgmma_wait<0>();\n", ""};
+  expect_caught(gemm(*runtime("sm_90a", &v), 128, 128, 128, true, 90));
+}
+
 TEST_F(DeliberateBugs, ProducerWaitsForTheWrongPhase) {
   const Variant v{"gemm_sm90.cuh", "mojo::mbarrier_wait(empty + 8 * stage, phase ^ 1);",
                   "mojo::mbarrier_wait(empty + 8 * stage, phase);"};
@@ -358,6 +363,44 @@ TEST(CpuDevice, DeviceSpecsAndTheirErrors) {
   EXPECT_EQ(test::error_of<InvalidArgumentError>([] { Device::open("tpu"); }),
             "device 'tpu': expected cuda, cuda:N, cpu or cpu:ARCH (e.g. cpu:sm_90a)");
   EXPECT_THROW(Device::open("cpu:volta"), ArchError);
+}
+
+TEST(CpuDevice, TensorMapsAreCheckedAsTheDriverChecksThem) {
+  const Device cpu = Device::cpu(Target::parse("sm_90a"));
+  DeviceBuffer buffer(64 * 1024);
+  EXPECT_NO_THROW(tile_tensor_map(buffer.ptr(), DType::bf16, 64, 100, 1, 64, 0, 64, 64));
+  auto error = [&](DevicePtr base, std::int64_t row_stride, unsigned box_cols, unsigned box_rows) {
+    return test::error_of<DeviceError>(
+        [&] { tile_tensor_map(base, DType::bf16, 64, 100, 1, row_stride, 0, box_cols, box_rows); });
+  };
+  EXPECT_NE(error(buffer.ptr() + 8, 64, 64, 64).find("the global address is not 16-byte aligned"), std::string::npos);
+  EXPECT_NE(error(buffer.ptr(), 68, 64, 64).find("a stride is not a multiple of 16 bytes"), std::string::npos);
+  EXPECT_NE(error(buffer.ptr(), 64, 128, 64).find("the box's inner dimension exceeds the 128-byte swizzle span"),
+            std::string::npos);
+  EXPECT_NE(error(buffer.ptr(), 64, 64, 300).find("a box dimension is 0 or above 256"), std::string::npos);
+  EXPECT_THROW(tile_tensor_map(buffer.ptr(), DType::f32, 64, 100, 1, 64, 0, 64, 64), InvalidArgumentError);
+}
+
+TEST(CpuDevice, BlocksOnSeveralOsThreadsGiveTheSameBytes) {
+  test::TempDir cache;
+  RuntimeOptions o;
+  o.cache_dir = cache.path();
+  o.device = "cpu:sm_90a";
+  Runtime rt(o);
+  const TensorSpec a(DType::bf16, {300, 136}), b(DType::bf16, {200, 136}), c(DType::bf16, {300, 200});
+  const auto ah = reference::encode(DType::bf16, test::random_values(300 * 136, 7));
+  const auto bh = reference::encode(DType::bf16, test::random_values(200 * 136, 8));
+  auto run = [&](const char* threads) {
+    test::ScopedEnv env("MOJO_JIT_CPU_THREADS", threads);
+    GpuTensor ad(a, ah), bd(b, bh), cd(c);
+    rt.launch("gemm", {cd, ad, bd}, {{"trans_b", 1}, {"path", 90}});
+    return cd.read();
+  };
+  const auto one = run("1");
+  EXPECT_EQ(run("2"), one);
+  EXPECT_EQ(run("3"), one);
+  EXPECT_EQ(test::error_of<InvalidArgumentError>([&] { run("many"); }),
+            "MOJO_JIT_CPU_THREADS='many': expected a number of OS threads, 1 to 256");
 }
 
 TEST(CpuDevice, GraphsReplayWhatTheStreamRecorded) {

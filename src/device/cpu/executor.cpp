@@ -5,10 +5,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <mutex>
 #include <random>
+#include <thread>
 
 #include "device/cpu/block.hpp"
 #include "mojo/error.hpp"
@@ -105,8 +108,9 @@ std::string deadlock_report(const Block& b) {
   throw DeviceError(fmt::format("cpu device: kernel {}: {}", l.kernel->name, what));
 }
 
-void run_block(Block& b, Worker& w, const Launch& l, const Schedule& schedule, unsigned x, unsigned y, unsigned z,
-               std::mt19937_64& rng) {
+void run_block(Block& b, Worker& w, const Launch& l, const Schedule& schedule, unsigned x, unsigned y, unsigned z) {
+  // A block's random order depends on the seed and the block alone, whichever OS thread runs it.
+  std::mt19937_64 rng(schedule.seed ^ (0x9e3779b97f4a7c15ull * (1 + x + std::uint64_t(l.grid.x) * (y + std::uint64_t(l.grid.y) * z))));
   const unsigned n = l.block.x;
   b.launch = &l;
   b.args = l.args;
@@ -283,7 +287,15 @@ Schedule Schedule::parse(std::string_view text) {
 
 Schedule Schedule::from_env() {
   const char* v = std::getenv("MOJO_JIT_CPU_SCHEDULE");
-  return v != nullptr && *v != '\0' ? parse(v) : Schedule{};
+  Schedule s = v != nullptr && *v != '\0' ? parse(v) : Schedule{};
+  if (const char* t = std::getenv("MOJO_JIT_CPU_THREADS"); t != nullptr && *t != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(t, &end, 10);
+    if (*end != '\0' || n < 1 || n > 256)
+      throw InvalidArgumentError(fmt::format("MOJO_JIT_CPU_THREADS='{}': expected a number of OS threads, 1 to 256", t));
+    s.threads = unsigned(n);
+  }
+  return s;
 }
 
 void run(const Launch& l, const Limits& limits, const Schedule& schedule) {
@@ -302,24 +314,42 @@ void run(const Launch& l, const Limits& limits, const Schedule& schedule) {
     launch_error(l, fmt::format("{} bytes of dynamic shared memory, more than the {} the function allows "
                                 "(Function::set_max_dynamic_shared raises it, as cuFuncSetAttribute does)",
                                 l.dynamic_smem, k.max_dynamic_smem));
-  Worker& w = t_worker;
   if (t_running != nullptr) launch_error(l, "launched from inside a kernel");
-  const std::size_t need = (l.dynamic_smem + 2047) / 1024 * 1024;
-  if (w.arena_bytes < need) {
-    w.arena.reset(static_cast<unsigned char*>(std::aligned_alloc(1024, need)));
-    w.arena_bytes = need;
-  }
-  Block& b = w.block;
-  b.smem = w.arena.get() + Block::kWindowBase % 1024;  // host and window addresses agree modulo 1024
-  b.smem_bytes = l.dynamic_smem;
-  std::mt19937_64 rng(schedule.seed);
-  t_running = &b;
-  struct Reset {
-    ~Reset() { t_running = nullptr; }
-  } reset;
-  for (unsigned z = 0; z < l.grid.z; ++z)
-    for (unsigned y = 0; y < l.grid.y; ++y)
-      for (unsigned x = 0; x < l.grid.x; ++x) run_block(b, w, l, schedule, x, y, z, rng);
+  // Blocks are independent: OS threads take them in turn; the first failure stops the others.
+  const std::uint64_t blocks = std::uint64_t(l.grid.x) * l.grid.y * l.grid.z;
+  std::atomic<std::uint64_t> next{0};
+  std::mutex failure_mutex;
+  std::string failure;
+  auto work = [&] {
+    Worker& w = t_worker;
+    const std::size_t need = (l.dynamic_smem + 2047) / 1024 * 1024;
+    if (w.arena_bytes < need) {
+      w.arena.reset(static_cast<unsigned char*>(std::aligned_alloc(1024, need)));
+      w.arena_bytes = need;
+    }
+    Block& b = w.block;
+    b.smem = w.arena.get() + Block::kWindowBase % 1024;  // host and window addresses agree modulo 1024
+    b.smem_bytes = l.dynamic_smem;
+    t_running = &b;
+    struct Reset {
+      ~Reset() { t_running = nullptr; }
+    } reset;
+    for (std::uint64_t i; (i = next.fetch_add(1)) < blocks;) {
+      try {
+        run_block(b, w, l, schedule, unsigned(i % l.grid.x), unsigned(i / l.grid.x % l.grid.y),
+                  unsigned(i / l.grid.x / l.grid.y));
+      } catch (const DeviceError& e) {
+        std::lock_guard lock(failure_mutex);
+        if (failure.empty()) failure = e.what();
+        next = blocks;
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (unsigned t = 1; t < std::min<std::uint64_t>(schedule.threads, blocks); ++t) helpers.emplace_back(work);
+  work();
+  for (std::thread& t : helpers) t.join();
+  if (!failure.empty()) throw DeviceError(failure);
 }
 
 }  // namespace mojo::cpu

@@ -30,12 +30,14 @@ struct Limits {
   static Limits of(const Target& target);
 };
 
-// The order fibers run in between synchronisation points:
-// MOJO_JIT_CPU_SCHEDULE=forward (default) | reverse | random:SEED.
+// How a launch runs: the order of a block's threads between synchronisation
+// points (MOJO_JIT_CPU_SCHEDULE=forward (default) | reverse | random:SEED),
+// and how many OS threads take its blocks (MOJO_JIT_CPU_THREADS, default 1).
 struct Schedule {
   enum Order { forward, reverse, random } order = forward;
   std::uint64_t seed = 0;
-  static Schedule parse(std::string_view text);  // throws InvalidArgumentError
+  unsigned threads = 1;
+  static Schedule parse(std::string_view text);  // the order; throws InvalidArgumentError
   static Schedule from_env();
 };
 
