@@ -50,9 +50,9 @@ void expect_pass(Runtime& rt, const char* op_name, const char* shapes, DType dty
   const CheckReport r = check_op(rt, op_name, specs, scalars, 11);
   EXPECT_FALSE(r.outputs.empty());
   for (const auto& out : r.outputs)
-    EXPECT_EQ(out.wrong, 0u) << fmt::format("{} {} {}: {} of {} elements of {} outside rtol {} atol {} (max abs err {})",
-                                            op_name, dtype_name(dtype), shapes, out.wrong, out.elements, out.name,
-                                            out.tolerance.rtol, out.tolerance.atol, out.max_abs);
+    EXPECT_EQ(out.wrong, 0u) << fmt::format(
+        "{} {} {}: {} of {} elements of {} outside rtol {} atol {} (max abs err {})", op_name, dtype_name(dtype),
+        shapes, out.wrong, out.elements, out.name, out.tolerance.rtol, out.tolerance.atol, out.max_abs);
 }
 
 RuntimeOptions options(const test::TempDir& cache, std::string device) {
@@ -75,7 +75,8 @@ TEST(CheckOp, EveryOpAndDtypeAtOddShapes) {
 TEST(CheckOp, HopperPathAtOddShapes) {
   test::TempDir cache;
   std::string device = test::test_device();
-  if (test::on_cpu_device()) device = "cpu:sm_90a";
+  if (test::on_cpu_device())
+    device = "cpu:sm_90a";
   else if (!device_available() || !(Device::open(0).target() == Target::parse("sm_90a")))
     GTEST_SKIP() << "the sm_90a path needs a Hopper GPU (or no GPU: the CPU device emulates one)";
   Runtime rt(options(cache, device));

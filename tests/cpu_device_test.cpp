@@ -72,8 +72,8 @@ class DeliberateBugs : public ::testing::Test {
 
   // gemm [m, k] x ([n, k] with trans_b, else [k, n]) in bf16 against the reference, on `path` (80 or 90).
   static Outcome gemm(Runtime& rt, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_b, int path) {
-    const TensorSpec a(DType::bf16, {m, k}), b(DType::bf16, trans_b ? std::vector<std::int64_t>{n, k}
-                                                                        : std::vector<std::int64_t>{k, n}),
+    const TensorSpec a(DType::bf16, {m, k}),
+        b(DType::bf16, trans_b ? std::vector<std::int64_t>{n, k} : std::vector<std::int64_t>{k, n}),
         c(DType::bf16, {m, n});
     const auto ah = reference::encode(DType::bf16, test::random_values(std::size_t(m * k), 3));
     const auto bh = reference::encode(DType::bf16, test::random_values(std::size_t(n * k), 4));
@@ -97,7 +97,7 @@ class DeliberateBugs : public ::testing::Test {
   void expect_caught(const Outcome& bug, const char* error = nullptr) {
     if (error != nullptr) {
       EXPECT_NE(bug.error.find(error), std::string::npos) << "expected an error with '" << error << "', got: '"
-                                                           << bug.error << "' and " << bug.wrong << " wrong elements";
+                                                          << bug.error << "' and " << bug.wrong << " wrong elements";
     } else {
       EXPECT_TRUE(bug.wrong > 0 || !bug.error.empty()) << "the deliberate bug went unnoticed";
     }
@@ -155,7 +155,8 @@ TEST_F(DeliberateBugs, WgmmaDescriptorWithTheWrongLeadingOffset) {
 
 TEST_F(DeliberateBugs, StageReleasedBeforeItsWgmmaCompletes) {
   // The consumers free a stage while the MMAs reading it still run.
-  const Variant v{"gemm_sm90.cuh", "      mojo::wgmma_wait<1>();  // the previous k step's MMAs are done: release its stage",
+  const Variant v{"gemm_sm90.cuh",
+                  "      mojo::wgmma_wait<1>();  // the previous k step's MMAs are done: release its stage",
                   "      if (previous >= 0) mojo::mbarrier_arrive(empty + 8 * previous), previous = -1;\n"
                   "      mojo::wgmma_wait<1>();"};
   expect_caught(gemm(*runtime("sm_90a", &v), 128, 128, 64 * 12, true, 90), "changed before its wgmma.wait_group");
@@ -177,7 +178,8 @@ TEST_F(DeliberateBugs, ProducerWaitsForTheWrongPhase) {
 
 TEST_F(DeliberateBugs, ReadOnePastTheRow) {
   // Every thread reads one element further along: the last row's last vector reads past x.
-  const Variant v{"rms_norm.cu", "      P p = mojo::load<T, VEC>(xr + v * VEC);", "      P p = mojo::load<T, VEC>(xr + v * VEC + 1);"};
+  const Variant v{"rms_norm.cu", "      P p = mojo::load<T, VEC>(xr + v * VEC);",
+                  "      P p = mojo::load<T, VEC>(xr + v * VEC + 1);"};
   expect_caught(rms_norm(*runtime("sm_80", &v), 3, 64 * 8 + 1));
 }
 
@@ -191,8 +193,9 @@ class CpuKernels : public ::testing::Test {
     TemplateRegistry templates;
     std::string source = templates.expand(std::vector<std::string>{"mojo_cpu.cuh", "mojo_mma.cuh"}) + kernels;
     for (const std::string& n : names) source += fmt::format("\nMOJO_CPU_ENTRY({})\n", n);
-    return Module::load(
-        make_host_compiler()->compile(CompileRequest{"probe.cu", source, device->target(), Emit::host, "probe"}).binary);
+    return Module::load(make_host_compiler()
+                            ->compile(CompileRequest{"probe.cu", source, device->target(), Emit::host, "probe"})
+                            .binary);
   }
   std::unique_ptr<Device> device;
 };
@@ -200,13 +203,16 @@ class CpuKernels : public ::testing::Test {
 TEST_F(CpuKernels, DeadlockNamesKernelBlockAndWaits) {
   Module m = build(R"(extern "C" __global__ void half_waits(int*) {
     if (mojo::thread_x() < 32) mojo::sync_warps(1, 64);  // the other warp never comes
-  })", {"half_waits"});
+  })",
+                   {"half_waits"});
   int* unused = nullptr;
   void* args[] = {&unused};
-  const std::string msg =
-      test::error_of<DeviceError>([&] { launch(m.function("half_waits"), {2, 1, 1}, {64, 1, 1}, 0, nullptr, args); });
-  EXPECT_EQ(msg, "cpu device: kernel half_waits: block (0, 0, 0) deadlocked: no thread can go on (a GPU would hang); "
-                 "threads 0-31 wait at bar.sync 1, 64 (32 arrived); 32 thread(s) exited");
+  const std::string msg = test::error_of<DeviceError>([&] {
+    launch(m.function("half_waits"), {2, 1, 1}, {64, 1, 1}, 0, nullptr, args);
+  });
+  EXPECT_EQ(msg,
+            "cpu device: kernel half_waits: block (0, 0, 0) deadlocked: no thread can go on (a GPU would hang); "
+            "threads 0-31 wait at bar.sync 1, 64 (32 arrived); 32 thread(s) exited");
 }
 
 TEST_F(CpuKernels, DivergentCollectivesAreNamed) {
@@ -222,12 +228,14 @@ TEST_F(CpuKernels, DivergentCollectivesAreNamed) {
     const unsigned t = mojo::thread_x();
     if (t == 5) return;
     out[t] = mojo::shfl_xor(1.f, 1);
-  })", {"diverge", "exits_early"});
+  })",
+                   {"diverge", "exits_early"});
   DeviceBuffer out(32 * 4);
   DevicePtr p = out.ptr();
   void* args[] = {&p};
-  const std::string msg =
-      test::error_of<DeviceError>([&] { launch(m.function("diverge"), {1, 1, 1}, {32, 1, 1}, 0, nullptr, args); });
+  const std::string msg = test::error_of<DeviceError>([&] {
+    launch(m.function("diverge"), {1, 1, 1}, {32, 1, 1}, 0, nullptr, args);
+  });
   EXPECT_NE(msg.find("cpu device: kernel diverge: block (0, 0, 0) deadlocked: no thread can go on (a GPU would hang)"),
             std::string::npos)
       << msg;
@@ -236,7 +244,9 @@ TEST_F(CpuKernels, DivergentCollectivesAreNamed) {
             std::string::npos)
       << msg;
   EXPECT_NE(msg.find("wait at shfl.sync.bfly (warp 0: 16 of its lanes arrived)"), std::string::npos) << msg;
-  EXPECT_EQ(test::error_of<DeviceError>([&] { launch(m.function("exits_early"), {1, 1, 1}, {32, 1, 1}, 0, nullptr, args); }),
+  EXPECT_EQ(test::error_of<DeviceError>([&] {
+              launch(m.function("exits_early"), {1, 1, 1}, {32, 1, 1}, 0, nullptr, args);
+            }),
             "cpu device: kernel exits_early: block (0, 0, 0), thread 5: thread 5 exited while its warp waits at "
             "shfl.sync.bfly");
 }
@@ -247,22 +257,29 @@ TEST_F(CpuKernels, SharedMemoryAndGeometryLimits) {
     smem[mojo::thread_x()] = 1;
     mojo::sync_block();
     out[mojo::thread_x()] = smem[mojo::thread_x()];
-  })", {"touch"});
+  })",
+                   {"touch"});
   DeviceBuffer out(1024 * 4);
   DevicePtr p = out.ptr();
   void* args[] = {&p};
   const Function f = m.function("touch");
   EXPECT_NO_THROW(launch(f, {1, 1, 1}, {1024, 1, 1}, 1024, nullptr, args));
-  EXPECT_EQ(test::error_of<DeviceError>([&] { launch(f, {1, 1, 1}, {32, 1, 1}, 64 * 1024, nullptr, args); }),
+  EXPECT_EQ(test::error_of<DeviceError>([&] {
+              launch(f, {1, 1, 1}, {32, 1, 1}, 64 * 1024, nullptr, args);
+            }),
             "cpu device: kernel touch: 65536 bytes of dynamic shared memory, more than the 49152 the function allows "
             "(Function::set_max_dynamic_shared raises it, as cuFuncSetAttribute does)");
   f.set_max_dynamic_shared(64 * 1024);
   EXPECT_NO_THROW(launch(f, {1, 1, 1}, {32, 1, 1}, 64 * 1024, nullptr, args));
   EXPECT_EQ(test::error_of<DeviceError>([&] { f.set_max_dynamic_shared(200 * 1024); }),
             "cpu device: 204800 bytes of dynamic shared memory; sm_80 allows at most 166912");
-  EXPECT_EQ(test::error_of<DeviceError>([&] { launch(f, {1, 1, 1}, {2048, 1, 1}, 0, nullptr, args); }),
+  EXPECT_EQ(test::error_of<DeviceError>([&] {
+              launch(f, {1, 1, 1}, {2048, 1, 1}, 0, nullptr, args);
+            }),
             "cpu device: kernel touch: block (2048, 1, 1): the CPU device runs 1-D blocks of 1 to 1024 threads");
-  EXPECT_EQ(test::error_of<DeviceError>([&] { launch(f, {1, 70000, 1}, {32, 1, 1}, 0, nullptr, args); }),
+  EXPECT_EQ(test::error_of<DeviceError>([&] {
+              launch(f, {1, 70000, 1}, {32, 1, 1}, 0, nullptr, args);
+            }),
             "cpu device: kernel touch: grid (1, 70000, 1) is outside what sm_80 allows (x < 2^31, y and z <= 65535)");
 }
 
@@ -275,7 +292,8 @@ TEST_F(CpuKernels, ConversionsMatchTheReferenceBitForBit) {
       bf16[i] = mojo::from_float<mojo::bf16>(v).bits;
       back[i] = mojo::float_to_bits(mojo::to_float(mojo::from_float<mojo::f16>(v)));
     }
-  })", {"convert"});
+  })",
+                   {"convert"});
   // Ties, subnormals of both formats, overflow, infinities, NaN, and a sweep of random bit patterns.
   std::vector<std::uint32_t> in = {0x3f800000, 0x3f801000, 0x3f803000, 0x33800000, 0x33000000, 0x33000001, 0x387fc000,
                                    0x477ff000, 0x477fefff, 0x7f800000, 0xff800000, 0x7fc00001, 0x80000000, 0x00000001,
@@ -319,7 +337,8 @@ TEST_F(CpuKernels, SchedulesAreReproducibleAndExposeOrderBugs) {
     unsigned* cell = reinterpret_cast<unsigned*>(smem);
     if (mojo::thread_x() == 0) *cell = 7u;
     if (mojo::thread_x() == 1) out[0] = *cell;
-  })", {"racy"});
+  })",
+                   {"racy"});
   auto run = [&](const char* schedule) {
     test::ScopedEnv env("MOJO_JIT_CPU_SCHEDULE", schedule);
     DeviceBuffer out(4);

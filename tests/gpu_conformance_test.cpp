@@ -157,9 +157,11 @@ class Conformance : public ::testing::Test {
       for (const char* k : {"probe_math", "probe_shfl", "probe_ldmatrix", "probe_mma", "probe_cp_async"})
         source += fmt::format("MOJO_CPU_ENTRY({})\n", k);
       if (hopper) source += "MOJO_CPU_ENTRY(probe_tma)\nMOJO_CPU_ENTRY(probe_wgmma)\n";
-      return Module::load(make_host_compiler()->compile({"probes.cu", source, device.target(), Emit::host, "probes"}).binary);
+      return Module::load(
+          make_host_compiler()->compile({"probes.cu", source, device.target(), Emit::host, "probes"}).binary);
     }
-    return Module::load(make_compiler("nvrtc")->compile({"probes.cu", source, device.target(), Emit::cubin, "probes"}).binary);
+    return Module::load(
+        make_compiler("nvrtc")->compile({"probes.cu", source, device.target(), Emit::cubin, "probes"}).binary);
   }
 
   // Runs `p` on `device` and returns its buffers afterwards.
@@ -179,8 +181,8 @@ class Conformance : public ::testing::Test {
       if (a.kind == Arg::buffer) args.push_back(&pointers.emplace_back(buffers[std::size_t(a.value)].ptr()));
       if (a.kind == Arg::i32) args.push_back(&ints.emplace_back(a.value));
       if (a.kind == Arg::map)
-        args.push_back(&maps.emplace_back(
-            tile_tensor_map(buffers[std::size_t(a.value)].ptr(), DType::bf16, 64, a.rows, 1, 64, 0, 64, unsigned(a.box_rows))));
+        args.push_back(&maps.emplace_back(tile_tensor_map(buffers[std::size_t(a.value)].ptr(), DType::bf16, 64, a.rows,
+                                                          1, 64, 0, 64, unsigned(a.box_rows))));
     }
     const Function f = module.function(p.kernel);
     if (p.smem > 48 * 1024) f.set_max_dynamic_shared(int(p.smem));
@@ -196,7 +198,7 @@ class Conformance : public ::testing::Test {
 
   // The probe on the emulator, and on the GPU where there is one: their buffers, GPU's first.
   std::pair<std::vector<std::vector<std::uint8_t>>, std::vector<std::vector<std::uint8_t>>> both(const Probe& p,
-                                                                                                  bool hopper = false) {
+                                                                                                 bool hopper = false) {
     const Target target = gpu ? gpu->target() : Target::parse(hopper ? "sm_90a" : "sm_80");
     const Device cpu = Device::cpu(target);
     auto emulated = run(cpu, build(cpu, hopper), p);
@@ -246,7 +248,11 @@ TEST_F(Conformance, ConversionsAndFastMath) {
   for (std::uint32_t w : random_words(4000, 1))
     if ((w & 0x7f800000) != 0x7f800000) in.push_back(w);  // finite: NaN payloads differ by design
   const int n = int(in.size());
-  Probe p{"probe_math", {1, 1, 1}, {256, 1, 1}, 0, {bytes_of(in), std::vector<std::uint8_t>(in.size() * 32)},
+  Probe p{"probe_math",
+          {1, 1, 1},
+          {256, 1, 1},
+          0,
+          {bytes_of(in), std::vector<std::uint8_t>(in.size() * 32)},
           {{Arg::buffer, 0}, {Arg::buffer, 1}, {Arg::i32, n}}};
   auto [g, c] = both(p);
   if (!compared(g)) GTEST_SKIP() << "no GPU: the emulated side ran, nothing to compare it with";
@@ -258,18 +264,28 @@ TEST_F(Conformance, ConversionsAndFastMath) {
       const std::uint32_t wa = word(g[1], 8 * i + k), wb = word(c[1], 8 * i + k);
       std::memcpy(&a, &wa, 4), std::memcpy(&b, &wb, 4);
       if (std::isnan(a) || std::isnan(b) || std::isinf(a) || std::isinf(b) || a == 0 || b == 0)
-        EXPECT_TRUE((std::isnan(a) && std::isnan(b)) || a == b) << fmt::format("approx {} of 0x{:08x}: {} vs {}", k, in[i], a, b);
+        EXPECT_TRUE((std::isnan(a) && std::isnan(b)) || a == b)
+            << fmt::format("approx {} of 0x{:08x}: {} vs {}", k, in[i], a, b);
       else
-        EXPECT_LE(std::abs(double(a) - b), std::ldexp(std::abs(double(a)), -21)) << fmt::format("approx {} of 0x{:08x}", k, in[i]);
+        EXPECT_LE(std::abs(double(a) - b), std::ldexp(std::abs(double(a)), -21))
+            << fmt::format("approx {} of 0x{:08x}", k, in[i]);
     }
   }
 }
 
 TEST_F(Conformance, ShufflesLdmatrixAndCpAsync) {
   Probe shfl{"probe_shfl", {1, 1, 1}, {64, 1, 1}, 0, {std::vector<std::uint8_t>(5 * 64 * 4)}, {{Arg::buffer, 0}}};
-  Probe ldm{"probe_ldmatrix", {1, 1, 1}, {32, 1, 1}, 512, {bytes_of(random_words(128, 2)), std::vector<std::uint8_t>(32 * 8 * 4)},
+  Probe ldm{"probe_ldmatrix",
+            {1, 1, 1},
+            {32, 1, 1},
+            512,
+            {bytes_of(random_words(128, 2)), std::vector<std::uint8_t>(32 * 8 * 4)},
             {{Arg::buffer, 0}, {Arg::buffer, 1}}};
-  Probe cp{"probe_cp_async", {1, 1, 1}, {32, 1, 1}, 17 * 16, {bytes_of(random_words(17 * 4, 3)), std::vector<std::uint8_t>(17 * 16)},
+  Probe cp{"probe_cp_async",
+           {1, 1, 1},
+           {32, 1, 1},
+           17 * 16,
+           {bytes_of(random_words(17 * 4, 3)), std::vector<std::uint8_t>(17 * 16)},
            {{Arg::buffer, 0}, {Arg::buffer, 1}}};
   auto [gs, cs] = both(shfl);
   auto [gl, cl] = both(ldm);
@@ -277,7 +293,8 @@ TEST_F(Conformance, ShufflesLdmatrixAndCpAsync) {
   // The emulated cp.async read `lane` bytes and zero-filled the rest.
   for (int lane = 0; lane <= 16; ++lane)
     for (int i = 0; i < 16; ++i)
-      ASSERT_EQ(cc[1][std::size_t(16 * lane + i)], i < lane ? cc[0][std::size_t(16 * lane + i)] : 0) << lane << " " << i;
+      ASSERT_EQ(cc[1][std::size_t(16 * lane + i)], i < lane ? cc[0][std::size_t(16 * lane + i)] : 0)
+          << lane << " " << i;
   if (!compared(gs)) GTEST_SKIP() << "no GPU: the emulated side ran, nothing to compare it with";
   EXPECT_EQ(gs[0], cs[0]) << "shfl.sync.bfly";
   EXPECT_EQ(gl[1], cl[1]) << "ldmatrix .x4 and .x4.trans";
@@ -291,7 +308,11 @@ TEST_F(Conformance, MmaSync) {
     return v;
   };
   const auto c = reference::encode(DType::f32, test::random_values(32 * 4, 6));
-  Probe p{"probe_mma", {1, 1, 1}, {32, 1, 1}, 0, {halves(32 * 8, 4), halves(32 * 4, 5), c, std::vector<std::uint8_t>(32 * 12 * 4)},
+  Probe p{"probe_mma",
+          {1, 1, 1},
+          {32, 1, 1},
+          0,
+          {halves(32 * 8, 4), halves(32 * 4, 5), c, std::vector<std::uint8_t>(32 * 12 * 4)},
           {{Arg::buffer, 0}, {Arg::buffer, 1}, {Arg::buffer, 2}, {Arg::buffer, 3}}};
   auto [g, e] = both(p);
   if (!compared(g)) GTEST_SKIP() << "no GPU: the emulated side ran, nothing to compare it with";
@@ -302,7 +323,11 @@ TEST_F(Conformance, MmaSync) {
 TEST_F(Conformance, TmaAndWgmmaOnHopper) {
   // bf16 [100, 64]: the box from row 64 crosses the end (rows 100..127 arrive as zeros).
   const auto tensor = reference::encode(DType::bf16, test::random_values(100 * 64, 7));
-  Probe tma{"probe_tma", {1, 1, 1}, {128, 1, 1}, 8192 + 2048, {std::vector<std::uint8_t>(8192), tensor},
+  Probe tma{"probe_tma",
+            {1, 1, 1},
+            {128, 1, 1},
+            8192 + 2048,
+            {std::vector<std::uint8_t>(8192), tensor},
             {{Arg::buffer, 0}, {Arg::i32, 64}, {Arg::map, 1, 100, 64}}};
   auto [gt, ct] = both(tma, true);
   // On the emulator: rows past the tensor are zeros, the others are the tensor's rows, swizzled.
@@ -310,7 +335,11 @@ TEST_F(Conformance, TmaAndWgmmaOnHopper) {
     for (int b = 0; b < 128; ++b) ASSERT_EQ(ct[0][std::size_t(r * 128 + b)], 0) << "row " << r;
   const auto a = reference::encode(DType::bf16, test::random_values(64 * 64, 8));
   const auto b = reference::encode(DType::bf16, test::random_values(128 * 64, 9));
-  Probe mm{"probe_wgmma", {1, 1, 1}, {128, 1, 1}, 8192 + 16384 + 2048, {std::vector<std::uint8_t>(128 * 64 * 4), a, b},
+  Probe mm{"probe_wgmma",
+           {1, 1, 1},
+           {128, 1, 1},
+           8192 + 16384 + 2048,
+           {std::vector<std::uint8_t>(128 * 64 * 4), a, b},
            {{Arg::buffer, 0}, {Arg::map, 1, 64, 64}, {Arg::map, 2, 128, 128}}};
   auto [gw, cw] = both(mm, true);
   // The emulated product against the float64 reference: thread t holds d[4j + e] at row 16 (t / 32) + (t % 32) / 4

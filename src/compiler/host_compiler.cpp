@@ -82,18 +82,27 @@ HostCompiler::HostCompiler() {
   cxx_ = env != nullptr && *env != '\0' ? env : MOJO_JIT_HOST_CXX;
   // -O1: the kernels run a few times in tests; compile time matters more. No strict aliasing:
   // templates move bits through reinterpret_cast as GPU code may.
-  flags_ = {"-std=c++17", "-O1", "-fPIC", "-shared", "-fno-strict-aliasing", "-fno-math-errno",
-            "-fno-gnu-unique" /* or dlclose could not unload it */, "-w", "-DMOJO_CPU=1"};
+  flags_ = {"-std=c++17",
+            "-O1",
+            "-fPIC",
+            "-shared",
+            "-fno-strict-aliasing",
+            "-fno-math-errno",
+            "-fno-gnu-unique" /* or dlclose could not unload it */,
+            "-w",
+            "-DMOJO_CPU=1"};
   std::istringstream sanitize(MOJO_JIT_HOST_SANITIZE);
   for (std::string f; sanitize >> f;) flags_.push_back(f);
   ScratchDir dir;
   std::string version;
   const int status = run({cxx_, "--version"}, dir.path / "version.txt");
   if (status != 0) {
-    missing_ = status == -ENOENT ? fmt::format("no host C++ compiler '{}' found: install g++ (apt-get install g++) or "
-                                               "set MOJO_JIT_HOST_CXX to one",
-                                               cxx_)
-                                 : fmt::format("the host C++ compiler '{}' does not run ('--version' exited {})", cxx_, status);
+    missing_ = status == -ENOENT
+                   ? fmt::format(
+                         "no host C++ compiler '{}' found: install g++ (apt-get install g++) or "
+                         "set MOJO_JIT_HOST_CXX to one",
+                         cxx_)
+                   : fmt::format("the host C++ compiler '{}' does not run ('--version' exited {})", cxx_, status);
   } else {
     version = read_file(dir.path / "version.txt");
     version = version.substr(0, version.find('\n'));
@@ -104,8 +113,8 @@ HostCompiler::HostCompiler() {
 
 CompileResult HostCompiler::compile(const CompileRequest& request) const {
   if (!can_emit(request.emit))
-    throw InvalidArgumentError(
-        fmt::format("the host compiler emits 'host' (a shared object for the cpu device), not '{}'", emit_name(request.emit)));
+    throw InvalidArgumentError(fmt::format(
+        "the host compiler emits 'host' (a shared object for the cpu device), not '{}'", emit_name(request.emit)));
   if (!missing_.empty()) throw CompileError(fmt::format("{}: {}", request.description, missing_), "");
   ScratchDir dir;
   const fs::path source = dir.path / "kernels.cpp", library = dir.path / "kernels.so", log = dir.path / "log.txt";
@@ -129,7 +138,8 @@ CompileResult HostCompiler::compile(const CompileRequest& request) const {
   CompileResult out;
   out.binary = read_file(library);
   out.log = std::move(text);
-  if (out.binary.empty()) throw CompileError(fmt::format("{}: the host compiler wrote no library", request.description), "");
+  if (out.binary.empty())
+    throw CompileError(fmt::format("{}: the host compiler wrote no library", request.description), "");
   return out;
 }
 

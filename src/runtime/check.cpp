@@ -48,7 +48,7 @@ CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const Tens
     const bool absent = specs[i].rank() == 0;
     if (!absent)
       host[i] = infos[i].role == std::string_view("out") ? std::vector<std::uint8_t>(specs[i].nbytes(), 0xff)
-                                                          : op.random_data(i, specs, seed);
+                                                         : op.random_data(i, specs, seed);
     buffers.emplace_back(host[i].size());
     buffers.back().copy_from_host(host[i].data(), host[i].size());
     tensors.push_back(absent ? Tensor{specs[i], 0} : buffers.back().as(specs[i]));

@@ -29,10 +29,11 @@ void bench_emulator(const Options& options) {
       {"gemm bf16 256^3, sm_80 path", "cpu", "gemm", {m, m, m}, {{"path", 80}}},
       {"gemm bf16 256^3, sm_90a path", "cpu:sm_90a", "gemm", {m, m, m}, {{"path", 90}}},
   };
-  fmt::print("\n## The CPU device: emulation time (one core)\n\n"
-             "| kernel | device | kernel name | host compile ms | emulation ms (median of {}) |\n"
-             "|---|---|---|---:|---:|\n",
-             options.quick ? 3 : 7);
+  fmt::print(
+      "\n## The CPU device: emulation time (one core)\n\n"
+      "| kernel | device | kernel name | host compile ms | emulation ms (median of {}) |\n"
+      "|---|---|---|---:|---:|\n",
+      options.quick ? 3 : 7);
   for (const EmulatedCase& c : cases) {
     mojo::RuntimeOptions o;
     o.device = c.device;

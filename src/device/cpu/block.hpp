@@ -31,10 +31,10 @@ struct Thread {
   Fiber* fiber = nullptr;  // from the OS thread's pool
   enum { runnable, waiting, exited } state = runnable;
   Wait wait = Wait::none;
-  const char* wait_what = nullptr;   // the collective's name
-  unsigned wait_id = 0, wait_arg = 0;  // barrier id and count, or mbarrier address and parity
-  std::vector<AsyncCopy> open_copies;               // since the last commit
-  std::deque<std::vector<AsyncCopy>> copy_groups;   // committed, oldest first
+  const char* wait_what = nullptr;                 // the collective's name
+  unsigned wait_id = 0, wait_arg = 0;              // barrier id and count, or mbarrier address and parity
+  std::vector<AsyncCopy> open_copies;              // since the last commit
+  std::deque<std::vector<AsyncCopy>> copy_groups;  // committed, oldest first
 };
 
 // A rendezvous of the lanes of one warp (32) or warpgroup (128).
@@ -53,28 +53,28 @@ struct TmaCopy {
 struct Mbarrier {
   unsigned address = 0;
   unsigned expected = 0, pending = 0;
-  long long tx = 0;          // bytes announced by expect_tx not yet completed
-  unsigned phase = 0;        // completed phases
+  long long tx = 0;             // bytes announced by expect_tx not yet completed
+  unsigned phase = 0;           // completed phases
   std::vector<TmaCopy> copies;  // issued, completing their bytes when someone waits
 };
 
 struct WgmmaOp {
   unsigned long long a_desc, b_desc;
   int n, scale_d, mn_major_a, mn_major_b, type;
-  float* d[128];                 // each thread's accumulator
-  std::vector<float> operands;   // A (64 x 16) then B (n x 16) as read at issue
+  float* d[128];                // each thread's accumulator
+  std::vector<float> operands;  // A (64 x 16) then B (n x 16) as read at issue
 };
 
 struct Warpgroup {
-  bool fenced = false;                     // wgmma.fence since the last wait
-  std::vector<WgmmaOp> open;               // since the last commit
-  std::deque<std::vector<WgmmaOp>> groups; // committed, oldest first
+  bool fenced = false;                      // wgmma.fence since the last wait
+  std::vector<WgmmaOp> open;                // since the last commit
+  std::deque<std::vector<WgmmaOp>> groups;  // committed, oldest first
   // Accumulators owned by MMAs in flight: their values (128 x n/2) while the
   // threads' own registers hold NaN until the wait that completes them.
   struct InFlight {
     float* d0;  // thread 0's accumulator: identifies the set
     std::vector<float> values;
-    int ops;    // MMAs in flight on it
+    int ops;  // MMAs in flight on it
   };
   std::vector<InFlight> in_flight;
 };

@@ -8,8 +8,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <numeric>
 #include <mutex>
+#include <numeric>
 #include <random>
 #include <thread>
 
@@ -52,13 +52,12 @@ void thread_main(void* arg) {
 std::string describe_wait(const Block& b, const Thread& t) {
   switch (t.wait) {
     case Wait::barrier:
-      return t.wait_arg == 0 ? fmt::format("bar.sync {} (all threads; {} of {} arrived)", t.wait_id,
-                                           b.barriers[t.wait_id].arrived, b.live)
-                             : fmt::format("bar.sync {}, {} ({} arrived)", t.wait_id, t.wait_arg,
-                                           b.barriers[t.wait_id].arrived);
+      return t.wait_arg == 0
+                 ? fmt::format("bar.sync {} (all threads; {} of {} arrived)", t.wait_id, b.barriers[t.wait_id].arrived,
+                               b.live)
+                 : fmt::format("bar.sync {}, {} ({} arrived)", t.wait_id, t.wait_arg, b.barriers[t.wait_id].arrived);
     case Wait::warp:
-      return fmt::format("{} (warp {}: {} of its lanes arrived)", t.wait_what, t.wait_id,
-                         b.warps[t.wait_id].arrived);
+      return fmt::format("{} (warp {}: {} of its lanes arrived)", t.wait_what, t.wait_id, b.warps[t.wait_id].arrived);
     case Wait::warpgroup:
       return fmt::format("{} (warpgroup {}: {} of its threads arrived)", t.wait_what, t.wait_id,
                          b.warpgroups[t.wait_id].arrived);
@@ -69,7 +68,8 @@ std::string describe_wait(const Block& b, const Thread& t) {
                              t.wait_id, t.wait_arg, m.phase, m.pending, m.expected, m.tx);
       return fmt::format("mbarrier 0x{:x}", t.wait_id);
     }
-    case Wait::none: break;
+    case Wait::none:
+      break;
   }
   return "nothing";
 }
@@ -95,7 +95,8 @@ std::string deadlock_report(const Block& b) {
     for (std::size_t i = 0; i < ids.size();) {
       std::size_t j = i;
       while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
-      list += fmt::format("{}{}", list.empty() ? "" : ", ", i == j ? std::to_string(ids[i]) : fmt::format("{}-{}", ids[i], ids[j]));
+      list += fmt::format("{}{}", list.empty() ? "" : ", ",
+                          i == j ? std::to_string(ids[i]) : fmt::format("{}-{}", ids[i], ids[j]));
       i = j + 1;
     }
     out += fmt::format("; threads {} wait at {}", list, what);
@@ -110,7 +111,8 @@ std::string deadlock_report(const Block& b) {
 
 void run_block(Block& b, Worker& w, const Launch& l, const Schedule& schedule, unsigned x, unsigned y, unsigned z) {
   // A block's random order depends on the seed and the block alone, whichever OS thread runs it.
-  std::mt19937_64 rng(schedule.seed ^ (0x9e3779b97f4a7c15ull * (1 + x + std::uint64_t(l.grid.x) * (y + std::uint64_t(l.grid.y) * z))));
+  std::mt19937_64 rng(schedule.seed ^
+                      (0x9e3779b97f4a7c15ull * (1 + x + std::uint64_t(l.grid.x) * (y + std::uint64_t(l.grid.y) * z))));
   const unsigned n = l.block.x;
   b.launch = &l;
   b.args = l.args;
@@ -192,12 +194,12 @@ void Block::fail(std::string message) {
 }
 
 unsigned char* Block::shared(unsigned address, unsigned bytes, unsigned align, const char* what) {
-  if (address % align != 0)
-    fail(fmt::format("{}: shared address 0x{:x} is not {}-byte aligned", what, address, align));
+  if (address % align != 0) fail(fmt::format("{}: shared address 0x{:x} is not {}-byte aligned", what, address, align));
   if (address < kWindowBase || std::uint64_t(address) + bytes > std::uint64_t(kWindowBase) + smem_bytes)
-    fail(fmt::format("{}: {} bytes at shared address 0x{:x} are outside the block's {} bytes of dynamic shared memory "
-                     "[0x{:x}, 0x{:x})",
-                     what, bytes, address, smem_bytes, kWindowBase, kWindowBase + smem_bytes));
+    fail(
+        fmt::format("{}: {} bytes at shared address 0x{:x} are outside the block's {} bytes of dynamic shared memory "
+                    "[0x{:x}, 0x{:x})",
+                    what, bytes, address, smem_bytes, kWindowBase, kWindowBase + smem_bytes));
   return smem + (address - kWindowBase);
 }
 
@@ -258,10 +260,14 @@ Limits Limits::of(const Target& target) {
   Limits l;
   l.target = target;
   // The GPUs these targets stand for: A100 (sm_80), the RTX 30/40 class (sm_86, sm_89), H100 (sm_90).
-  if (target.sm >= 90) l.sm_count = 132, l.max_smem_optin = 232448;
-  else if (target.sm == 80) l.sm_count = 108, l.max_smem_optin = 166912;
-  else if (target.sm > 80) l.sm_count = 84, l.max_smem_optin = 101376;
-  else l.sm_count = 80, l.max_smem_optin = 98304;
+  if (target.sm >= 90)
+    l.sm_count = 132, l.max_smem_optin = 232448;
+  else if (target.sm == 80)
+    l.sm_count = 108, l.max_smem_optin = 166912;
+  else if (target.sm > 80)
+    l.sm_count = 84, l.max_smem_optin = 101376;
+  else
+    l.sm_count = 80, l.max_smem_optin = 98304;
   return l;
 }
 
@@ -292,7 +298,8 @@ Schedule Schedule::from_env() {
     char* end = nullptr;
     const long n = std::strtol(t, &end, 10);
     if (*end != '\0' || n < 1 || n > 256)
-      throw InvalidArgumentError(fmt::format("MOJO_JIT_CPU_THREADS='{}': expected a number of OS threads, 1 to 256", t));
+      throw InvalidArgumentError(
+          fmt::format("MOJO_JIT_CPU_THREADS='{}': expected a number of OS threads, 1 to 256", t));
     s.threads = unsigned(n);
   }
   return s;
@@ -303,8 +310,7 @@ void run(const Launch& l, const Limits& limits, const Schedule& schedule) {
   if (l.block.x == 0 || l.block.x > 1024 || l.block.y != 1 || l.block.z != 1)
     launch_error(l, fmt::format("block ({}, {}, {}): the CPU device runs 1-D blocks of 1 to 1024 threads", l.block.x,
                                 l.block.y, l.block.z));
-  if (l.grid.x == 0 || l.grid.x > 0x7fffffffu || l.grid.y == 0 || l.grid.y > 65535 || l.grid.z == 0 ||
-      l.grid.z > 65535)
+  if (l.grid.x == 0 || l.grid.x > 0x7fffffffu || l.grid.y == 0 || l.grid.y > 65535 || l.grid.z == 0 || l.grid.z > 65535)
     launch_error(l, fmt::format("grid ({}, {}, {}) is outside what {} allows (x < 2^31, y and z <= 65535)", l.grid.x,
                                 l.grid.y, l.grid.z, limits.target.sm_name()));
   if (l.dynamic_smem > limits.max_smem_optin)

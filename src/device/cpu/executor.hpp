@@ -17,9 +17,9 @@ namespace mojo::cpu {
 // One kernel of a loaded host library.
 struct Kernel {
   std::string name;
-  void (*entry)(void** args) = nullptr;  // runs one GPU thread
-  const unsigned* params = nullptr;      // parameter count, then each parameter's size
-  unsigned max_dynamic_smem = 48 * 1024; // raised by Function::set_max_dynamic_shared, as on the GPU
+  void (*entry)(void** args) = nullptr;   // runs one GPU thread
+  const unsigned* params = nullptr;       // parameter count, then each parameter's size
+  unsigned max_dynamic_smem = 48 * 1024;  // raised by Function::set_max_dynamic_shared, as on the GPU
 };
 
 // What the emulated GPU allows, from its target.

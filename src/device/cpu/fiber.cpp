@@ -89,21 +89,22 @@ Fiber::~Fiber() {
 void Fiber::start(Entry entry, void* arg) {
   entry_ = entry;
   arg_ = arg;
-  auto* top = reinterpret_cast<std::uint64_t*>((reinterpret_cast<std::uintptr_t>(stack_) + mapped_) & ~std::uintptr_t(15));
+  auto* top =
+      reinterpret_cast<std::uint64_t*>((reinterpret_cast<std::uintptr_t>(stack_) + mapped_) & ~std::uintptr_t(15));
 #if MOJO_ASAN
   // Frames of an earlier run may have left redzones behind.
   __asan_unpoison_memory_region(static_cast<char*>(stack_) + kGuard, mapped_ - kGuard);
 #endif
   // mojo_cpu_switch's frame as it pops it: control words, r15..r12, rbx, rbp, return address.
   std::uint64_t* sp = top - 11;
-  sp[0] = 0x037f;                    // x87 control word
-  sp[1] = 0x1f80;                    // mxcsr (ldmxcsr reads the low half)
-  sp[2] = 0;                         // r15
-  sp[3] = 0;                         // r14
-  sp[4] = reinterpret_cast<std::uint64_t>(this);  // r13: the argument
+  sp[0] = 0x037f;                                          // x87 control word
+  sp[1] = 0x1f80;                                          // mxcsr (ldmxcsr reads the low half)
+  sp[2] = 0;                                               // r15
+  sp[3] = 0;                                               // r14
+  sp[4] = reinterpret_cast<std::uint64_t>(this);           // r13: the argument
   sp[5] = reinterpret_cast<std::uint64_t>(&Fiber::begin);  // r12: the function
-  sp[6] = 0;                         // rbx
-  sp[7] = 0;                         // rbp
+  sp[6] = 0;                                               // rbx
+  sp[7] = 0;                                               // rbp
   sp[8] = reinterpret_cast<std::uint64_t>(&mojo_cpu_fiber_begin);
   sp[9] = 0;
   sp[10] = 0;
@@ -138,7 +139,7 @@ void Fiber::suspend(bool final) {
 #if MOJO_ASAN
   __sanitizer_start_switch_fiber(final ? nullptr : &fake_stack_, scheduler_stack_bottom_, scheduler_stack_size_);
 #else
-  (void)final;
+  static_cast<void>(final);
 #endif
 #if MOJO_TSAN
   __tsan_switch_to_fiber(tsan_scheduler_, 0);

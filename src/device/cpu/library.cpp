@@ -1,8 +1,8 @@
 #include "device/cpu/library.hpp"
 
 #include <dlfcn.h>
-#include <fmt/format.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,7 +17,12 @@
 namespace mojo::cpu {
 
 std::unique_ptr<Library> Library::load(std::string_view image) {
-  if (image.size() < 20 || std::memcmp(image.data(), "\x7f" "ELF", 4) != 0 || image[16] != 3 /* ET_DYN */)
+  if (image.size() < 20 ||
+      std::memcmp(image.data(),
+                  "\x7f"
+                  "ELF",
+                  4) != 0 ||
+      image[16] != 3 /* ET_DYN */)
     throw DeviceError("cpu device: the module is not a host shared object (PTX or cubin is for the cuda device)");
   // dlopen needs a file and tells libraries apart by path: a new name each
   // time, unlinked as soon as it is mapped.
@@ -43,10 +48,12 @@ std::unique_ptr<Library> Library::load(std::string_view image) {
   std::unique_ptr<Library> lib(new Library());
   lib->handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   ::unlink(path.c_str());
-  if (lib->handle_ == nullptr) throw DeviceError(fmt::format("cpu device: cannot load the kernel library: {}", dlerror()));
+  if (lib->handle_ == nullptr)
+    throw DeviceError(fmt::format("cpu device: cannot load the kernel library: {}", dlerror()));
   void* handle = lib->handle_;
   auto** table = static_cast<const mojo_cpu_api**>(dlsym(handle, "mojo_cpu_api_table"));
-  if (table == nullptr) throw DeviceError("cpu device: the library has no mojo_cpu_api_table (not built by mojo-jit's host compiler)");
+  if (table == nullptr)
+    throw DeviceError("cpu device: the library has no mojo_cpu_api_table (not built by mojo-jit's host compiler)");
   *table = &api_table();
   return lib;
 }
@@ -74,17 +81,19 @@ TensorMap encode_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std:
   TensorMapRecord r{};
   r.magic = kTensorMapMagic;
   r.base = base;
-  r.dims[0] = std::uint64_t(cols), r.dims[1] = std::uint64_t(rows), r.dims[2] = std::uint64_t(std::max<std::int64_t>(batches, 1));
+  r.dims[0] = std::uint64_t(cols), r.dims[1] = std::uint64_t(rows),
+  r.dims[2] = std::uint64_t(std::max<std::int64_t>(batches, 1));
   r.strides[0] = std::uint64_t(row_stride) * 2, r.strides[1] = std::uint64_t(batch_stride) * 2;
   r.box[0] = box_cols, r.box[1] = box_rows, r.box[2] = 1;
   r.element_bytes = 2;
   r.swizzle_bytes = 128;
   // cuTensorMapEncodeTiled's rules (cuda.h), as the driver would reject the map.
   auto reject = [&](std::string_view why) {
-    throw DeviceError(fmt::format("cuTensorMapEncodeTiled (cpu device): {} (cols {}, rows {}, batches {}, row stride {}, "
-                                  "batch stride {}, box {}x{})",
-                                  why, cols, rows, batches, row_stride, batch_stride, box_rows, box_cols),
-                      1);
+    throw DeviceError(
+        fmt::format("cuTensorMapEncodeTiled (cpu device): {} (cols {}, rows {}, batches {}, row stride {}, "
+                    "batch stride {}, box {}x{})",
+                    why, cols, rows, batches, row_stride, batch_stride, box_rows, box_cols),
+        1);
   };
   if (base % 16 != 0) reject("the global address is not 16-byte aligned");
   for (std::uint64_t d : r.dims)
@@ -94,7 +103,8 @@ TensorMap encode_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std:
   for (unsigned b : r.box)
     if (b == 0 || b > 256) reject("a box dimension is 0 or above 256");
   if (box_cols * r.element_bytes % 16 != 0) reject("the box's inner dimension is not a multiple of 16 bytes");
-  if (box_cols * r.element_bytes > r.swizzle_bytes) reject("the box's inner dimension exceeds the 128-byte swizzle span");
+  if (box_cols * r.element_bytes > r.swizzle_bytes)
+    reject("the box's inner dimension exceeds the 128-byte swizzle span");
   TensorMap map{};
   static_assert(sizeof(TensorMapRecord) <= sizeof(TensorMap));
   std::memcpy(&map, &r, sizeof r);

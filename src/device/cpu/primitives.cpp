@@ -54,8 +54,9 @@ unsigned smem_address(const void* generic) {
   Block& b = block();
   const auto* p = static_cast<const unsigned char*>(generic);
   if (p < b.smem || p > b.smem + b.smem_bytes)
-    b.fail("cvta.to.shared of an address outside the block's dynamic shared memory (static __shared__ arrays have "
-           "no shared-window address on the CPU device)");
+    b.fail(
+        "cvta.to.shared of an address outside the block's dynamic shared memory (static __shared__ arrays have "
+        "no shared-window address on the CPU device)");
   return Block::kWindowBase + unsigned(p - b.smem);
 }
 
@@ -117,7 +118,8 @@ void ldmatrix_x4(unsigned* r, unsigned address, int trans) {
       for (int m = 0; m < 4; ++m) {
         // Lane l holds row l / 4, columns 2 (l % 4) + {0, 1}; .trans: of the transposed matrix.
         const int a = l / 4, b = 2 * (l % 4);
-        lane->r[m] = trans ? element(m, b, a) | element(m, b + 1, a) << 16 : element(m, a, b) | element(m, a, b + 1) << 16;
+        lane->r[m] =
+            trans ? element(m, b, a) | element(m, b + 1, a) << 16 : element(m, a, b) | element(m, a, b + 1) << 16;
       }
     }
   };
@@ -152,7 +154,8 @@ void mma(float* d, const unsigned* a, const unsigned* b, int type) {
         A[g][t + 4] = tf32(lane->a[2]), A[g + 8][t + 4] = tf32(lane->a[3]);
         B[t][g] = tf32(lane->b[0]), B[t + 4][g] = tf32(lane->b[1]);
       } else {
-        // m16n8k16: a0 (g, 2t..), a1 (g + 8, 2t..), a2 (g, 2t + 8..), a3 (g + 8, 2t + 8..); b0 (k 2t.., n g), b1 (k 2t + 8..).
+        // m16n8k16: a0 (g, 2t..), a1 (g + 8, 2t..), a2 (g, 2t + 8..), a3 (g + 8, 2t + 8..); b0 (k 2t.., n g), b1 (k 2t
+        // + 8..).
         for (int h = 0; h < 2; ++h) {
           const int row = g + 8 * h;
           A[row][2 * t] = lo(lane->a[h]), A[row][2 * t + 1] = hi(lane->a[h]);
@@ -197,8 +200,8 @@ void mbarrier_init(unsigned bar, unsigned arrivals) {
 void try_complete(Block& b, Mbarrier& m) {
   if (m.pending != 0) return;
   if (m.tx < 0)
-    b.fail(fmt::format("mbarrier 0x{:x}: {} more bytes completed than expect_tx announced in phase {}", m.address, -m.tx,
-                       m.phase));
+    b.fail(fmt::format("mbarrier 0x{:x}: {} more bytes completed than expect_tx announced in phase {}", m.address,
+                       -m.tx, m.phase));
   if (m.tx > 0) return;
   ++m.phase;
   m.pending = m.expected;
@@ -209,7 +212,8 @@ void try_complete(Block& b, Mbarrier& m) {
 void mbarrier_arrive(unsigned bar, unsigned expect_tx_bytes) {
   Block& b = block();
   Mbarrier& m = b.mbarrier(bar, "mbarrier.arrive");
-  if (m.pending == 0) b.fail(fmt::format("mbarrier 0x{:x}: more arrivals than its {} in phase {}", bar, m.expected, m.phase));
+  if (m.pending == 0)
+    b.fail(fmt::format("mbarrier 0x{:x}: more arrivals than its {} in phase {}", bar, m.expected, m.phase));
   m.tx += expect_tx_bytes;
   --m.pending;
   const unsigned phase = m.phase;
@@ -301,9 +305,10 @@ float operand(Block& b, unsigned long long desc, int mn, int k, bool mn_major, i
 
 void check_descriptor(Block& b, unsigned long long desc, const char* which) {
   if ((desc >> 62) != 1)
-    b.fail(fmt::format("wgmma {} descriptor 0x{:x}: swizzle mode {}; the CPU device emulates mode 1 (128-byte), the "
-                       "one TMA writes here",
-                       which, desc, desc >> 62));
+    b.fail(
+        fmt::format("wgmma {} descriptor 0x{:x}: swizzle mode {}; the CPU device emulates mode 1 (128-byte), the "
+                    "one TMA writes here",
+                    which, desc, desc >> 62));
   if (((desc >> 49) & 7) != 0) b.fail(fmt::format("wgmma {} descriptor 0x{:x}: base offset is not 0", which, desc));
 }
 
@@ -336,15 +341,16 @@ void wgmma(float* d, int n, unsigned long long a_desc, unsigned long long b_desc
       const auto& l = *static_cast<WgmmaLane*>(lanes[t]);
       if (l.n != first.n || l.a_desc != first.a_desc || l.b_desc != first.b_desc || l.scale_d != first.scale_d ||
           l.mn_major_a != first.mn_major_a || l.mn_major_b != first.mn_major_b || l.type != first.type)
-        b.fail(fmt::format("wgmma.mma_async: thread {} of the warpgroup gives other operands than thread 0 (descriptors "
-                           "0x{:x}, 0x{:x} vs 0x{:x}, 0x{:x})",
-                           t, l.a_desc, l.b_desc, first.a_desc, first.b_desc));
+        b.fail(
+            fmt::format("wgmma.mma_async: thread {} of the warpgroup gives other operands than thread 0 (descriptors "
+                        "0x{:x}, 0x{:x} vs 0x{:x}, 0x{:x})",
+                        t, l.a_desc, l.b_desc, first.a_desc, first.b_desc));
     }
-    if (!wg.fenced)
-      b.fail("wgmma.mma_async without a wgmma.fence since the warpgroup last touched its accumulators");
+    if (!wg.fenced) b.fail("wgmma.mma_async without a wgmma.fence since the warpgroup last touched its accumulators");
     check_descriptor(b, first.a_desc, "A");
     check_descriptor(b, first.b_desc, "B");
-    WgmmaOp op{first.a_desc, first.b_desc, first.n, first.scale_d, first.mn_major_a, first.mn_major_b, first.type, {}, {}};
+    WgmmaOp op{first.a_desc, first.b_desc, first.n, first.scale_d, first.mn_major_a, first.mn_major_b,
+               first.type,   {},           {}};
     for (int t = 0; t < 128; ++t) op.d[t] = static_cast<WgmmaLane*>(lanes[t])->d;
     op.operands = gather(b, op);
     // The accumulators now belong to the MMA: their values move here, the registers read NaN until the wait.
@@ -376,8 +382,9 @@ void wgmma_commit() {
 
 void complete(Block& b, Warpgroup& wg, const WgmmaOp& op) {
   if (gather(b, op) != op.operands)
-    b.fail("the shared memory a wgmma.mma_async reads changed before its wgmma.wait_group (a stage released or "
-           "overwritten while the MMA was in flight)");
+    b.fail(
+        "the shared memory a wgmma.mma_async reads changed before its wgmma.wait_group (a stage released or "
+        "overwritten while the MMA was in flight)");
   auto f = wg.in_flight.begin();
   while (f->d0 != op.d[0]) ++f;
   const int per = op.n / 2;
@@ -394,7 +401,8 @@ void complete(Block& b, Warpgroup& wg, const WgmmaOp& op) {
         acc = sum;
       }
   if (--f->ops == 0) {
-    for (int t = 0; t < 128; ++t) std::memcpy(op.d[t], &f->values[std::size_t(t * per)], sizeof(float) * std::size_t(per));
+    for (int t = 0; t < 128; ++t)
+      std::memcpy(op.d[t], &f->values[std::size_t(t * per)], sizeof(float) * std::size_t(per));
     wg.in_flight.erase(f);
   }
 }
@@ -415,10 +423,10 @@ void wgmma_wait(int pending) {
 }  // namespace
 
 const mojo_cpu_api& api_table() {
-  static const mojo_cpu_api table{MOJO_CPU_ABI_VERSION, self, barrier, shfl_bfly, dynamic_smem, smem_address, param,
-                                  cp_async, cp_async_commit, cp_async_wait, ldmatrix_x4, mma, mbarrier_init,
-                                  mbarrier_arrive, mbarrier_wait, tma_load_3d, wgmma_fence, wgmma, wgmma_commit,
-                                  wgmma_wait};
+  static const mojo_cpu_api table{MOJO_CPU_ABI_VERSION, self,        barrier,       shfl_bfly,       dynamic_smem,
+                                  smem_address,         param,       cp_async,      cp_async_commit, cp_async_wait,
+                                  ldmatrix_x4,          mma,         mbarrier_init, mbarrier_arrive, mbarrier_wait,
+                                  tma_load_3d,          wgmma_fence, wgmma,         wgmma_commit,    wgmma_wait};
   return table;
 }
 
