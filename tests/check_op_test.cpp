@@ -91,11 +91,8 @@ TEST(CheckOp, HopperPathAtOddShapes) {
 TEST(CheckOp, ReportsAMismatch) {
   // A kernel template whose rms_norm forgets the weight: check_op (and so `mojo-jit run`) says so.
   test::TempDir cache, templates;
-  std::string text = test::read_file(std::filesystem::path(MOJO_TEST_TEMPLATE_DIR) / "rms_norm.cu");
-  const std::string scaled = "mojo::to_float(w.v[j])";
-  ASSERT_NE(text.find(scaled), std::string::npos) << "rms_norm.cu changed: update this test";
-  for (std::size_t at; (at = text.find(scaled)) != std::string::npos;) text.replace(at, scaled.size(), "1.f");
-  test::write_file(templates.path() / "rms_norm.cu", text);
+  ASSERT_GT(test::write_template_variant(templates.path(), "rms_norm.cu", "mojo::to_float(w.v[j])", "1.f"), 0)
+      << "rms_norm.cu changed: update this test";
   RuntimeOptions o = options(cache, "cpu");
   o.template_paths = {templates.path()};
   Runtime rt(o);

@@ -38,14 +38,9 @@ class DeliberateBugs : public ::testing::Test {
     o.cache_dir = cache.path();
     o.device = std::string("cpu:") + arch;
     if (v != nullptr) {
-      std::string text = test::read_file(std::filesystem::path(MOJO_TEST_TEMPLATE_DIR) / v->file);
-      const std::size_t at = text.find(v->from);
-      EXPECT_NE(at, std::string::npos) << v->file << " no longer contains: " << v->from;
-      EXPECT_EQ(text.find(v->from, at + 1), std::string::npos) << v->file << " contains twice: " << v->from;
-      if (at != std::string::npos) text.replace(at, std::strlen(v->from), v->to);
       const auto dir = templates.path() / std::to_string(variants++);
-      std::filesystem::create_directories(dir);
-      test::write_file(dir / v->file, text);
+      EXPECT_EQ(test::write_template_variant(dir, v->file, v->from, v->to), 1)
+          << v->file << " should contain this once: " << v->from;
       o.template_paths = {dir};
     }
     return std::make_unique<Runtime>(o);
@@ -87,9 +82,8 @@ class DeliberateBugs : public ::testing::Test {
     }
     std::vector<std::uint8_t> want(c.nbytes());
     reference::gemm(DType::bf16, DType::bf16, ah.data(), bh.data(), want.data(), 1, m, n, k, 1, 0, false, trans_b);
-    test::Tolerance tol = test::tolerance(DType::bf16);
-    tol.atol *= std::max(1.0, std::sqrt(double(k)) / 16);
-    r.wrong = test::mismatches(DType::bf16, cd.read(), want, tol);
+    const std::vector<TensorSpec> specs = {c, a, b};
+    r.wrong = test::mismatches(DType::bf16, cd.read(), want, find_op("gemm").tolerance(DType::bf16, specs, {}));
     return r;
   }
 

@@ -114,6 +114,20 @@ inline void write_file(const std::filesystem::path& path, const std::string& dat
   out << data;
 }
 
+// A shipped template with every `from` replaced by `to`, written to `dir`
+// (searched before the embedded templates): how tests plant a bug. Returns
+// how many places were replaced.
+inline int write_template_variant(const std::filesystem::path& dir, const std::string& file, const std::string& from,
+                                  const std::string& to) {
+  std::string text = read_file(std::filesystem::path(MOJO_TEST_TEMPLATE_DIR) / file);
+  int replaced = 0;
+  for (std::size_t at = 0; (at = text.find(from, at)) != std::string::npos; at += to.size(), ++replaced)
+    text.replace(at, from.size(), to);
+  std::filesystem::create_directories(dir);
+  write_file(dir / file, text);
+  return replaced;
+}
+
 // Runs `f` and returns the message of the exception of type E it throws (fails otherwise).
 template <class E, class F>
 std::string error_of(F&& f) {
