@@ -188,3 +188,26 @@ TEST_F(GpuFixture, GpuBundleLoadsOnceAndEveryKernelRuns) {
     for (std::int64_t hidden : {64, 1000, 4096}) check_rms_norm(*rt, dtype, 5, hidden);
   EXPECT_EQ(rt->stats().compiles, 1u) << "the launches compiled nothing more";
 }
+
+// A template changed through add_template_path runs at the next launch: the
+// Runtime keys loaded modules by their binary, never by where it lay in memory.
+TEST_F(GpuFixture, TemplateChangeAfterAddTemplatePathRunsTheNewCode) {
+  const TensorSpec x(DType::f32, {3, 64}), w(DType::f32, {64});
+  const auto xh = reference::encode(DType::f32, test::random_values(3 * 64, 3));
+  const auto wh = reference::encode(DType::f32, std::vector<float>(64, 2.f)), ones =
+      reference::encode(DType::f32, std::vector<float>(64, 1.f));
+  test::GpuTensor xd(x, xh), wd(w, wh), out(x);
+  auto run = [&] {
+    rt->launch("rms_norm", {out, xd, wd}, {{"eps", 1e-5f}});
+    rt->device().synchronize();
+    return out.read();
+  };
+  std::vector<std::uint8_t> weighted(x.nbytes()), unweighted(x.nbytes());
+  reference::rms_norm(DType::f32, xh.data(), wh.data(), weighted.data(), 3, 64, 1e-5);
+  reference::rms_norm(DType::f32, xh.data(), ones.data(), unweighted.data(), 3, 64, 1e-5);
+  test::expect_close(DType::f32, run(), weighted, "the shipped template");
+  test::TempDir templates;
+  ASSERT_GT(test::write_template_variant(templates.path(), "rms_norm.cu", "mojo::to_float(w.v[j])", "1.f"), 0);
+  rt->add_template_path(templates.path());
+  test::expect_close(DType::f32, run(), unweighted, "the changed template (weight ignored)");
+}

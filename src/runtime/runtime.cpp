@@ -158,7 +158,9 @@ struct Runtime::Impl {
   std::unordered_map<FastKey, std::unique_ptr<LoadedKernel>, FastKeyHash> loaded;
   std::vector<std::unique_ptr<LoadedKernel>> retired;  // unindexed, kept alive for KernelHandles
   std::mutex load_mutex;                               // one module load at a time
-  std::unordered_map<const std::string*, std::weak_ptr<const Module>> modules;  // by binary: one load per bundle
+  // Loaded modules by the hash of their binary: one load per bundle, and a
+  // binary that replaces a freed one at the same address is never taken for it.
+  std::unordered_map<FastKey, std::weak_ptr<const Module>, FastKeyHash> modules;
   std::atomic<std::uint64_t> memory_hits{0};
 
   explicit Impl(RuntimeOptions o)
@@ -251,11 +253,12 @@ struct Runtime::Impl {
       if (auto it = loaded.find(key); it != loaded.end()) return *it->second;  // another thread was first
     }
     dev.ensure_current();
-    std::shared_ptr<const Module> module = modules[bin.get()].lock();
+    const XXH128_hash_t h = XXH3_128bits(bin->data(), bin->size());
+    std::weak_ptr<const Module>& slot = modules[FastKey{h.high64, h.low64}];
+    std::shared_ptr<const Module> module = slot.lock();
     if (!module) {
-      // The binary is kept alive by the cache's memory layer, so its address identifies it.
       module = std::make_shared<const Module>(Module::load(*bin));
-      modules[bin.get()] = module;
+      slot = module;
     }
     Function function = module->function(u.kernel_name);
     if (const unsigned smem = op.max_dynamic_smem(params); smem > 48 * 1024) function.set_max_dynamic_shared(int(smem));
