@@ -118,21 +118,27 @@ class KernelArgs {
  public:
   template <class T>
   void push(const T& value) {
-    static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= 64);
+    static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= 64 && sizeof(T) <= 256);
     used_ = (used_ + alignof(T) - 1) / alignof(T) * alignof(T);
     if (count_ == kMaxArgs || used_ + sizeof(T) > sizeof(storage_)) overflow();
     std::memcpy(storage_ + used_, &value, sizeof(T));
+    sizes_[count_] = std::uint8_t(sizeof(T) - 1);
+    alignments_[count_] = std::uint8_t(alignof(T));
     pointers_[count_++] = storage_ + used_;
     used_ += sizeof(T);
   }
   void** data() noexcept { return pointers_.data(); }
   int count() const noexcept { return count_; }
+  // Argument i's size and alignment in bytes, to check against the kernel's parameter list.
+  std::size_t size(int i) const noexcept { return std::size_t(sizes_[std::size_t(i)]) + 1; }
+  std::size_t alignment(int i) const noexcept { return alignments_[std::size_t(i)]; }
 
  private:
   [[noreturn]] static void overflow();
   static constexpr int kMaxArgs = 24;
   alignas(64) unsigned char storage_[512];  // room for two TMA descriptors (128 bytes each)
   std::array<void*, kMaxArgs> pointers_{};
+  std::array<std::uint8_t, kMaxArgs> sizes_{}, alignments_{};  // size - 1: a TMA descriptor is 128
   std::size_t used_ = 0;
   int count_ = 0;
 };
