@@ -157,10 +157,11 @@ void Device::make_current() const {
 }
 
 void Device::ensure_current() const {
-  if (cpu_ || cpu::t_current.cpu) {
-    if (!cpu_ || !(cpu::t_current.limits.target == target_) || !cpu::t_current.cpu) make_current();
+  if (cpu_) {
+    if (!cpu::t_current.cpu || !(cpu::t_current.limits.target == target_)) make_current();
     return;
   }
+  if (cpu::t_current.cpu) return make_current();  // the thread was on the cpu device
   CUcontext current = nullptr;
   MOJO_CU(cuCtxGetCurrent(&current));
   if (current != context_->context) make_current();
@@ -382,8 +383,6 @@ void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle st
 TensorMap tile_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::int64_t rows, std::int64_t batches,
                           std::int64_t row_stride, std::int64_t batch_stride, unsigned box_cols, unsigned box_rows) {
   static_assert(sizeof(TensorMap) == sizeof(CUtensorMap));
-  if (cpu::t_current.cpu)
-    return cpu::encode_tensor_map(base, dtype, cols, rows, batches, row_stride, batch_stride, box_cols, box_rows);
   if (dtype != DType::f16 && dtype != DType::bf16)
     throw InvalidArgumentError(fmt::format("tile_tensor_map: {} is not a 16-bit float", dtype_name(dtype)));
   const cuuint64_t element = 2;
@@ -392,6 +391,7 @@ TensorMap tile_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::i
   const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(std::max<std::int64_t>(batches, 1))};
   const cuuint64_t strides[2] = {cuuint64_t(row_stride) * element, cuuint64_t(batch_stride) * element};
   const cuuint32_t box[3] = {box_cols, box_rows, 1}, element_strides[3] = {1, 1, 1};
+  if (cpu::t_current.cpu) return cpu::encode_tensor_map(base, dims, strides, box, unsigned(element));
   CUtensorMap encoded{};
   MOJO_CU(cuTensorMapEncodeTiled(&encoded,
                                  dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,

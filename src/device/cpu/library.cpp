@@ -5,10 +5,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <vector>
 
 #include "device/cpu/primitives.hpp"
@@ -73,27 +75,22 @@ Kernel* Library::kernel(const std::string& name) {
   return kernels_.back().get();
 }
 
-TensorMap encode_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::int64_t rows, std::int64_t batches,
-                            std::int64_t row_stride, std::int64_t batch_stride, unsigned box_cols, unsigned box_rows) {
-  if (dtype != DType::f16 && dtype != DType::bf16)
-    throw InvalidArgumentError(fmt::format("tile_tensor_map: {} is not a 16-bit float", dtype_name(dtype)));
-  if (batches <= 1) batch_stride = row_stride * std::max<std::int64_t>(rows, 1);
+TensorMap encode_tensor_map(DevicePtr base, const std::uint64_t (&dims)[3], const std::uint64_t (&strides)[2],
+                            const std::uint32_t (&box)[3], unsigned element_bytes) {
   TensorMapRecord r{};
   r.magic = kTensorMapMagic;
   r.base = base;
-  r.dims[0] = std::uint64_t(cols), r.dims[1] = std::uint64_t(rows),
-  r.dims[2] = std::uint64_t(std::max<std::int64_t>(batches, 1));
-  r.strides[0] = std::uint64_t(row_stride) * 2, r.strides[1] = std::uint64_t(batch_stride) * 2;
-  r.box[0] = box_cols, r.box[1] = box_rows, r.box[2] = 1;
-  r.element_bytes = 2;
+  std::copy(std::begin(dims), std::end(dims), r.dims);
+  std::copy(std::begin(strides), std::end(strides), r.strides);
+  std::copy(std::begin(box), std::end(box), r.box);
+  r.element_bytes = element_bytes;
   r.swizzle_bytes = 128;
   // cuTensorMapEncodeTiled's rules (cuda.h), as the driver would reject the map.
   auto reject = [&](std::string_view why) {
-    throw DeviceError(
-        fmt::format("cuTensorMapEncodeTiled (cpu device): {} (cols {}, rows {}, batches {}, row stride {}, "
-                    "batch stride {}, box {}x{})",
-                    why, cols, rows, batches, row_stride, batch_stride, box_rows, box_cols),
-        1);
+    throw DeviceError(fmt::format("cuTensorMapEncodeTiled (cpu device): {} (dims {}x{}x{}, byte strides {} and {}, "
+                                  "box {}x{}x{})",
+                                  why, dims[0], dims[1], dims[2], strides[0], strides[1], box[0], box[1], box[2]),
+                      1);
   };
   if (base % 16 != 0) reject("the global address is not 16-byte aligned");
   for (std::uint64_t d : r.dims)
@@ -102,8 +99,8 @@ TensorMap encode_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std:
     if (s % 16 != 0 || s >= (std::uint64_t(1) << 40)) reject("a stride is not a multiple of 16 bytes below 2^40");
   for (unsigned b : r.box)
     if (b == 0 || b > 256) reject("a box dimension is 0 or above 256");
-  if (box_cols * r.element_bytes % 16 != 0) reject("the box's inner dimension is not a multiple of 16 bytes");
-  if (box_cols * r.element_bytes > r.swizzle_bytes)
+  if (r.box[0] * r.element_bytes % 16 != 0) reject("the box's inner dimension is not a multiple of 16 bytes");
+  if (r.box[0] * r.element_bytes > r.swizzle_bytes)
     reject("the box's inner dimension exceeds the 128-byte swizzle span");
   TensorMap map{};
   static_assert(sizeof(TensorMapRecord) <= sizeof(TensorMap));

@@ -30,9 +30,11 @@ class Library {
   std::vector<std::unique_ptr<Kernel>> kernels_;
 };
 
-// The CPU device's TMA descriptor of a [batches, rows, cols] tensor, checked
-// by cuTensorMapEncodeTiled's rules (DeviceError naming the broken one).
-TensorMap encode_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::int64_t rows, std::int64_t batches,
-                            std::int64_t row_stride, std::int64_t batch_stride, unsigned box_cols, unsigned box_rows);
+// The CPU device's TMA descriptor of the layout tile_tensor_map gives the
+// driver (dims innermost first, byte strides of dims 1 and 2, box, 128-byte
+// swizzle), checked by cuTensorMapEncodeTiled's rules (DeviceError naming
+// the broken one).
+TensorMap encode_tensor_map(DevicePtr base, const std::uint64_t (&dims)[3], const std::uint64_t (&strides)[2],
+                            const std::uint32_t (&box)[3], unsigned element_bytes);
 
 }  // namespace mojo::cpu

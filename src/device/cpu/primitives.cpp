@@ -229,6 +229,8 @@ unsigned swizzle(unsigned address, unsigned swizzle_bytes) {
   return swizzle_bytes == 0 ? address : address ^ (((address >> 7) & (rows - 1)) << 4);
 }
 
+unsigned box_bytes(const TensorMapRecord& map) { return map.box[0] * map.box[1] * map.box[2] * map.element_bytes; }
+
 void perform(Block& b, const TmaCopy& c) {
   const TensorMapRecord& map = c.map;
   const unsigned e = map.element_bytes;
@@ -254,7 +256,7 @@ void tma_load_3d(unsigned dst, const void* map_address, unsigned bar, int c0, in
   std::memcpy(&c.map, map_address, sizeof c.map);
   if (c.map.magic != kTensorMapMagic)
     b.fail("cp.async.bulk.tensor with a tensor map the CPU device did not encode (tile_tensor_map on another device?)");
-  const unsigned bytes = c.map.box[0] * c.map.box[1] * c.map.box[2] * c.map.element_bytes;
+  const unsigned bytes = box_bytes(c.map);
   // The swizzle pattern repeats every 8 rows of 128 bytes, from an aligned start.
   const unsigned align = c.map.swizzle_bytes != 0 ? c.map.swizzle_bytes * 8 : 128;
   std::memset(b.shared(dst, bytes, align, "cp.async.bulk.tensor"), 0xff, bytes);  // lands when waited for
@@ -272,7 +274,7 @@ void mbarrier_wait(unsigned bar, unsigned parity) {
       m.copies.clear();
       for (const TmaCopy& c : copies) {
         perform(b, c);
-        m.tx -= c.map.box[0] * c.map.box[1] * c.map.box[2] * c.map.element_bytes;
+        m.tx -= box_bytes(c.map);
       }
       try_complete(b, m);
       continue;
