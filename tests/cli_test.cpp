@@ -227,6 +227,9 @@ TEST_F(Cli, RunFailsOnAMismatchAndOnBadInput) {
   r = run("run rms_norm --dtype f32 --shape x=3x64 --device tpu");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.output, "mojo-jit: error: device 'tpu': expected cuda, cuda:N, cpu or cpu:ARCH (e.g. cpu:sm_90a)\n");
+  r = run("run rms_norm --dtype f32 --shape x=3x64 --device cpu:sm_90a --arch sm_80");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output, "mojo-jit: error: --device cpu:sm_90a and --arch sm_80 both name the target; give one\n");
   r = run("run gemm --dtype f32 --shape a=4x8 --shape b=8x4 --device cpu --param path=90");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(one_line(r.output)) << r.output;

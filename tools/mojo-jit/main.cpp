@@ -123,7 +123,12 @@ int run_check(int argc, char** argv) {
   mojo::RuntimeOptions o = spec.runtime_options();
   if (device.empty()) device = std::getenv("MOJO_JIT_DEVICE") != nullptr ? std::getenv("MOJO_JIT_DEVICE") : "";
   if (device.empty()) device = mojo::device_available() ? "cuda" : "cpu";
-  if (device == "cpu" && !spec.arch.empty()) device += ":" + spec.arch;
+  if (device.starts_with("cpu") && !spec.arch.empty()) {
+    if (device != "cpu")
+      throw mojo::InvalidArgumentError(fmt::format("--device {} and --arch {} both name the target; give one", device,
+                                                   spec.arch));
+    device += ":" + spec.arch;
+  }
   o.device = device;
   mojo::Runtime rt(o);
   if (!rt.device().is_cpu() && !spec.arch.empty() && !(mojo::Target::parse(spec.arch) == rt.device().target()))
