@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "mojo/mojo.hpp"
-#include "mojo/reference.hpp"
+#include "reference/reference.hpp"
 
 int main() try {
   const std::int64_t rows = 64, hidden = 4096;

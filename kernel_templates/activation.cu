@@ -1,13 +1,13 @@
 // Activations, elementwise in float, stored in T:
 //   silu(x) = x / (1 + e^-x)
-//   gelu(x) = x/2 * (1 + erf(x / sqrt 2))                       ACT 1
-//   gelu_tanh(x) = x/2 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  ACT 2
+//   gelu(x) = x/2 * (1 + erf(x / sqrt 2))
+//   gelu_tanh(x) = x/2 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 // and the gated forms over [..., 2 * D] -> [..., D] with a = the first half
 // of the last dim and b = the second: swiglu = silu(a) * b, gelu_and_mul =
 // gelu(a) * b.
 //
-// Params: T, ACT (mojo::activate's code: 1 gelu erf, 2 gelu tanh, 3 silu), GATED (0/1), D (the
-// output's last dim when gated, else 0), VEC. Kernel args: (T* out,
+// Params (P::dtype, P::act, P::d, P::vec by name in the entry macros at the end): T, ACT (a
+// mojo::Act code, mojo_activation.h), GATED (0/1), D (the output's last dim when gated, else 0), VEC. Kernel args: (T* out,
 // const T* x, long long n) with n the number of output elements, both
 // contiguous. Geometry: 256 threads, one vector of VEC outputs each.
 #include "mojo_prelude.cuh"
@@ -46,7 +46,7 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ x
       NAME(T* __restrict__ out, const T* __restrict__ x, long long n) {                                  \
     mojo_activation::run<T, ACT, GATED, D, VEC>(out, x, n);                                              \
   }
-#define MOJO_KERNEL_silu(NAME, T, VEC) MOJO_ACTIVATION_KERNEL(NAME, T, 3, 0, 0, VEC)
-#define MOJO_KERNEL_gelu(NAME, T, ACT, VEC) MOJO_ACTIVATION_KERNEL(NAME, T, ACT, 0, 0, VEC)
-#define MOJO_KERNEL_swiglu(NAME, T, D, VEC) MOJO_ACTIVATION_KERNEL(NAME, T, 3, 1, D, VEC)
-#define MOJO_KERNEL_gelu_and_mul(NAME, T, ACT, D, VEC) MOJO_ACTIVATION_KERNEL(NAME, T, ACT, 1, D, VEC)
+#define MOJO_KERNEL_silu(NAME, P) MOJO_ACTIVATION_KERNEL(NAME, P::dtype, int(mojo::Act::silu), 0, 0, P::vec)
+#define MOJO_KERNEL_gelu(NAME, P) MOJO_ACTIVATION_KERNEL(NAME, P::dtype, P::act, 0, 0, P::vec)
+#define MOJO_KERNEL_swiglu(NAME, P) MOJO_ACTIVATION_KERNEL(NAME, P::dtype, int(mojo::Act::silu), 1, P::d, P::vec)
+#define MOJO_KERNEL_gelu_and_mul(NAME, P) MOJO_ACTIVATION_KERNEL(NAME, P::dtype, P::act, 1, P::d, P::vec)

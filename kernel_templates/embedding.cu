@@ -37,9 +37,11 @@ __device__ __forceinline__ void run(T* __restrict__ out, const I* __restrict__ i
 
 }  // namespace mojo_embedding
 
-#define MOJO_KERNEL_embedding(NAME, T, I, HIDDEN, VEC, THREADS, ROWS)                                          \
+#define MOJO_EMBEDDING_KERNEL(NAME, T, I, HIDDEN, VEC, THREADS, ROWS)                                          \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                                 \
       NAME(T* __restrict__ out, const I* __restrict__ ids, const T* __restrict__ weight, long long tokens,     \
            long long vocab) {                                                                                  \
     mojo_embedding::run<T, I, HIDDEN, VEC, THREADS, ROWS>(out, ids, weight, tokens, vocab);                    \
   }
+#define MOJO_KERNEL_embedding(NAME, P) \
+  MOJO_EMBEDDING_KERNEL(NAME, P::dtype, P::ids, P::hidden, P::vec, P::threads, P::rows)

@@ -9,30 +9,30 @@
 //   group_gemm:          out[rows of group g] = x[rows of group g] * W[g]^T, the
 //                        groups' rows given by offsets (MoE experts), one launch
 //
-// Params, MOJO_KERNEL_gemm and MOJO_KERNEL_gemm_batched:
-//   TA, TC     input storage (f16, bf16 or f32) and output storage (TA or float)
-//   BM BN BK   the block's tile of C and its step along K
-//   WM WN      warps along M and N; each owns a (BM/WM) x (BN/WN) tile of C
-//   STAGES     tiles of A and B in flight (shared memory holds them all)
-//   SWIZZLE    block rows per raster group: tiles are visited SWIZZLE rows at a
-//              time sweeping N, so neighbouring blocks share B in L2
-//   KS         split K inside the block: KS groups of WM x WN warps, group g
-//              taking k tiles g, g + KS, ... through its own STAGES-deep ring;
-//              the groups' sums meet in shared memory (decode: more warps
-//              stream the weights without a workspace)
-//   TRANS_A    A is stored [K, M] (op(A) = A^T); else [M, K]
-//   TRANS_B    B is stored [N, K] (op(B) = B^T); else [K, N]
-//   VEC        8: rows are loaded as 16-byte cp.async chunks (strides and
-//              pointers 16-byte aligned); 1: element by element, any stride
-//   BETA       1: C is read (beta != 0); 0: C is only written
-//   WGMMA      1: the sm_90a path (gemm_sm90.cuh: TMA, wgmma, warp-specialised;
-//              BK = 64, WM = BM / 64 consumer warpgroups, WN = 1, VEC unused)
-//   TF32       (param "tfloat") f32 inputs on tensor cores as tf32 (mma m16n8k8, inputs
-//              rounded to 10 mantissa bits); 0: f32 stays exact
-// MOJO_KERNEL_linear: T, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, VEC, BIAS (0/1), ACT
-//   (mojo::activate's code: 0 none, 1 gelu, 2 gelu_tanh, 3 silu), RESIDUAL (0/1), TF32, WGMMA.
-// MOJO_KERNEL_group_gemm: T, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, VEC, OFFSETS (4: the
-//   offsets are int32, 8: int64), TF32, WGMMA.
+// Params, by name (P::name in the entry macros at the end):
+//   dtype, out   input storage (f16, bf16 or f32) and output storage (dtype or float; gemm only)
+//   bm bn bk     the block's tile of C and its step along K
+//   wm wn        warps along M and N; each owns a (bm/wm) x (bn/wn) tile of C
+//   stages       tiles of A and B in flight (shared memory holds them all)
+//   swizzle      block rows per raster group: tiles are visited swizzle rows at a
+//                time sweeping N, so neighbouring blocks share B in L2
+//   ks           split K inside the block: ks groups of wm x wn warps, group g
+//                taking k tiles g, g + ks, ... through its own stages-deep ring;
+//                the groups' sums meet in shared memory (decode: more warps
+//                stream the weights without a workspace)
+//   ta           A is stored [K, M] (op(A) = A^T); else [M, K]        (gemm)
+//   tb           B is stored [N, K] (op(B) = B^T); else [K, N]        (gemm)
+//   vec          8: rows are loaded as 16-byte cp.async chunks (strides and
+//                pointers 16-byte aligned); 1: element by element, any stride
+//   beta         1: C is read (beta != 0); 0: C is only written      (gemm)
+//   bias, residual  0/1: the epilogue adds them                       (linear)
+//   act          the epilogue's mojo::Act (mojo_activation.h)         (linear)
+//   offsets      4: group_gemm's offsets are int32, 8: int64          (group_gemm)
+//   wgmma        1: the sm_90a path (gemm_sm90.cuh: TMA, wgmma, warp-specialised;
+//                bk = 64, wm = bm / 64 consumer warpgroups, wn = 1, vec unused),
+//                entered through the *_sm90 macro
+//   tf32         f32 inputs on tensor cores as tf32 (mma m16n8k8, inputs
+//                rounded to 10 mantissa bits); 0: f32 stays exact
 // Kernel args (the sm_80 path; gemm_sm90.cuh lists its own): (TC* c, const TA* a,
 //   const TA* b, const TC* bias, const TC* residual,
 //   float alpha, float beta, int m, int n, int k, long long lda, long long ldb,
@@ -405,9 +405,8 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 // The sm_90a path; it uses Problem, store_pair and tile_origin from above.
 #include "gemm_sm90.cuh"
 
-// WGMMA picks the path: 0 is the sm_80 kernel above, 1 the sm_90a one
+// Two entry points: _0 is the sm_80 kernel above, _1 the sm_90a one
 // (gemm_sm90.cuh, its own kernel args; BM / 64 consumer warpgroups).
-#define MOJO_GEMM_KERNEL(WGMMA, ...) MOJO_GEMM_KERNEL_##WGMMA(__VA_ARGS__)
 #define MOJO_GEMM_KERNEL_1(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, BIAS,   \
                            ACT, RESIDUAL, OFFSETS, TF32)                                                               \
   extern "C" __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)                                                 \
@@ -429,13 +428,27 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
                    RESIDUAL, OFFSETS, TF32>(c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr,         \
                                             batch_a, batch_b, batch_c, offsets, total_rows);                           \
   }
-#define MOJO_KERNEL_gemm(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, TF32, \
-                         WGMMA)                                                                                        \
-  MOJO_GEMM_KERNEL(WGMMA, NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, 0, 0, 0, \
-                   0, TF32)
+// The entry macros, by the op's params; the host names the sm_90a form (param wgmma=1) *_sm90.
+// MOJO_GEMM_ENTRY expands MOJO_GEMM_TILE into its eight arguments before the kernel macro counts them.
+#define MOJO_GEMM_ENTRY(KERNEL, ...) KERNEL(__VA_ARGS__)
+#define MOJO_GEMM_TILE(P) P::bm, P::bn, P::bk, P::wm, P::wn, P::stages, P::ks, P::swizzle
+#define MOJO_KERNEL_gemm(NAME, P)                                                                          \
+  MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_0, NAME, P::dtype, P::out, MOJO_GEMM_TILE(P), P::ta, P::tb, P::vec, P::beta, \
+                  0, 0, 0, 0, P::tf32)
+#define MOJO_KERNEL_gemm_sm90(NAME, P)                                                                     \
+  MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_1, NAME, P::dtype, P::out, MOJO_GEMM_TILE(P), P::ta, P::tb, P::vec, P::beta, \
+                  0, 0, 0, 0, P::tf32)
 #define MOJO_KERNEL_gemm_batched MOJO_KERNEL_gemm
-#define MOJO_KERNEL_linear(NAME, T, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, VEC, BIAS, ACT, RESIDUAL, TF32, WGMMA)    \
-  MOJO_GEMM_KERNEL(WGMMA, NAME, T, T, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, 0, 1, VEC, 0, BIAS, ACT, RESIDUAL, 0,   \
-                   TF32)
-#define MOJO_KERNEL_group_gemm(NAME, T, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, VEC, OFFSETS, TF32, WGMMA)            \
-  MOJO_GEMM_KERNEL(WGMMA, NAME, T, T, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, 0, 1, VEC, 0, 0, 0, 0, OFFSETS, TF32)
+#define MOJO_KERNEL_gemm_batched_sm90 MOJO_KERNEL_gemm_sm90
+#define MOJO_KERNEL_linear(NAME, P)                                                                            \
+  MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_0, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, 1, P::vec, 0, P::bias, \
+                  P::act, P::residual, 0, P::tf32)
+#define MOJO_KERNEL_linear_sm90(NAME, P)                                                                       \
+  MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_1, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, 1, P::vec, 0, P::bias, \
+                  P::act, P::residual, 0, P::tf32)
+#define MOJO_KERNEL_group_gemm(NAME, P)                                                                        \
+  MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_0, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, 1, P::vec, 0, 0, 0, 0, \
+                  P::offsets, P::tf32)
+#define MOJO_KERNEL_group_gemm_sm90(NAME, P)                                                                   \
+  MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_1, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, 1, P::vec, 0, 0, 0, 0, \
+                  P::offsets, P::tf32)

@@ -202,7 +202,7 @@ __device__ __forceinline__ void backward_columns(unsigned block, T* __restrict__
 
 }  // namespace mojo_layer_norm
 
-#define MOJO_KERNEL_layer_norm(NAME, T, HIDDEN, VEC, THREADS, ROWS, STATS)                                  \
+#define MOJO_LAYER_NORM_KERNEL(NAME, T, HIDDEN, VEC, THREADS, ROWS, STATS)                                   \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                              \
       NAME(T* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd, const T* __restrict__ x, \
            const T* __restrict__ weight, const T* __restrict__ bias, float eps, long long rows,              \
@@ -211,7 +211,7 @@ __device__ __forceinline__ void backward_columns(unsigned block, T* __restrict__
                                                                         eps, rows, out_stride, x_stride);   \
   }
 
-#define MOJO_KERNEL_layer_norm_backward(NAME, T, HIDDEN, VEC, THREADS, ROWS)                                 \
+#define MOJO_LAYER_NORM_BACKWARD_KERNEL(NAME, T, HIDDEN, VEC, THREADS, ROWS)                                 \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                               \
       NAME(T* __restrict__ grad_x, T* __restrict__ grad_weight, T* __restrict__ grad_bias,                   \
            const T* __restrict__ grad_out, const T* __restrict__ x, const T* __restrict__ weight,            \
@@ -225,3 +225,7 @@ __device__ __forceinline__ void backward_columns(unsigned block, T* __restrict__
       mojo_layer_norm::backward_columns<T, HIDDEN, THREADS * ROWS>(block - row_blocks, grad_weight,         \
                                                                    grad_bias, grad_out, x, mean, rstd, rows); \
   }
+#define MOJO_KERNEL_layer_norm(NAME, P) \
+  MOJO_LAYER_NORM_KERNEL(NAME, P::dtype, P::hidden, P::vec, P::threads, P::rows, P::stats)
+#define MOJO_KERNEL_layer_norm_backward(NAME, P) \
+  MOJO_LAYER_NORM_BACKWARD_KERNEL(NAME, P::dtype, P::hidden, P::vec, P::threads, P::rows)

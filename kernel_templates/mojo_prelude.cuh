@@ -6,11 +6,16 @@
 // once, on inline PTX where the two front ends would differ.
 //
 // Template convention: a template file `<op>.cu` defines
-//   #define MOJO_KERNEL_<op>(NAME, <params in the OpDef's order>)
-// which expands to one `extern "C" __global__` kernel called NAME. The runtime
-// appends one such line per specialization, so several specializations (and
-// several templates) can share one module.
+//   #define MOJO_KERNEL_<op>(NAME, P)
+// which expands to one `extern "C" __global__` kernel called NAME, reading the
+// specialization's params by name from the struct P the runtime writes before
+// it (`struct NAME_p { using dtype = mojo::bf16; static constexpr int hidden =
+// 4096, vec = 8; };`): a param the op does not give is a compile error naming
+// it. The runtime appends one such pair per specialization, so several
+// specializations (and several templates) can share one module.
 #pragma once
+
+#include "mojo_activation.h"
 
 #if !defined(__CUDACC_RTC__) && !defined(MOJO_CPU)
 // clang's CUDA front end without the SDK headers: spell out what NVRTC has built in.
@@ -194,21 +199,21 @@ __device__ __forceinline__ float erfc_f(float x) {
   return x >= 0.f ? r : 2.f - r;
 }
 
-// Activations by code, shared by the activation ops and fused epilogues:
-//   0 identity, 1 gelu (erf form), 2 gelu (tanh approximation), 3 silu.
-// Each is written so that no 1 + f(x) cancels for negative x, where the
-// result is a tiny fraction of x: relative accuracy holds on the whole line.
+// Activations by code (mojo::Act, mojo_activation.h), shared by the activation
+// ops and fused epilogues. Each is written so that no 1 + f(x) cancels for
+// negative x, where the result is a tiny fraction of x: relative accuracy
+// holds on the whole line.
 template <int ACT> __device__ __forceinline__ float activate(float x) {
-  if constexpr (ACT == 0) {
+  if constexpr (ACT == int(Act::none)) {
     return x;
-  } else if constexpr (ACT == 1) {
+  } else if constexpr (ACT == int(Act::gelu)) {
     return 0.5f * x * erfc_f(-x * 0.70710678118654752f);  // x/2 (1 + erf(x / sqrt 2))
-  } else if constexpr (ACT == 2) {
+  } else if constexpr (ACT == int(Act::gelu_tanh)) {
     // x/2 (1 + tanh(u)) = x / (1 + e^{-2u}), u = sqrt(2/pi) (x + 0.044715 x^3).
     const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
     return x * rcp_approx(1.f + exp_approx(-2.f * u));
   } else {
-    static_assert(ACT == 3, "activation codes: 0 identity, 1 gelu, 2 gelu_tanh, 3 silu");
+    static_assert(ACT == int(Act::silu), "not a mojo::Act code");
     return x * rcp_approx(1.f + exp_approx(-x));
   }
 }

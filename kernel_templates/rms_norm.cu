@@ -5,7 +5,7 @@
 // Over the last dim of [rows, HIDDEN] tensors whose rows are evenly strided;
 // storage in T, math and accumulation in float, one rounding at the store.
 //
-// Params, in MOJO_KERNEL_rms_norm / MOJO_KERNEL_add_rms_norm order:
+// Params (read by name, P::dtype, P::hidden, ..., in the entry macros at the end):
 //   T        f32, f16 or bf16 storage for every tensor
 //   HIDDEN   row length, a compile-time constant so the row loop unrolls and
 //            the row can live in registers
@@ -104,7 +104,6 @@ __device__ __forceinline__ void run(T* __restrict__ out, T* __restrict__ residua
     mojo_rms_norm::run<T, HIDDEN, VEC, THREADS, ROWS, ADD>(out, residual, x, weight, eps, rows, out_stride, \
                                                            residual_stride, x_stride);                    \
   }
-#define MOJO_KERNEL_rms_norm(NAME, T, HIDDEN, VEC, THREADS, ROWS) \
-  MOJO_RMS_NORM_KERNEL(NAME, T, HIDDEN, VEC, THREADS, ROWS, false)
-#define MOJO_KERNEL_add_rms_norm(NAME, T, HIDDEN, VEC, THREADS, ROWS) \
-  MOJO_RMS_NORM_KERNEL(NAME, T, HIDDEN, VEC, THREADS, ROWS, true)
+#define MOJO_KERNEL_rms_norm(NAME, P) MOJO_RMS_NORM_KERNEL(NAME, P::dtype, P::hidden, P::vec, P::threads, P::rows, false)
+#define MOJO_KERNEL_add_rms_norm(NAME, P) \
+  MOJO_RMS_NORM_KERNEL(NAME, P::dtype, P::hidden, P::vec, P::threads, P::rows, true)

@@ -43,7 +43,7 @@ __device__ __forceinline__ void run(T* __restrict__ q, T* __restrict__ k, const 
 
 }  // namespace mojo_rotary
 
-#define MOJO_KERNEL_rotary_embedding(NAME, T, C, I, HEAD_DIM, ROT_DIM, HEADS, KV_HEADS, NEOX, THREADS)       \
+#define MOJO_ROTARY_KERNEL(NAME, T, C, I, HEAD_DIM, ROT_DIM, HEADS, KV_HEADS, NEOX, THREADS)                 \
   extern "C" __global__ void __launch_bounds__(THREADS)                                                      \
       NAME(T* __restrict__ q, T* __restrict__ k, const I* __restrict__ positions,                            \
            const C* __restrict__ cos_sin, long long tokens, long long q_stride, long long k_stride,          \
@@ -51,3 +51,6 @@ __device__ __forceinline__ void run(T* __restrict__ q, T* __restrict__ k, const 
     mojo_rotary::run<T, C, I, HEAD_DIM, ROT_DIM, HEADS, KV_HEADS, NEOX, THREADS>(q, k, positions, cos_sin,   \
                                                                                  q_stride, k_stride, max_pos); \
   }
+#define MOJO_KERNEL_rotary_embedding(NAME, P)                                                                 \
+  MOJO_ROTARY_KERNEL(NAME, P::dtype, P::cache, P::pos, P::head_dim, P::rot_dim, P::heads, P::kv_heads, P::neox, \
+                     P::threads)

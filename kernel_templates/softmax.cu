@@ -155,17 +155,20 @@ __device__ __forceinline__ void backward(T* __restrict__ grad_x, const T* __rest
 
 }  // namespace mojo_softmax
 
-#define MOJO_KERNEL_softmax(NAME, T, COLS, VEC, THREADS, ROWS, LOG)                                        \
+#define MOJO_SOFTMAX_KERNEL(NAME, T, COLS, VEC, THREADS, ROWS, LOG)                                        \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                             \
       NAME(T* __restrict__ out, const T* __restrict__ x, long long rows, long long out_stride,              \
            long long x_stride) {                                                                           \
     mojo_softmax::forward<T, COLS, VEC, THREADS, ROWS, LOG != 0>(out, x, rows, out_stride, x_stride);      \
   }
-#define MOJO_KERNEL_log_softmax MOJO_KERNEL_softmax
 
-#define MOJO_KERNEL_softmax_backward(NAME, T, COLS, VEC, THREADS, ROWS)                                    \
+#define MOJO_SOFTMAX_BACKWARD_KERNEL(NAME, T, COLS, VEC, THREADS, ROWS)                                    \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                             \
       NAME(T* __restrict__ grad_x, const T* __restrict__ grad_out, const T* __restrict__ out,              \
            long long rows) {                                                                               \
     mojo_softmax::backward<T, COLS, VEC, THREADS, ROWS>(grad_x, grad_out, out, rows);                     \
   }
+#define MOJO_KERNEL_softmax(NAME, P) MOJO_SOFTMAX_KERNEL(NAME, P::dtype, P::cols, P::vec, P::threads, P::rows, P::log)
+#define MOJO_KERNEL_log_softmax MOJO_KERNEL_softmax
+#define MOJO_KERNEL_softmax_backward(NAME, P) \
+  MOJO_SOFTMAX_BACKWARD_KERNEL(NAME, P::dtype, P::cols, P::vec, P::threads, P::rows)

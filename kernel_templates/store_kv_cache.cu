@@ -39,7 +39,7 @@ __device__ __forceinline__ void run(T* __restrict__ k_cache, T* __restrict__ v_c
 
 }  // namespace mojo_kv_cache
 
-#define MOJO_KERNEL_store_kv_cache(NAME, T, I, ROW, VEC, THREADS, ROWS)                                        \
+#define MOJO_STORE_KV_CACHE_KERNEL(NAME, T, I, ROW, VEC, THREADS, ROWS)                                        \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                                 \
       NAME(T* __restrict__ k_cache, T* __restrict__ v_cache, const T* __restrict__ k, const T* __restrict__ v, \
            const I* __restrict__ slots, long long tokens, long long num_slots, long long k_stride,             \
@@ -47,3 +47,5 @@ __device__ __forceinline__ void run(T* __restrict__ k_cache, T* __restrict__ v_c
     mojo_kv_cache::run<T, I, ROW, VEC, THREADS, ROWS>(k_cache, v_cache, k, v, slots, tokens, num_slots,        \
                                                       k_stride, v_stride);                                     \
   }
+#define MOJO_KERNEL_store_kv_cache(NAME, P) \
+  MOJO_STORE_KV_CACHE_KERNEL(NAME, P::dtype, P::slots, P::row, P::vec, P::threads, P::rows)

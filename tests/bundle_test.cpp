@@ -101,7 +101,7 @@ TEST(Bundle, CliCompileAll) {
                              " --arch sm_90 --emit ptx --cache-dir " + dir.str() + " -o " + (dir.path() / "b.ptx").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("sm_90 ptx: 12 kernels in one module"), std::string::npos) << r.output;
-  EXPECT_NE(test::read_file(dir.path() / "b.ptx").find(".entry rms_norm_bf16_hidden4096"), std::string::npos);
+  EXPECT_NE(test::read_file(dir.path() / "b.ptx").find(".entry rms_norm_bf16_hidden_4096"), std::string::npos);
 }
 
 TEST(Bundle, ExamplesManifestHasEveryOpAndDtype) {

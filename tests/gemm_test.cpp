@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "mojo/error.hpp"
-#include "mojo/reference.hpp"
+#include "reference/reference.hpp"
 #include "mojo/runtime.hpp"
 #include "test_util.hpp"
 
@@ -85,7 +85,7 @@ TEST(Gemm, Tf32IsAnOptInForF32) {
   const OpDef& op = find_op("gemm");
   const TensorSpec f(DType::f32, {4096, 4096}), h(DType::bf16, {64, 64});
   Params p = op.specialize(specs({f, f, f}), {{"tf32", 1}}, kSm90);
-  EXPECT_EQ(p.get("tfloat"), 1);
+  EXPECT_EQ(p.get("tf32"), 1);
   EXPECT_EQ(p.get("bm"), 128) << "the tensor-core tiles";
   EXPECT_EQ(p.get("vec"), 8);
   EXPECT_EQ(op.max_dynamic_smem(p), 4u * (128 + 128) * 16 * 4) << "4 stages of 4-byte elements, BK 16";
@@ -199,7 +199,7 @@ TEST(GemmReference, SmallProductsAndTransposesAgree) {
   const auto x = reference::encode(DType::f32, {1, 2}), w = reference::encode(DType::f32, {1, 1, 2, -1}),
              bias = reference::encode(DType::f32, {0.5, 0}), res = reference::encode(DType::f32, {10, 20});
   std::vector<std::uint8_t> y(8);
-  reference::linear(DType::f32, x.data(), w.data(), bias.data(), res.data(), y.data(), 1, 2, 2, 0);
+  reference::linear(DType::f32, x.data(), w.data(), bias.data(), res.data(), y.data(), 1, 2, 2, Act::none);
   EXPECT_EQ(reference::decode(DType::f32, y), (std::vector<float>{13.5f, 20}));
 }
 
@@ -302,7 +302,7 @@ TEST(Gemm, HopperPathForSixteenBitOperandsInAnyLayout) {
   const auto nt = specs({bf({4096, 4096}), bf({4096, 4096}), bf({4096, 4096})});
   Params p = gemm.specialize(nt, {{"trans_b", 1}}, sm90a);
   EXPECT_EQ(p.get("wgmma"), 1);
-  EXPECT_EQ(p.str(), "dtype=bf16 out=bf16 bm=128 bn=256 bk=64 wm=2 wn=1 stages=4 ks=1 swizzle=8 ta=0 tb=1 vec=8 beta=0 tfloat=0 wgmma=1");
+  EXPECT_EQ(p.str(), "dtype=bf16 out=bf16 bm=128 bn=256 bk=64 wm=2 wn=1 stages=4 ks=1 swizzle=8 ta=0 tb=1 vec=8 beta=0 tf32=0 wgmma=1");
   LaunchGeometry g = gemm.geometry(p, nt);
   EXPECT_EQ(g.grid.x, 32u * 16u) << "every tile; the Runtime caps a persistent grid at the SM count";
   EXPECT_TRUE(g.persistent);

@@ -110,7 +110,7 @@ void check_linear(Runtime& rt, DType d, std::int64_t m, std::int64_t n, std::int
   rt.device().synchronize();
   std::vector<std::uint8_t> want(y.nbytes());
   reference::linear(d, xh.data(), wh.data(), bias ? bh.data() : nullptr, residual ? rh.data() : nullptr, want.data(),
-                    m, n, k, act);
+                    m, n, k, Act(act));
   test::expect_close(d, yd.read(), want, "out", gemm_tolerance(d, k));
 }
 
@@ -179,7 +179,7 @@ TEST_P(GpuGemm, LinearResidualMayBeTheOutputItself) {
   rt->launch("linear", {yd, xd, wd, Tensor{TensorSpec(), 0}, yd});  // y += x w^T
   rt->device().synchronize();
   std::vector<std::uint8_t> want(y.nbytes());
-  reference::linear(DType::bf16, xh.data(), wh.data(), nullptr, yh.data(), want.data(), m, n, k, 0);
+  reference::linear(DType::bf16, xh.data(), wh.data(), nullptr, yh.data(), want.data(), m, n, k, Act::none);
   test::expect_close(DType::bf16, yd.read(), want, "out", gemm_tolerance(DType::bf16, k));
 }
 

@@ -186,15 +186,15 @@ TEST_P(GpuOps, SoftmaxBackward) {
 TEST_P(GpuOps, Activations) {
   struct Case {
     const char* op;
-    reference::Activation act;
+    Act act;
     bool gated;
     double approximate;
   };
-  const Case cases[] = {{"silu", reference::Activation::silu, false, 0},
-                        {"gelu", reference::Activation::gelu, false, 0},
-                        {"gelu", reference::Activation::gelu_tanh, false, 1},
-                        {"swiglu", reference::Activation::silu, true, 0},
-                        {"gelu_and_mul", reference::Activation::gelu, true, 0}};
+  const Case cases[] = {{"silu", Act::silu, false, 0},
+                        {"gelu", Act::gelu, false, 0},
+                        {"gelu", Act::gelu_tanh, false, 1},
+                        {"swiglu", Act::silu, true, 0},
+                        {"gelu_and_mul", Act::gelu, true, 0}};
   for (const Case& c : cases)
     for (DType d : kFloatTypes)
       for (Rows s : {Rows{1, 1}, Rows{1, 31}, Rows{3, 4097}, Rows{32, 12288}}) {
@@ -350,8 +350,8 @@ TEST_P(GpuOps, BundleOfEveryOpLoadsAsOneModuleAndEachKernelRuns) {
     rt->launch("softmax", {so, si});
     sync();
     std::vector<std::uint8_t> want(x.nbytes()), want_g(x.nbytes()), want_s(sx.nbytes());
-    reference::activation(d, reference::Activation::silu, false, xh.data(), want.data(), x.numel(), 12288);
-    reference::activation(d, reference::Activation::silu, true, gh.data(), want_g.data(), x.numel(), 12288);
+    reference::activation(d, Act::silu, false, xh.data(), want.data(), x.numel(), 12288);
+    reference::activation(d, Act::silu, true, gh.data(), want_g.data(), x.numel(), 12288);
     reference::softmax(d, sh.data(), want_s.data(), 32, 151936, false);
     test::expect_close(d, xo.read(), want, "silu");
     test::expect_close(d, go.read(), want_g, "swiglu");

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "mojo/error.hpp"
-#include "mojo/reference.hpp"
+#include "reference/reference.hpp"
 #include "mojo/runtime.hpp"
 #include "gpu_util.hpp"
 
@@ -110,7 +110,7 @@ TEST_F(GpuFixture, GpuKernelHandleLaunchesAndRejectsOtherShapes) {
   const TensorSpec x(DType::f16, {8, 256}), w(DType::f16, {256});
   DeviceBuffer xb(x.nbytes()), wb(w.nbytes()), ob(x.nbytes());
   KernelHandle h = rt->get_kernel("rms_norm", {ob.as(x), xb.as(x), wb.as(w)});
-  EXPECT_EQ(h.kernel_name(), "rms_norm_f16_hidden256_vec8_threads32_rows4");
+  EXPECT_EQ(h.kernel_name(), "rms_norm_f16_hidden_256_vec_8_threads_32_rows_4");
   if (!rt->device().is_cpu()) EXPECT_GT(h.function().num_registers(), 0);  // the emulator has no registers
   h.launch({ob.as(x), xb.as(x), wb.as(w)}, {{"eps", 1e-6f}});
   const TensorSpec x2(DType::f16, {4, 128}), w2(DType::f16, {128});

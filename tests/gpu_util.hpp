@@ -15,7 +15,7 @@
 
 #include "mojo/check.hpp"
 #include "mojo/device.hpp"
-#include "mojo/reference.hpp"
+#include "reference/reference.hpp"
 #include "mojo/runtime.hpp"
 #include "ops/indices.hpp"
 #include "test_util.hpp"

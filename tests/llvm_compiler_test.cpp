@@ -161,7 +161,7 @@ TEST(LlvmCompiler, TwoThreadsCompileAtOnce) {
     });
   for (auto& t : threads) t.join();
   for (int t = 0; t < 4; ++t)
-    EXPECT_EQ(names[t].rfind(fmt::format("rms_norm_bf16_hidden{}_vec8_", 1024 * (t + 1)), 0), 0u) << names[t];
+    EXPECT_EQ(names[t].rfind(fmt::format("rms_norm_bf16_hidden_{}_vec_8_", 1024 * (t + 1)), 0), 0u) << names[t];
   EXPECT_EQ(rt.stats().compiles, 4u);
 }
 
@@ -170,8 +170,8 @@ TEST(LlvmCompiler, CliEmitsWithTheLlvmCompiler) {
   auto r = test::run_command(std::string(MOJO_TEST_CLI) + " --emit=llvm-opt --compiler=llvm rms_norm --dtype bf16 "
                              "--shape x=4x4096 --arch sm_90 --cache-dir " + cache.str());
   EXPECT_EQ(r.exit_code, 0) << r.output.substr(0, 500);
-  EXPECT_NE(r.output.find("define ptx_kernel void @rms_norm_bf16_hidden4096") == std::string::npos
-                ? r.output.find("@rms_norm_bf16_hidden4096")
+  EXPECT_NE(r.output.find("define ptx_kernel void @rms_norm_bf16_hidden_4096") == std::string::npos
+                ? r.output.find("@rms_norm_bf16_hidden_4096")
                 : 0,
             std::string::npos);
   auto env = test::run_command("MOJO_JIT_COMPILER=llvm " + std::string(MOJO_TEST_CLI) +

@@ -2,6 +2,7 @@
 // alignment, its errors by content, and the CPU references checked against
 // facts that do not depend on them (known values, sums, a finite-difference
 // gradient), since the GPU tests trust them.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,7 +10,7 @@
 
 #include "mojo/error.hpp"
 #include "mojo/op.hpp"
-#include "mojo/reference.hpp"
+#include "reference/reference.hpp"
 #include "test_util.hpp"
 
 using namespace mojo;
@@ -36,7 +37,9 @@ TEST(Ops, EveryOpHasAWorkingExampleAndDocumentedTensors) {
     EXPECT_EQ(tensors.size(), op->tensor_args().size());
     Params p = op->specialize(tensors, {}, kSm90);
     EXPECT_EQ(p.dtype("dtype"), DType::bf16);
-    EXPECT_EQ(op->entry_line(p).rfind("MOJO_KERNEL_" + std::string(op->name()) + "(", 0), 0u);
+    const std::string kernel = op->kernel_name(p);
+    EXPECT_EQ(op->entry_line(p).rfind(fmt::format("struct {}_p {{ using dtype = mojo::bf16;", kernel), 0), 0u);
+    EXPECT_NE(op->entry_line(p).find(fmt::format("\nMOJO_KERNEL_{}", op->name())), std::string::npos);
     LaunchGeometry g = op->geometry(p, tensors);
     EXPECT_GT(g.grid.x, 0u);
     EXPECT_GT(g.block.x, 0u);
@@ -153,11 +156,10 @@ TEST(StoreKvCacheOp, RowsAreHeadsTimesHeadDim) {
 // ---- the CPU references ----------------------------------------------------------
 
 TEST(Reference, ActivationsAtKnownPoints) {
-  using reference::Activation;
-  EXPECT_NEAR(reference::activate(Activation::silu, 1.0), 0.7310585786300049, 1e-12);
-  EXPECT_NEAR(reference::activate(Activation::gelu, 1.0), 0.8413447460685429, 1e-12);
-  EXPECT_NEAR(reference::activate(Activation::gelu_tanh, 1.0), 0.8411919906082768, 1e-12);
-  EXPECT_NEAR(reference::activate(Activation::gelu, -3.0), -0.004049694, 1e-8);
+  EXPECT_NEAR(reference::activate(Act::silu, 1.0), 0.7310585786300049, 1e-12);
+  EXPECT_NEAR(reference::activate(Act::gelu, 1.0), 0.8413447460685429, 1e-12);
+  EXPECT_NEAR(reference::activate(Act::gelu_tanh, 1.0), 0.8411919906082768, 1e-12);
+  EXPECT_NEAR(reference::activate(Act::gelu, -3.0), -0.004049694, 1e-8);
 }
 
 TEST(Reference, SoftmaxRowsSumToOneAndLogSoftmaxAgrees) {

@@ -4,6 +4,7 @@
 
 #include "mojo/error.hpp"
 #include "mojo/op.hpp"
+#include "mojo/runtime.hpp"
 #include "test_util.hpp"
 
 using namespace mojo;
@@ -26,9 +27,29 @@ TEST(RmsNormOp, HiddenIsACompileTimeParamAndVectorsAre16Bytes) {
   Params p = params(DType::bf16, 4096, 4096);
   EXPECT_EQ(p.str(), "dtype=bf16 hidden=4096 vec=8 threads=128 rows=1");
   EXPECT_EQ(params(DType::f32, 4096, 4096).get("vec"), 4);
-  EXPECT_EQ(op().kernel_name(p), "rms_norm_bf16_hidden4096_vec8_threads128_rows1");
-  EXPECT_EQ(op().entry_line(p), "MOJO_KERNEL_rms_norm(rms_norm_bf16_hidden4096_vec8_threads128_rows1, mojo::bf16, "
-                                "4096, 8, 128, 1)");
+  EXPECT_EQ(op().kernel_name(p), "rms_norm_bf16_hidden_4096_vec_8_threads_128_rows_1");
+  EXPECT_EQ(op().entry_line(p),
+            "struct rms_norm_bf16_hidden_4096_vec_8_threads_128_rows_1_p { using dtype = mojo::bf16; "
+            "static constexpr int hidden = 4096, vec = 8, threads = 128, rows = 1; };\n"
+            "MOJO_KERNEL_rms_norm(rms_norm_bf16_hidden_4096_vec_8_threads_128_rows_1, "
+            "rms_norm_bf16_hidden_4096_vec_8_threads_128_rows_1_p)");
+}
+
+// The template reads its params by name: one it misspells (or one the op
+// stops giving) is a compile error that names it, not a silent swap.
+TEST(RmsNormOp, AParamTheTemplateMisspellsIsACompileErrorNamingIt) {
+  test::TempDir dir;
+  ASSERT_EQ(test::write_template_variant(dir.path(), "rms_norm.cu", "P::hidden, P::vec, P::threads, P::rows, false",
+                                         "P::hiden, P::vec, P::threads, P::rows, false"),
+            1);
+  RuntimeOptions o;
+  o.disk_cache = false;
+  o.template_paths = {dir.path()};
+  Runtime rt(o);
+  const std::string msg = error_of<CompileError>([&] {
+    rt.compile("rms_norm", args(DType::bf16, 4, 4096), {}, kSm90, Emit::ptx);
+  });
+  EXPECT_NE(msg.find("hiden"), std::string::npos) << msg;
 }
 
 TEST(RmsNormOp, RowCountDoesNotChangeTheSpecialization) {

@@ -232,11 +232,16 @@ class OpDef {
     return default_tolerance(out);
   }
 
-  // "rms_norm_bf16_hidden4096_vec8_threads128_rows1": readable in PTX and profiles.
+  // "rms_norm_bf16_hidden_4096_vec_8_threads_128_rows_1": readable in PTX and profiles.
   std::string kernel_name(const Params& params) const;
-  // The line appended to the template that instantiates the kernel:
-  // MOJO_KERNEL_<op>(<kernel_name>, <param values in order>).
+  // The lines appended to the template that instantiate the kernel: the
+  // params as a struct the template reads by name, then the entry macro:
+  //   struct K_p { using dtype = mojo::bf16; static constexpr int hidden = 4096, ...; };
+  //   MOJO_KERNEL_rms_norm(K, K_p)
   std::string entry_line(const Params& params) const;
+  // The template's macro for these params: MOJO_KERNEL_<op>, unless a param
+  // picks another entry point (a kernel with another signature).
+  virtual std::string entry_macro(const Params& params) const;
   // Value of a scalar argument by name, or its declared default.
   double scalar(ScalarList scalars, std::string_view name) const;
   // Throws InvalidArgumentError for a scalar name this op does not declare.

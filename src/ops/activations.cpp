@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "mojo/error.hpp"
-#include "mojo/reference.hpp"
+#include "reference/reference.hpp"
 #include "ops/host_data.hpp"
 #include "ops/checks.hpp"
 #include "ops/registry.hpp"
@@ -23,9 +23,6 @@ constexpr TensorArgInfo kGatedTensors[] = {
 constexpr ScalarArgInfo kGeluScalars[] = {{"approximate", 0, "0: the erf form; 1: the tanh approximation"}};
 constexpr int kThreads = 256;
 
-// The template's activation codes (mojo::activate in the prelude).
-enum class Act { gelu = 1, gelu_tanh = 2, silu = 3 };
-
 class Activation final : public OpDef {
  public:
   Activation(std::string_view name, std::string_view summary, bool gelu, bool gated)
@@ -33,9 +30,9 @@ class Activation final : public OpDef {
   std::string_view name() const override { return name_; }
   void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
                  ScalarList scalars) const override {
-    const auto act = !gelu_ ? reference::Activation::silu
-                     : scalar(scalars, "approximate") != 0 ? reference::Activation::gelu_tanh
-                                                             : reference::Activation::gelu;
+    const auto act = !gelu_ ? Act::silu
+                     : scalar(scalars, "approximate") != 0 ? Act::gelu_tanh
+                                                             : Act::gelu;
     reference::activation(specs[1].dtype(), act, gated_, d[1].data(), d[0].data(), specs[0].numel(),
                           host_data::last_dim(specs[0]));
   }

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "mojo/error.hpp"
-#include "mojo/reference.hpp"
+#include "reference/reference.hpp"
 #include "ops/host_data.hpp"
 #include "ops/checks.hpp"
 #include "ops/indices.hpp"

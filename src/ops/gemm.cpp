@@ -13,7 +13,7 @@
 #include <cmath>
 
 #include "mojo/error.hpp"
-#include "mojo/reference.hpp"
+#include "reference/reference.hpp"
 #include "ops/host_data.hpp"
 #include "ops/checks.hpp"
 #include "ops/indices.hpp"
@@ -152,7 +152,7 @@ TileConfig tile_of(const Params& p) {
   const DType dtype = p.dtype("dtype");
   return {int(p.get("bm")),     int(p.get("bn")),       int(p.get("bk")),
           int(p.get("wm")),     int(p.get("wn")),       int(p.get("stages")),
-          int(dtype_size(dtype)), dtype != DType::f32 || p.get("tfloat") != 0, p.get("wgmma") != 0,
+          int(dtype_size(dtype)), dtype != DType::f32 || p.get("tf32") != 0, p.get("wgmma") != 0,
           int(p.get("ks")), int(p.get("swizzle"))};
 }
 
@@ -306,6 +306,10 @@ class TileOp : public OpDef {
   std::span<const DType> dtypes() const override { return kInputTypes; }
   std::string_view template_file() const override { return "gemm.cu"; }
   unsigned max_dynamic_smem(const Params& p) const override { return tile_of(p).smem_bytes(); }
+  // The sm_90a kernel has its own signature (TMA descriptors): its own entry macro.
+  std::string entry_macro(const Params& p) const override {
+    return OpDef::entry_macro(p) + (p.get("wgmma") != 0 ? "_sm90" : "");
+  }
   std::vector<Params> tuning_candidates(const Params& chosen, const Target& target) const override {
     return tile_candidates(chosen, target);
   }
@@ -402,7 +406,7 @@ class Gemm final : public TileOp {
     p.add("tb", d.trans_b);
     p.add("vec", vec_param(tile, aligned));
     p.add("beta", scalar(scalars, "beta") != 0 ? 1 : 0);
-    p.add("tfloat", tf32);  // "tf32" would read "tf320" in kernel names
+    p.add("tf32", tf32);
     p.add("wgmma", tile.wgmma);
     return p;
   }
@@ -511,7 +515,7 @@ class Linear final : public TileOp {
     const TensorSpec &x = specs[1], &w = specs[2];
     reference::linear(x.dtype(), d[1].data(), d[2].data(), d[3].empty() ? nullptr : d[3].data(),
                       d[4].empty() ? nullptr : d[4].data(), d[0].data(), host_data::rows(x), w.dim(0), w.dim(1),
-                      int(scalar(scalars, "activation")));
+                      Act(int(scalar(scalars, "activation"))));
   }
   Tolerance tolerance(DType out, std::span<const TensorSpec> specs, ScalarList scalars) const override {
     return product_tolerance(out, specs[2].dim(1), scalar(scalars, "tf32") != 0);
@@ -531,7 +535,7 @@ class Linear final : public TileOp {
     const bool tf32 = tf32_of(*this, scalars, dtype);
     expect_tensor_cores(name(), dtype, tf32, target);
     const double act = scalar(scalars, "activation");
-    if (act != 0 && act != 1 && act != 2 && act != 3)
+    if (act != int(Act::none) && act != int(Act::gelu) && act != int(Act::gelu_tanh) && act != int(Act::silu))
       throw InvalidArgumentError(
           fmt::format("{}: activation is {}; expected 0 (none), 1 (gelu), 2 (gelu tanh) or 3 (silu)", name(), act));
     Params p;
@@ -545,7 +549,7 @@ class Linear final : public TileOp {
     p.add("bias", t[3].spec.rank() != 0 ? 1 : 0);
     p.add("act", std::int64_t(act));
     p.add("residual", t[4].spec.rank() != 0 ? 1 : 0);
-    p.add("tfloat", tf32);
+    p.add("tf32", tf32);
     p.add("wgmma", tile.wgmma);
     return p;
   }
@@ -701,7 +705,7 @@ class GroupGemm final : public TileOp {
     add_tile(p, tile);
     p.add("vec", vec_param(tile, aligned));
     p.add("offsets", std::int64_t(dtype_size(t[3].spec.dtype())));
-    p.add("tfloat", tf32);
+    p.add("tf32", tf32);
     p.add("wgmma", tile.wgmma);
     return p;
   }

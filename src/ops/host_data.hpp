@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "mojo/reference.hpp"
+#include "reference/reference.hpp"
 #include "mojo/tensor.hpp"
 #include "ops/indices.hpp"
 

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "mojo/error.hpp"
-#include "mojo/reference.hpp"
+#include "reference/reference.hpp"
 #include "ops/host_data.hpp"
 #include "ops/checks.hpp"
 #include "ops/registry.hpp"

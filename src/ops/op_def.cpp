@@ -2,12 +2,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <random>
 #include <sstream>
 
 #include "mojo/error.hpp"
 #include "mojo/op.hpp"
-#include "mojo/reference.hpp"
+#include "reference/reference.hpp"
 #include "ops/host_data.hpp"
 
 namespace mojo {
@@ -64,23 +65,32 @@ std::string_view device_type_name(DType dtype) noexcept {
 std::string OpDef::kernel_name(const Params& params) const {
   std::string s(name());
   for (const Param& p : params.items()) {
-    if (p.is_dtype)
+    if (p.is_dtype && p.name == "dtype")
       s += fmt::format("_{}", dtype_name(DType(p.value)));
+    else if (p.is_dtype)
+      s += fmt::format("_{}_{}", p.name, dtype_name(DType(p.value)));
     else
-      s += fmt::format("_{}{}", p.name, p.value);
+      s += fmt::format("_{}_{}", p.name, p.value < 0 ? fmt::format("m{}", -p.value) : std::to_string(p.value));
   }
   return s;
 }
 
+std::string OpDef::entry_macro(const Params&) const { return fmt::format("MOJO_KERNEL_{}", name()); }
+
 std::string OpDef::entry_line(const Params& params) const {
-  std::string s = fmt::format("MOJO_KERNEL_{}({}", name(), kernel_name(params));
+  const std::string kernel = kernel_name(params);
+  std::string types, ints;
   for (const Param& p : params.items()) {
-    if (p.is_dtype)
-      s += fmt::format(", {}", device_type_name(DType(p.value)));
-    else
-      s += fmt::format(", {}", p.value);
+    if (p.is_dtype) {
+      types += fmt::format(" using {} = {};", p.name, device_type_name(DType(p.value)));
+    } else {
+      if (p.value < INT32_MIN || p.value > INT32_MAX)
+        throw Error(fmt::format("internal error: {} param {}={} does not fit an int", name(), p.name, p.value));
+      ints += fmt::format("{}{} = {}", ints.empty() ? "" : ", ", p.name, p.value);
+    }
   }
-  return s + ")";
+  if (!ints.empty()) ints = fmt::format(" static constexpr int {};", ints);
+  return fmt::format("struct {}_p {{{}{} }};\n{}({}, {}_p)", kernel, types, ints, entry_macro(params), kernel, kernel);
 }
 
 double OpDef::scalar(ScalarList scalars, std::string_view name) const {

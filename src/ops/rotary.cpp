@@ -6,7 +6,7 @@
 #include <bit>
 
 #include "mojo/error.hpp"
-#include "mojo/reference.hpp"
+#include "reference/reference.hpp"
 #include "ops/host_data.hpp"
 #include "ops/checks.hpp"
 #include "ops/indices.hpp"

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "mojo/error.hpp"
-#include "mojo/reference.hpp"
+#include "reference/reference.hpp"
 
 namespace mojo {
 

@@ -13,7 +13,7 @@
 #include <limits>
 
 #include "device/cpu/block.hpp"
-#include "mojo/reference.hpp"
+#include "reference/reference.hpp"
 
 namespace mojo::cpu {
 

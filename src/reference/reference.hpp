@@ -1,6 +1,8 @@
-// CPU references for every op, in plain C++ with float64 accumulation, and
-// the host-side dtype conversions tests and examples need to fill and read
-// device buffers. Tensors here are host byte buffers of the op's dtype.
+// The CPU references of every op (src/reference/<op>.cpp), in plain C++ with
+// float64 accumulation, and the host-side dtype conversions tests and examples
+// need to fill and read device buffers. Tensors here are host byte buffers of
+// the op's dtype. A static library of its own (mojo_jit_reference): ops,
+// mojo::check_op, tests, benchmarks and examples use it; it is not installed.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "mojo/tensor.hpp"
+#include "mojo_activation.h"
 
 namespace mojo::reference {
 
@@ -44,11 +47,10 @@ void softmax(DType dtype, const void* x, void* out, std::int64_t rows, std::int6
 void softmax_backward(DType dtype, const void* grad_out, const void* out, void* grad_x, std::int64_t rows,
                       std::int64_t cols);
 
-enum class Activation { silu, gelu, gelu_tanh };
-double activate(Activation act, double x);
+double activate(Act act, double x);
 // Plain: out[i] = act(x[i]) for n elements. Gated: x is [rows, 2 * d],
 // out [rows, d] = act(x[:, :d]) * x[:, d:], with rows = n / d.
-void activation(DType dtype, Activation act, bool gated, const void* x, void* out, std::int64_t n, std::int64_t d);
+void activation(DType dtype, Act act, bool gated, const void* x, void* out, std::int64_t n, std::int64_t d);
 
 // Rotary embedding in place on contiguous q [tokens, heads, head_dim] and
 // k [tokens, kv_heads, head_dim]; positions are i64; cos_sin is f32
@@ -70,9 +72,9 @@ void store_kv_cache(DType dtype, const void* k, const void* v, const std::int64_
 void gemm(DType in, DType out, const void* a, const void* b, void* c, std::int64_t batch, std::int64_t m,
           std::int64_t n, std::int64_t k, double alpha, double beta, bool trans_a, bool trans_b);
 // out[M, N] = act(x[M, K] * w[N, K]^T + bias) + residual; bias and residual
-// may be null; act: 0 none, 1 gelu, 2 gelu_tanh, 3 silu (the op's codes).
+// may be null.
 void linear(DType dtype, const void* x, const void* w, const void* bias, const void* residual, void* out,
-            std::int64_t m, std::int64_t n, std::int64_t k, int act);
+            std::int64_t m, std::int64_t n, std::int64_t k, Act act);
 
 // For each group g: out[r, :] = x[r, :] * w[g]^T for r in [offsets[g], offsets[g + 1]);
 // x [rows, K], w [groups, N, K], out [rows, N]; rows outside every group are left alone.
