@@ -7,6 +7,7 @@
 #include <new>
 #include <random>
 
+#include "device/hooks.hpp"
 #include "mojo/error.hpp"
 #include "reference/reference.hpp"
 #include "mojo/runtime.hpp"
@@ -146,6 +147,68 @@ TEST_F(GpuFixture, GpuCacheHitLaunchDoesNotAllocate) {
   EXPECT_GE(rt->stats().memory_hits, 100u);
   EXPECT_EQ(rt->stats().compiles, 1u);
   rt->device().synchronize();
+}
+
+// The launches a sink took: each one's first argument (every op's output pointer).
+namespace {
+std::vector<DevicePtr> g_sunk_outputs;
+void sink(const Function&, Dim3, Dim3, unsigned, StreamHandle, void** args) {
+  if (g_sunk_outputs.size() < g_sunk_outputs.capacity()) g_sunk_outputs.push_back(*static_cast<DevicePtr*>(args[0]));
+}
+}  // namespace
+
+// A cache hit by handle or by name reuses what was bound: no allocation, no
+// driver call but the launch (the sm_90a linear's TMA descriptors included),
+// and the arguments are those of the tensors given now, not of the bound ones.
+TEST(HotPath, ReusesTheBindingWithoutAllocationOrDriverCallAndPacksTheTensorsGiven) {
+  RuntimeOptions o;
+  o.disk_cache = false;
+  o.device = "cpu:sm_90a";
+  Runtime rt(o);
+  struct Case {
+    const char* op;
+    std::vector<TensorSpec> specs;
+    std::vector<ScalarArg> scalars;
+  };
+  const TensorSpec x(DType::bf16, {16, 256}), w(DType::bf16, {256}), lw(DType::bf16, {256, 256});
+  const Case cases[] = {{"rms_norm", {x, x, w}, {{"eps", 1e-5}}},
+                        {"linear", {x, x, lw, TensorSpec(), TensorSpec()}, {{"path", 90}}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.op);
+    std::vector<DeviceBuffer> buffers;
+    std::vector<Tensor> sets[2];
+    for (const TensorSpec& s : c.specs)
+      for (std::vector<Tensor>& set : sets) {
+        buffers.emplace_back(s.nbytes());
+        set.push_back(s.rank() == 0 ? Tensor{s, 0} : buffers.back().as(s));
+      }
+    device_hooks::set_launch_sink(sink);
+    const KernelHandle h = rt.get_kernel(c.op, sets[0], c.scalars);
+    if (std::string(c.op) == "linear") EXPECT_EQ(h.params().get("wgmma"), 1);
+    rt.launch(c.op, sets[0], c.scalars);
+    rt.launch(c.op, sets[1], c.scalars);
+    g_sunk_outputs.clear();
+    g_sunk_outputs.reserve(64);
+    const std::size_t allocations = tls_allocations;
+    const std::uint64_t driver_calls = device_hooks::driver_calls();
+    for (int i = 0; i < 8; ++i) {
+      h.launch(sets[i % 2], c.scalars);
+      rt.launch(c.op, sets[i % 2], c.scalars);
+    }
+    EXPECT_EQ(tls_allocations - allocations, 0u);
+    EXPECT_EQ(device_hooks::driver_calls() - driver_calls, 0u);
+    device_hooks::set_launch_sink(nullptr);
+    ASSERT_EQ(g_sunk_outputs.size(), 16u);
+    for (int i = 0; i < 16; ++i) EXPECT_EQ(g_sunk_outputs[std::size_t(i)], sets[i / 2 % 2][0].data) << i;
+    // Scalars other than the bound ones are specialized again: a handle of another eps still runs.
+    if (std::string(c.op) == "rms_norm") {
+      g_sunk_outputs.clear();
+      device_hooks::set_launch_sink(sink);
+      h.launch(sets[1], {{"eps", 1e-3}});
+      device_hooks::set_launch_sink(nullptr);
+      EXPECT_EQ(g_sunk_outputs.size(), 1u);
+    }
+  }
 }
 
 TEST_F(GpuFixture, GpuSecondProcessFindsTheKernelOnDisk) {

@@ -37,6 +37,9 @@ class Scalar {
   double as_double() const noexcept { return is_int_ ? double(int_) : real_; }
   std::int64_t as_int() const noexcept { return is_int_ ? int_ : std::int64_t(real_); }
   bool is_int() const noexcept { return is_int_; }
+  friend bool operator==(const Scalar& a, const Scalar& b) noexcept {
+    return a.is_int_ == b.is_int_ && (a.is_int_ ? a.int_ == b.int_ : a.real_ == b.real_);
+  }
 
  private:
   union {
@@ -116,6 +119,9 @@ struct LaunchGeometry {
 // The kernel's arguments in cuLaunchKernel's form, in a fixed inline buffer.
 class KernelArgs {
  public:
+  KernelArgs() = default;
+  KernelArgs(const KernelArgs&) = delete;  // the pointers point into this object's own storage
+  KernelArgs& operator=(const KernelArgs&) = delete;
   template <class T>
   void push(const T& value) {
     static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= 64 && sizeof(T) <= 256);
@@ -128,6 +134,8 @@ class KernelArgs {
     used_ += sizeof(T);
   }
   void** data() noexcept { return pointers_.data(); }
+  // For a launch, which reads the arguments and never writes them.
+  void** data() const noexcept { return const_cast<void**>(pointers_.data()); }
   int count() const noexcept { return count_; }
   // Argument i's size and alignment in bytes, to check against the kernel's parameter list.
   std::size_t size(int i) const noexcept { return std::size_t(sizes_[std::size_t(i)]) + 1; }

@@ -85,11 +85,15 @@ struct Bundle {
 };
 
 struct LoadedKernel;
+struct Binding;
 
-// A specialization resolved once: launch() does no lookup at all. It checks
-// that the tensors still fit the specialization (a different hidden size or
-// alignment throws rather than running the wrong kernel). Valid while its
-// Runtime lives.
+// A specialization resolved once. Launched with tensors of the shapes,
+// strides and dtypes it was resolved for (and pointers aligned at least as
+// well) and the same scalars, it reuses everything: no specialization, no
+// allocation, no lookup, nothing from the driver but the launch. Other
+// tensors are specialized again and must give the same kernel (a different
+// hidden size or alignment throws rather than running the wrong kernel).
+// Valid while its Runtime lives.
 class KernelHandle {
  public:
   void launch(TensorList tensors, ScalarList scalars = {}, StreamHandle stream = nullptr) const;
@@ -99,12 +103,14 @@ class KernelHandle {
 
  private:
   friend class Runtime;
-  KernelHandle(const OpDef* op, const LoadedKernel* kernel, Params params, Target target)
-      : op_(op), kernel_(kernel), params_(params), target_(target) {}
+  KernelHandle(const OpDef* op, const LoadedKernel* kernel, Params params, Target target,
+               std::shared_ptr<const Binding> binding)
+      : op_(op), kernel_(kernel), params_(params), target_(target), binding_(std::move(binding)) {}
   const OpDef* op_;
   const LoadedKernel* kernel_;
   Params params_;
   Target target_;
+  std::shared_ptr<const Binding> binding_;  // what it was resolved for
 };
 
 class Runtime {

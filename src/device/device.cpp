@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +15,7 @@
 #include "device/cpu/executor.hpp"
 #include "device/cpu/library.hpp"
 #include "device/driver.hpp"
+#include "device/hooks.hpp"
 #include "mojo/error.hpp"
 
 namespace mojo {
@@ -25,6 +28,7 @@ namespace cpu {
 struct Current {
   bool cpu = false;
   Limits limits;
+  CUcontext context = nullptr;  // the CUDA context this thread made current through a Device
 };
 thread_local Current t_current;
 
@@ -150,21 +154,24 @@ Device Device::open(int ordinal) {
 void Device::make_current() const {
   cpu::t_current.cpu = cpu_;
   if (cpu_) {
+    device_hooks::count_driver_call();  // cuCtxSetCurrent on a GPU
     cpu::t_current.limits = cpu::Limits::of(target_);
+    cpu::t_current.context = nullptr;
     return;
   }
   MOJO_CU(cuCtxSetCurrent(context_->context));
+  cpu::t_current.context = context_->context;
 }
 
+// What this thread made current is remembered, so that a launch asks the
+// driver nothing (a context made current behind the Runtime's back, through
+// the driver itself, needs Device::make_current again).
 void Device::ensure_current() const {
   if (cpu_) {
     if (!cpu::t_current.cpu || !(cpu::t_current.limits.target == target_)) make_current();
     return;
   }
-  if (cpu::t_current.cpu) return make_current();  // the thread was on the cpu device
-  CUcontext current = nullptr;
-  MOJO_CU(cuCtxGetCurrent(&current));
-  if (current != context_->context) make_current();
+  if (cpu::t_current.cpu || cpu::t_current.context != context_->context) make_current();
 }
 
 void Device::synchronize() const {
@@ -241,6 +248,7 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes) : size_(bytes), cpu_(cpu::t_curren
     MOJO_CU(cuMemAlloc(&ptr_, bytes));
     return;
   }
+  device_hooks::count_driver_call();  // cuMemAlloc on a GPU
   // Exactly `bytes`, so that ASan sees a kernel reading past the end. 256-byte aligned, as cuMemAlloc's.
   void* p = nullptr;
   if (posix_memalign(&p, 256, bytes) != 0)
@@ -299,7 +307,10 @@ void DeviceBuffer::fill_bytes(std::uint8_t value) {
 
 Module Module::load(std::string_view image) {
   Module m;
-  if (cpu::t_current.cpu) m.cpu_ = cpu::Library::load(image);
+  if (cpu::t_current.cpu) {
+    device_hooks::count_driver_call();  // cuModuleLoadData on a GPU
+    m.cpu_ = cpu::Library::load(image);
+  }
   else MOJO_CU(cuModuleLoadData(&m.module_, image.data()));
   return m;
 }
@@ -340,6 +351,7 @@ int Function::max_threads_per_block() const {
 }
 void Function::set_max_dynamic_shared(int bytes) const {
   if (cpu_ != nullptr) {
+    device_hooks::count_driver_call();  // cuFuncSetAttribute on a GPU
     if (bytes < 0 || bytes > int(cpu::t_current.limits.max_smem_optin))
       throw DeviceError(fmt::format("cpu device: {} bytes of dynamic shared memory; {} allows at most {}", bytes,
                                     cpu::t_current.limits.target.sm_name(), cpu::t_current.limits.max_smem_optin));
@@ -349,8 +361,21 @@ void Function::set_max_dynamic_shared(int bytes) const {
   MOJO_CU(cuFuncSetAttribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
 }
 
+namespace {
+std::atomic<std::uint64_t> g_driver_calls{0};
+std::atomic<device_hooks::LaunchSink> g_launch_sink{nullptr};
+}  // namespace
+
+std::uint64_t device_hooks::driver_calls() noexcept { return g_driver_calls.load(std::memory_order_relaxed); }
+void device_hooks::count_driver_call() noexcept { g_driver_calls.fetch_add(1, std::memory_order_relaxed); }
+void device_hooks::set_launch_sink(LaunchSink sink) noexcept { g_launch_sink.store(sink, std::memory_order_relaxed); }
+
 void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream,
             void** args) {
+  if (const device_hooks::LaunchSink sink = g_launch_sink.load(std::memory_order_relaxed)) {
+    sink(f, grid, block, dynamic_smem, stream, args);
+    return;
+  }
   if (const cpu::Kernel* k = f.cpu_kernel()) {
     const cpu::Schedule schedule = cpu::Schedule::from_env();
     if (stream != nullptr && cpu::stream_of(stream)->capture != nullptr) {
@@ -380,8 +405,57 @@ void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle st
   else copy();
 }
 
+namespace {
+
+// What a TMA descriptor is encoded from, on which device.
+struct TensorMapKey {
+  DevicePtr base;
+  std::int64_t dtype, cols, rows, batches, row_stride, batch_stride, box_cols, box_rows;
+  const void* device;  // the CUDA context, or null for the cpu device
+  bool operator==(const TensorMapKey&) const = default;
+};
+
+// The descriptors this thread encoded last, so that launching on the same
+// tensors again encodes nothing: a small direct-mapped table, no lock, no allocation.
+struct TensorMapMemo {
+  static constexpr std::size_t kSlots = 32;
+  std::array<TensorMapKey, kSlots> keys{};
+  std::array<TensorMap, kSlots> maps{};
+  std::array<bool, kSlots> used{};
+  static std::size_t slot(const TensorMapKey& k) noexcept {
+    std::uint64_t h = k.base ^ std::uint64_t(k.rows) * 0x9E3779B97F4A7C15ull ^ std::uint64_t(k.cols) << 17 ^
+                      std::uint64_t(k.box_rows) << 40 ^ std::uint64_t(k.batches) << 7;
+    h ^= h >> 29;
+    return std::size_t(h * 0xBF58476D1CE4E5B9ull >> 59) % kSlots;
+  }
+};
+thread_local TensorMapMemo t_tensor_maps;
+
+TensorMap encode_tile_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::int64_t rows,
+                                 std::int64_t batches, std::int64_t row_stride, std::int64_t batch_stride,
+                                 unsigned box_cols, unsigned box_rows);
+
+}  // namespace
+
 TensorMap tile_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::int64_t rows, std::int64_t batches,
                           std::int64_t row_stride, std::int64_t batch_stride, unsigned box_cols, unsigned box_rows) {
+  const TensorMapKey key{base, std::int64_t(dtype), cols, rows, batches, row_stride, batch_stride, box_cols, box_rows,
+                         cpu::t_current.cpu ? nullptr : static_cast<const void*>(cpu::t_current.context)};
+  TensorMapMemo& memo = t_tensor_maps;
+  const std::size_t i = TensorMapMemo::slot(key);
+  if (memo.used[i] && memo.keys[i] == key) return memo.maps[i];
+  const TensorMap map = encode_tile_tensor_map(base, dtype, cols, rows, batches, row_stride, batch_stride, box_cols,
+                                               box_rows);
+  memo.keys[i] = key;
+  memo.maps[i] = map;
+  memo.used[i] = true;
+  return map;
+}
+
+namespace {
+TensorMap encode_tile_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::int64_t rows,
+                                 std::int64_t batches, std::int64_t row_stride, std::int64_t batch_stride,
+                                 unsigned box_cols, unsigned box_rows) {
   static_assert(sizeof(TensorMap) == sizeof(CUtensorMap));
   if (dtype != DType::f16 && dtype != DType::bf16)
     throw InvalidArgumentError(fmt::format("tile_tensor_map: {} is not a 16-bit float", dtype_name(dtype)));
@@ -391,7 +465,10 @@ TensorMap tile_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::i
   const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(std::max<std::int64_t>(batches, 1))};
   const cuuint64_t strides[2] = {cuuint64_t(row_stride) * element, cuuint64_t(batch_stride) * element};
   const cuuint32_t box[3] = {box_cols, box_rows, 1}, element_strides[3] = {1, 1, 1};
-  if (cpu::t_current.cpu) return cpu::encode_tensor_map(base, dims, strides, box, unsigned(element));
+  if (cpu::t_current.cpu) {
+    device_hooks::count_driver_call();  // cuTensorMapEncodeTiled on a GPU
+    return cpu::encode_tensor_map(base, dims, strides, box, unsigned(element));
+  }
   CUtensorMap encoded{};
   MOJO_CU(cuTensorMapEncodeTiled(&encoded,
                                  dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
@@ -402,6 +479,7 @@ TensorMap tile_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::i
   std::memcpy(&map, &encoded, sizeof map);
   return map;
 }
+}  // namespace
 
 void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, StreamHandle stream) {
   if (bytes == 0) return;

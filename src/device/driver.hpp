@@ -5,6 +5,8 @@
 // linked against libcuda would bind to.
 #pragma once
 
+#include "device/hooks.hpp"
+
 #include <cuda.h>
 
 namespace mojo::driver {
@@ -37,4 +39,6 @@ void check(CUresult r, const char* call);
 }  // namespace mojo::driver
 
 // MOJO_CU(cuMemAlloc(&p, n)): calls the driver, throws DeviceError on failure.
-#define MOJO_CU(call) ::mojo::driver::check(::mojo::driver::api().call, #call)
+// Each call is counted (device_hooks::driver_calls).
+#define MOJO_CU(call) \
+  (::mojo::device_hooks::count_driver_call(), ::mojo::driver::check(::mojo::driver::api().call, #call))

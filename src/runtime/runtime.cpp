@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
@@ -117,17 +118,21 @@ std::string compiler_name(const RuntimeOptions& options) {
   return "nvrtc";
 }
 
-void launch_loaded(const OpDef& op, const LoadedKernel& kernel, TensorList tensors, ScalarList scalars,
-                   StreamHandle stream) {
-  const Params& params = kernel.params;
+// The launch itself, its geometry known; `packed`: the arguments, when already packed for these tensors.
+void launch_with(const OpDef& op, const LoadedKernel& kernel, LaunchGeometry g, TensorList tensors, ScalarList scalars,
+                 StreamHandle stream, const KernelArgs* packed = nullptr) {
   kernel.device->ensure_current();  // before pack_args: TMA descriptors are encoded by the current device
-  LaunchGeometry g = op.geometry(params, tensors);
   KernelArgs args;
-  op.pack_args(params, tensors, scalars, args);
+  if (packed == nullptr) op.pack_args(kernel.params, tensors, scalars, args);
   if (g.grid.x == 0 || g.grid.y == 0 || g.grid.z == 0) return;  // empty tensor: nothing to do
   if (g.persistent) g.grid.x = std::min(g.grid.x, unsigned(kernel.device->sm_count()));
   if (kernel.debug_checks) op.check_data(tensors, stream);
-  mojo::launch(kernel.function, g.grid, g.block, g.dynamic_smem, stream, args.data());
+  mojo::launch(kernel.function, g.grid, g.block, g.dynamic_smem, stream, packed ? packed->data() : args.data());
+}
+
+void launch_loaded(const OpDef& op, const LoadedKernel& kernel, TensorList tensors, ScalarList scalars,
+                   StreamHandle stream) {
+  launch_with(op, kernel, op.geometry(kernel.params, tensors), tensors, scalars, stream);
 }
 
 // One specialization made concrete: its translation unit and its key.
@@ -138,7 +143,89 @@ struct Unit {
 
 }  // namespace
 
+// What a KernelHandle was resolved for: tensors like these (same specs,
+// pointers aligned at least as well) and these scalars give the same params
+// and geometry, so its launch reuses them.
+struct Binding {
+  const OpDef* op;
+  const LoadedKernel* kernel;
+  std::vector<TensorSpec> specs;
+  std::vector<DevicePtr> alignments;  // bytes each pointer must be a multiple of
+  std::vector<DevicePtr> pointers;    // the tensors' pointers, for which `args` are packed
+  std::vector<std::string> scalar_names;
+  std::vector<Scalar> scalar_values;
+  LaunchGeometry geometry;
+  KernelArgs args;
+  bool args_packed = false;  // false: these pointers do not pass the op's checks (e.g. null)
+
+  Binding(const OpDef& op, const LoadedKernel& kernel, TensorList tensors, ScalarList scalars)
+      : op(&op), kernel(&kernel), geometry(op.geometry(kernel.params, tensors)) {
+    for (const Tensor& t : tensors) {
+      specs.push_back(t.spec);
+      pointers.push_back(t.data);
+      // A null pointer was taken as 16-byte aligned; more than 256 never changes a param.
+      alignments.push_back(t.data == 0 ? 16 : std::min<DevicePtr>(t.data & -t.data, 256));
+    }
+    for (const ScalarArg& a : scalars) {
+      scalar_names.emplace_back(a.name);
+      scalar_values.push_back(a.value);
+    }
+    kernel.device->ensure_current();
+    try {
+      op.pack_args(kernel.params, tensors, scalars, args);
+      args_packed = true;
+    } catch (const Error&) {
+      // Packed at launch instead, where the error belongs.
+    }
+  }
+
+  // Launches these tensors, which match(): with the arguments packed at binding when the pointers are the same.
+  void launch(TensorList tensors, ScalarList scalars, StreamHandle stream) const {
+    bool same = args_packed;
+    for (std::size_t i = 0; same && i < pointers.size(); ++i) same = tensors[i].data == pointers[i];
+    launch_with(*op, *kernel, geometry, tensors, scalars, stream, same ? &args : nullptr);
+  }
+
+  bool matches(TensorList tensors, ScalarList scalars) const noexcept {
+    if (tensors.size() != specs.size() || scalars.size() != scalar_names.size()) return false;
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      if (tensors[i].data % alignments[i] != 0 || !(tensors[i].spec == specs[i])) return false;
+    for (std::size_t i = 0; i < scalar_names.size(); ++i)
+      if (scalars[i].name != scalar_names[i] || !(scalars[i].value == scalar_values[i])) return false;
+    return true;
+  }
+};
+
+namespace {
+
+std::atomic<std::uint64_t> g_next_runtime_id{1};
+
+// The bindings Runtime::launch made last on this thread, so that a launch by
+// name with tensors and scalars like a recent one reuses its binding: a small
+// direct-mapped table, no lock, no allocation on a hit. An entry belongs to
+// one Runtime (by id, never reused) and one generation of its templates.
+struct RecentBinding {
+  std::uint64_t runtime = 0, generation = 0;
+  std::shared_ptr<const Binding> binding;
+};
+struct RecentBindings {
+  static constexpr std::size_t kSlots = 64;
+  std::array<RecentBinding, kSlots> slots;
+  // By op and shapes: the linears of one layer (same op, other weights) keep their own entries.
+  static std::size_t slot(const OpDef* op, TensorList tensors) noexcept {
+    std::uint64_t h = std::uint64_t(reinterpret_cast<std::uintptr_t>(op));
+    for (const Tensor& t : tensors)
+      for (std::int64_t d : t.spec.shape()) h = (h ^ std::uint64_t(d)) * 0x100000001B3ull;
+    return std::size_t((h ^ h >> 32) % kSlots);
+  }
+};
+thread_local RecentBindings t_recent;
+
+}  // namespace
+
 struct Runtime::Impl {
+  const std::uint64_t id = g_next_runtime_id.fetch_add(1);
+  std::atomic<std::uint64_t> generation{0};  // add_template_path: bindings made before are stale
   RuntimeOptions options;
   mutable std::shared_mutex templates_mutex;
   TemplateRegistry templates;
@@ -316,6 +403,13 @@ Runtime::~Runtime() = default;
 
 void Runtime::launch(std::string_view op_name, TensorList tensors, ScalarList scalars, StreamHandle stream) {
   const OpDef& op = find_op(op_name);
+  RecentBinding& recent = t_recent.slots[RecentBindings::slot(&op, tensors)];
+  const std::uint64_t generation = impl_->generation.load(std::memory_order_acquire);
+  if (recent.runtime == impl_->id && recent.generation == generation && recent.binding->op == &op &&
+      recent.binding->matches(tensors, scalars)) {
+    impl_->memory_hits.fetch_add(1, std::memory_order_relaxed);
+    return recent.binding->launch(tensors, scalars, stream);
+  }
   const Target target = device().target();
   const Params params = op.specialize(tensors, scalars, target);
   const FastKey key = fast_key(&op, params, target);
@@ -328,7 +422,8 @@ void Runtime::launch(std::string_view op_name, TensorList tensors, ScalarList sc
     impl_->memory_hits.fetch_add(1, std::memory_order_relaxed);
   else
     kernel = &impl_->load(op, impl_->tuned(op, params, tensors, scalars, target, stream), target, key);
-  launch_loaded(op, *kernel, tensors, scalars, stream);
+  recent = RecentBinding{impl_->id, generation, std::make_shared<const Binding>(op, *kernel, tensors, scalars)};
+  recent.binding->launch(tensors, scalars, stream);
 }
 
 KernelHandle Runtime::get_kernel(std::string_view op_name, TensorList tensors, ScalarList scalars) {
@@ -336,12 +431,13 @@ KernelHandle Runtime::get_kernel(std::string_view op_name, TensorList tensors, S
   const Target target = device().target();
   const Params params = op.specialize(tensors, scalars, target);
   const FastKey key = fast_key(&op, params, target);
+  const LoadedKernel* kernel = nullptr;
   {
     std::shared_lock read(impl_->loaded_mutex);
-    if (auto it = impl_->loaded.find(key); it != impl_->loaded.end()) return KernelHandle(&op, it->second.get(), params, target);
+    if (auto it = impl_->loaded.find(key); it != impl_->loaded.end()) kernel = it->second.get();
   }
-  const Params chosen = impl_->tuned(op, params, tensors, scalars, target, nullptr);
-  return KernelHandle(&op, &impl_->load(op, chosen, target, key), params, target);
+  if (kernel == nullptr) kernel = &impl_->load(op, impl_->tuned(op, params, tensors, scalars, target, nullptr), target, key);
+  return KernelHandle(&op, kernel, params, target, std::make_shared<const Binding>(op, *kernel, tensors, scalars));
 }
 
 Artifact Runtime::compile(std::string_view op_name, TensorList tensors, ScalarList scalars, const Target& target,
@@ -494,6 +590,8 @@ void Runtime::add_template_path(fs::path dir) {
   std::unique_lock write(impl_->loaded_mutex);
   for (auto& [key, kernel] : impl_->loaded) impl_->retired.push_back(std::move(kernel));
   impl_->loaded.clear();
+  // After the clear: a launch that reads the new generation finds only kernels of the new templates.
+  impl_->generation.fetch_add(1, std::memory_order_release);
 }
 
 const Device& Runtime::device() {
@@ -504,6 +602,7 @@ const Device& Runtime::device() {
 // ---- KernelHandle -----------------------------------------------------------
 
 void KernelHandle::launch(TensorList tensors, ScalarList scalars, StreamHandle stream) const {
+  if (binding_->matches(tensors, scalars)) return binding_->launch(tensors, scalars, stream);
   const Params params = op_->specialize(tensors, scalars, target_);
   if (!(params == params_))
     throw InvalidArgumentError(fmt::format("{}: this handle runs {{{}}} but these tensors need {{{}}}; get a "

@@ -52,6 +52,7 @@ void bench_compile(const mojo::Target& target);
 void bench_compile_modes(const mojo::Target& target, const Options& options);
 void bench_cache(const Options& options);
 void bench_emulator(const Options& options);  // the CPU device
+void bench_host(const Options& options);      // a launch's host cost, launches taken by a sink
 // With a GPU.
 void bench_warm_start(const Options& options);
 void bench_host_overhead(mojo::Runtime& rt, const Options& options);

@@ -3,7 +3,7 @@
 // docs/benchmarks.md records what was measured where and when.
 //
 //   mojo-bench                      every table this machine can run
-//   mojo-bench --only ops,launch    some of them (compile, modes, cache, emulator, launch, ops)
+//   mojo-bench --only ops,launch    some of them (compile, modes, cache, emulator, host, launch, ops)
 //   mojo-bench --quick              fewer repetitions
 //   mojo-bench --json FILE          also the op table as JSON (tools/bench/torch_compare.py)
 //
@@ -32,8 +32,8 @@ std::filesystem::path fresh_dir(const char* tag) {
 
 int main(int argc, char** argv) try {
   const char* usage =
-      "usage: mojo-bench [--quick] [--only compile,modes,cache,emulator,launch,ops] [--json FILE]\n"
-      "  compile, modes, cache and emulator (the CPU device) run anywhere; launch and ops need a GPU";
+      "usage: mojo-bench [--quick] [--only compile,modes,cache,emulator,host,launch,ops] [--json FILE]\n"
+      "  compile, modes, cache, emulator and host (the CPU device) run anywhere; launch and ops need a GPU";
   bench::Options options;
   options.self = std::filesystem::canonical("/proc/self/exe");
   std::set<std::string> only;
@@ -69,6 +69,7 @@ int main(int argc, char** argv) try {
   if (wanted("modes")) bench::bench_compile_modes(target, options);
   if (wanted("cache")) bench::bench_cache(options);
   if (wanted("emulator")) bench::bench_emulator(options);
+  if (wanted("host")) bench::bench_host(options);
   if (!gpu) return 0;
   if (wanted("launch")) {
     bench::bench_warm_start(options);
