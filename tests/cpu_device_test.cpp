@@ -413,7 +413,7 @@ TEST(CpuDevice, BlocksOnSeveralOsThreadsGiveTheSameBytes) {
   EXPECT_EQ(run("2"), one);
   EXPECT_EQ(run("3"), one);
   EXPECT_EQ(test::error_of<InvalidArgumentError>([&] { run("many"); }),
-            "MOJO_JIT_CPU_THREADS='many': expected a number of OS threads, 1 to 256");
+            "MOJO_JIT_CPU_THREADS='many': expected a number of OS threads, a whole number from 1 to 256");
 }
 
 TEST(CpuDevice, GraphsReplayWhatTheStreamRecorded) {

@@ -20,6 +20,7 @@
 #include <xxhash.h>
 
 #include "cache/entry.hpp"
+#include "core/config.hpp"
 #include "mojo/cache.hpp"
 #include "mojo/error.hpp"
 
@@ -118,7 +119,7 @@ void for_each_file(const fs::path& dir, F&& f) {
 DiskCache::DiskCache(fs::path dir) : dir_(std::move(dir)) {}
 
 fs::path DiskCache::default_dir() {
-  if (const char* d = std::getenv("MOJO_JIT_CACHE_DIR"); d && *d) return d;
+  if (auto d = config::text("MOJO_JIT_CACHE_DIR")) return *d;
   if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return fs::path(d) / "mojo-jit";
   if (const char* d = std::getenv("HOME"); d && *d) return fs::path(d) / ".cache" / "mojo-jit";
   return fs::temp_directory_path() / "mojo-jit";

@@ -1,4 +1,5 @@
 #include "compiler/host_compiler.hpp"
+#include "core/config.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -13,7 +14,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "../kernel_templates/mojo_cpu_abi.h"
+#include "mojo_cpu_abi.h"
 #include "compiler/diagnostics.hpp"
 #include "mojo/error.hpp"
 
@@ -78,8 +79,7 @@ struct ScratchDir {
 }  // namespace
 
 HostCompiler::HostCompiler() {
-  const char* env = std::getenv("MOJO_JIT_HOST_CXX");
-  cxx_ = env != nullptr && *env != '\0' ? env : MOJO_JIT_HOST_CXX;
+  cxx_ = config::text("MOJO_JIT_HOST_CXX").value_or(MOJO_JIT_HOST_CXX);
   // -O1: the kernels run a few times in tests; compile time matters more. No strict aliasing:
   // templates move bits through reinterpret_cast as GPU code may.
   flags_ = {"-std=c++17",

@@ -4,12 +4,13 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "core/config.hpp"
+
 namespace mojo::log {
 
 Level level() noexcept {
   static const Level l = [] {
-    const char* env = std::getenv("MOJO_JIT_LOG");
-    std::string_view v = env ? env : "";
+    const std::string v = config::choice("MOJO_JIT_LOG", {"error", "warn", "info", "debug"}).value_or("warn");
     if (v == "error") return Level::error;
     if (v == "info") return Level::info;
     if (v == "debug") return Level::debug;

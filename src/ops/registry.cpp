@@ -10,10 +10,10 @@ namespace mojo {
 
 std::span<const OpDef* const> all_ops() {
   static const std::array ops = {
-      &rms_norm_op(),  &add_rms_norm_op(), &layer_norm_op(),   &layer_norm_backward_op(), &softmax_op(),
-      &log_softmax_op(), &softmax_backward_op(), &silu_op(), &gelu_op(), &swiglu_op(), &gelu_and_mul_op(),
-      &rotary_embedding_op(), &embedding_op(), &store_kv_cache_op(), &gemm_op(), &gemm_batched_op(), &linear_op(),
-      &group_gemm_op()};
+#define MOJO_OP(name) &name##_op(),
+#include "ops/ops.def"
+#undef MOJO_OP
+  };
   return ops;
 }
 

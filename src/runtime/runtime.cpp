@@ -27,6 +27,7 @@
 #include <unordered_map>
 
 #include "cache/kernel_cache.hpp"
+#include "core/config.hpp"
 #include "core/log.hpp"
 #include "mojo/error.hpp"
 
@@ -66,56 +67,40 @@ FastKey fast_key(const OpDef* op, const Params& params, const Target& target) {
   return {h.high64, h.low64};
 }
 
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? v : nullptr;
-}
-bool env_flag(const char* name) {
-  const char* v = env(name);
-  return v != nullptr && std::string_view(v) != "0";
-}
-
-std::vector<fs::path> env_paths(const char* name) {
-  std::vector<fs::path> out;
-  if (const char* v = env(name)) {
-    std::stringstream ss(v);
-    for (std::string dir; std::getline(ss, dir, ':');)
-      if (!dir.empty()) out.emplace_back(dir);
-  }
-  return out;
-}
-
 CacheOptions cache_options(const RuntimeOptions& o) {
   CacheOptions c;
-  if (o.disk_cache && !env_flag("MOJO_JIT_DISABLE_DISK_CACHE"))
+  if (o.disk_cache && !config::flag("MOJO_JIT_DISABLE_DISK_CACHE"))
     c.dir = o.cache_dir.empty() ? DiskCache::default_dir() : o.cache_dir;
   c.readonly_dirs = o.readonly_cache_dirs;
-  for (fs::path& p : env_paths("MOJO_JIT_CACHE_READONLY_DIRS")) c.readonly_dirs.push_back(std::move(p));
-  c.offline = o.offline || env_flag("MOJO_JIT_OFFLINE");
-  c.trust_any_dir = o.trust_cache_dir || env_flag("MOJO_JIT_CACHE_TRUST");
-  if (o.cache_max_bytes > 0) {
+  for (fs::path& p : config::paths("MOJO_JIT_CACHE_READONLY_DIRS")) c.readonly_dirs.push_back(std::move(p));
+  c.offline = o.offline || config::flag("MOJO_JIT_OFFLINE");
+  c.trust_any_dir = o.trust_cache_dir || config::flag("MOJO_JIT_CACHE_TRUST");
+  if (o.cache_max_bytes > 0)
     c.max_bytes = o.cache_max_bytes;
-  } else if (const char* v = env("MOJO_JIT_CACHE_MAX_BYTES")) {
-    char* end = nullptr;
-    unsigned long long n = std::strtoull(v, &end, 10);
-    if (end == v || *end != '\0' || n == 0)
-      throw InvalidArgumentError(fmt::format("MOJO_JIT_CACHE_MAX_BYTES='{}': expected a positive number of bytes", v));
-    c.max_bytes = n;
-  }
-  if (const char* v = env("MOJO_JIT_LOCK_TIMEOUT_MS")) c.lock_timeout = std::chrono::milliseconds(std::atoll(v));
+  else if (auto n = config::number("MOJO_JIT_CACHE_MAX_BYTES", 1, UINT64_MAX, "a positive number of bytes"))
+    c.max_bytes = *n;
+  if (auto ms = config::number("MOJO_JIT_LOCK_TIMEOUT_MS", 0, 24 * 3600 * 1000, "milliseconds"))
+    c.lock_timeout = std::chrono::milliseconds(*ms);
   return c;
 }
 
 std::string device_spec(const RuntimeOptions& options) {
   if (!options.device.empty()) return options.device;
-  if (const char* v = env("MOJO_JIT_DEVICE")) return v;
-  return "cuda";
+  return config::text("MOJO_JIT_DEVICE").value_or("cuda");
 }
 
 std::string compiler_name(const RuntimeOptions& options) {
   if (!options.compiler.empty()) return options.compiler;
-  if (const char* v = env("MOJO_JIT_COMPILER")) return v;
-  return "nvrtc";
+  return config::text("MOJO_JIT_COMPILER").value_or("nvrtc");
+}
+
+// A MOJO_JIT_* variable no part reads is most likely misspelt: said once per process.
+void warn_unknown_variables() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const std::string& name : config::unknown_variables())
+      log::warn(fmt::format("{} is not a mojo-jit variable and is ignored (README, \"Environment\")", name));
+  });
 }
 
 // The launch itself, its geometry known; `packed`: the arguments, when already packed for these tensors.
@@ -255,9 +240,11 @@ struct Runtime::Impl {
         templates(options.template_paths),
         compiler(make_compiler(compiler_name(options))),
         cache(cache_options(options)),
-        dump_dir(!options.dump_dir.empty() ? options.dump_dir : fs::path(env("MOJO_JIT_DUMP") ? env("MOJO_JIT_DUMP") : "")),
-        debug_checks(options.debug_checks || env_flag("MOJO_JIT_DEBUG_CHECKS")),
-        autotune(options.autotune || env_flag("MOJO_JIT_AUTOTUNE")) {}
+        dump_dir(!options.dump_dir.empty() ? options.dump_dir : fs::path(config::text("MOJO_JIT_DUMP").value_or(""))),
+        debug_checks(options.debug_checks || config::flag("MOJO_JIT_DEBUG_CHECKS")),
+        autotune(options.autotune || config::flag("MOJO_JIT_AUTOTUNE")) {
+    warn_unknown_variables();
+  }
 
   const Device& open_device() {
     std::lock_guard lock(device_mutex);

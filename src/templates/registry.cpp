@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/config.hpp"
 #include "mojo/error.hpp"
 #include "mojo/templates.hpp"
 #include "templates/embedded.hpp"
@@ -15,16 +16,6 @@ namespace mojo {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::vector<fs::path> env_search_path() {
-  std::vector<fs::path> dirs;
-  const char* env = std::getenv("MOJO_JIT_TEMPLATE_PATH");
-  if (env == nullptr) return dirs;
-  std::stringstream ss(env);
-  for (std::string dir; std::getline(ss, dir, ':');)
-    if (!dir.empty()) dirs.emplace_back(dir);
-  return dirs;
-}
 
 // A template name is a plain file name: no directories, so a name can never
 // reach outside the search path and keys never see paths.
@@ -35,7 +26,7 @@ bool valid_name(std::string_view name) {
 }  // namespace
 
 TemplateRegistry::TemplateRegistry(std::vector<fs::path> search_path) : search_path_(std::move(search_path)) {
-  for (fs::path& dir : env_search_path()) search_path_.push_back(std::move(dir));
+  for (fs::path& dir : config::paths("MOJO_JIT_TEMPLATE_PATH")) search_path_.push_back(std::move(dir));
 }
 
 void TemplateRegistry::add_search_path(fs::path dir) { search_path_.insert(search_path_.begin(), std::move(dir)); }

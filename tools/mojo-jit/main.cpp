@@ -21,6 +21,7 @@
 #include <iostream>
 #include <map>
 
+#include "core/config.hpp"
 #include "mojo/mojo.hpp"
 
 namespace {
@@ -121,7 +122,7 @@ int run_check(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   mojo::RuntimeOptions o = spec.runtime_options();
-  if (device.empty()) device = std::getenv("MOJO_JIT_DEVICE") != nullptr ? std::getenv("MOJO_JIT_DEVICE") : "";
+  if (device.empty()) device = mojo::config::text("MOJO_JIT_DEVICE").value_or("");
   if (device.empty()) device = mojo::device_available() ? "cuda" : "cpu";
   if (device.starts_with("cpu") && !spec.arch.empty()) {
     if (device != "cpu")
@@ -288,11 +289,7 @@ int run_describe(int argc, char** argv, bool explain) {
                  hit ? "present" : problem.empty() ? "absent" : "bad (" + problem + ")");
     };
     if (!rt.cache_dir().empty()) show(rt.cache_dir(), "cache:");
-    if (const char* ro = std::getenv("MOJO_JIT_CACHE_READONLY_DIRS")) {
-      std::stringstream ss(ro);
-      for (std::string dir; std::getline(ss, dir, ':');)
-        if (!dir.empty()) show(dir, "readonly:");
-    }
+    for (const std::filesystem::path& dir : mojo::config::paths("MOJO_JIT_CACHE_READONLY_DIRS")) show(dir, "readonly:");
   }
   return 0;
 }
@@ -440,9 +437,8 @@ int run_cache(int argc, char** argv) {
     text = fmt::format("removed {} files from {}", n, cache.dir().string());
   } else if (action == "prune") {
     if (max_bytes == 0) {
-      const char* env = std::getenv("MOJO_JIT_CACHE_MAX_BYTES");
-      max_bytes = env ? std::strtoull(env, nullptr, 10) : 0;
-      if (max_bytes == 0) max_bytes = std::uint64_t(1) << 30;
+      max_bytes = mojo::config::number("MOJO_JIT_CACHE_MAX_BYTES", 1, UINT64_MAX, "a positive number of bytes")
+                      .value_or(std::uint64_t(1) << 30);
     }
     std::size_t n = cache.prune(max_bytes);
     mojo::DiskUsage u = cache.usage();

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "device/cpu/block.hpp"
+#include "core/config.hpp"
 #include "mojo/error.hpp"
 
 namespace mojo::cpu {
@@ -292,16 +293,9 @@ Schedule Schedule::parse(std::string_view text) {
 }
 
 Schedule Schedule::from_env() {
-  const char* v = std::getenv("MOJO_JIT_CPU_SCHEDULE");
-  Schedule s = v != nullptr && *v != '\0' ? parse(v) : Schedule{};
-  if (const char* t = std::getenv("MOJO_JIT_CPU_THREADS"); t != nullptr && *t != '\0') {
-    char* end = nullptr;
-    const long n = std::strtol(t, &end, 10);
-    if (*end != '\0' || n < 1 || n > 256)
-      throw InvalidArgumentError(
-          fmt::format("MOJO_JIT_CPU_THREADS='{}': expected a number of OS threads, 1 to 256", t));
-    s.threads = unsigned(n);
-  }
+  const std::optional<std::string> v = config::text("MOJO_JIT_CPU_SCHEDULE");
+  Schedule s = v ? parse(*v) : Schedule{};
+  if (auto n = config::number("MOJO_JIT_CPU_THREADS", 1, 256, "a number of OS threads")) s.threads = unsigned(*n);
   return s;
 }
 
