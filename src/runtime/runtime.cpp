@@ -409,6 +409,9 @@ void Runtime::launch(std::string_view op_name, TensorList tensors, ScalarList sc
     impl_->memory_hits.fetch_add(1, std::memory_order_relaxed);
   else
     kernel = &impl_->load(op, impl_->tuned(op, params, tensors, scalars, target, stream), target, key);
+  // A slot that holds a live binding keeps it: a caller that varies a scalar on every call, or two shapes
+  // sharing a slot, take this path each time rather than allocate a binding each time.
+  if (recent.runtime == impl_->id && recent.generation == generation) return launch_loaded(op, *kernel, tensors, scalars, stream);
   recent = RecentBinding{impl_->id, generation, std::make_shared<const Binding>(op, *kernel, tensors, scalars)};
   recent.binding->launch(tensors, scalars, stream);
 }
