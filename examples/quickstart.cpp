@@ -33,7 +33,7 @@ int main() try {
   auto entries = cache.list();
   std::printf("cache:   %s, %zu entries\n", cache.dir().c_str(), entries.size());
   for (const auto& e : entries)
-    std::printf("  %s.%s  %llu bytes\n", e.key.hex().c_str(), std::string(mojo::emit_name(e.kind)).c_str(),
+    std::printf("  %s.%s  %llu bytes\n", e.key.hex().c_str(), std::string(e.kind.name()).c_str(),
                 (unsigned long long)e.payload_bytes);
 
   // 3. Launch (on the GPU, or emulated on the CPU device) and compare with the CPU reference.

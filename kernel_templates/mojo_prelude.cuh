@@ -17,7 +17,13 @@
 
 #include "mojo_activation.h"
 
-#if !defined(__CUDACC_RTC__) && !defined(MOJO_CPU)
+// NVRTC, or nvcc compiling a dumped translation unit (the repro MOJO_JIT_DUMP
+// gives): CUDA's built-ins are there.
+#if defined(__CUDACC_RTC__) || defined(__NVCC__)
+#define MOJO_NVIDIA_FRONT_END 1
+#endif
+
+#if !defined(MOJO_NVIDIA_FRONT_END) && !defined(MOJO_CPU)
 // clang's CUDA front end without the SDK headers: spell out what NVRTC has built in.
 #define __global__ __attribute__((global))
 #define __device__ __attribute__((device))
@@ -44,7 +50,7 @@ __device__ __forceinline__ unsigned grid_dim_x() { return cpu::api().self()->nct
 __device__ __forceinline__ unsigned block_y() { return cpu::api().self()->ctaid[1]; }
 __device__ __forceinline__ unsigned block_z() { return cpu::api().self()->ctaid[2]; }
 __device__ __forceinline__ void sync_block() { cpu::api().barrier(0, 0); }
-#elif defined(__CUDACC_RTC__)
+#elif defined(MOJO_NVIDIA_FRONT_END)
 __device__ __forceinline__ unsigned thread_x() { return threadIdx.x; }
 __device__ __forceinline__ unsigned block_x() { return blockIdx.x; }
 __device__ __forceinline__ unsigned block_dim_x() { return blockDim.x; }

@@ -236,3 +236,49 @@ TEST(CacheLayers, DumpWritesSourceMetaAndOutput) {
   EXPECT_NE(test::read_file(stem + ".txt").find("key=" + a.key.hex()), std::string::npos);
   EXPECT_EQ(test::read_file(stem + ".ptx"), *a.binary);
 }
+
+// A cubin through LLVM leaves every stage: the IR as clang made it, optimised,
+// the PTX nvJitLink took, and the cubin (the same bytes the cache holds).
+TEST(CacheLayers, DumpWritesEveryStage) {
+  if (!MOJO_TEST_WITH_LLVM) GTEST_SKIP() << "built without LLVM";
+  test::TempDir dir, dump;
+  RuntimeOptions o = at(dir.path());
+  o.dump_dir = dump.path();
+  o.compiler = "llvm";
+  Artifact a = Runtime(o).compile("rms_norm", rms(DType::f16, 128), {}, kSm90, Emit::cubin);
+  std::string stem = (dump.path() / (a.kernel_name + ".sm_90." + a.key.hex().substr(0, 8))).string();
+  EXPECT_NE(test::read_file(stem + ".llvm").find("define"), std::string::npos);
+  EXPECT_NE(test::read_file(stem + ".llvm-opt").find("define"), std::string::npos);
+  EXPECT_NE(test::read_file(stem + ".llvm-opt"), test::read_file(stem + ".llvm")) << "optimised";
+  EXPECT_NE(test::read_file(stem + ".ptx").find(".entry " + a.kernel_name), std::string::npos);
+  EXPECT_EQ(test::read_file(stem + ".cubin"), *a.binary);
+}
+
+// A failed compile with MOJO_JIT_DUMP names the files it left and says how to
+// redo it with the toolkit's own compiler.
+TEST(CacheLayers, AFailedCompileNamesItsDumpAndARepro) {
+  test::TempDir dir, dump, templates;
+  std::string text = test::read_file(MOJO_TEST_TEMPLATE_DIR + "/rms_norm.cu");
+  text.insert(text.find("  const float scale"), "  undefined_helper(sum_sq);\n");
+  test::write_file(templates.path() / "rms_norm.cu", text);
+  RuntimeOptions o = at(dir.path());
+  o.dump_dir = dump.path();
+  o.template_paths = {templates.path()};
+  Runtime rt(o);
+  try {
+    rt.compile("rms_norm", rms(DType::f16, 128), {}, kSm90, Emit::cubin);
+    FAIL() << "compiled a broken template";
+  } catch (const CompileError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\n'), std::string::npos) << "what() is one line: " << what;
+    const std::size_t at = what.find("[dumped: ");
+    ASSERT_NE(at, std::string::npos) << what;
+    const std::string source = what.substr(at + 9, what.find(".cu,", at) + 3 - at - 9);
+    EXPECT_NE(test::read_file(source).find("undefined_helper(sum_sq);"), std::string::npos) << source;
+    const std::string log = source.substr(0, source.size() - 3) + ".log";
+    EXPECT_EQ(test::read_file(log), e.log());
+    EXPECT_NE(e.log().find("reproduce outside mojo-jit:\n  nvcc -std=c++17 -arch=sm_90 -cubin -o "), std::string::npos)
+        << e.log();
+    EXPECT_NE(e.log().find(source), std::string::npos) << e.log();
+  }
+}

@@ -215,6 +215,23 @@ TEST(EntryFormat, UnknownPayloadKindIsNeverListed) {
   std::vector<std::string> problems;
   EXPECT_TRUE(cache.list(&problems).empty());
   ASSERT_EQ(problems.size(), 1u);
-  EXPECT_NE(problems[0].find("does not match the key and kind"), std::string::npos) << problems[0];
+  EXPECT_NE(problems[0].find("unknown payload kind 77"), std::string::npos) << problems[0];
   EXPECT_FALSE(cache.load(kKey, Emit::cubin).has_value());
+}
+
+// An autotuning record is its own kind of entry: its own file suffix, listed as
+// "tuning", and never taken for a stage's artifact under the same key.
+TEST(EntryFormat, TuningRecordsAreTheirOwnKind) {
+  test::TempDir dir;
+  DiskCache cache(dir.path());
+  cache.store(kKey, EntryKind::tuning(), "autotune=gemm ...\n", "dtype=bf16 bm=128");
+  EXPECT_EQ(cache.entry_path(kKey, EntryKind::tuning()).extension(), ".tuning");
+  EXPECT_EQ(cache.load(kKey, EntryKind::tuning()), "dtype=bf16 bm=128");
+  EXPECT_FALSE(cache.load(kKey, Emit::ptx).has_value());
+  const std::vector<DiskEntryInfo> entries = cache.list();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].kind, EntryKind::tuning());
+  EXPECT_EQ(entries[0].kind.name(), "tuning");
+  EXPECT_FALSE(EntryKind::from_code(5).has_value());
+  EXPECT_EQ(EntryKind::from_code(EntryKind(Emit::cubin).code()), EntryKind(Emit::cubin));
 }

@@ -31,8 +31,10 @@ TEST(KernelKey, EveryComponentChangesTheKey) {
   EXPECT_NE(compute_key(in), k) << "target";
   in = base(), in.compiler = "nvrtc-13.1 --minimal";
   EXPECT_NE(compute_key(in), k) << "compiler";
-  in = base(), in.emit = Emit::ptx;
-  EXPECT_NE(compute_key(in), k) << "emit";
+  in = base(), in.kind = Emit::ptx;
+  EXPECT_NE(compute_key(in), k) << "stage";
+  in = base(), in.kind = EntryKind::tuning();
+  EXPECT_NE(compute_key(in), k) << "entry kind";
 }
 
 TEST(KernelKey, FieldsCannotBleedIntoEachOther) {

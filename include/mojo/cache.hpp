@@ -11,9 +11,28 @@
 #include <string_view>
 #include <vector>
 
-#include "mojo/compiler.hpp"
+#include "mojo/stage.hpp"
 
 namespace mojo {
+
+// What a cache entry holds: a stage's artifact (implicitly from its Emit), or
+// an autotuning record (the winning candidate for a shape bucket on a device).
+class EntryKind {
+ public:
+  constexpr EntryKind(Emit stage) noexcept : code_(std::uint32_t(stage)) {}
+  static constexpr EntryKind tuning() noexcept { return EntryKind(kTuningCode); }
+  // The code in an entry's header; nullopt for a code no kind has.
+  static std::optional<EntryKind> from_code(std::uint32_t code) noexcept;
+  constexpr std::uint32_t code() const noexcept { return code_; }
+  // "ptx", "cubin", ..., "tuning": the entry file's suffix.
+  std::string_view name() const noexcept;
+  friend constexpr bool operator==(EntryKind, EntryKind) = default;
+
+ private:
+  static constexpr std::uint32_t kTuningCode = 16;
+  constexpr explicit EntryKind(std::uint32_t code) noexcept : code_(code) {}
+  std::uint32_t code_;
+};
 
 // XXH3-128 over everything that changes the binary.
 struct KernelKey {
@@ -31,7 +50,7 @@ struct KeyInputs {
   std::string_view params;    // Params::str() of each specialization
   std::string_view target;    // "sm_90a"
   std::string_view compiler;  // Compiler::identity()
-  Emit emit = Emit::cubin;
+  EntryKind kind = Emit::cubin;
 };
 KernelKey compute_key(const KeyInputs& inputs);
 
@@ -58,7 +77,7 @@ struct CacheStats {
 struct DiskEntryInfo {
   std::filesystem::path path;
   KernelKey key;
-  Emit kind = Emit::cubin;
+  EntryKind kind = Emit::cubin;
   std::uint64_t payload_bytes = 0;
   std::string meta;  // "op=rms_norm params=... target=sm_90 compiler=nvrtc-13.0"
   bool alias = false;  // the kernel lives in a bundle; the payload names the bundle's key
@@ -105,31 +124,31 @@ class DiskCache {
   static std::filesystem::path default_dir();
 
   const std::filesystem::path& dir() const noexcept { return dir_; }
-  std::filesystem::path entry_path(const KernelKey& key, Emit kind) const;
+  std::filesystem::path entry_path(const KernelKey& key, EntryKind kind) const;
 
   // The payload of a verified entry; nullopt when absent. A corrupt entry is
   // removed (unless `remove_bad` is false: a read-only layer), `*problem`
   // says why, and nullopt is returned.
-  std::optional<std::string> load(const KernelKey& key, Emit kind, std::string* problem = nullptr,
+  std::optional<std::string> load(const KernelKey& key, EntryKind kind, std::string* problem = nullptr,
                                   bool remove_bad = true) const;
   // Writes to a temp file in the same directory, fsyncs and renames: readers
   // see the old state or the whole new entry. Throws Error on I/O failure.
-  void store(const KernelKey& key, Emit kind, std::string_view meta, std::string_view payload) const;
+  void store(const KernelKey& key, EntryKind kind, std::string_view meta, std::string_view payload) const;
   // An alias at a kernel's own key for a kernel stored in `bundle`'s module:
   // load(key) then returns the bundle's payload (cache/README.md, Bundles).
-  void store_alias(const KernelKey& key, Emit kind, const KernelKey& bundle, std::string_view meta) const;
+  void store_alias(const KernelKey& key, EntryKind kind, const KernelKey& bundle, std::string_view meta) const;
 
   // The last key components compiled for a specialization (by its description),
   // so that a later compile can say what changed. Best effort: never throws.
   std::filesystem::path index_path(std::string_view specialization) const;
   void write_index(std::string_view specialization, std::string_view components) const;
   // Sets the entry's last-used stamp (its mtime) to now: eviction is LRU by it.
-  void touch(const KernelKey& key, Emit kind) const;
+  void touch(const KernelKey& key, EntryKind kind) const;
   // Takes the key's lock, waiting up to `timeout`. Where flock() does not work
   // (some network file systems) or the wait times out, the returned lock is
   // not held and says why; the caller then goes on without it (writes stay
   // atomic through rename, so the worst case is a duplicate compile).
-  KeyLock lock(const KernelKey& key, Emit kind, std::chrono::milliseconds timeout) const;
+  KeyLock lock(const KernelKey& key, EntryKind kind, std::chrono::milliseconds timeout) const;
 
   // Every entry of the current format; `problems` gets one line per bad file.
   std::vector<DiskEntryInfo> list(std::vector<std::string>* problems = nullptr) const;
@@ -146,7 +165,7 @@ class DiskCache {
   std::size_t clear() const;
 
  private:
-  void write_entry(const KernelKey& key, Emit kind, std::uint32_t kind_code, std::string_view meta,
+  void write_entry(const KernelKey& key, EntryKind kind, std::uint32_t kind_code, std::string_view meta,
                    std::string_view payload) const;
   std::filesystem::path dir_;
 };

@@ -1,23 +1,18 @@
 // A compiler is a pure function (source, target, stage) -> artifact. It knows
-// nothing of caching or loading (tinygrad's seam). The stages are the names of
-// the pipeline: llvm -> llvm-opt -> ptx -> cubin; `--emit=X` stops at X.
-// `host` is the cpu device's artifact: the same templates built for the
-// host by the system C++ compiler into a shared object.
+// nothing of caching or loading (tinygrad's seam). The stages: mojo/stage.hpp.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
+#include "mojo/stage.hpp"
 #include "mojo/target.hpp"
 
 namespace mojo {
-
-enum class Emit { llvm, llvm_opt, ptx, cubin, host };
-
-std::string_view emit_name(Emit emit) noexcept;  // "llvm", "llvm-opt", "ptx", "cubin", "host"
-Emit parse_emit(std::string_view name);          // throws InvalidArgumentError
 
 struct CompileRequest {
   std::string_view program_name;  // the template file, as it appears in diagnostics
@@ -28,11 +23,16 @@ struct CompileRequest {
   // Back-end threads for a module with several kernels (LLVM splits the
   // optimised module and generates code for the parts in parallel). 1: none.
   unsigned jobs = 1;
+  // Keep the stages on the way to `emit` in CompileResult::stages (MOJO_JIT_DUMP).
+  bool keep_stages = false;
 };
 
 struct CompileResult {
   std::string binary;  // PTX text, cubin bytes (no trailing NUL) or a host shared object
   std::string log;     // warnings, if any
+  // With keep_stages: what the compile passed through before `binary`, in
+  // pipeline order (llvm, llvm-opt and ptx from LLVM; ptx from NVRTC).
+  std::vector<std::pair<Emit, std::string>> stages;
 };
 
 class Compiler {
@@ -45,6 +45,10 @@ class Compiler {
   virtual bool can_emit(Emit emit) const = 0;
   // Throws CompileError (summary line + log with source excerpts).
   virtual CompileResult compile(const CompileRequest& request) const = 0;
+  // A shell command that redoes `request` outside mojo-jit on the translation
+  // unit saved at `source_path`, with the toolkit's own tools: a repro to
+  // attach to a compiler bug.
+  virtual std::string repro_command(const CompileRequest& request, std::string_view source_path) const = 0;
 };
 
 // What a kernel of a cubin uses, read from the ELF (no GPU needed): what

@@ -1,9 +1,9 @@
-// Operators. An OpDef knows one operator's signature (named tensors and
-// scalars), validates arguments, derives the template params of a
-// specialization from tensor specs and the target, and gives the launch
-// geometry and kernel arguments. It never compiles, launches or allocates;
-// the one driver call it may make is host-only: encoding the TMA descriptors
-// that the sm_90a GEMM kernels take as arguments (tile_tensor_map).
+// Operators. An op is mostly data (OpInfo: name, signature, dtypes,
+// template) plus the code only it can have: validating arguments, deriving
+// the template params of a specialization from tensor specs and the target,
+// the launch geometry and the kernel arguments. It never compiles, launches
+// or allocates; the TMA descriptors the sm_90a GEMM takes as arguments come
+// from the device part (tile_tensor_map), which encodes each once.
 #pragma once
 
 #include <array>
@@ -177,22 +177,58 @@ struct ScalarArgInfo {
   std::string_view doc;
 };
 
+// What an op is, as data: its name, signature, dtypes and template, the
+// things `mojo-jit describe` shows. Each op file declares one as a constexpr.
+struct OpInfo {
+  std::string_view name;
+  std::string_view summary;
+  std::span<const TensorArgInfo> tensors;  // in the order launches give them
+  std::span<const ScalarArgInfo> scalars;
+  std::span<const DType> dtypes;
+  std::string_view template_file;  // the kernel_templates/ file it instantiates
+  // Shapes for specs_from_shapes that make a typical specialization, in the
+  // command line's form ("x=32x4096"): documentation, and what tests compile.
+  std::string_view example_shapes;
+};
+
+// Autotuning (RuntimeOptions::autotune), for the ops that have choices worth timing.
+class Tunable {
+ public:
+  // Params worth timing against the heuristic's `chosen` (which comes first);
+  // fewer than two: nothing to tune.
+  virtual std::vector<Params> candidates(const Params& chosen, const Target& target) const = 0;
+  // The shape bucket a tuning result stands for ("m<=32 n<=4096 k<=4096").
+  virtual std::string bucket(TensorList tensors) const = 0;
+  // Whether these tensors may be launched several times to time candidates:
+  // not when an output is also read (gemm with beta != 0, a residual that is
+  // the output), since each launch would change what the next one reads.
+  virtual bool safe(TensorList tensors, ScalarList scalars) const = 0;
+
+ protected:
+  ~Tunable() = default;
+};
+
 class OpDef {
  public:
+  explicit OpDef(const OpInfo& info) : info_(info) {}
   virtual ~OpDef() = default;
+  OpDef(const OpDef&) = delete;
+  OpDef& operator=(const OpDef&) = delete;
 
-  virtual std::string_view name() const = 0;
-  virtual std::string_view summary() const = 0;
-  virtual std::span<const TensorArgInfo> tensor_args() const = 0;
-  virtual std::span<const ScalarArgInfo> scalar_args() const = 0;
-  virtual std::span<const DType> dtypes() const = 0;
-  // The kernel_templates/ file this op instantiates.
-  virtual std::string_view template_file() const = 0;
+  const OpInfo& info() const noexcept { return info_; }
+  std::string_view name() const noexcept { return info_.name; }
+  std::string_view summary() const noexcept { return info_.summary; }
+  std::span<const TensorArgInfo> tensor_args() const noexcept { return info_.tensors; }
+  std::span<const ScalarArgInfo> scalar_args() const noexcept { return info_.scalars; }
+  std::span<const DType> dtypes() const noexcept { return info_.dtypes; }
+  std::string_view template_file() const noexcept { return info_.template_file; }
+  std::string_view example_shapes() const noexcept { return info_.example_shapes; }
 
-  // Validates tensors (in tensor_args() order) and scalars and derives the
-  // params for `target`. A tensor whose data is 0 is taken as 16-byte aligned
-  // (compiling without memory); pointers are checked by pack_args.
-  virtual Params specialize(TensorList tensors, ScalarList scalars, const Target& target) const = 0;
+  // Checks the tensor count and scalar names against the info, then lets the
+  // op validate the tensors (in tensor_args() order) and scalars and derive
+  // the params for `target`. A tensor whose data is 0 is taken as 16-byte
+  // aligned (compiling without memory); pointers are checked by pack_args.
+  Params specialize(TensorList tensors, ScalarList scalars, const Target& target) const;
   virtual LaunchGeometry geometry(const Params& params, TensorList tensors) const = 0;
   // Checks pointers (null, alignment the params assume) and packs the kernel arguments.
   virtual void pack_args(const Params& params, TensorList tensors, ScalarList scalars,
@@ -201,9 +237,6 @@ class OpDef {
   // (e.g. {"x": [4096, 4096]}); shapes the op can derive may be left out,
   // index tensors (token ids, positions, slots) are i64.
   virtual std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const = 0;
-  // Shapes for specs_from_shapes that make a typical specialization, in the
-  // command line's form ("x=32x4096"): documentation, and what tests compile.
-  virtual std::string_view example_shapes() const = 0;
   // With debug checks on (RuntimeOptions::debug_checks), the Runtime calls
   // this before a launch: ops that index memory with data (token ids,
   // positions, slots) read those to the host and throw InvalidArgumentError
@@ -213,17 +246,8 @@ class OpDef {
   // Runtime opts the function in at load when it exceeds the default 48 KB.
   virtual unsigned max_dynamic_smem(const Params& /*params*/) const { return 0; }
 
-  // Autotuning (RuntimeOptions::autotune). Params worth timing against the
-  // heuristic's `chosen` (which comes first); fewer than two: nothing to tune.
-  virtual std::vector<Params> tuning_candidates(const Params& /*chosen*/, const Target& /*target*/) const {
-    return {};
-  }
-  // The shape bucket a tuning result stands for ("m<=32 n<=4096 k<=4096").
-  virtual std::string tuning_bucket(TensorList /*tensors*/) const { return {}; }
-  // Whether these tensors may be launched several times to time candidates:
-  // not when an output is also read (gemm with beta != 0, a residual that is
-  // the output), since each launch would change what the next one reads.
-  virtual bool tuning_safe(TensorList /*tensors*/, ScalarList /*scalars*/) const { return false; }
+  // The op's autotuning choices, or null when it has none.
+  virtual const Tunable* tuning() const noexcept { return nullptr; }
 
   // Checking a specialization against the op's CPU reference (mojo::check_op,
   // `mojo-jit run`), on host copies of contiguous tensors: data[i] holds
@@ -258,6 +282,13 @@ class OpDef {
   void check_tensor_name(std::string_view tensor) const;
   // Throws InvalidArgumentError unless exactly tensor_args().size() tensors are given.
   void check_tensor_count(TensorList tensors) const;
+
+ protected:
+  // specialize() past the checks every op shares.
+  virtual Params derive_params(TensorList tensors, ScalarList scalars, const Target& target) const = 0;
+
+ private:
+  OpInfo info_;
 };
 
 // Parses "NAME=DIMS" items ("x=32x4096", "ids=32"), each naming one of the

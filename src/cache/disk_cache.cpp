@@ -31,8 +31,6 @@ namespace {
 
 using entry::Header;
 
-std::string_view kind_suffix(Emit kind) { return emit_name(kind); }
-
 // Reads a whole file; nullopt if it does not exist. Throws nothing.
 std::optional<std::string> read_file(const fs::path& path, std::string* error) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -63,7 +61,7 @@ std::string verify_entry_file(std::string_view file, const fs::path& path, Heade
   if (!bad.empty()) return bad;
   auto key = KernelKey::from_hex(path.stem().string());
   if (!key || key->high != h->key_high || key->low != h->key_low ||
-      path.extension().string() != fmt::format(".{}", emit_name(entry::stage_of(*h))))
+      path.extension().string() != fmt::format(".{}", entry::kind_of(*h).name()))
     return "file name does not match the key and kind in its header";
   return {};
 }
@@ -125,13 +123,13 @@ fs::path DiskCache::default_dir() {
   return fs::temp_directory_path() / "mojo-jit";
 }
 
-fs::path DiskCache::entry_path(const KernelKey& key, Emit kind) const {
+fs::path DiskCache::entry_path(const KernelKey& key, EntryKind kind) const {
   std::string hex = key.hex();
   return dir_ / fmt::format("v{}", kCacheFormatVersion) / hex.substr(0, 2) /
-         fmt::format("{}.{}", hex, kind_suffix(kind));
+         fmt::format("{}.{}", hex, kind.name());
 }
 
-std::optional<std::string> DiskCache::load(const KernelKey& key, Emit kind, std::string* problem,
+std::optional<std::string> DiskCache::load(const KernelKey& key, EntryKind kind, std::string* problem,
                                            bool remove_bad) const {
   fs::path path = entry_path(key, kind);
   std::string error;
@@ -160,15 +158,15 @@ std::optional<std::string> DiskCache::load(const KernelKey& key, Emit kind, std:
   return module;
 }
 
-void DiskCache::store(const KernelKey& key, Emit kind, std::string_view meta, std::string_view payload) const {
-  write_entry(key, kind, std::uint32_t(kind), meta, payload);
+void DiskCache::store(const KernelKey& key, EntryKind kind, std::string_view meta, std::string_view payload) const {
+  write_entry(key, kind, kind.code(), meta, payload);
 }
 
-void DiskCache::store_alias(const KernelKey& key, Emit kind, const KernelKey& bundle, std::string_view meta) const {
-  write_entry(key, kind, std::uint32_t(kind) | entry::kAliasFlag, meta, bundle.hex());
+void DiskCache::store_alias(const KernelKey& key, EntryKind kind, const KernelKey& bundle, std::string_view meta) const {
+  write_entry(key, kind, kind.code() | entry::kAliasFlag, meta, bundle.hex());
 }
 
-void DiskCache::write_entry(const KernelKey& key, Emit kind, std::uint32_t kind_code, std::string_view meta,
+void DiskCache::write_entry(const KernelKey& key, EntryKind kind, std::uint32_t kind_code, std::string_view meta,
                             std::string_view payload) const {
   fs::path path = entry_path(key, kind);
   fs::path dir = path.parent_path();
@@ -217,7 +215,7 @@ std::vector<DiskEntryInfo> DiskCache::list(std::vector<std::string>* problems) c
       if (problems) problems->push_back(fmt::format("{}: {}", f.path.string(), bad));
       return;
     }
-    out.push_back(DiskEntryInfo{f.path, KernelKey{h.key_high, h.key_low}, entry::stage_of(h), h.payload_size,
+    out.push_back(DiskEntryInfo{f.path, KernelKey{h.key_high, h.key_low}, entry::kind_of(h), h.payload_size,
                                 std::string(entry::meta_of(*file, h)), entry::is_alias(h)});
   });
   return out;
@@ -251,7 +249,7 @@ void DiskCache::write_index(std::string_view specialization, std::string_view co
   if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) ::unlink(temp.c_str());
 }
 
-void DiskCache::touch(const KernelKey& key, Emit kind) const {
+void DiskCache::touch(const KernelKey& key, EntryKind kind) const {
   // An explicit stamp: mtime, which every file system keeps (atime often is not).
   ::utimensat(AT_FDCWD, entry_path(key, kind).c_str(), nullptr, 0);
 }
@@ -278,7 +276,7 @@ KeyLock& KeyLock::operator=(KeyLock&& other) noexcept {
   return *this;
 }
 
-KeyLock DiskCache::lock(const KernelKey& key, Emit kind, std::chrono::milliseconds timeout) const {
+KeyLock DiskCache::lock(const KernelKey& key, EntryKind kind, std::chrono::milliseconds timeout) const {
   KeyLock lock;
   fs::path entry = entry_path(key, kind);
   fs::path path = entry.parent_path() / (entry.filename().string() + ".lock");

@@ -41,7 +41,7 @@ Header make_header(const KernelKey& key, std::uint32_t kind, std::string_view me
 
 void seal(Header& h) { h.header_checksum = header_checksum(h); }
 
-std::string check(std::string_view file, const KernelKey* expected_key, const Emit* expected_kind, Header* out) {
+std::string check(std::string_view file, const KernelKey* expected_key, const EntryKind* expected_kind, Header* out) {
   if (file.size() < sizeof(Header)) return fmt::format("truncated: {} bytes, shorter than the header", file.size());
   Header h;
   std::memcpy(&h, file.data(), sizeof h);
@@ -51,7 +51,8 @@ std::string check(std::string_view file, const KernelKey* expected_key, const Em
     return fmt::format("format version {} (this build reads {})", h.format_version, kCacheFormatVersion);
   if (expected_key && (h.key_high != expected_key->high || h.key_low != expected_key->low))
     return fmt::format("header names key {:016x}{:016x}, not the file's key", h.key_high, h.key_low);
-  if (expected_kind && (h.kind & ~kAliasFlag) != std::uint32_t(*expected_kind)) return "header names another payload kind";
+  if (!EntryKind::from_code(h.kind & ~kAliasFlag)) return fmt::format("unknown payload kind {}", h.kind & ~kAliasFlag);
+  if (expected_kind && (h.kind & ~kAliasFlag) != expected_kind->code()) return "header names another payload kind";
   const std::uint64_t body = file.size() - sizeof h;
   if (h.meta_size > body || h.payload_size != body - h.meta_size)
     return fmt::format("size mismatch: header says {} + {} bytes, file holds {}", h.meta_size, h.payload_size, body);

@@ -24,15 +24,16 @@ struct Header {
 };
 static_assert(sizeof(Header) == 64);
 
-// Header::kind is the payload's Emit stage, with this bit set for an alias:
+// Header::kind is the entry's EntryKind code, with this bit set for an alias:
 // an entry whose payload names the bundle entry that holds the kernel.
 constexpr std::uint32_t kAliasFlag = 0x100;
 
 Header make_header(const KernelKey& key, std::uint32_t kind, std::string_view meta, std::string_view payload);
-inline Header make_header(const KernelKey& key, Emit kind, std::string_view meta, std::string_view payload) {
-  return make_header(key, std::uint32_t(kind), meta, payload);
+inline Header make_header(const KernelKey& key, EntryKind kind, std::string_view meta, std::string_view payload) {
+  return make_header(key, kind.code(), meta, payload);
 }
-inline Emit stage_of(const Header& h) { return Emit(h.kind & ~kAliasFlag); }
+// The kind of a checked entry (check() rejects codes no kind has).
+inline EntryKind kind_of(const Header& h) { return *EntryKind::from_code(h.kind & ~kAliasFlag); }
 inline bool is_alias(const Header& h) { return (h.kind & kAliasFlag) != 0; }
 // Recomputes the header checksum after a field was changed (tests, tools).
 void seal(Header& h);
@@ -40,7 +41,7 @@ void seal(Header& h);
 // Checks a whole entry file; returns the problem, or empty when it is valid
 // (then `*out` holds its header). `expected_key` / `expected_kind` may be
 // null; an alias of the expected kind passes too.
-std::string check(std::string_view file, const KernelKey* expected_key, const Emit* expected_kind, Header* out);
+std::string check(std::string_view file, const KernelKey* expected_key, const EntryKind* expected_kind, Header* out);
 
 inline std::string_view meta_of(std::string_view file, const Header& h) { return file.substr(sizeof h, h.meta_size); }
 inline std::string_view payload_of(std::string_view file, const Header& h) {

@@ -90,14 +90,14 @@ KernelCache::Binary KernelCache::lookup_disk(const CacheRequest& request, std::s
   auto hit = [&](std::string payload) { return std::make_shared<const std::string>(std::move(payload)); };
   if (auto d = disk()) {
     std::string problem;
-    if (auto payload = d->load(request.key, request.emit, &problem)) {
+    if (auto payload = d->load(request.key, request.kind, &problem)) {
       ++disk_hits_;
       bool first_use;
       {
         std::lock_guard lock(mutex_);
         first_use = stamped_.emplace(request.key.high, request.key.low).second;
       }
-      if (first_use) d->touch(request.key, request.emit);  // last-used stamp, once per process
+      if (first_use) d->touch(request.key, request.kind);  // last-used stamp, once per process
       log::debug(fmt::format("disk hit for {}", request.description));
       return hit(std::move(*payload));
     }
@@ -109,7 +109,7 @@ KernelCache::Binary KernelCache::lookup_disk(const CacheRequest& request, std::s
   }
   for (const DiskCache& layer : readonly_) {
     std::string problem;
-    if (auto payload = layer.load(request.key, request.emit, &problem, /*remove_bad=*/false)) {
+    if (auto payload = layer.load(request.key, request.kind, &problem, /*remove_bad=*/false)) {
       ++readonly_hits_;
       log::debug(fmt::format("read-only hit for {} in {}", request.description, layer.dir().string()));
       return hit(std::move(*payload));
@@ -157,7 +157,7 @@ KernelCache::Binary KernelCache::compile_and_store(const CacheRequest& request,
                                      request.description));
   KeyLock lock;
   if (auto d = disk()) {
-    lock = d->lock(request.key, request.emit, options_.lock_timeout);
+    lock = d->lock(request.key, request.kind, options_.lock_timeout);
     if (lock.waited()) ++lock_waits_;
     switch (lock.status()) {
       case KeyLock::Status::held: break;
@@ -171,17 +171,20 @@ KernelCache::Binary KernelCache::compile_and_store(const CacheRequest& request,
     }
     // Look again under the lock: another process may have stored the entry
     // between our first look and taking the lock (whether or not we waited).
-    if (auto payload = d->load(request.key, request.emit)) {
+    if (auto payload = d->load(request.key, request.kind)) {
       ++disk_hits_;
       return std::make_shared<const std::string>(std::move(*payload));
     }
   }
-  if (log::enabled(log::Level::info))
+  const bool is_compile = request.kind != EntryKind::tuning();  // a tuning record is timed, not compiled
+  if (is_compile && log::enabled(log::Level::info))
     log::info(fmt::format("compiling {}: {}", request.description, compile_cause(request, corrupt)));
   auto start = std::chrono::steady_clock::now();
   auto result = std::make_shared<const std::string>(compile());
-  compile_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
-  ++compiles_;
+  if (is_compile) {
+    compile_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    ++compiles_;
+  }
   *compiled = true;
   store(request, *result);
   remember_components(request);
@@ -192,7 +195,7 @@ void KernelCache::store(const CacheRequest& request, const std::string& payload)
   auto d = disk();  // may have been turned off meanwhile
   if (!d) return;
   try {
-    d->store(request.key, request.emit, request.meta, payload);
+    d->store(request.key, request.kind, request.meta, payload);
   } catch (const Error& e) {
     disable_disk(e.what());  // e.g. ENOSPC or a read-only directory: this process goes on from memory
     return;
@@ -210,7 +213,7 @@ void KernelCache::store(const CacheRequest& request, const std::string& payload)
   }
 }
 
-void KernelCache::alias(const KernelKey& kernel_key, Emit emit, const KernelKey& bundle_key, const Binary& bundle,
+void KernelCache::alias(const KernelKey& kernel_key, EntryKind kind, const KernelKey& bundle_key, const Binary& bundle,
                         std::string_view meta) {
   {
     std::lock_guard lock(mutex_);
@@ -222,7 +225,7 @@ void KernelCache::alias(const KernelKey& kernel_key, Emit emit, const KernelKey&
   }
   if (auto d = disk()) {
     try {
-      d->store_alias(kernel_key, emit, bundle_key, meta);
+      d->store_alias(kernel_key, kind, bundle_key, meta);
     } catch (const Error& e) {
       disable_disk(e.what());
     }

@@ -36,7 +36,7 @@ struct CacheOptions {
 
 struct CacheRequest {
   KernelKey key;
-  Emit emit = Emit::cubin;
+  EntryKind kind = Emit::cubin;
   std::string_view description;  // "rms_norm {dtype=bf16 ...} for sm_90 (cubin)": what, for logs and errors
   std::string_view meta;         // stored in the entry's header block
   // The key's inputs that are not in `description` ("source=<hash>\ncompiler=<id>\n"):
@@ -55,7 +55,7 @@ class KernelCache {
                                          bool* compiled);
   // Records that the kernel with `kernel_key` lives in `bundle` (already in
   // the cache under `bundle_key`): later lookups of the kernel get the bundle.
-  void alias(const KernelKey& kernel_key, Emit emit, const KernelKey& bundle_key, const Binary& bundle,
+  void alias(const KernelKey& kernel_key, EntryKind kind, const KernelKey& bundle_key, const Binary& bundle,
              std::string_view meta);
   CacheStats stats() const;
   std::optional<std::filesystem::path> writable_dir() const;

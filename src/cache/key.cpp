@@ -7,6 +7,16 @@
 
 namespace mojo {
 
+std::optional<EntryKind> EntryKind::from_code(std::uint32_t code) noexcept {
+  if (code == kTuningCode) return tuning();
+  if (code <= std::uint32_t(Emit::host)) return EntryKind(Emit(code));
+  return std::nullopt;
+}
+
+std::string_view EntryKind::name() const noexcept {
+  return code_ == kTuningCode ? "tuning" : emit_name(Emit(code_));
+}
+
 std::string KernelKey::hex() const { return fmt::format("{:016x}{:016x}", high, low); }
 
 std::optional<KernelKey> KernelKey::from_hex(std::string_view hex) {
@@ -38,7 +48,7 @@ KernelKey compute_key(const KeyInputs& in) {
   field(in.params);
   field(in.target);
   field(in.compiler);
-  field(emit_name(in.emit));
+  field(in.kind.name());
   XXH128_hash_t h = XXH3_128bits_digest(&state);
   return KernelKey{h.high64, h.low64};
 }

@@ -3,7 +3,7 @@
 
 #include <utility>
 
-#include "mojo/compiler.hpp"
+#include "mojo/stage.hpp"
 #include "mojo/error.hpp"
 
 namespace mojo {

@@ -123,11 +123,7 @@ CompileResult HostCompiler::compile(const CompileRequest& request) const {
     out << request.source;
     if (!out) throw CompileError(fmt::format("{}: cannot write {}", request.description, source.string()), "");
   }
-  std::vector<std::string> argv{cxx_};
-  argv.insert(argv.end(), flags_.begin(), flags_.end());
-  argv.push_back(fmt::format("-D__CUDA_ARCH__={}", request.target.sm * 10));
-  argv.insert(argv.end(), {"-o", library.string(), source.string()});
-  const int status = run(argv, log);
+  const int status = run(command(request, source.string(), library.string()), log);
   std::string text = read_file(log);
   if (status == -ENOENT) throw CompileError(fmt::format("{}: {}", request.description, missing_), "");
   if (status != 0) {
@@ -141,6 +137,20 @@ CompileResult HostCompiler::compile(const CompileRequest& request) const {
   if (out.binary.empty())
     throw CompileError(fmt::format("{}: the host compiler wrote no library", request.description), "");
   return out;
+}
+
+std::vector<std::string> HostCompiler::command(const CompileRequest& request, std::string_view source,
+                                               std::string_view library) const {
+  std::vector<std::string> argv{cxx_};
+  argv.insert(argv.end(), flags_.begin(), flags_.end());
+  argv.push_back(fmt::format("-D__CUDA_ARCH__={}", request.target.sm * 10));
+  argv.insert(argv.end(), {"-o", std::string(library), "-x", "c++", std::string(source)});  // a .cu dump is C++ too
+  return argv;
+}
+
+std::string HostCompiler::repro_command(const CompileRequest& request, std::string_view source_path) const {
+  const std::string stem(source_path.substr(0, source_path.rfind('.')));
+  return fmt::format("{}", fmt::join(command(request, source_path, stem + ".so"), " "));
 }
 
 }  // namespace mojo

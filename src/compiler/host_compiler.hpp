@@ -20,8 +20,11 @@ class HostCompiler final : public Compiler {
   const std::string& identity() const override { return identity_; }
   bool can_emit(Emit emit) const override { return emit == Emit::host; }
   CompileResult compile(const CompileRequest& request) const override;
+  std::string repro_command(const CompileRequest& request, std::string_view source_path) const override;
 
  private:
+  std::vector<std::string> command(const CompileRequest& request, std::string_view source,
+                                   std::string_view library) const;
   std::string cxx_;
   std::vector<std::string> flags_;
   std::string identity_;

@@ -26,7 +26,6 @@
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
 #include <llvm/Transforms/Utils/SplitModule.h>
-#include <nvJitLink.h>
 
 #include <algorithm>
 #include <mutex>
@@ -34,6 +33,7 @@
 #include <vector>
 
 #include "compiler/diagnostics.hpp"
+#include "compiler/nvjitlink.hpp"
 #include "mojo/error.hpp"
 
 namespace mojo {
@@ -87,53 +87,6 @@ struct CollectingHandler : llvm::DiagnosticHandler {
   }
 };
 
-std::string nvjitlink_version() {
-  unsigned major = 0, minor = 0;
-  return nvJitLinkVersion(&major, &minor) == NVJITLINK_SUCCESS ? fmt::format("{}.{}", major, minor) : "unknown";
-}
-
-// PTX (one text, or the parts of a split module) -> one cubin for an exact
-// sm_XX, with nvJitLink in process (its ptxas on `jobs` threads).
-std::string ptx_to_cubin(const std::vector<std::string>& ptx, const Target& target, unsigned jobs,
-                         std::string_view description) {
-  const std::string arch = fmt::format("-arch={}", target.sm_name()), split = fmt::format("-Xptxas=--split-compile={}", jobs);
-  std::vector<const char*> options{arch.c_str(), "-O3"};
-  if (jobs > 1) options.push_back(split.c_str());
-  nvJitLinkHandle handle = nullptr;
-  if (nvJitLinkCreate(&handle, std::uint32_t(options.size()), options.data()) != NVJITLINK_SUCCESS)
-    throw CompileError(fmt::format("{}: nvJitLink cannot target {}", description, target.sm_name()), "");
-  auto log_of = [&] {
-    std::size_t n = 0;
-    std::string log;
-    if (nvJitLinkGetErrorLogSize(handle, &n) == NVJITLINK_SUCCESS && n > 0) {
-      log.resize(n);
-      nvJitLinkGetErrorLog(handle, log.data());
-      while (!log.empty() && log.back() == '\0') log.pop_back();
-    }
-    return log;
-  };
-  std::string cubin;
-  nvJitLinkResult r = NVJITLINK_SUCCESS;
-  for (std::size_t i = 0; i < ptx.size() && r == NVJITLINK_SUCCESS; ++i) {
-    std::string name = fmt::format("part{}.ptx", i);
-    r = nvJitLinkAddData(handle, NVJITLINK_INPUT_PTX, ptx[i].data(), ptx[i].size(), name.c_str());
-  }
-  if (r == NVJITLINK_SUCCESS) r = nvJitLinkComplete(handle);
-  std::size_t size = 0;
-  if (r == NVJITLINK_SUCCESS) r = nvJitLinkGetLinkedCubinSize(handle, &size);
-  if (r == NVJITLINK_SUCCESS) {
-    cubin.resize(size);
-    r = nvJitLinkGetLinkedCubin(handle, cubin.data());
-  }
-  std::string log = r == NVJITLINK_SUCCESS ? "" : log_of();
-  nvJitLinkDestroy(&handle);
-  if (r != NVJITLINK_SUCCESS)
-    throw CompileError(fmt::format("{}: nvJitLink failed to turn PTX into a {} cubin (error {})", description,
-                                   target.sm_name(), int(r)),
-                       log);
-  return cubin;
-}
-
 std::unique_ptr<llvm::TargetMachine> make_machine(const std::string& cpu, std::string* error) {
   const llvm::Target* target = llvm::TargetRegistry::lookupTarget(kTriple, *error);
   if (!target) return nullptr;
@@ -162,8 +115,8 @@ std::string codegen_part(const llvm::SmallVector<char, 0>& bitcode, const std::s
     auto context = std::make_unique<llvm::LLVMContext>();
     bool failed = false;
     context->setDiagnosticHandler(std::make_unique<CollectingHandler>(error, &failed));
-    auto module = llvm::parseBitcodeFile(
-        llvm::MemoryBufferRef(llvm::StringRef(bitcode.data(), bitcode.size()), "part"), *context);
+    auto module = llvm::parseBitcodeFile(llvm::MemoryBufferRef(llvm::StringRef(bitcode.data(), bitcode.size()), "part"),
+                                         *context);
     if (!module) {
       *error += llvm::toString(module.takeError());
       return;
@@ -181,161 +134,213 @@ std::string codegen_part(const llvm::SmallVector<char, 0>& bitcode, const std::s
   return ptx;
 }
 
-}  // namespace
+// One compile, stage by stage: front_end (clang: source -> IR), optimize
+// (the O3 pipeline with the NVPTX target's passes), codegen (NVPTX: IR ->
+// PTX, split across threads for a module of many kernels). Each returns
+// false on failure, the reason in the logs. They run inside one
+// CrashRecoveryContext: a fatal LLVM error jumps out of any of them.
+class Compilation {
+ public:
+  explicit Compilation(const CompileRequest& request)
+      : request_(request), cpu_(request.target.sm_name()), file_(fmt::format("/mojo/{}", request.program_name)) {}
 
-LlvmCompiler::LlvmCompiler() {
-  initialize_llvm_once();
-  identity_ = fmt::format("llvm-{} clang-cuda -O3 -ffp-contract=fast {} nvjitlink-{}", LLVM_VERSION_STRING, kPtxFeature,
-                          nvjitlink_version());
-}
-
-CompileResult LlvmCompiler::compile(const CompileRequest& request) const {
-  const Target& target = request.target;
-  if (std::find(std::begin(kSupportedSms), std::end(kSupportedSms), target.sm) == std::end(kSupportedSms) ||
-      (target.arch_specific && target.sm != 90))
-    throw ArchError(fmt::format("{}: LLVM {} cannot target {} (its NVPTX back end stops at sm_90a / PTX 8.5); use "
-                                "--compiler=nvrtc for it",
-                                request.description, LLVM_VERSION_MAJOR, target.sm_name()));
-  const std::string cpu = target.sm_name();
-  const std::string file = fmt::format("/mojo/{}", request.program_name);
-
-  // Everything LLVM allocates for this compile. On a fatal error we jump out
-  // of the middle of LLVM, so these are then leaked rather than destroyed
-  // in a state nobody can vouch for.
-  auto context = std::make_unique<llvm::LLVMContext>();
-  std::string log;
-  bool backend_failed = false;
-  std::unique_ptr<llvm::Module> module;
-  std::string out;                     // IR text (emit llvm, llvm-opt)
-  std::vector<std::string> ptx_parts;  // PTX: one, or one per part of a split module
-  std::string front_end_log;
-
-  auto run = [&] {
-    // ---- front end: clang, reading only the in-memory file ----
+  bool front_end() {
     llvm::raw_string_ostream diag_stream(front_end_log);
     auto diag_options = llvm::makeIntrusiveRefCnt<clang::DiagnosticOptions>();
     diag_options->ShowColors = false;
     auto* printer = new clang::TextDiagnosticPrinter(diag_stream, diag_options.get());
     clang::DiagnosticsEngine diags(llvm::makeIntrusiveRefCnt<clang::DiagnosticIDs>(), diag_options, printer);
-
-    std::vector<const char*> args = {"-triple", kTriple, "-aux-triple", "x86_64-unknown-linux-gnu", "-fcuda-is-device",
-                                     "-target-cpu", cpu.c_str(), "-target-feature", kPtxFeature, "-x", "cuda",
-                                     "-std=c++17", "-O3", "-disable-llvm-passes", "-ffp-contract=fast",
-                                     "-nostdsysteminc", "-nobuiltininc", "-emit-llvm",
-                                     file.c_str()};
+    // Only the in-memory file is read: no system or CUDA SDK headers.
+    std::vector<const char*> args = {"-triple",
+                                     kTriple,
+                                     "-aux-triple",
+                                     "x86_64-unknown-linux-gnu",
+                                     "-fcuda-is-device",
+                                     "-target-cpu",
+                                     cpu_.c_str(),
+                                     "-target-feature",
+                                     kPtxFeature,
+                                     "-x",
+                                     "cuda",
+                                     "-std=c++17",
+                                     "-O3",
+                                     "-disable-llvm-passes",
+                                     "-ffp-contract=fast",
+                                     "-nostdsysteminc",
+                                     "-nobuiltininc",
+                                     "-emit-llvm",
+                                     file_.c_str()};
     auto invocation = std::make_shared<clang::CompilerInvocation>();
-    if (!clang::CompilerInvocation::CreateFromArgs(*invocation, args, diags)) return;
+    if (!clang::CompilerInvocation::CreateFromArgs(*invocation, args, diags)) return false;
 
     clang::CompilerInstance ci;
     ci.setInvocation(invocation);
     ci.createDiagnostics(new clang::TextDiagnosticPrinter(diag_stream, &ci.getDiagnosticOpts()), true);
     ci.setVerboseOutputStream(diag_stream);  // "N errors generated." goes to our log, not stderr
     auto files = llvm::makeIntrusiveRefCnt<llvm::vfs::InMemoryFileSystem>();
-    files->addFile(file, 0, llvm::MemoryBuffer::getMemBufferCopy(request.source, file));
+    files->addFile(file_, 0, llvm::MemoryBuffer::getMemBufferCopy(request_.source, file_));
     ci.createFileManager(files);
     ci.createSourceManager(ci.getFileManager());
 
     clang::EmitLLVMOnlyAction action(context.get());
-    if (!ci.ExecuteAction(action)) return;
+    if (!ci.ExecuteAction(action)) return false;
     module = action.takeModule();
-    if (!module) return;
-    context->setDiagnosticHandler(std::make_unique<CollectingHandler>(&log, &backend_failed));
-    if (request.emit == Emit::llvm) {
-      llvm::raw_string_ostream os(out);
-      module->print(os, nullptr);
-      return;
-    }
+    if (!module) return false;
+    context->setDiagnosticHandler(std::make_unique<CollectingHandler>(&back_end_log, &back_end_failed));
+    return true;
+  }
 
-    // ---- middle end: the O3 pipeline, with the NVPTX target's own passes ----
+  bool optimize() {
     std::string error;
-    std::unique_ptr<llvm::TargetMachine> machine = make_machine(cpu, &error);
-    if (!machine) {
-      log += error;
-      backend_failed = true;
-      return;
-    }
-    module->setDataLayout(machine->createDataLayout());
-    {
-      llvm::LoopAnalysisManager lam;
-      llvm::FunctionAnalysisManager fam;
-      llvm::CGSCCAnalysisManager cgam;
-      llvm::ModuleAnalysisManager mam;
-      llvm::PassBuilder builder(machine.get());
-      builder.registerModuleAnalyses(mam);
-      builder.registerCGSCCAnalyses(cgam);
-      builder.registerFunctionAnalyses(fam);
-      builder.registerLoopAnalyses(lam);
-      builder.crossRegisterProxies(lam, fam, cgam, mam);
-      builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(*module, mam);
-    }
-    if (request.emit == Emit::llvm_opt) {
-      llvm::raw_string_ostream os(out);
-      module->print(os, nullptr);
-      return;
-    }
+    machine_ = make_machine(cpu_, &error);
+    if (!machine_) return fail(error);
+    module->setDataLayout(machine_->createDataLayout());
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    llvm::PassBuilder builder(machine_.get());
+    builder.registerModuleAnalyses(mam);
+    builder.registerCGSCCAnalyses(cgam);
+    builder.registerFunctionAnalyses(fam);
+    builder.registerLoopAnalyses(lam);
+    builder.crossRegisterProxies(lam, fam, cgam, mam);
+    builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(*module, mam);
+    return !back_end_failed;
+  }
 
-    // ---- back end: NVPTX -> PTX, split across threads for a cubin of many kernels ----
+  bool codegen() {
     const unsigned kernels = unsigned(std::count_if(module->begin(), module->end(), [](const llvm::Function& f) {
       return !f.isDeclaration() && f.hasExternalLinkage();
     }));
-    const unsigned parts = request.emit == Emit::cubin ? std::min(request.jobs, kernels) : 1;
+    const unsigned parts = request_.emit == Emit::cubin ? std::min(request_.jobs, kernels) : 1;
     if (parts <= 1) {
-      if (!emit_ptx(*module, *machine, &out)) {
-        log += "the NVPTX target cannot emit assembly\n";
-        backend_failed = true;
-      }
-      ptx_parts.push_back(std::move(out));
-      out.clear();
-      return;
+      if (!emit_ptx(*module, *machine_, &ptx.emplace_back())) return fail("the NVPTX target cannot emit assembly\n");
+      return !back_end_failed;
     }
     std::vector<llvm::SmallVector<char, 0>> bitcode;
     llvm::SplitModule(*module, parts, [&](std::unique_ptr<llvm::Module> part) {
       llvm::raw_svector_ostream os(bitcode.emplace_back());
       llvm::WriteBitcodeToFile(*part, os);
     });
-    ptx_parts.resize(bitcode.size());
+    ptx.resize(bitcode.size());
     std::vector<std::string> errors(bitcode.size());
     std::vector<std::thread> threads;
     for (std::size_t i = 0; i < bitcode.size(); ++i)
-      threads.emplace_back([&, i] { ptx_parts[i] = codegen_part(bitcode[i], cpu, &errors[i]); });
+      threads.emplace_back([&, i] { ptx[i] = codegen_part(bitcode[i], cpu_, &errors[i]); });
     for (std::thread& t : threads) t.join();
     for (std::size_t i = 0; i < bitcode.size(); ++i)
-      if (ptx_parts[i].empty()) {
-        log += errors[i];
-        backend_failed = true;
-      }
-  };
+      if (ptx[i].empty()) fail(errors[i]);
+    return !back_end_failed;
+  }
 
+  // The module as IR text, kept as `stage` when asked for or when it is the result.
+  void keep_ir(Emit stage) {
+    if (!request_.keep_stages && request_.emit != stage) return;
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    module->print(os, nullptr);
+    stages.emplace_back(stage, std::move(text));
+  }
+
+  std::unique_ptr<llvm::LLVMContext> context = std::make_unique<llvm::LLVMContext>();
+  std::unique_ptr<llvm::Module> module;
+  std::string front_end_log, back_end_log;
+  bool back_end_failed = false;
+  std::vector<std::string> ptx;  // one, or one per part of a split module
+  std::vector<std::pair<Emit, std::string>> stages;
+
+ private:
+  bool fail(const std::string& why) {
+    back_end_log += why;
+    back_end_failed = true;
+    return false;
+  }
+  const CompileRequest& request_;
+  const std::string cpu_, file_;
+  std::unique_ptr<llvm::TargetMachine> machine_;
+};
+
+}  // namespace
+
+LlvmCompiler::LlvmCompiler() {
+  initialize_llvm_once();
+  identity_ = fmt::format("llvm-{} clang-cuda -O3 -ffp-contract=fast {} nvjitlink-{}", LLVM_VERSION_STRING, kPtxFeature,
+                          nvjitlink::version());
+}
+
+CompileResult LlvmCompiler::compile(const CompileRequest& request) const {
+  const Target& target = request.target;
+  if (std::find(std::begin(kSupportedSms), std::end(kSupportedSms), target.sm) == std::end(kSupportedSms) ||
+      (target.arch_specific && target.sm != 90))
+    throw ArchError(
+        fmt::format("{}: LLVM {} cannot target {} (its NVPTX back end stops at sm_90a / PTX 8.5); use "
+                    "--compiler=nvrtc for it",
+                    request.description, LLVM_VERSION_MAJOR, target.sm_name()));
+  // Everything LLVM allocates lives in `c`. On a fatal error we jump out of
+  // the middle of LLVM, so its context and module are then leaked rather
+  // than destroyed in a state nobody can vouch for.
+  auto c = std::make_unique<Compilation>(request);
+  bool done = false;
+  auto run = [&] {
+    if (!c->front_end()) return;
+    c->keep_ir(Emit::llvm);
+    if (request.emit == Emit::llvm) return void(done = true);
+    if (!c->optimize()) return;
+    c->keep_ir(Emit::llvm_opt);
+    if (request.emit == Emit::llvm_opt) return void(done = true);
+    done = c->codegen();
+  };
   tls_fatal_error.clear();
   llvm::CrashRecoveryContext crc;
-  const bool survived = crc.RunSafely(run);
-  if (!survived) {
-    // Jumped out of LLVM: its objects may be half-way through anything.
-    (void)context.release();
-    (void)module.release();
+  if (!crc.RunSafely(run)) {
+    std::string log = c->front_end_log + c->back_end_log;
+    (void)c->context.release();
+    (void)c->module.release();
+    (void)c.release();
     std::string reason = tls_fatal_error.empty() ? "it crashed" : tls_fatal_error.substr(0, tls_fatal_error.find('\n'));
-    throw CompileError(fmt::format("{}: LLVM failed for {}: {}", request.description, cpu, reason),
-                       front_end_log + log + (tls_fatal_error.empty() ? "" : "LLVM ERROR: " + tls_fatal_error + "\n"));
+    throw CompileError(fmt::format("{}: LLVM failed for {}: {}", request.description, target.sm_name(), reason),
+                       log + (tls_fatal_error.empty() ? "" : "LLVM ERROR: " + tls_fatal_error + "\n"));
   }
-  const bool ir = request.emit == Emit::llvm || request.emit == Emit::llvm_opt;
-  if (!module || backend_failed || (ir ? out.empty() : ptx_parts.empty())) {
-    std::string all = front_end_log + log;
-    throw CompileError(fmt::format("{}: clang/LLVM failed for {}: {}", request.description, cpu,
-                                   diagnostics::first_error(all)),
-                       diagnostics::annotate(all, request.source));
-  }
-  module.reset();  // before its context
-  context.reset();
+  const std::string log = c->front_end_log + c->back_end_log;
+  if (!done || c->back_end_failed)
+    throw CompileError(fmt::format("{}: clang/LLVM failed for {}: {}", request.description, target.sm_name(),
+                                   diagnostics::first_error(log)),
+                       diagnostics::annotate(log, request.source));
 
   CompileResult result;
-  result.log = front_end_log + log;
-  if (ir)
-    result.binary = std::move(out);
-  else if (request.emit == Emit::cubin)
-    result.binary = ptx_to_cubin(ptx_parts, target, request.jobs, request.description);
-  else
-    result.binary = std::move(ptx_parts.front());
+  result.log = log;
+  result.stages = std::move(c->stages);
+  if (request.emit == Emit::llvm || request.emit == Emit::llvm_opt) {
+    result.binary = std::move(result.stages.back().second);  // the last stage kept is the result
+    result.stages.pop_back();
+  } else if (request.emit == Emit::ptx) {
+    result.binary = std::move(c->ptx.front());
+  } else {
+    if (request.keep_stages) result.stages.emplace_back(Emit::ptx, fmt::format("{}", fmt::join(c->ptx, "\n")));
+    result.binary = nvjitlink::ptx_to_cubin(c->ptx, target, request.jobs, request.description);
+  }
   return result;
+}
+
+std::string LlvmCompiler::repro_command(const CompileRequest& request, std::string_view source_path) const {
+  // clang's driver for the same front end and pipeline; ptxas for nvJitLink's last step.
+  const std::string stem(source_path.substr(0, source_path.rfind('.')));
+  std::string cmd = fmt::format(
+      "clang++-{} -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch={} -Xclang -target-feature -Xclang "
+      "{} -std=c++17 -O3 -ffp-contract=fast -S",
+      LLVM_VERSION_MAJOR, request.target.sm_name(), kPtxFeature);
+  switch (request.emit) {
+    case Emit::llvm:
+      return fmt::format("{} -emit-llvm -Xclang -disable-llvm-passes -o {}.ll {}", cmd, stem, source_path);
+    case Emit::llvm_opt:
+      return fmt::format("{} -emit-llvm -o {}.ll {}", cmd, stem, source_path);
+    case Emit::ptx:
+      return fmt::format("{} -o {}.ptx {}", cmd, stem, source_path);
+    default:
+      return fmt::format("{} -o {}.ptx {} && ptxas -arch={} -O3 -o {}.cubin {}.ptx", cmd, stem, source_path,
+                         request.target.sm_name(), stem, stem);
+  }
 }
 
 }  // namespace mojo

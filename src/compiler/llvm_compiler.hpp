@@ -21,6 +21,7 @@ class LlvmCompiler final : public Compiler {
   const std::string& identity() const override { return identity_; }
   bool can_emit(Emit) const override { return true; }
   CompileResult compile(const CompileRequest& request) const override;
+  std::string repro_command(const CompileRequest& request, std::string_view source_path) const override;
 
  private:
   std::string identity_;

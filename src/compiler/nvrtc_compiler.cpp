@@ -82,18 +82,32 @@ CompileResult NvrtcCompiler::compile(const CompileRequest& request) const {
 
   CompileResult out;
   out.log = std::move(log);
-  std::size_t size = 0;
+  auto ptx = [&] {
+    std::size_t size = 0;
+    check(nvrtcGetPTXSize(raw, &size), "nvrtcGetPTXSize");
+    std::string text(size, '\0');
+    check(nvrtcGetPTX(raw, text.data()), "nvrtcGetPTX");
+    while (!text.empty() && text.back() == '\0') text.pop_back();  // the size counts the NUL
+    return text;
+  };
   if (request.emit == Emit::cubin) {
+    std::size_t size = 0;
     check(nvrtcGetCUBINSize(raw, &size), "nvrtcGetCUBINSize");
     out.binary.resize(size);
     check(nvrtcGetCUBIN(raw, out.binary.data()), "nvrtcGetCUBIN");
+    if (request.keep_stages) out.stages.emplace_back(Emit::ptx, ptx());  // the PTX the cubin was made from
   } else {
-    check(nvrtcGetPTXSize(raw, &size), "nvrtcGetPTXSize");
-    out.binary.resize(size);
-    check(nvrtcGetPTX(raw, out.binary.data()), "nvrtcGetPTX");
-    while (!out.binary.empty() && out.binary.back() == '\0') out.binary.pop_back();  // the size counts the NUL
+    out.binary = ptx();
   }
   return out;
+}
+
+std::string NvrtcCompiler::repro_command(const CompileRequest& request, std::string_view source_path) const {
+  // nvcc runs the same front end (NVRTC is its device half); --minimal has no nvcc spelling and changes nothing.
+  const std::string stem(source_path.substr(0, source_path.rfind('.')));
+  if (request.emit == Emit::cubin)
+    return fmt::format("nvcc -std=c++17 -arch={} -cubin -o {}.cubin {}", request.target.sm_name(), stem, source_path);
+  return fmt::format("nvcc -std=c++17 -arch={} -ptx -o {}.ptx {}", request.target.compute_name(), stem, source_path);
 }
 
 }  // namespace mojo

@@ -15,6 +15,7 @@ class NvrtcCompiler final : public Compiler {
   const std::string& identity() const override { return identity_; }
   bool can_emit(Emit emit) const override { return emit == Emit::ptx || emit == Emit::cubin; }
   CompileResult compile(const CompileRequest& request) const override;
+  std::string repro_command(const CompileRequest& request, std::string_view source_path) const override;
 
  private:
   std::vector<std::string> options_;  // fixed options, before the arch

@@ -8,8 +8,8 @@
 
 #include "mojo/error.hpp"
 #include "mojo/op.hpp"
-#include "reference/reference.hpp"
 #include "ops/host_data.hpp"
+#include "reference/reference.hpp"
 
 namespace mojo {
 
@@ -52,12 +52,18 @@ void KernelArgs::overflow() { throw Error("internal error: too many kernel argum
 
 std::string_view device_type_name(DType dtype) noexcept {
   switch (dtype) {
-    case DType::f32: return "float";
-    case DType::f16: return "mojo::f16";
-    case DType::bf16: return "mojo::bf16";
-    case DType::i32: return "int";
-    case DType::i64: return "long long";
-    case DType::u8: return "unsigned char";
+    case DType::f32:
+      return "float";
+    case DType::f16:
+      return "mojo::f16";
+    case DType::bf16:
+      return "mojo::bf16";
+    case DType::i32:
+      return "int";
+    case DType::i64:
+      return "long long";
+    case DType::u8:
+      return "unsigned char";
   }
   return "void";
 }
@@ -91,6 +97,12 @@ std::string OpDef::entry_line(const Params& params) const {
   }
   if (!ints.empty()) ints = fmt::format(" static constexpr int {};", ints);
   return fmt::format("struct {}_p {{{}{} }};\n{}({}, {}_p)", kernel, types, ints, entry_macro(params), kernel, kernel);
+}
+
+Params OpDef::specialize(TensorList tensors, ScalarList scalars, const Target& target) const {
+  check_tensor_count(tensors);
+  check_scalar_names(scalars);
+  return derive_params(tensors, scalars, target);
 }
 
 double OpDef::scalar(ScalarList scalars, std::string_view name) const {
@@ -127,8 +139,8 @@ void OpDef::check_tensor_count(TensorList tensors) const {
   if (tensors.size() != args.size()) {
     std::vector<std::string_view> names;
     for (const TensorArgInfo& a : args) names.push_back(a.name);
-    throw InvalidArgumentError(fmt::format("{} takes {} tensors ({}), got {}", name(), args.size(),
-                                           fmt::join(names, ", "), tensors.size()));
+    throw InvalidArgumentError(
+        fmt::format("{} takes {} tensors ({}), got {}", name(), args.size(), fmt::join(names, ", "), tensors.size()));
   }
 }
 
@@ -178,9 +190,12 @@ namespace mojo {
 
 Tolerance default_tolerance(DType dtype) noexcept {
   switch (dtype) {
-    case DType::bf16: return {8e-3, 4e-3};  // 1 ulp = 2^-8 relative: 2 ulp
-    case DType::f16: return {2e-3, 1e-3};   // 1 ulp = 2^-11 relative: 4 ulp
-    default: return {1e-4, 1e-6};           // f32: a few ulp of 2^-23 after approximations and sums
+    case DType::bf16:
+      return {8e-3, 4e-3};  // 1 ulp = 2^-8 relative: 2 ulp
+    case DType::f16:
+      return {2e-3, 1e-3};  // 1 ulp = 2^-11 relative: 4 ulp
+    default:
+      return {1e-4, 1e-6};  // f32: a few ulp of 2^-23 after approximations and sums
   }
 }
 

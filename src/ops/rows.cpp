@@ -24,7 +24,8 @@ std::int64_t cols_of(std::string_view op, std::string_view arg, const TensorSpec
 
 std::int64_t count(std::string_view op, const TensorSpec& t) {
   const std::int64_t n = t.numel() / t.dim(t.rank() - 1);
-  if (n > std::int64_t(INT32_MAX)) throw ShapeError(fmt::format("{}: {} rows exceed the grid limit of {}", op, n, INT32_MAX));
+  if (n > std::int64_t(INT32_MAX))
+    throw ShapeError(fmt::format("{}: {} rows exceed the grid limit of {}", op, n, INT32_MAX));
   return n;
 }
 
@@ -34,20 +35,37 @@ std::int64_t stride(std::string_view op, std::string_view arg, const TensorSpec&
   for (int i = 0; ok && i + 2 < r; ++i) ok = t.dim(i) == 1 || t.stride(i) == t.stride(i + 1) * t.dim(i + 1);
   if (r >= 2 && t.stride(r - 2) < t.dim(r - 1) && t.numel() / t.dim(r - 1) > 1) ok = false;  // overlapping rows
   if (!ok)
-    throw ShapeError(fmt::format("{}: {} {} has strides this op cannot take: the last dim needs unit stride and "
-                                 "the rows an even stride of at least the row length",
-                                 op, arg, t.str()));
+    throw ShapeError(
+        fmt::format("{}: {} {} has strides this op cannot take: the last dim needs unit stride and "
+                    "the rows an even stride of at least the row length",
+                    op, arg, t.str()));
   return r >= 2 ? t.stride(r - 2) : t.dim(0);
 }
 
 std::int64_t token_stride(std::string_view op, std::string_view arg, const TensorSpec& t) {
-  if (t.rank() != 3) throw ShapeError(fmt::format("{}: {} is {}; expected [tokens, heads, head_dim]", op, arg, t.str()));
+  if (t.rank() != 3)
+    throw ShapeError(fmt::format("{}: {} is {}; expected [tokens, heads, head_dim]", op, arg, t.str()));
   const bool ok = (t.dim(2) == 1 || t.stride(2) == 1) && (t.dim(1) == 1 || t.stride(1) == t.dim(2)) &&
                   (t.dim(0) <= 1 || t.stride(0) >= t.dim(1) * t.dim(2));
   if (!ok)
-    throw ShapeError(fmt::format("{}: {} {} needs each token's heads contiguous ([heads, head_dim] row-major)", op,
-                                 arg, t.str()));
+    throw ShapeError(
+        fmt::format("{}: {} {} needs each token's heads contiguous ([heads, head_dim] row-major)", op, arg, t.str()));
   return t.dim(0) <= 1 ? t.dim(1) * t.dim(2) : t.stride(0);
+}
+
+void check_vector(std::string_view op, std::string_view arg, const TensorSpec& t, const TensorSpec& x,
+                  std::int64_t cols) {
+  checks::expect_same_dtype(op, arg, t, "x", x);
+  if (t.rank() != 1 || t.dim(0) != cols)
+    throw ShapeError(fmt::format("{}: {} has shape [{}]; expected [{}] (the last dim of x)", op, arg,
+                                 fmt::join(t.shape(), ", "), cols));
+  checks::expect_contiguous(op, arg, t);
+}
+
+void expect_pointers(std::string_view op, std::span<const TensorArgInfo> infos, TensorList t, const Params& p) {
+  const unsigned bytes = checks::vector_bytes(p);
+  for (std::size_t i = 0; i < t.size(); ++i)
+    if (infos[i].role != std::string_view("stats")) checks::expect_pointer(op, infos[i].name, t[i].data, bytes);
 }
 
 Layout pick(std::int64_t cols, DType dtype, std::initializer_list<Tensor> tensors, std::int64_t max_threads) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string_view>
 
 #include "mojo/op.hpp"
@@ -27,9 +28,15 @@ std::int64_t stride(std::string_view op, std::string_view arg, const TensorSpec&
 // contiguous within a token (q, k and v may be views of a fused qkv tensor).
 std::int64_t token_stride(std::string_view op, std::string_view arg, const TensorSpec& t);
 
+// A per-column vector (weight, bias) of a [..., cols] tensor `x`: [cols], x's dtype, contiguous.
+void check_vector(std::string_view op, std::string_view arg, const TensorSpec& t, const TensorSpec& x,
+                  std::int64_t cols);
+// Every tensor but the "stats" ones non-null and aligned to the vector the kernel loads.
+void expect_pointers(std::string_view op, std::span<const TensorArgInfo> infos, TensorList t, const Params& p);
+
 struct Layout {
-  std::int64_t vec = 1;           // elements per load/store
-  std::int64_t threads = 32;      // threads per row
+  std::int64_t vec = 1;       // elements per load/store
+  std::int64_t threads = 32;  // threads per row
   std::int64_t rows_per_block = 1;
 };
 

@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include "mojo/error.hpp"
-#include "reference/reference.hpp"
-#include "ops/host_data.hpp"
 #include "ops/checks.hpp"
+#include "ops/host_data.hpp"
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
+#include "reference/reference.hpp"
 
 namespace mojo {
 namespace {
@@ -23,27 +23,32 @@ constexpr TensorArgInfo kBackwardTensors[] = {
     {"out", "in", "[..., cols]: the forward softmax's output, contiguous"},
 };
 
+constexpr OpInfo kSoftmax{
+    .name = "softmax",
+    .summary = "out = exp(x - max) / sum(exp(x - max)) over the last dim",
+    .tensors = kForwardTensors,
+    .dtypes = kFloatTypes,
+    .template_file = "softmax.cu",
+    .example_shapes = "x=32x151936",
+};
+constexpr OpInfo kLogSoftmax{
+    .name = "log_softmax",
+    .summary = "out = x - max - log(sum(exp(x - max))) over the last dim",
+    .tensors = kForwardTensors,
+    .dtypes = kFloatTypes,
+    .template_file = "softmax.cu",
+    .example_shapes = "x=32x151936",
+};
+
 class Softmax final : public OpDef {
  public:
-  explicit Softmax(bool log) : log_(log) {}
-  std::string_view name() const override { return log_ ? "log_softmax" : "softmax"; }
+  explicit Softmax(bool log) : OpDef(log ? kLogSoftmax : kSoftmax), log_(log) {}
   void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
     reference::softmax(specs[1].dtype(), d[1].data(), d[0].data(), host_data::rows(specs[1]),
                        host_data::last_dim(specs[1]), log_);
   }
-  std::string_view summary() const override {
-    return log_ ? "out = x - max - log(sum(exp(x - max))) over the last dim"
-                : "out = exp(x - max) / sum(exp(x - max)) over the last dim";
-  }
-  std::span<const TensorArgInfo> tensor_args() const override { return kForwardTensors; }
-  std::span<const ScalarArgInfo> scalar_args() const override { return {}; }
-  std::span<const DType> dtypes() const override { return kFloatTypes; }
-  std::string_view template_file() const override { return "softmax.cu"; }
-  std::string_view example_shapes() const override { return "x=32x151936"; }
 
-  Params specialize(TensorList t, ScalarList scalars, const Target&) const override {
-    check_tensor_count(t);
-    check_scalar_names(scalars);
+  Params derive_params(TensorList t, ScalarList, const Target&) const override {
     const TensorSpec &out = t[0].spec, &x = t[1].spec;
     checks::expect_dtype_in(name(), "x", x.dtype(), kFloatTypes);
     const std::int64_t cols = rows::cols_of(name(), "x", x);
@@ -83,25 +88,24 @@ class Softmax final : public OpDef {
   bool log_;
 };
 
+constexpr OpInfo kSoftmaxBackward{
+    .name = "softmax_backward",
+    .summary = "grad_x = out * (grad_out - sum(grad_out * out)) over the last dim, from softmax's output",
+    .tensors = kBackwardTensors,
+    .dtypes = kFloatTypes,
+    .template_file = "softmax.cu",
+    .example_shapes = "out=32x151936",
+};
+
 class SoftmaxBackward final : public OpDef {
  public:
-  std::string_view name() const override { return "softmax_backward"; }
+  SoftmaxBackward() : OpDef(kSoftmaxBackward) {}
   void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
     reference::softmax_backward(specs[1].dtype(), d[1].data(), d[2].data(), d[0].data(), host_data::rows(specs[1]),
                                 host_data::last_dim(specs[1]));
   }
-  std::string_view summary() const override {
-    return "grad_x = out * (grad_out - sum(grad_out * out)) over the last dim, from softmax's output";
-  }
-  std::span<const TensorArgInfo> tensor_args() const override { return kBackwardTensors; }
-  std::span<const ScalarArgInfo> scalar_args() const override { return {}; }
-  std::span<const DType> dtypes() const override { return kFloatTypes; }
-  std::string_view template_file() const override { return "softmax.cu"; }
-  std::string_view example_shapes() const override { return "out=32x151936"; }
 
-  Params specialize(TensorList t, ScalarList scalars, const Target&) const override {
-    check_tensor_count(t);
-    check_scalar_names(scalars);
+  Params derive_params(TensorList t, ScalarList, const Target&) const override {
     const TensorSpec& y = t[2].spec;
     checks::expect_dtype_in(name(), "out", y.dtype(), kFloatTypes);
     const std::int64_t cols = rows::cols_of(name(), "out", y);

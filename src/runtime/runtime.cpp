@@ -27,6 +27,7 @@
 #include <unordered_map>
 
 #include "cache/kernel_cache.hpp"
+#include "runtime/autotune.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "mojo/error.hpp"
@@ -294,22 +295,50 @@ struct Runtime::Impl {
   std::shared_ptr<const std::string> binary(const OpDef& op, const Unit& u, const Target& target, Emit emit,
                                             bool* compiled) {
     return cache.get(CacheRequest{u.key, emit, u.description, u.meta, u.components}, [&] {
-      std::string out =
-          compiler_for(emit).compile(CompileRequest{op.template_file(), u.source, target, emit, u.description}).binary;
-      if (!dump_dir.empty()) dump(u, target, emit, out);
-      return out;
+      return compile_dumped(compiler_for(emit), CompileRequest{op.template_file(), u.source, target, emit, u.description},
+                            fmt::format("{}.{}.{}", u.kernel_name, target.sm_name(), u.key.hex().substr(0, 8)),
+                            u.meta + fmt::format("key={}\n", u.key.hex()));
     }, compiled);
   }
 
-  // MOJO_JIT_DUMP: the translation unit, how it was compiled, and what came out.
-  void dump(const Unit& u, const Target& target, Emit emit, const std::string& out) const {
+  // Compiles `request`. With MOJO_JIT_DUMP=DIR, writes DIR/<stem>.cu (the
+  // translation unit), .txt (what it is), and a file per stage it passed
+  // through (.llvm, .llvm-opt, .ptx) and for the result (.ptx, .cubin, ...);
+  // a failed compile writes .cu and .log, and its error names them with a
+  // command that reproduces the compile outside mojo-jit.
+  std::string compile_dumped(const Compiler& compiler, CompileRequest request, const std::string& stem,
+                             const std::string& meta) const {
+    if (dump_dir.empty()) {
+      try {
+        return compiler.compile(request).binary;
+      } catch (const CompileError& e) {
+        throw CompileError(e.what(), e.log() + "\n(MOJO_JIT_DUMP=DIR keeps the translation unit and the log, and gives "
+                                               "a command that reproduces this compile outside mojo-jit)\n");
+      }
+    }
     std::error_code ec;
     fs::create_directories(dump_dir, ec);
-    std::string stem = (dump_dir / fmt::format("{}.{}.{}", u.kernel_name, target.sm_name(), u.key.hex().substr(0, 8))).string();
-    std::ofstream(stem + ".cu") << u.source;
-    std::ofstream(stem + ".txt") << u.meta << "key=" << u.key.hex() << "\n";
-    std::ofstream(stem + "." + std::string(emit_name(emit)), std::ios::binary) << out;
-    if (ec || !fs::exists(stem + ".cu")) log::warn(fmt::format("MOJO_JIT_DUMP: cannot write into {}", dump_dir.string()));
+    const std::string base = (dump_dir / stem).string();
+    auto write = [&](const std::string& suffix, std::string_view bytes) {
+      std::ofstream out(base + suffix, std::ios::binary);
+      out.write(bytes.data(), std::streamsize(bytes.size()));
+      if (!out) log::warn(fmt::format("MOJO_JIT_DUMP: cannot write {}{}", base, suffix));
+    };
+    write(".cu", request.source);
+    write(".txt", meta);
+    request.keep_stages = true;
+    CompileResult result;
+    try {
+      result = compiler.compile(request);
+    } catch (const CompileError& e) {
+      const std::string log = fmt::format("{}\nreproduce outside mojo-jit:\n  {}\n", e.log(),
+                                          compiler.repro_command(request, base + ".cu"));
+      write(".log", log);
+      throw CompileError(fmt::format("{} [dumped: {}.cu, {}.log]", e.what(), base, base), log);
+    }
+    for (const auto& [stage, text] : result.stages) write("." + std::string(emit_name(stage)), text);
+    write("." + std::string(emit_name(request.emit)), result.binary);
+    return std::move(result.binary);
   }
 
   Params tuned(const OpDef& op, const Params& params, TensorList tensors, ScalarList scalars, const Target& target,
@@ -343,43 +372,21 @@ struct Runtime::Impl {
   }
 };
 
-// With autotuning on: the fastest of the op's candidates for these tensors'
-// shape bucket on this device, timed once on the tensors themselves and
-// remembered in the cache (a small entry holding the winner's index); else
+// With autotuning on and more than one candidate for tensors that may be
+// launched repeatedly: the fastest candidate (runtime/autotune.hpp); else
 // the heuristic's `params`.
 Params Runtime::Impl::tuned(const OpDef& op, const Params& params, TensorList tensors, ScalarList scalars,
                             const Target& target, StreamHandle stream) {
-  if (!autotune) return params;
-  const std::vector<Params> candidates = op.tuning_candidates(params, target);
-  if (candidates.size() < 2 || !op.tuning_safe(tensors, scalars)) return params;
+  const Tunable* tunable = op.tuning();
+  if (!autotune || tunable == nullptr) return params;
+  const std::vector<Params> candidates = tunable->candidates(params, target);
+  if (candidates.size() < 2 || !tunable->safe(tensors, scalars)) return params;
   const Device& dev = open_device();
-  const std::string what =
-      fmt::format("{} {{{}}} {} on {} ({})", op.name(), params.str(), op.tuning_bucket(tensors), dev.name(), target.sm_name());
-  const KernelKey key = compute_key(KeyInputs{"autotune", what, "", target.sm_name(), compiler->identity(), Emit::ptx});
-  const std::string meta = fmt::format("autotune={}\n", what);
-  bool timed = false;
-  auto record = cache.get(CacheRequest{key, Emit::ptx, what, meta, ""}, [&] {
-    std::size_t best = 0;
-    float best_ms = 0;
-    for (std::size_t i = 0; i < candidates.size(); ++i) {
-      const LoadedKernel& k = load(op, candidates[i], target, fast_key(&op, candidates[i], target));
-      for (int warm = 0; warm < 2; ++warm) launch_loaded(op, k, tensors, scalars, stream);
-      Event start, stop;
-      start.record(stream);
-      for (int r = 0; r < 10; ++r) launch_loaded(op, k, tensors, scalars, stream);
-      stop.record(stream);
-      stop.synchronize();
-      const float ms = Event::elapsed_ms(start, stop);
-      log::info(fmt::format("autotune {}: {{{}}} {:.1f} us", what, candidates[i].str(), ms * 100));
-      if (i == 0 || ms < best_ms) {
-        best = i;
-        best_ms = ms;
-      }
-    }
-    return std::to_string(best);
-  }, &timed);
-  const std::size_t best = std::strtoul(record->c_str(), nullptr, 10);
-  return best < candidates.size() ? candidates[best] : params;
+  const std::string what = fmt::format("{} {{{}}} {} on {} ({})", op.name(), params.str(), tunable->bucket(tensors),
+                                       dev.name(), target.sm_name());
+  return autotune::fastest(cache, what, compiler->identity(), candidates, stream, [&](const Params& p) {
+    launch_loaded(op, load(op, p, target, fast_key(&op, p, target)), tensors, scalars, stream);
+  });
 }
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
@@ -533,7 +540,9 @@ std::vector<Bundle> Runtime::compile_all(const std::vector<PrewarmItem>& items, 
                                                XXH3_64bits(source.data(), source.size()), compiler.identity(),
                                                kCacheFormatVersion);
     b.binary = impl_->cache.get(CacheRequest{b.key, emit, description, meta, components}, [&] {
-      return compiler.compile(CompileRequest{"bundle.cu", source, target, emit, description, threads}).binary;
+      return impl_->compile_dumped(compiler, CompileRequest{"bundle.cu", source, target, emit, description, threads},
+                                   fmt::format("bundle.{}.{}", target_name, b.key.hex().substr(0, 8)),
+                                   meta + fmt::format("key={}\n", b.key.hex()));
     }, &b.compiled);
     // Index every kernel of the bundle under its own single-kernel key.
     for (const Spec& s : specs) {

@@ -5,13 +5,15 @@
 #include "mojo/error.hpp"
 #include "mojo/op.hpp"
 #include "mojo/runtime.hpp"
+#include "op_test_util.hpp"
 #include "test_util.hpp"
 
 using namespace mojo;
+using namespace mojo::op_test;
 using test::error_of;
+using test::GpuTensor;
 
 namespace {
-const Target kSm90 = Target::parse("sm_90");
 const OpDef& op() { return find_op("rms_norm"); }
 
 std::vector<Tensor> args(DType d, std::int64_t rows, std::int64_t hidden, DevicePtr base = 0) {
@@ -46,9 +48,8 @@ TEST(RmsNormOp, AParamTheTemplateMisspellsIsACompileErrorNamingIt) {
   o.disk_cache = false;
   o.template_paths = {dir.path()};
   Runtime rt(o);
-  const std::string msg = error_of<CompileError>([&] {
-    rt.compile("rms_norm", args(DType::bf16, 4, 4096), {}, kSm90, Emit::ptx);
-  });
+  const std::string msg =
+      error_of<CompileError>([&] { rt.compile("rms_norm", args(DType::bf16, 4, 4096), {}, kSm90, Emit::ptx); });
   EXPECT_NE(msg.find("hiden"), std::string::npos) << msg;
 }
 
@@ -136,13 +137,18 @@ TEST(RmsNormOp, DTypeErrors) {
 
 TEST(RmsNormOp, ShapeErrors) {
   TensorSpec x(DType::f32, {4, 64}), out(DType::f32, {4, 32}), w(DType::f32, {64}), w2(DType::f32, {63});
-  EXPECT_EQ(error_of<ShapeError>([&] { op().specialize({{out}, {x}, {w}}, {}, kSm90); }),
+  EXPECT_EQ(error_of<ShapeError>([&] {
+              op().specialize({{out}, {x}, {w}}, {}, kSm90);
+            }),
             "rms_norm: out has shape [4, 32] but x has shape [4, 64]; they must match");
-  EXPECT_EQ(error_of<ShapeError>([&] { op().specialize({{x}, {x}, {w2}}, {}, kSm90); }),
+  EXPECT_EQ(error_of<ShapeError>([&] {
+              op().specialize({{x}, {x}, {w2}}, {}, kSm90);
+            }),
             "rms_norm: weight has shape [63]; expected [64] (the last dim of x)");
   TensorSpec empty_rows(DType::f32, {4, 0});
-  EXPECT_NE(error_of<ShapeError>([&] { op().specialize({{empty_rows}, {empty_rows}, {TensorSpec(DType::f32, {0})}}, {}, kSm90); })
-                .find("rms_norm: the last dim of x is 0; supported: 1 to"),
+  EXPECT_NE(error_of<ShapeError>([&] {
+              op().specialize({{empty_rows}, {empty_rows}, {TensorSpec(DType::f32, {0})}}, {}, kSm90);
+            }).find("rms_norm: the last dim of x is 0; supported: 1 to"),
             std::string::npos);
 }
 
@@ -162,10 +168,14 @@ TEST(RmsNormOp, StridedRowsAreTakenOverlappingOrScatteredAreNot) {
 
   std::int64_t overlap_strides[] = {32, 1}, column_strides[] = {1, 4};
   TensorSpec overlap(DType::f32, shape, overlap_strides), column(DType::f32, shape, column_strides);
-  EXPECT_EQ(error_of<ShapeError>([&] { op().specialize({{x}, {overlap}, {w}}, {}, kSm90); }),
+  EXPECT_EQ(error_of<ShapeError>([&] {
+              op().specialize({{x}, {overlap}, {w}}, {}, kSm90);
+            }),
             "rms_norm: x f32[4, 64] strides [32, 1] has strides this op cannot take: the last dim needs unit stride "
             "and the rows an even stride of at least the row length");
-  EXPECT_NE(error_of<ShapeError>([&] { op().specialize({{x}, {column}, {w}}, {}, kSm90); }).find("cannot take"),
+  EXPECT_NE(error_of<ShapeError>([&] {
+              op().specialize({{x}, {column}, {w}}, {}, kSm90);
+            }).find("cannot take"),
             std::string::npos);
 }
 
@@ -182,10 +192,14 @@ TEST(RmsNormOp, NullAndMisalignedPointersAreRejectedAtLaunch) {
 
 TEST(RmsNormOp, WrongArgumentCountsAndScalars) {
   TensorSpec x(DType::f32, {4, 64});
-  EXPECT_EQ(error_of<InvalidArgumentError>([&] { op().specialize({{x}, {x}}, {}, kSm90); }),
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              op().specialize({{x}, {x}}, {}, kSm90);
+            }),
             "rms_norm takes 3 tensors (out, x, weight), got 2");
   auto t = args(DType::f32, 4, 64);
-  EXPECT_EQ(error_of<InvalidArgumentError>([&] { op().specialize(t, {{"epsilon", 1e-5}}, kSm90); }),
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              op().specialize(t, {{"epsilon", 1e-5}}, kSm90);
+            }),
             "rms_norm: unknown scalar 'epsilon'; it takes: eps");
 }
 
@@ -195,3 +209,35 @@ TEST(Ops, UnknownOpListsTheKnownOnes) {
             "log_softmax, softmax_backward, silu, gelu, swiglu, gelu_and_mul, rotary_embedding, embedding, "
             "store_kv_cache, gemm, gemm_batched, linear, group_gemm");
 }
+
+TEST(AddRmsNormOp, ResidualIsInOutAndShapesMustMatch) {
+  Params p = params("add_rms_norm", DType::bf16, "x=32x4096");
+  EXPECT_EQ(p.str(), "dtype=bf16 hidden=4096 vec=8 threads=128 rows=1");
+  EXPECT_EQ(find_op("add_rms_norm").tensor_args()[1].role, "inout");
+  EXPECT_EQ(error_of<ShapeError>([] { params("add_rms_norm", DType::bf16, "x=32x4096 residual=32x4095"); }),
+            "add_rms_norm: residual has shape [32, 4095] but x has shape [32, 4096]; they must match");
+}
+
+struct RmsNormGpu : GpuOps {};
+
+TEST_P(RmsNormGpu, AddRmsNormUpdatesResidualInPlace) {
+  for (DType d : kFloatTypes)
+    for (Rows s : {Rows{1, 1}, Rows{3, 31}, Rows{5, 4097}, Rows{4, 4096}, Rows{2, 262148}}) {
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(d), str(s)));
+      const std::int64_t n = s.rows * s.cols;
+      const TensorSpec x(d, {s.rows, s.cols}), w(d, {s.cols});
+      const auto xh = random_tensor(d, n, 1), rh = random_tensor(d, n, 2), wh = random_tensor(d, s.cols, 3);
+      GpuTensor out(x), residual(x, rh), xin(x, xh), weight(w, wh);
+      rt->launch("add_rms_norm", {out, residual, xin, weight}, {{"eps", 1e-5f}});
+      sync();
+      std::vector<std::uint8_t> want_out(x.nbytes()), want_residual = rh;
+      reference::add_rms_norm(d, want_residual.data(), xh.data(), wh.data(), want_out.data(), s.rows, s.cols, 1e-5);
+      test::expect_close(d, residual.read(), want_residual, "residual");
+      test::expect_close(d, out.read(), want_out, "out");
+      EXPECT_EQ(xin.read(), xh) << "x is read only";
+      EXPECT_EQ(weight.read(), wh) << "weight is read only";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Compilers, RmsNormGpu, ::testing::ValuesIn(test::compilers()),
+                         [](const auto& info) { return test::compiler_test_name(info.param); });

@@ -462,7 +462,7 @@ int run_cache(int argc, char** argv) {
     std::map<std::string, std::size_t> by_kind;
     for (const auto& e : entries) {
       bytes += e.payload_bytes;
-      ++by_kind[std::string(mojo::emit_name(e.kind))];
+      ++by_kind[std::string(e.kind.name())];
     }
     j["entries"] = entries.size();
     j["payload_bytes"] = bytes;
@@ -474,10 +474,10 @@ int run_cache(int argc, char** argv) {
       j["list"] = nlohmann::json::array();
       for (const auto& e : entries) {
         std::string meta = e.meta;
-        j["list"].push_back({{"key", e.key.hex()}, {"kind", mojo::emit_name(e.kind)}, {"bytes", e.payload_bytes},
+        j["list"].push_back({{"key", e.key.hex()}, {"kind", e.kind.name()}, {"bytes", e.payload_bytes},
                              {"path", e.path.string()}, {"meta", meta}});
         std::replace(meta.begin(), meta.end(), '\n', ' ');
-        text += fmt::format("{} {:>5}{} {:>8} B  {}\n", e.key.hex(), mojo::emit_name(e.kind), e.alias ? " alias" : "",
+        text += fmt::format("{} {:>5}{} {:>8} B  {}\n", e.key.hex(), e.kind.name(), e.alias ? " alias" : "",
                             e.payload_bytes, meta);
       }
     }

@@ -59,8 +59,8 @@ struct Case {
 // path: the gemm "path" scalar (0: the heuristic's choice, 90: the sm_90a path).
 void check_gemm(Runtime& rt, DType in, DType out, Case s, double alpha, double beta, std::int64_t batch = 1,
                 bool tf32 = false, int path = 0) {
-  SCOPED_TRACE(fmt::format("{}->{} batch {} m {} n {} k {} ta {} tb {} alpha {} beta {}", dtype_name(in), dtype_name(out),
-                           batch, s.m, s.n, s.k, s.ta, s.tb, alpha, beta));
+  SCOPED_TRACE(fmt::format("{}->{} batch {} m {} n {} k {} ta {} tb {} alpha {} beta {}", dtype_name(in),
+                           dtype_name(out), batch, s.m, s.n, s.k, s.ta, s.tb, alpha, beta));
   const bool batched = batch > 1;
   auto shape = [&](std::int64_t r, std::int64_t c) {
     return batched ? std::vector<std::int64_t>{batch, r, c} : std::vector<std::int64_t>{r, c};
@@ -96,8 +96,8 @@ void expect_wgmma(Runtime& rt, std::string_view op, TensorList tensors, ScalarLi
 // sm_90a path with that tile width.
 void check_linear(Runtime& rt, DType d, std::int64_t m, std::int64_t n, std::int64_t k, int act, bool bias,
                   bool residual, std::int64_t wgmma_bn = 0, int path = 0) {
-  SCOPED_TRACE(fmt::format("linear {} m {} n {} k {} act {} bias {} residual {}", dtype_name(d), m, n, k, act, bias,
-                           residual));
+  SCOPED_TRACE(
+      fmt::format("linear {} m {} n {} k {} act {} bias {} residual {}", dtype_name(d), m, n, k, act, bias, residual));
   const TensorSpec x(d, {m, k}), w(d, {n, k}), y(d, {m, n}), bs(d, {n});
   const auto xh = random_matrix(d, x.numel(), 6), wh = random_matrix(d, w.numel(), 7), bh = random_matrix(d, n, 8),
              rh = random_matrix(d, y.numel(), 9);
@@ -109,16 +109,16 @@ void check_linear(Runtime& rt, DType d, std::int64_t m, std::int64_t n, std::int
   rt.launch("linear", tensors, scalars);
   rt.device().synchronize();
   std::vector<std::uint8_t> want(y.nbytes());
-  reference::linear(d, xh.data(), wh.data(), bias ? bh.data() : nullptr, residual ? rh.data() : nullptr, want.data(),
-                    m, n, k, Act(act));
+  reference::linear(d, xh.data(), wh.data(), bias ? bh.data() : nullptr, residual ? rh.data() : nullptr, want.data(), m,
+                    n, k, Act(act));
   test::expect_close(d, yd.read(), want, "out", gemm_tolerance(d, k));
 }
 
 }  // namespace
 
 TEST_P(GpuGemm, OddShapesAndTransposes) {
-  const Case cases[] = {{1, 1, 1, false, false},      {1, 4096, 4096, false, true}, {17, 33, 100, false, false},
-                        {17, 33, 100, true, true},    {64, 64, 64, true, false},    {4095, 257, 72, false, true},
+  const Case cases[] = {{1, 1, 1, false, false},       {1, 4096, 4096, false, true}, {17, 33, 100, false, false},
+                        {17, 33, 100, true, true},     {64, 64, 64, true, false},    {4095, 257, 72, false, true},
                         {256, 384, 520, false, false}, {130, 1000, 1024, true, true}};
   for (DType in : {DType::bf16, DType::f16, DType::f32})
     for (const Case& s : cases) check_gemm(*rt, in, in, s, 1.0, 0.0);
@@ -289,9 +289,10 @@ void check_group_gemm(Runtime& rt, DType d, DType index, std::int64_t rows, std:
                     last = std::size_t(offsets.back() * n) * dtype_size(d);
   EXPECT_TRUE(std::all_of(got.begin(), got.begin() + std::ptrdiff_t(first), [](auto b) { return b == 0xff; }));
   EXPECT_TRUE(std::all_of(got.begin() + std::ptrdiff_t(last), got.end(), [](auto b) { return b == 0xff; }));
-  test::expect_close(d, std::vector<std::uint8_t>(got.begin() + std::ptrdiff_t(first), got.begin() + std::ptrdiff_t(last)),
-                     std::vector<std::uint8_t>(want.begin() + std::ptrdiff_t(first), want.begin() + std::ptrdiff_t(last)),
-                     "out", gemm_tolerance(d, k));
+  test::expect_close(
+      d, std::vector<std::uint8_t>(got.begin() + std::ptrdiff_t(first), got.begin() + std::ptrdiff_t(last)),
+      std::vector<std::uint8_t>(want.begin() + std::ptrdiff_t(first), want.begin() + std::ptrdiff_t(last)), "out",
+      gemm_tolerance(d, k));
 }
 }  // namespace
 
@@ -345,11 +346,15 @@ TEST_P(GpuGemm, AutotuneTimesEveryCandidateAndKeepsTheWinner) {
   Runtime tuned(o);
   check_linear(tuned, DType::bf16, 17, 136, 200, 3, true, false);
   EXPECT_GE(tuned.stats().compiles, 3u) << "the candidates were compiled to be timed";
+  const std::vector<DiskEntryInfo> entries = DiskCache(cache.path()).list();
+  ASSERT_EQ(std::count_if(entries.begin(), entries.end(),
+                          [](const DiskEntryInfo& e) { return e.kind == EntryKind::tuning(); }),
+            1)
+      << "one tuning record, its own kind of entry";
   Runtime again(o);
   check_linear(again, DType::bf16, 17, 136, 200, 3, true, false);
   EXPECT_EQ(again.stats().compiles, 0u) << "the tuning record and the winner came from the disk cache";
 }
 
-INSTANTIATE_TEST_SUITE_P(Compilers, GpuGemm,
-                         ::testing::ValuesIn(test::compilers()),
+INSTANTIATE_TEST_SUITE_P(Compilers, GpuGemm, ::testing::ValuesIn(test::compilers()),
                          [](const auto& info) { return test::compiler_test_name(info.param); });

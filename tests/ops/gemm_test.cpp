@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "mojo/error.hpp"
-#include "reference/reference.hpp"
 #include "mojo/runtime.hpp"
+#include "reference/reference.hpp"
 #include "test_util.hpp"
 
 using namespace mojo;
@@ -22,8 +22,7 @@ std::vector<Tensor> specs(std::initializer_list<TensorSpec> list) {
   return out;
 }
 
-Params gemm_params(std::int64_t m, std::int64_t n, std::int64_t k, ScalarList scalars = {},
-                   DType dtype = DType::bf16) {
+Params gemm_params(std::int64_t m, std::int64_t n, std::int64_t k, ScalarList scalars = {}, DType dtype = DType::bf16) {
   return find_op("gemm").specialize(
       specs({TensorSpec(dtype, {m, n}), TensorSpec(dtype, {m, k}), TensorSpec(dtype, {k, n})}), scalars, kSm90);
 }
@@ -76,8 +75,9 @@ TEST(Gemm, F32IsExactOnCudaCoresOnAnyArch) {
   EXPECT_EQ(op.geometry(p, specs({f, f, f})).block.x, 256u);
   // Tensor-core dtypes still need sm_80.
   const TensorSpec h(DType::f16, {100, 100});
-  EXPECT_NE(error_of<ArchError>([&] { op.specialize(specs({h, h, h}), {}, Target::parse("sm_75")); })
-                .find("(exact f32 runs anywhere)"),
+  EXPECT_NE(error_of<ArchError>([&] {
+              op.specialize(specs({h, h, h}), {}, Target::parse("sm_75"));
+            }).find("(exact f32 runs anywhere)"),
             std::string::npos);
 }
 
@@ -89,17 +89,21 @@ TEST(Gemm, Tf32IsAnOptInForF32) {
   EXPECT_EQ(p.get("bm"), 128) << "the tensor-core tiles";
   EXPECT_EQ(p.get("vec"), 8);
   EXPECT_EQ(op.max_dynamic_smem(p), 4u * (128 + 128) * 16 * 4) << "4 stages of 4-byte elements, BK 16";
-  EXPECT_EQ(error_of<InvalidArgumentError>([&] { op.specialize(specs({h, h, h}), {{"tf32", 1}}, kSm90); }),
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              op.specialize(specs({h, h, h}), {{"tf32", 1}}, kSm90);
+            }),
             "gemm: tf32 = 1 applies to f32 inputs; these are bf16");
-  EXPECT_NE(error_of<ArchError>([&] { op.specialize(specs({f, f, f}), {{"tf32", 1}}, Target::parse("sm_75")); })
-                .find("sm_80 or later"),
+  EXPECT_NE(error_of<ArchError>([&] {
+              op.specialize(specs({f, f, f}), {{"tf32", 1}}, Target::parse("sm_75"));
+            }).find("sm_80 or later"),
             std::string::npos);
 }
 
 TEST(Gemm, TransposesAndBetaAreParams) {
   const OpDef& op = find_op("gemm");
   // a stored [K, M] = [64, 32], b stored [N, K] = [16, 64]: c is [32, 16].
-  auto t = specs({TensorSpec(DType::bf16, {32, 16}), TensorSpec(DType::bf16, {64, 32}), TensorSpec(DType::bf16, {16, 64})});
+  auto t =
+      specs({TensorSpec(DType::bf16, {32, 16}), TensorSpec(DType::bf16, {64, 32}), TensorSpec(DType::bf16, {16, 64})});
   Params p = op.specialize(t, {{"trans_a", 1}, {"trans_b", 1}, {"beta", 0.5}}, kSm90);
   EXPECT_EQ(p.get("ta"), 1);
   EXPECT_EQ(p.get("tb"), 1);
@@ -111,16 +115,22 @@ TEST(Gemm, TransposesAndBetaAreParams) {
 TEST(Gemm, BadInputIsAClearError) {
   const OpDef& op = find_op("gemm");
   auto bf = [](std::initializer_list<std::int64_t> s) { return TensorSpec(DType::bf16, s); };
-  EXPECT_EQ(error_of<ShapeError>([&] { op.specialize(specs({bf({4, 8}), bf({4, 16}), bf({15, 8})}), {}, kSm90); }),
+  EXPECT_EQ(error_of<ShapeError>([&] {
+              op.specialize(specs({bf({4, 8}), bf({4, 16}), bf({15, 8})}), {}, kSm90);
+            }),
             "gemm: a is bf16[4, 16] and b is bf16[15, 8]: their K (16 and 15) differ");
-  EXPECT_EQ(error_of<ShapeError>([&] { op.specialize(specs({bf({4, 9}), bf({4, 16}), bf({16, 8})}), {}, kSm90); }),
+  EXPECT_EQ(error_of<ShapeError>([&] {
+              op.specialize(specs({bf({4, 9}), bf({4, 16}), bf({16, 8})}), {}, kSm90);
+            }),
             "gemm: c is bf16[4, 9]; expected [4, 8]");
   EXPECT_NE(error_of<ArchError>([&] {
               op.specialize(specs({bf({4, 8}), bf({4, 16}), bf({16, 8})}), {}, Target::parse("sm_75"));
             }).find("sm_80 or later; the target is sm_75"),
             std::string::npos);
   const TensorSpec i(DType::i32, {4, 4});
-  EXPECT_EQ(error_of<DTypeError>([&] { op.specialize(specs({i, i, i}), {}, kSm90); }),
+  EXPECT_EQ(error_of<DTypeError>([&] {
+              op.specialize(specs({i, i, i}), {}, kSm90);
+            }),
             "gemm: a has dtype i32; supported: f32, f16, bf16");
   EXPECT_EQ(error_of<DTypeError>([&] {
               op.specialize(specs({TensorSpec(DType::f16, {4, 8}), bf({4, 16}), bf({16, 8})}), {}, kSm90);
@@ -148,7 +158,9 @@ TEST(Linear, EpilogueFlagsComeFromTheTensorsGiven) {
   EXPECT_EQ(fused.get("bias"), 1);
   EXPECT_EQ(fused.get("act"), 3);
   EXPECT_EQ(fused.get("residual"), 1);
-  EXPECT_EQ(error_of<InvalidArgumentError>([&] { op.specialize(specs({out, x, w, bias, out}), {{"activation", 4}}, kSm90); }),
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              op.specialize(specs({out, x, w, bias, out}), {{"activation", 4}}, kSm90);
+            }),
             "linear: activation is 4; expected 0 (none), 1 (gelu), 2 (gelu tanh) or 3 (silu)");
   EXPECT_EQ(error_of<ShapeError>([&] {
               op.specialize(specs({out, x, TensorSpec(DType::bf16, {96, 65}), bias, TensorSpec()}), {}, kSm90);
@@ -171,16 +183,21 @@ TEST(GroupGemm, ParamsAndErrors) {
   LaunchGeometry g = op.geometry(p, specs({out, x, w, off64}));
   EXPECT_EQ(g.grid.z, 64u) << "one grid slice per group";
   EXPECT_EQ(g.grid.x, 64u * 24u) << "rows / 64 x N / 64 tiles: the grid covers a group holding every row";
-  EXPECT_EQ(error_of<ShapeError>([&] { op.specialize(specs({out, x, w, TensorSpec(DType::i64, {64})}), {}, kSm90); }),
+  EXPECT_EQ(error_of<ShapeError>([&] {
+              op.specialize(specs({out, x, w, TensorSpec(DType::i64, {64})}), {}, kSm90);
+            }),
             "group_gemm: offsets is i64[64]; expected [65] (groups + 1)");
   EXPECT_EQ(error_of<ShapeError>([&] {
               op.specialize(specs({out, x, TensorSpec(DType::bf16, {64, 1536, 4095}), off64}), {}, kSm90);
             }),
             "group_gemm: weight is bf16[64, 1536, 4095]; expected contiguous [groups, N, 4096]");
-  EXPECT_NE(error_of<DTypeError>([&] { op.specialize(specs({out, x, w, TensorSpec(DType::f32, {65})}), {}, kSm90); })
-                .find("offsets has dtype f32"),
+  EXPECT_NE(error_of<DTypeError>([&] {
+              op.specialize(specs({out, x, w, TensorSpec(DType::f32, {65})}), {}, kSm90);
+            }).find("offsets has dtype f32"),
             std::string::npos);
-  EXPECT_EQ(error_of<InvalidArgumentError>([&] { op.specialize(specs({out, x, w, off64}), {{"max_rows", -1}}, kSm90); }),
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              op.specialize(specs({out, x, w, off64}), {{"max_rows", -1}}, kSm90);
+            }),
             "group_gemm: max_rows is -1; expected a whole number >= 0");
 }
 
@@ -235,8 +252,8 @@ TEST_P(GemmCompiles, EveryLayoutAndBucketWithoutSpills) {
       for (int ta : {0, 1})
         for (int tb : {0, 1}) {
           const DType dtype = kind.dtype;
-          SCOPED_TRACE(fmt::format("{} tf32 {} m {} n {} trans_a {} trans_b {}", dtype_name(dtype), kind.tf32, m, n, ta,
-                                   tb));
+          SCOPED_TRACE(
+              fmt::format("{} tf32 {} m {} n {} trans_a {} trans_b {}", dtype_name(dtype), kind.tf32, m, n, ta, tb));
           const std::int64_t k = 512;
           auto t = specs({TensorSpec(dtype, {m, n}), ta ? TensorSpec(dtype, {k, m}) : TensorSpec(dtype, {m, k}),
                           tb ? TensorSpec(dtype, {n, k}) : TensorSpec(dtype, {k, n})});
@@ -245,16 +262,16 @@ TEST_P(GemmCompiles, EveryLayoutAndBucketWithoutSpills) {
           EXPECT_EQ(art.binary->find("mma.sync") != std::string::npos, kind.mma != nullptr);
           if (kind.mma) EXPECT_NE(art.binary->find(kind.mma), std::string::npos);
           test::write_file(dir.path() / "g.ptx", *art.binary);
-          auto r = test::run_command(std::string(MOJO_TEST_PTXAS) + " -v -arch=sm_80 " + (dir.path() / "g.ptx").string() +
-                                     " -o " + (dir.path() / "g.cubin").string());
+          auto r = test::run_command(std::string(MOJO_TEST_PTXAS) + " -v -arch=sm_80 " +
+                                     (dir.path() / "g.ptx").string() + " -o " + (dir.path() / "g.cubin").string());
           ASSERT_EQ(r.exit_code, 0) << r.output;
           EXPECT_NE(r.output.find("0 bytes spill stores, 0 bytes spill loads"), std::string::npos) << r.output;
         }
   // group_gemm with both offset types, and linear with the whole epilogue, on sm_90a too.
   for (DType offsets : {DType::i32, DType::i64}) {
     const TensorSpec gx(DType::bf16, {512, 256}), gw(DType::bf16, {8, 384, 256}), gy(DType::bf16, {512, 384});
-    Artifact art = rt.compile("group_gemm", specs({gy, gx, gw, TensorSpec(offsets, {9})}), {}, Target::parse("sm_80"),
-                              Emit::ptx);
+    Artifact art =
+        rt.compile("group_gemm", specs({gy, gx, gw, TensorSpec(offsets, {9})}), {}, Target::parse("sm_80"), Emit::ptx);
     test::write_file(dir.path() / "gg.ptx", *art.binary);
     auto r = test::run_command(std::string(MOJO_TEST_PTXAS) + " -v -arch=sm_80 " + (dir.path() / "gg.ptx").string() +
                                " -o " + (dir.path() / "gg.cubin").string());
@@ -302,7 +319,9 @@ TEST(Gemm, HopperPathForSixteenBitOperandsInAnyLayout) {
   const auto nt = specs({bf({4096, 4096}), bf({4096, 4096}), bf({4096, 4096})});
   Params p = gemm.specialize(nt, {{"trans_b", 1}}, sm90a);
   EXPECT_EQ(p.get("wgmma"), 1);
-  EXPECT_EQ(p.str(), "dtype=bf16 out=bf16 bm=128 bn=256 bk=64 wm=2 wn=1 stages=4 ks=1 swizzle=8 ta=0 tb=1 vec=8 beta=0 tf32=0 wgmma=1");
+  EXPECT_EQ(p.str(),
+            "dtype=bf16 out=bf16 bm=128 bn=256 bk=64 wm=2 wn=1 stages=4 ks=1 swizzle=8 ta=0 tb=1 vec=8 beta=0 tf32=0 "
+            "wgmma=1");
   LaunchGeometry g = gemm.geometry(p, nt);
   EXPECT_EQ(g.grid.x, 32u * 16u) << "every tile; the Runtime caps a persistent grid at the SM count";
   EXPECT_TRUE(g.persistent);
@@ -319,7 +338,9 @@ TEST(Gemm, HopperPathForSixteenBitOperandsInAnyLayout) {
   EXPECT_EQ(gemm.specialize(specs({f, f, f}), {{"trans_b", 1}, {"tf32", 1}}, sm90a).get("wgmma"), 0);
   // Thin problems keep the sm_80 path's small tiles; mid-size ones get 128 x 128.
   const TensorSpec w(DType::bf16, {4096, 4096});
-  EXPECT_EQ(linear.specialize(specs({bf({16, 4096}), bf({16, 4096}), w, TensorSpec(), TensorSpec()}), {}, sm90a).get("wgmma"), 0);
+  EXPECT_EQ(
+      linear.specialize(specs({bf({16, 4096}), bf({16, 4096}), w, TensorSpec(), TensorSpec()}), {}, sm90a).get("wgmma"),
+      0);
   Params mid = linear.specialize(specs({bf({512, 4096}), bf({512, 4096}), w, TensorSpec(), TensorSpec()}), {}, sm90a);
   EXPECT_EQ(mid.get("wgmma"), 1);
   EXPECT_EQ(mid.get("bn"), 128);
@@ -337,8 +358,9 @@ TEST(Gemm, HopperPathForSixteenBitOperandsInAnyLayout) {
   EXPECT_EQ(group_params(32768, {{"max_rows", 1024}}).get("wgmma"), 0);
   EXPECT_EQ(group_params(4096, {}).get("wgmma"), 0) << "64 rows per expert";
   // Autotuning tries both sm_90a tiles and the sm_80 ones.
-  const std::vector<Params> candidates = gemm.tuning_candidates(p, sm90a);
-  EXPECT_EQ(std::count_if(candidates.begin(), candidates.end(), [](const Params& c) { return c.get("wgmma") == 1; }), 2);
+  const std::vector<Params> candidates = gemm.tuning()->candidates(p, sm90a);
+  EXPECT_EQ(std::count_if(candidates.begin(), candidates.end(), [](const Params& c) { return c.get("wgmma") == 1; }),
+            2);
   EXPECT_GT(candidates.size(), 4u);
 }
 
@@ -358,22 +380,48 @@ TEST_P(GemmCompiles, HopperPathIsHgmmaAndSm80PathIsHmma) {
     int wgmma;
   };
   const std::vector<Case> cases = {
-      {"linear bf16 128x256, bias + silu + residual", "linear",
+      {"linear bf16 128x256, bias + silu + residual",
+       "linear",
        specs({bf({4096, 12288}), bf({4096, 4096}), bf({12288, 4096}), bf({12288}), bf({4096, 12288})}),
-       {{"activation", 3}}, "sm_90a", 1},
-      {"linear f16 128x128", "linear", specs({hf({512, 4096}), hf({512, 4096}), hf({4096, 4096}), TensorSpec(), TensorSpec()}),
-       {}, "sm_90a", 1},
-      {"gemm bf16 -> f32 with beta", "gemm",
+       {{"activation", 3}},
+       "sm_90a",
+       1},
+      {"linear f16 128x128",
+       "linear",
+       specs({hf({512, 4096}), hf({512, 4096}), hf({4096, 4096}), TensorSpec(), TensorSpec()}),
+       {},
+       "sm_90a",
+       1},
+      {"gemm bf16 -> f32 with beta",
+       "gemm",
        specs({TensorSpec(DType::f32, {4096, 4096}), bf({4096, 4096}), bf({4096, 4096})}),
-       {{"trans_b", 1}, {"beta", 0.5}}, "sm_90a", 1},
-      {"gemm_batched f16", "gemm_batched", specs({hf({8, 1024, 1024}), hf({8, 1024, 512}), hf({8, 1024, 512})}),
-       {{"trans_b", 1}}, "sm_90a", 1},
-      {"gemm bf16 A [M, K], B [K, N] (MN-major B)", "gemm", specs({bf({4096, 4096}), bf({4096, 4096}), bf({4096, 4096})}),
-       {}, "sm_90a", 1},
-      {"gemm f16 A [K, M], B [K, N] (both MN-major), 128x128", "gemm",
-       specs({hf({1024, 2048}), hf({1024, 1024}), hf({1024, 2048})}), {{"trans_a", 1}}, "sm_90a", 1},
-      {"group_gemm bf16 (MoE prefill)", "group_gemm",
-       specs({bf({32768, 1536}), bf({32768, 4096}), bf({64, 1536, 4096}), TensorSpec(DType::i32, {65})}), {}, "sm_90a", 1},
+       {{"trans_b", 1}, {"beta", 0.5}},
+       "sm_90a",
+       1},
+      {"gemm_batched f16",
+       "gemm_batched",
+       specs({hf({8, 1024, 1024}), hf({8, 1024, 512}), hf({8, 1024, 512})}),
+       {{"trans_b", 1}},
+       "sm_90a",
+       1},
+      {"gemm bf16 A [M, K], B [K, N] (MN-major B)",
+       "gemm",
+       specs({bf({4096, 4096}), bf({4096, 4096}), bf({4096, 4096})}),
+       {},
+       "sm_90a",
+       1},
+      {"gemm f16 A [K, M], B [K, N] (both MN-major), 128x128",
+       "gemm",
+       specs({hf({1024, 2048}), hf({1024, 1024}), hf({1024, 2048})}),
+       {{"trans_a", 1}},
+       "sm_90a",
+       1},
+      {"group_gemm bf16 (MoE prefill)",
+       "group_gemm",
+       specs({bf({32768, 1536}), bf({32768, 4096}), bf({64, 1536, 4096}), TensorSpec(DType::i32, {65})}),
+       {},
+       "sm_90a",
+       1},
       {"gemm bf16 on sm_80", "gemm", specs({bf({4096, 4096}), bf({4096, 4096}), bf({4096, 4096})}), {}, "sm_80", 0},
   };
   for (const Case& c : cases) {
@@ -397,21 +445,22 @@ TEST_P(GemmCompiles, HopperPathIsHgmmaAndSm80PathIsHmma) {
     EXPECT_EQ(r.output.find("LDL"), std::string::npos);
     EXPECT_EQ(r.output.find("STL"), std::string::npos);
   }
-  if (nvdisasm.empty()) GTEST_SKIP() << "compiled and checked for spills; no nvdisasm to read the SASS (tools/setup.sh installs one)";
+  if (nvdisasm.empty())
+    GTEST_SKIP() << "compiled and checked for spills; no nvdisasm to read the SASS (tools/setup.sh installs one)";
 }
 
-
-INSTANTIATE_TEST_SUITE_P(Compilers, GemmCompiles,
-                         ::testing::ValuesIn(test::compilers()),
+INSTANTIATE_TEST_SUITE_P(Compilers, GemmCompiles, ::testing::ValuesIn(test::compilers()),
                          [](const auto& info) { return test::compiler_test_name(info.param); });
 
 // Autotuning's inputs (the timing itself needs a GPU): the candidates, the
 // bucket a result stands for, and when the tensors may be launched repeatedly.
 TEST(GemmAutotune, CandidatesBucketsAndSafety) {
   const OpDef& op = find_op("gemm");
+  ASSERT_NE(op.tuning(), nullptr);
+  EXPECT_EQ(find_op("rms_norm").tuning(), nullptr) << "only the tile ops have choices to time";
   const TensorSpec a(DType::bf16, {100, 5000}), b(DType::bf16, {5000, 3000}), c(DType::bf16, {100, 3000});
   const Params chosen = op.specialize(specs({c, a, b}), {}, kSm90);
-  const std::vector<Params> candidates = op.tuning_candidates(chosen, kSm90);
+  const std::vector<Params> candidates = op.tuning()->candidates(chosen, kSm90);
   ASSERT_GE(candidates.size(), 5u);
   EXPECT_EQ(candidates.front(), chosen) << "the heuristic's choice comes first";
   for (std::size_t i = 1; i < candidates.size(); ++i) {
@@ -419,21 +468,22 @@ TEST(GemmAutotune, CandidatesBucketsAndSafety) {
     EXPECT_EQ(candidates[i].get("vec"), chosen.get("vec")) << "only the tile changes";
     EXPECT_LE(op.max_dynamic_smem(candidates[i]), 227u * 1024);
   }
-  EXPECT_EQ(op.tuning_bucket(specs({c, a, b})), "m<=128 n<=4096 k<=8192");
-  EXPECT_EQ(op.tuning_bucket(specs({c, TensorSpec(DType::bf16, {5000, 100}), b})), "m<=128 n<=4096 k<=8192")
+  EXPECT_EQ(op.tuning()->bucket(specs({c, a, b})), "m<=128 n<=4096 k<=8192");
+  EXPECT_EQ(op.tuning()->bucket(specs({c, TensorSpec(DType::bf16, {5000, 100}), b})), "m<=128 n<=4096 k<=8192")
       << "transposed a: the same problem";
-  EXPECT_TRUE(op.tuning_safe(specs({c, a, b}), {}));
-  EXPECT_FALSE(op.tuning_safe(specs({c, a, b}), {{"beta", 1}})) << "c is read: repeated launches would change it";
+  EXPECT_TRUE(op.tuning()->safe(specs({c, a, b}), {}));
+  EXPECT_FALSE(op.tuning()->safe(specs({c, a, b}), {{"beta", 1}})) << "c is read: repeated launches would change it";
 
   const TensorSpec f(DType::f32, {64, 64});
-  EXPECT_TRUE(op.tuning_candidates(op.specialize(specs({f, f, f}), {}, kSm90), kSm90).empty()) << "exact f32: one tile";
-  EXPECT_EQ(op.tuning_candidates(op.specialize(specs({f, f, f}), {{"tf32", 1}}, kSm90), kSm90).back().get("bk"), 16);
+  EXPECT_TRUE(op.tuning()->candidates(op.specialize(specs({f, f, f}), {}, kSm90), kSm90).empty())
+      << "exact f32: one tile";
+  EXPECT_EQ(op.tuning()->candidates(op.specialize(specs({f, f, f}), {{"tf32", 1}}, kSm90), kSm90).back().get("bk"), 16);
 
   const OpDef& linear = find_op("linear");
   const TensorSpec x(DType::bf16, {8, 64}), w(DType::bf16, {32, 64}), y(DType::bf16, {8, 32});
-  EXPECT_FALSE(linear.tuning_safe({{y, 0x1000}, {x, 0x2000}, {w, 0x3000}, {TensorSpec(), 0}, {y, 0x1000}}, {}))
+  EXPECT_FALSE(linear.tuning()->safe({{y, 0x1000}, {x, 0x2000}, {w, 0x3000}, {TensorSpec(), 0}, {y, 0x1000}}, {}))
       << "residual is the output";
-  EXPECT_TRUE(linear.tuning_safe({{y, 0x1000}, {x, 0x2000}, {w, 0x3000}, {TensorSpec(), 0}, {y, 0x4000}}, {}));
+  EXPECT_TRUE(linear.tuning()->safe({{y, 0x1000}, {x, 0x2000}, {w, 0x3000}, {TensorSpec(), 0}, {y, 0x4000}}, {}));
 
   // Every candidate compiles for sm_80 without spills.
   RuntimeOptions o;
@@ -455,8 +505,8 @@ TEST(GemmAutotune, CandidatesBucketsAndSafety) {
 
 // gemm.cu's kernels all take the same 19 arguments.
 TEST(Gemm, EveryOpPacksTheKernelsNineteenArguments) {
-  const TensorSpec m(DType::bf16, {64, 64}), v(DType::bf16, {64}), w3(DType::bf16, {2, 64, 64}), b3(DType::bf16, {2, 64, 64}),
-      off(DType::i64, {3});
+  const TensorSpec m(DType::bf16, {64, 64}), v(DType::bf16, {64}), w3(DType::bf16, {2, 64, 64}),
+      b3(DType::bf16, {2, 64, 64}), off(DType::i64, {3});
   const DevicePtr p = 0x10000;
   struct Case {
     const char* op;

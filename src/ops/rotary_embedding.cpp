@@ -6,12 +6,12 @@
 #include <bit>
 
 #include "mojo/error.hpp"
-#include "reference/reference.hpp"
-#include "ops/host_data.hpp"
 #include "ops/checks.hpp"
+#include "ops/host_data.hpp"
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
+#include "reference/reference.hpp"
 
 namespace mojo {
 namespace {
@@ -25,9 +25,19 @@ constexpr TensorArgInfo kTensors[] = {
 };
 constexpr ScalarArgInfo kScalars[] = {{"neox", 1, "1: rotate halves (NeoX); 0: interleaved pairs (GPT-J)"}};
 
+constexpr OpInfo kRotaryEmbedding{
+    .name = "rotary_embedding",
+    .summary = "rotates q and k in place by each token's position (NeoX or GPT-J style, partial rotary dim)",
+    .tensors = kTensors,
+    .scalars = kScalars,
+    .dtypes = kFloatTypes,
+    .template_file = "rotary_embedding.cu",
+    .example_shapes = "q=32x32x128 k=32x8x128 cos_sin_cache=40960x128",
+};
+
 class RotaryEmbedding final : public OpDef {
  public:
-  std::string_view name() const override { return "rotary_embedding"; }
+  RotaryEmbedding() : OpDef(kRotaryEmbedding) {}
   void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
                  ScalarList scalars) const override {
     const TensorSpec &q = specs[0], &k = specs[1], &cs = specs[3];
@@ -39,22 +49,11 @@ class RotaryEmbedding final : public OpDef {
   std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
                                         std::uint32_t seed) const override {
     if (i != 2) return OpDef::random_data(i, specs, seed);
-    return host_data::index_bytes(specs[2].dtype(), host_data::random_indices(specs[2].numel(), specs[3].dim(0), seed, false));
-  }
-  std::string_view summary() const override {
-    return "rotates q and k in place by each token's position (NeoX or GPT-J style, partial rotary dim)";
-  }
-  std::span<const TensorArgInfo> tensor_args() const override { return kTensors; }
-  std::span<const ScalarArgInfo> scalar_args() const override { return kScalars; }
-  std::span<const DType> dtypes() const override { return kFloatTypes; }
-  std::string_view template_file() const override { return "rotary_embedding.cu"; }
-  std::string_view example_shapes() const override {
-    return "q=32x32x128 k=32x8x128 cos_sin_cache=40960x128";
+    return host_data::index_bytes(specs[2].dtype(),
+                                  host_data::random_indices(specs[2].numel(), specs[3].dim(0), seed, false));
   }
 
-  Params specialize(TensorList t, ScalarList scalars, const Target&) const override {
-    check_tensor_count(t);
-    check_scalar_names(scalars);
+  Params derive_params(TensorList t, ScalarList scalars, const Target&) const override {
     const TensorSpec &q = t[0].spec, &k = t[1].spec, &pos = t[2].spec, &cache = t[3].spec;
     checks::expect_dtype_in(name(), "q", q.dtype(), kFloatTypes);
     checks::expect_same_dtype(name(), "k", k, "q", q);
@@ -62,8 +61,8 @@ class RotaryEmbedding final : public OpDef {
     rows::token_stride(name(), "k", k);
     const std::int64_t tokens = q.dim(0), head_dim = q.dim(2);
     if (k.dim(0) != tokens || k.dim(2) != head_dim)
-      throw ShapeError(fmt::format("{}: k is {} but q is {}; they need the same tokens and head_dim", name(), k.str(),
-                                   q.str()));
+      throw ShapeError(
+          fmt::format("{}: k is {} but q is {}; they need the same tokens and head_dim", name(), k.str(), q.str()));
     if (tokens > std::int64_t(INT32_MAX))
       throw ShapeError(fmt::format("{}: {} tokens exceed the grid limit", name(), tokens));
     indices::expect(name(), "positions", pos, tokens);
@@ -71,9 +70,10 @@ class RotaryEmbedding final : public OpDef {
     checks::expect_contiguous(name(), "cos_sin_cache", cache);
     const std::int64_t rot_dim = cache.rank() == 2 ? cache.dim(1) : 0;
     if (cache.rank() != 2 || rot_dim < 2 || rot_dim % 2 != 0 || rot_dim > head_dim)
-      throw ShapeError(fmt::format("{}: cos_sin_cache is {}; expected [max_pos, rot_dim] with rot_dim even and at "
-                                   "most head_dim ({})",
-                                   name(), cache.str(), head_dim));
+      throw ShapeError(
+          fmt::format("{}: cos_sin_cache is {}; expected [max_pos, rot_dim] with rot_dim even and at "
+                      "most head_dim ({})",
+                      name(), cache.str(), head_dim));
     const double neox = scalar(scalars, "neox");
     if (neox != 0 && neox != 1)
       throw InvalidArgumentError(fmt::format("{}: neox is {}; expected 1 (NeoX) or 0 (GPT-J)", name(), neox));
@@ -88,7 +88,8 @@ class RotaryEmbedding final : public OpDef {
     p.add("heads", heads);
     p.add("kv_heads", kv_heads);
     p.add("neox", std::int64_t(neox));
-    p.add("threads", std::clamp<std::int64_t>(std::int64_t(std::bit_ceil(std::uint64_t(std::max<std::int64_t>(pairs, 1)))), 32, 512));
+    p.add("threads", std::clamp<std::int64_t>(
+                         std::int64_t(std::bit_ceil(std::uint64_t(std::max<std::int64_t>(pairs, 1)))), 32, 512));
     return p;
   }
 
@@ -121,8 +122,7 @@ class RotaryEmbedding final : public OpDef {
     const auto& k = shapes::required(name(), shapes, "k", example_shapes());
     const auto& cache = shapes::required(name(), shapes, "cos_sin_cache", example_shapes());
     return {TensorSpec(dtype, q), TensorSpec(dtype, k),
-            TensorSpec(DType::i64, shapes::value_or(shapes, "positions", {q.front()})),
-            TensorSpec(DType::f32, cache)};
+            TensorSpec(DType::i64, shapes::value_or(shapes, "positions", {q.front()})), TensorSpec(DType::f32, cache)};
   }
 };
 

@@ -3,10 +3,10 @@
 #include <fmt/format.h>
 
 #include "mojo/error.hpp"
-#include "reference/reference.hpp"
-#include "ops/host_data.hpp"
 #include "ops/checks.hpp"
+#include "ops/host_data.hpp"
 #include "ops/registry.hpp"
+#include "reference/reference.hpp"
 
 namespace mojo {
 namespace {
@@ -23,35 +23,52 @@ constexpr TensorArgInfo kGatedTensors[] = {
 constexpr ScalarArgInfo kGeluScalars[] = {{"approximate", 0, "0: the erf form; 1: the tanh approximation"}};
 constexpr int kThreads = 256;
 
+// One template, four ops: gelu or silu, plain or gated (x split in halves).
+constexpr OpInfo kSilu{
+    .name = "silu",
+    .summary = "out = x / (1 + exp(-x))",
+    .tensors = kPlainTensors,
+    .dtypes = kFloatTypes,
+    .template_file = "activation.cu",
+    .example_shapes = "x=32x12288",
+};
+constexpr OpInfo kGelu{
+    .name = "gelu",
+    .summary = "out = x/2 * (1 + erf(x / sqrt 2)), or the tanh form with approximate=1",
+    .tensors = kPlainTensors,
+    .scalars = kGeluScalars,
+    .dtypes = kFloatTypes,
+    .template_file = "activation.cu",
+    .example_shapes = "x=32x12288",
+};
+constexpr OpInfo kSwiglu{
+    .name = "swiglu",
+    .summary = "out = silu(a) * b with a, b the halves of the last dim of x",
+    .tensors = kGatedTensors,
+    .dtypes = kFloatTypes,
+    .template_file = "activation.cu",
+    .example_shapes = "x=32x24576",
+};
+constexpr OpInfo kGeluAndMul{
+    .name = "gelu_and_mul",
+    .summary = "out = gelu(a) * b with a, b the halves of the last dim of x",
+    .tensors = kGatedTensors,
+    .scalars = kGeluScalars,
+    .dtypes = kFloatTypes,
+    .template_file = "activation.cu",
+    .example_shapes = "x=32x24576",
+};
+
 class Activation final : public OpDef {
  public:
-  Activation(std::string_view name, std::string_view summary, bool gelu, bool gated)
-      : name_(name), summary_(summary), gelu_(gelu), gated_(gated) {}
-  std::string_view name() const override { return name_; }
+  Activation(const OpInfo& info, bool gelu, bool gated) : OpDef(info), gelu_(gelu), gated_(gated) {}
   void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
                  ScalarList scalars) const override {
-    const auto act = !gelu_ ? Act::silu
-                     : scalar(scalars, "approximate") != 0 ? Act::gelu_tanh
-                                                             : Act::gelu;
+    const auto act = !gelu_ ? Act::silu : scalar(scalars, "approximate") != 0 ? Act::gelu_tanh : Act::gelu;
     reference::activation(specs[1].dtype(), act, gated_, d[1].data(), d[0].data(), specs[0].numel(),
                           host_data::last_dim(specs[0]));
   }
-  std::string_view summary() const override { return summary_; }
-  std::span<const TensorArgInfo> tensor_args() const override {
-    if (gated_) return kGatedTensors;
-    return kPlainTensors;
-  }
-  std::span<const ScalarArgInfo> scalar_args() const override {
-    if (gelu_) return kGeluScalars;
-    return {};
-  }
-  std::span<const DType> dtypes() const override { return kFloatTypes; }
-  std::string_view template_file() const override { return "activation.cu"; }
-  std::string_view example_shapes() const override { return gated_ ? "x=32x24576" : "x=32x12288"; }
-
-  Params specialize(TensorList t, ScalarList scalars, const Target&) const override {
-    check_tensor_count(t);
-    check_scalar_names(scalars);
+  Params derive_params(TensorList t, ScalarList scalars, const Target&) const override {
     const TensorSpec &out = t[0].spec, &x = t[1].spec;
     checks::expect_dtype_in(name(), "x", x.dtype(), kFloatTypes);
     checks::expect_same_dtype(name(), "out", out, "x", x);
@@ -60,8 +77,8 @@ class Activation final : public OpDef {
     std::int64_t d = 0;
     if (gated_) {
       if (x.rank() < 1 || x.dim(x.rank() - 1) % 2 != 0 || x.dim(x.rank() - 1) == 0)
-        throw ShapeError(fmt::format("{}: x is {}; its last dim must be even (the two halves a and b)", name(),
-                                     x.str()));
+        throw ShapeError(
+            fmt::format("{}: x is {}; its last dim must be even (the two halves a and b)", name(), x.str()));
       d = x.dim(x.rank() - 1) / 2;
       if (d > (1 << 24)) throw ShapeError(fmt::format("{}: d = {} is larger than 2^24", name(), d));
       bool ok = out.rank() == x.rank() && out.dim(out.rank() - 1) == d;
@@ -83,8 +100,8 @@ class Activation final : public OpDef {
     if (gelu_) {
       const double approximate = scalar(scalars, "approximate");
       if (approximate != 0 && approximate != 1)
-        throw InvalidArgumentError(fmt::format("{}: approximate is {}; expected 0 (erf) or 1 (tanh)", name(),
-                                               approximate));
+        throw InvalidArgumentError(
+            fmt::format("{}: approximate is {}; expected 0 (erf) or 1 (tanh)", name(), approximate));
       p.add("act", std::int64_t(approximate != 0 ? Act::gelu_tanh : Act::gelu));
     }
     if (gated_) p.add("d", d);
@@ -117,28 +134,25 @@ class Activation final : public OpDef {
   }
 
  private:
-  std::string_view name_, summary_;
   bool gelu_, gated_;
 };
 
 }  // namespace
 
 const OpDef& silu_op() {
-  static const Activation op("silu", "out = x / (1 + exp(-x))", false, false);
+  static const Activation op(kSilu, false, false);
   return op;
 }
 const OpDef& gelu_op() {
-  static const Activation op("gelu", "out = x/2 * (1 + erf(x / sqrt 2)), or the tanh form with approximate=1", true,
-                             false);
+  static const Activation op(kGelu, true, false);
   return op;
 }
 const OpDef& swiglu_op() {
-  static const Activation op("swiglu", "out = silu(a) * b with a, b the halves of the last dim of x", false, true);
+  static const Activation op(kSwiglu, false, true);
   return op;
 }
 const OpDef& gelu_and_mul_op() {
-  static const Activation op("gelu_and_mul", "out = gelu(a) * b with a, b the halves of the last dim of x", true,
-                             true);
+  static const Activation op(kGeluAndMul, true, true);
   return op;
 }
 

@@ -1,0 +1,99 @@
+// embedding: a gather of weight rows by token id (kernel_templates/embedding.cu, params there).
+#include <fmt/format.h>
+
+#include "mojo/error.hpp"
+#include "ops/checks.hpp"
+#include "ops/host_data.hpp"
+#include "ops/indices.hpp"
+#include "ops/registry.hpp"
+#include "ops/rows.hpp"
+#include "reference/reference.hpp"
+
+namespace mojo {
+namespace {
+
+using checks::kFloatTypes;
+
+constexpr TensorArgInfo kEmbeddingTensors[] = {
+    {"out", "out", "[..., hidden] with one row per id, same dtype as weight, contiguous"},
+    {"ids", "in", "i32 or i64 token ids, any shape, contiguous"},
+    {"weight", "in", "[vocab, hidden], contiguous"},
+};
+
+constexpr OpInfo kEmbedding{
+    .name = "embedding",
+    .summary = "out[t, :] = weight[ids[t], :]; an id out of range gives zeros (an error with debug checks)",
+    .tensors = kEmbeddingTensors,
+    .dtypes = kFloatTypes,
+    .template_file = "embedding.cu",
+    .example_shapes = "ids=32 weight=151936x4096",
+};
+
+class Embedding final : public OpDef {
+ public:
+  Embedding() : OpDef(kEmbedding) {}
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
+    const std::vector<std::int64_t> ids = host_data::indices(specs[1], d[1]);
+    reference::embedding(specs[2].dtype(), ids.data(), d[2].data(), d[0].data(), specs[1].numel(), specs[2].dim(0),
+                         specs[2].dim(1));
+  }
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+                                        std::uint32_t seed) const override {
+    if (i != 1) return OpDef::random_data(i, specs, seed);
+    return host_data::index_bytes(specs[1].dtype(),
+                                  host_data::random_indices(specs[1].numel(), specs[2].dim(0), seed, false));
+  }
+
+  Params derive_params(TensorList t, ScalarList, const Target&) const override {
+    const TensorSpec &out = t[0].spec, &ids = t[1].spec, &w = t[2].spec;
+    checks::expect_dtype_in(name(), "weight", w.dtype(), kFloatTypes);
+    if (w.rank() != 2) throw ShapeError(fmt::format("embedding: weight is {}; expected [vocab, hidden]", w.str()));
+    checks::expect_contiguous(name(), "weight", w);
+    const std::int64_t hidden = rows::cols_of(name(), "weight", w);
+    indices::expect(name(), "ids", ids, ids.numel());
+    checks::expect_same_dtype(name(), "out", out, "weight", w);
+    checks::expect_contiguous(name(), "out", out);
+    if (out.rank() < 1 || out.dim(out.rank() - 1) != hidden || out.numel() != ids.numel() * hidden)
+      throw ShapeError(
+          fmt::format("embedding: out is {}; expected {} rows of {} (one per id)", out.str(), ids.numel(), hidden));
+    if (ids.numel() > std::int64_t(INT32_MAX)) throw ShapeError("embedding: more ids than the grid can take");
+    Params p;
+    p.add_dtype("dtype", w.dtype());
+    p.add_dtype("ids", ids.dtype());
+    rows::add_params(p, "hidden", hidden, rows::pick(hidden, w.dtype(), {t[0], t[2]}));
+    return p;
+  }
+
+  LaunchGeometry geometry(const Params& p, TensorList t) const override { return rows::geometry(t[1].spec.numel(), p); }
+
+  void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
+    const unsigned bytes = checks::vector_bytes(p);
+    checks::expect_pointer(name(), "out", t[0].data, bytes);
+    checks::expect_pointer(name(), "ids", t[1].data, unsigned(dtype_size(t[1].spec.dtype())));
+    checks::expect_pointer(name(), "weight", t[2].data, bytes);
+    for (int i = 0; i < 3; ++i) args.push(t[i].data);
+    args.push(static_cast<long long>(t[1].spec.numel()));
+    args.push(static_cast<long long>(t[2].spec.dim(0)));
+  }
+
+  void check_data(TensorList t, StreamHandle stream) const override {
+    indices::check_range(name(), "ids", t[1], t[2].spec.dim(0), false, stream);
+  }
+
+  std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
+    const auto& ids = shapes::required(name(), shapes, "ids", example_shapes());
+    const auto& w = shapes::required(name(), shapes, "weight", example_shapes());
+    std::vector<std::int64_t> out = ids;
+    out.push_back(w.back());
+    return {TensorSpec(dtype, shapes::value_or(shapes, "out", out)), TensorSpec(DType::i64, ids), TensorSpec(dtype, w)};
+  }
+};
+
+}  // namespace
+
+const OpDef& embedding_op() {
+  static const Embedding op;
+  return op;
+}
+
+}  // namespace mojo

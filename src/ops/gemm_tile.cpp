@@ -1,0 +1,275 @@
+// The tile ops' shared part (gemm_tile.hpp).
+#include "ops/gemm_tile.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <climits>
+#include <cmath>
+
+#include "mojo/error.hpp"
+#include "ops/checks.hpp"
+
+namespace mojo {
+namespace {
+
+// The sm_90a tiles: 128 rows (two consumer warpgroups) by 256 or 128 columns.
+constexpr TileConfig kWgmmaWide{128, 256, 64, 2, 1, 4, 2, true, true};
+constexpr TileConfig kWgmmaNarrow{128, 128, 64, 2, 1, 6, 2, true, true};
+
+// Dynamic shared memory a block may opt into on each architecture.
+unsigned smem_optin_bytes(const Target& t) {
+  if (t.sm == 80 || t.sm == 87) return 163 * 1024;
+  if (t.sm == 90 || t.sm == 100 || t.sm == 103) return 227 * 1024;
+  return 99 * 1024;
+}
+
+// Streaming multiprocessors of the usual part of each architecture: the
+// params come from the target alone (they are part of the cache key), so
+// this is the target's typical count, not a device query.
+int typical_sm_count(const Target& t) {
+  switch (t.sm) {
+    case 80:
+      return 108;  // A100
+    case 86:
+      return 84;  // RTX 3090 / A40
+    case 89:
+      return 128;  // RTX 4090 / L40
+    case 90:
+      return 132;  // H100 SXM
+    case 100:
+      return 148;  // B200
+    default:
+      return 100;
+  }
+}
+
+// A tensor-core tile for `element_bytes` inputs on `target`: tf32 steps K by
+// 16 (4-byte fragments need the registers), and the pipeline is as deep as
+// the target's shared memory allows.
+TileConfig fit(TileConfig c, int element_bytes, const Target& target) {
+  c.element_bytes = element_bytes;
+  if (element_bytes == 4 && !c.wgmma) c.bk = 16;
+  while (c.stages > 2 && c.smem_bytes() > smem_optin_bytes(target)) --c.stages;
+  return c;
+}
+
+// `p` with its tile params replaced by `c`'s.
+Params with_tile(const Params& p, const TileConfig& c) {
+  Params out;
+  for (const Param& x : p.items()) {
+    std::int64_t v = x.value;
+    if (x.name == "bm") v = c.bm;
+    if (x.name == "bn") v = c.bn;
+    if (x.name == "bk") v = c.bk;
+    if (x.name == "wm") v = c.wm;
+    if (x.name == "wn") v = c.wn;
+    if (x.name == "stages") v = c.stages;
+    if (x.name == "wgmma") v = c.wgmma;
+    if (x.name == "ks") v = c.ks;
+    if (x.name == "swizzle") v = c.swizzle;
+    if (x.is_dtype)
+      out.add_dtype(x.name, DType(v));
+    else
+      out.add(x.name, v);
+  }
+  return out;
+}
+
+}  // namespace
+
+TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, bool tf32, const Target& target,
+                     bool wgmma_ok, std::int64_t batch, Path path) {
+  if (dtype == DType::f32 && !tf32) return {64, 64, 16, 2, 4, 1, 4, false};  // 256 threads of 4 x 4 outputs
+  const std::int64_t sms = typical_sm_count(target);
+  auto tiles = [&](const TileConfig& c) { return ((m + c.bm - 1) / c.bm) * ((n + c.bn - 1) / c.bn) * batch; };
+  if (path == Path::sm90) return fit(n > 128 ? kWgmmaWide : kWgmmaNarrow, 2, target);
+  if (wgmma_ok && m > 64 && path == Path::any) {
+    if (tiles(kWgmmaWide) >= sms) return fit(kWgmmaWide, 2, target);
+    if (tiles(kWgmmaNarrow) >= sms / 2) return fit(kWgmmaNarrow, 2, target);
+  }
+  TileConfig c = m <= 16   ? TileConfig{16, 64, 64, 1, 2, 4}     // decode: 64 threads, many blocks along N
+                 : m <= 64 ? TileConfig{64, 64, 32, 2, 2, 4}     // 128 threads, 32x32 per warp
+                           : TileConfig{128, 128, 32, 2, 4, 4};  // 256 threads, 64x32 per warp
+  if (c.bm == 128 && tiles(c) < sms) c = {64, 64, 32, 2, 2, 4};
+  if (c.bm == 16 && tiles(c) < sms) c = {16, 32, 64, 1, 2, 4};  // 16x16 per warp
+  if (c.bm == 16)
+    while (c.ks < 4 && tiles(c) * c.ks * 2 <= 4 * sms && k >= std::int64_t(c.ks) * 2 * c.bk * 2) c.ks *= 2;
+  return fit(c, int(dtype_size(dtype)), target);
+}
+
+void expect_tensor_cores(std::string_view op, DType dtype, bool tf32, const Target& target) {
+  if ((dtype != DType::f32 || tf32) && target.sm < 80)
+    throw ArchError(
+        fmt::format("{}: needs tensor cores for f16/bf16/tf32 (mma.sync, cp.async): sm_80 or "
+                    "later; the target is {} (exact f32 runs anywhere)",
+                    op, target.sm_name()));
+}
+
+std::int64_t row_stride(std::string_view op, std::string_view arg, const TensorSpec& t) {
+  const int r = t.rank();
+  if (t.stride(r - 1) != 1 && t.dim(r - 1) > 1)
+    throw ShapeError(
+        fmt::format("{}: {} {} has a non-unit stride in its last dim; rows must be contiguous", op, arg, t.str()));
+  const std::int64_t ld = t.stride(r - 2);
+  if (ld < t.dim(r - 1) && t.dim(r - 2) > 1)
+    throw ShapeError(
+        fmt::format("{}: {} {} has overlapping rows (row stride {} < {})", op, arg, t.str(), ld, t.dim(r - 1)));
+  return std::max<std::int64_t>(ld, t.dim(r - 1));
+}
+
+std::int64_t checked_dim(std::string_view op, std::string_view what, std::int64_t v) {
+  if (v > INT_MAX) throw ShapeError(fmt::format("{}: {} = {} exceeds the kernel's int range", op, what, v));
+  return v;
+}
+
+bool wgmma_possible(const Target& t, DType dtype, bool aligned, std::int64_t m, std::int64_t n, std::int64_t k) {
+  return t.sm == 90 && t.arch_specific && (dtype == DType::f16 || dtype == DType::bf16) && aligned && m > 0 && n > 0 &&
+         k > 0;
+}
+
+void add_tile(Params& p, const TileConfig& c) {
+  p.add("bm", c.bm);
+  p.add("bn", c.bn);
+  p.add("bk", c.bk);
+  p.add("wm", c.wm);
+  p.add("wn", c.wn);
+  p.add("stages", c.stages);
+  p.add("ks", c.ks);
+  p.add("swizzle", c.swizzle);
+}
+TileConfig tile_of(const Params& p) {
+  const DType dtype = p.dtype("dtype");
+  return {int(p.get("bm")),    int(p.get("bn")),     int(p.get("bk")),       int(p.get("wm")),
+          int(p.get("wn")),    int(p.get("stages")), int(dtype_size(dtype)), dtype != DType::f32 || p.get("tf32") != 0,
+          p.get("wgmma") != 0, int(p.get("ks")),     int(p.get("swizzle"))};
+}
+
+void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p) {
+  if (p.get("wgmma")) {
+    // Each operand as stored: K-major in boxes of bk (one 128-byte row) x the tile's rows, MN-major in
+    // boxes of 64 m or n (128 bytes) x bk.
+    const DType dtype = p.dtype("dtype");
+    const unsigned bm = unsigned(p.get("bm")), bn = unsigned(p.get("bn")), bk = unsigned(p.get("bk"));
+    // Groups read their rows out of one x [total_rows, K].
+    const std::int64_t a_rows = g.offsets ? g.total_rows : g.m, a_batches = g.offsets ? 1 : g.batches;
+    const TensorMap a = g.mn_major_a ? tile_tensor_map(g.a, dtype, g.m, g.k, a_batches, g.lda, g.batch_a, 64, bk)
+                                     : tile_tensor_map(g.a, dtype, g.k, a_rows, a_batches, g.lda, g.batch_a, bk, bm);
+    const TensorMap b = g.mn_major_b ? tile_tensor_map(g.b, dtype, g.n, g.k, g.batches, g.ldb, g.batch_b, 64, bk)
+                                     : tile_tensor_map(g.b, dtype, g.k, g.n, g.batches, g.ldb, g.batch_b, bk, bn);
+    for (DevicePtr ptr : {g.c, g.bias, g.residual}) args.push(ptr);
+    args.push(g.alpha);
+    args.push(g.beta);
+    for (std::int64_t v : {g.m, g.n, g.k}) args.push(int(v));
+    for (std::int64_t v : {g.ldc, g.ldr, g.batch_c}) args.push((long long)v);
+    args.push(int(g.batches));
+    args.push(g.offsets);
+    args.push((long long)g.total_rows);
+    args.push(a);
+    args.push(b);
+    return;
+  }
+  for (DevicePtr ptr : {g.c, g.a, g.b, g.bias, g.residual}) args.push(ptr);
+  args.push(g.alpha);
+  args.push(g.beta);
+  for (std::int64_t v : {g.m, g.n, g.k}) args.push(int(v));  // checked_dim: they fit
+  for (std::int64_t v : {g.lda, g.ldb, g.ldc, g.ldr, g.batch_a, g.batch_b, g.batch_c}) args.push((long long)v);
+  args.push(g.offsets);
+  args.push((long long)g.total_rows);
+}
+
+std::string shape_bucket(std::int64_t m, std::int64_t n, std::int64_t k) {
+  auto up = [](std::int64_t v) { return std::bit_ceil(std::uint64_t(std::max<std::int64_t>(v, 1))); };
+  return fmt::format("m<={} n<={} k<={}", up(m), up(n), up(k));
+}
+
+std::int64_t zero_or_one(const OpDef& op, ScalarList scalars, std::string_view name) {
+  const double v = op.scalar(scalars, name);
+  if (v != 0 && v != 1) throw InvalidArgumentError(fmt::format("{}: {} is {}; expected 0 or 1", op.name(), name, v));
+  return std::int64_t(v);
+}
+
+Path path_of(const OpDef& op, ScalarList scalars, bool wgmma_ok, const Target& target) {
+  const double v = op.scalar(scalars, "path");
+  if (v != 0 && v != 80 && v != 90)
+    throw InvalidArgumentError(
+        fmt::format("{}: path is {}; expected 0 (the heuristic's choice), 80 or 90", op.name(), v));
+  if (v == 90 && !wgmma_ok)
+    throw InvalidArgumentError(
+        fmt::format("{}: path = 90 (TMA + wgmma) cannot take these tensors on {}: it needs an "
+                    "sm_90a target, f16 or bf16 inputs with 16-byte aligned rows, batches apart "
+                    "and a non-empty problem",
+                    op.name(), target.sm_name()));
+  return Path(int(v));
+}
+
+bool tf32_of(const OpDef& op, ScalarList scalars, DType dtype) {
+  const bool tf32 = zero_or_one(op, scalars, "tf32") == 1;
+  if (tf32 && dtype != DType::f32)
+    throw InvalidArgumentError(
+        fmt::format("{}: tf32 = 1 applies to f32 inputs; these are {}", op.name(), dtype_name(dtype)));
+  return tf32;
+}
+
+LaunchGeometry tile_geometry(const Params& p, std::int64_t m, std::int64_t n, std::int64_t batch) {
+  const TileConfig c = tile_of(p);
+  const std::int64_t blocks = ((m + c.bm - 1) / c.bm) * ((n + c.bn - 1) / c.bn);
+  LaunchGeometry g;
+  // The sm_90a kernel is persistent: its blocks loop over every batch's tiles.
+  g.grid = c.wgmma ? Dim3{unsigned(blocks * batch), 1, 1} : Dim3{unsigned(blocks), 1, unsigned(batch)};
+  g.persistent = c.wgmma;
+  g.block = {c.threads(), 1, 1};
+  g.dynamic_smem = c.smem_bytes();
+  return g;
+}
+
+bool chunk_aligned(DType dtype, DevicePtr p, std::initializer_list<std::int64_t> strides) {
+  if (checks::alignment_of(p) < 16) return false;
+  const std::int64_t per_chunk = 16 / std::int64_t(dtype_size(dtype));
+  return std::all_of(strides.begin(), strides.end(), [&](std::int64_t s) { return s % per_chunk == 0; });
+}
+
+std::string TileOp::entry_macro(const Params& p) const {
+  return OpDef::entry_macro(p) + (p.get("wgmma") != 0 ? "_sm90" : "");
+}
+
+std::vector<Params> TileOp::candidates(const Params& chosen, const Target& target) const {
+  const TileConfig current = tile_of(chosen);
+  if (!current.tensor_cores) return {};
+  std::vector<Params> out{chosen};
+  TileConfig split2{16, 64, 64, 1, 2, 4}, split4{16, 32, 64, 1, 2, 4};
+  split2.ks = 2;
+  split4.ks = 4;
+  const TileConfig tiles[] = {kWgmmaWide,
+                              kWgmmaNarrow,
+                              {128, 128, 32, 2, 4, 4},
+                              {128, 64, 32, 2, 2, 4},
+                              {64, 128, 32, 2, 2, 4},
+                              {64, 64, 32, 2, 2, 4},
+                              {16, 64, 64, 1, 2, 4},
+                              {16, 32, 64, 1, 2, 4},
+                              split2,
+                              split4};
+  for (const TileConfig& c : tiles) {
+    if (c.wgmma && !current.wgmma) continue;
+    const Params p = with_tile(chosen, fit(c, current.element_bytes, target));
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  }
+  return out;
+}
+
+unsigned TileOp::operand_alignment(const Params& p) {
+  return p.get("vec") == 8 ? 16 : unsigned(dtype_size(p.dtype("dtype")));
+}
+
+// A dot product of k terms in fp32 vs float64: atol grows like sqrt(k) / 16 (inputs in ±[0.05, 2], so the
+// sums are ~sqrt(k)); tf32 inputs carry bf16-like error.
+Tolerance TileOp::product_tolerance(DType out, std::int64_t k, bool tf32) {
+  Tolerance t = default_tolerance(tf32 ? DType::bf16 : out);
+  t.atol *= std::max(1.0, std::sqrt(double(k)) / 16);
+  if (out == DType::f32 && !tf32) t.rtol = 1e-4, t.atol = std::max(t.atol, 1e-5);
+  return t;
+}
+
+}  // namespace mojo

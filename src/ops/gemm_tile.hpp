@@ -1,0 +1,116 @@
+// What gemm, gemm_batched, linear and group_gemm share: the tile
+// configuration (their params), the heuristic that picks it, the kernel's
+// arguments, and the autotuning candidates. Template: kernel_templates/gemm.cu.
+//
+// The params are the tile configuration, not the shape: M, N and K are kernel
+// arguments, so every shape in one M bucket shares a kernel. The bucket picks
+// the tile (decode-sized M gets a thin tile so that more blocks stream the
+// weights); the pipeline depth fits the target's shared memory.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mojo/op.hpp"
+
+namespace mojo {
+
+// f16/bf16 run on tensor cores; f32 in exact fp32 on the CUDA cores.
+inline constexpr DType kTileInputTypes[] = {DType::f32, DType::f16, DType::bf16};
+
+struct TileConfig {
+  int bm, bn, bk, wm, wn, stages;
+  int element_bytes = 2;     // of the inputs: 2, or 4 for tf32
+  bool tensor_cores = true;  // false: the exact fp32 path, static shared memory only
+  bool wgmma = false;        // the sm_90a path: bm / 64 consumer warpgroups + a producer, bk = 64
+  int ks = 1;                // K split over this many groups of wm x wn warps (sm_80 path), each with its own ring
+  int swizzle = 8;           // block rows per raster group (neighbouring blocks share B in L2)
+  unsigned smem_bytes() const {
+    // sm_90a: the ring, one full and one empty mbarrier per stage, 1024 bytes to align the ring.
+    if (wgmma) return unsigned(stages * (bm + bn) * bk * element_bytes + 16 * stages + 1024);
+    return tensor_cores ? unsigned(ks * stages * (bm + bn) * bk * element_bytes) : 0;
+  }
+  unsigned threads() const { return wgmma ? unsigned(bm / 64 + 1) * 128 : unsigned(wm * wn * ks * 32); }
+};
+
+// The "path" scalar: 0 lets the heuristic choose, 80 and 90 pin the sm_80 or sm_90a path.
+enum class Path { any = 0, sm80 = 80, sm90 = 90 };
+
+// The M bucket picks the tile; when its grid would leave SMs idle, a
+// narrower tile makes more blocks (decode and mid-size M on wide GPUs), and
+// a decode tile splits K over up to 4 warp groups so that about four tiles'
+// worth of loads per SM are in flight (each group keeping >= 2 k tiles).
+// Where the sm_90a path may run (`wgmma_ok`), it takes every problem with
+// enough 128-row tiles to fill half the SMs; thin problems stay on the
+// sm_80 path, whose small tiles spread the weights over more SMs.
+TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, bool tf32, const Target& target,
+                     bool wgmma_ok = false, std::int64_t batch = 1, Path path = Path::any);
+// The tile params: bm, bn, bk, wm, wn, stages, ks, swizzle.
+void add_tile(Params& p, const TileConfig& c);
+TileConfig tile_of(const Params& p);
+LaunchGeometry tile_geometry(const Params& p, std::int64_t m, std::int64_t n, std::int64_t batch);
+
+// The sm_90a path's preconditions: a Hopper-specific build, 16-bit inputs,
+// rows TMA can address (16-byte aligned starts and row strides: `aligned`),
+// and a non-empty problem. Any layout: wgmma reads MN-major tiles transposed.
+bool wgmma_possible(const Target& t, DType dtype, bool aligned, std::int64_t m, std::int64_t n, std::int64_t k);
+// 16-byte chunk loads need every row start 16-byte aligned.
+bool chunk_aligned(DType dtype, DevicePtr p, std::initializer_list<std::int64_t> strides);
+// The "vec" param: 8 for 16-byte chunk loads on tensor cores, else 1.
+inline std::int64_t vec_param(const TileConfig& c, bool aligned) { return c.tensor_cores && aligned ? 8 : 1; }
+
+void expect_tensor_cores(std::string_view op, DType dtype, bool tf32, const Target& target);
+// A matrix (the last two dims of `t`) with unit inner stride: its row stride.
+std::int64_t row_stride(std::string_view op, std::string_view arg, const TensorSpec& t);
+// `v`, checked to fit the kernel's int.
+std::int64_t checked_dim(std::string_view op, std::string_view what, std::int64_t v);
+
+// The scalars the tile ops share: a 0-or-1 flag (trans_a, trans_b), "tf32"
+// (only for f32 inputs) and "path" (90 only where the sm_90a path can take
+// these tensors: `wgmma_ok`).
+std::int64_t zero_or_one(const OpDef& op, ScalarList scalars, std::string_view name);
+bool tf32_of(const OpDef& op, ScalarList scalars, DType dtype);
+Path path_of(const OpDef& op, ScalarList scalars, bool wgmma_ok, const Target& target);
+
+// The kernel's arguments; one place for the ABI all four ops share.
+struct GemmArgs {
+  DevicePtr c = 0, a = 0, b = 0, bias = 0, residual = 0;
+  float alpha = 1, beta = 0;
+  std::int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0, ldr = 0, batch_a = 0, batch_b = 0, batch_c = 0;
+  DevicePtr offsets = 0;
+  std::int64_t total_rows = 0;
+  std::int64_t batches = 1;
+  bool mn_major_a = false, mn_major_b = false;  // a stored [K, M], b stored [K, N] (gemm's layouts)
+};
+// gemm.cu's order for the sm_80 path; gemm_sm90.cuh's (with the two TMA
+// descriptors of the operands, from the device part) for the sm_90a one.
+void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p);
+
+// "m<=64 n<=4096 k<=4096": the powers of two a tuning result stands for.
+std::string shape_bucket(std::int64_t m, std::int64_t n, std::int64_t k);
+
+// The base of the four tile ops: the tile's shared memory, the sm_90a entry
+// point, the tuning candidates, and the alignment their operand loads need.
+class TileOp : public OpDef, public Tunable {
+ public:
+  using OpDef::OpDef;
+  unsigned max_dynamic_smem(const Params& p) const override { return tile_of(p).smem_bytes(); }
+  // The sm_90a kernel has its own signature (TMA descriptors): its own entry macro.
+  std::string entry_macro(const Params& p) const override;
+  const Tunable* tuning() const noexcept override { return this; }
+  // The heuristic's tile first, then every other tensor-core tile that fits
+  // the target's shared memory (none for the exact f32 path); on the sm_90a
+  // path, its two tiles and the sm_80 path's.
+  std::vector<Params> candidates(const Params& chosen, const Target& target) const override;
+
+ protected:
+  // Bytes the A and B operands must be aligned to: 16 for chunk loads, else one element.
+  static unsigned operand_alignment(const Params& p);
+  // How far a dot product of k terms in fp32 may be from float64.
+  static Tolerance product_tolerance(DType out, std::int64_t k, bool tf32);
+};
+
+}  // namespace mojo

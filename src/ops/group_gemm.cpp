@@ -1,0 +1,188 @@
+// group_gemm: many products of different M sharing N and K (MoE experts) in one launch; the tiles:
+// gemm_tile.hpp.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "mojo/error.hpp"
+#include "ops/checks.hpp"
+#include "ops/gemm_tile.hpp"
+#include "ops/host_data.hpp"
+#include "ops/indices.hpp"
+#include "ops/registry.hpp"
+#include "reference/reference.hpp"
+
+namespace mojo {
+namespace {
+
+constexpr TensorArgInfo kGroupTensors[] = {
+    {"out", "out", "[rows, N], same dtype as x: each group's rows written with its own weight"},
+    {"x", "in", "[rows, K] f16, bf16 or f32, the groups' rows one after another (tokens sorted by expert)"},
+    {"weight", "in", "[groups, N, K]: one [N, K] matrix per group (expert)"},
+    {"offsets", "in", "i32 or i64 [groups + 1]: group g owns rows [offsets[g], offsets[g + 1])"},
+};
+constexpr ScalarArgInfo kGroupScalars[] = {
+    {"max_rows", 0,
+     "a hint: the most rows a group usually has (0: all rows); fewer blocks are launched and a "
+     "larger group takes more passes"},
+    {"tf32", 0, "1: f32 inputs on tensor cores as tf32"},
+    {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path; 90: the sm_90a path (TMA + wgmma)"}};
+
+// group_gemm: many products of different M sharing N and K (MoE experts), one launch.
+constexpr OpInfo kGroupGemm{
+    .name = "group_gemm",
+    .summary = "out[rows of g] = x[rows of g] * weight[g]^T for every group g (MoE experts) in one launch",
+    .tensors = kGroupTensors,
+    .scalars = kGroupScalars,
+    .dtypes = kTileInputTypes,
+    .template_file = "gemm.cu",
+    .example_shapes = "x=4096x4096 weight=64x1536x4096 offsets=65",
+};
+
+class GroupGemm final : public TileOp {
+ public:
+  GroupGemm() : TileOp(kGroupGemm) {}
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
+    const TensorSpec& w = specs[2];
+    const std::vector<std::int64_t> offsets = host_data::indices(specs[3], d[3]);
+    reference::group_gemm(w.dtype(), d[1].data(), d[2].data(), offsets.data(), d[0].data(), w.dim(0), w.dim(1),
+                          w.dim(2));
+  }
+  Tolerance tolerance(DType out, std::span<const TensorSpec> specs, ScalarList scalars) const override {
+    return product_tolerance(out, specs[2].dim(2), scalar(scalars, "tf32") != 0);
+  }
+  // Groups of random sizes covering every row of x.
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+                                        std::uint32_t seed) const override {
+    if (i != 3) return OpDef::random_data(i, specs, seed);
+    const std::int64_t rows = specs[1].dim(0);
+    std::vector<std::int64_t> offsets = host_data::random_indices(specs[3].numel(), rows + 1, seed, false);
+    std::sort(offsets.begin(), offsets.end());
+    if (!offsets.empty()) offsets.front() = 0, offsets.back() = rows;
+    return host_data::index_bytes(specs[3].dtype(), offsets);
+  }
+
+  Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
+    const Dims d = dims(t, scalars);
+    const DType dtype = t[1].spec.dtype();
+    const bool tf32 = tf32_of(*this, scalars, dtype);
+    expect_tensor_cores(name(), dtype, tf32, target);
+    Params p;
+    p.add_dtype("dtype", dtype);
+    // The tile for a typical group: rows / groups (decode-sized groups get the thin tile).
+    // The sm_90a path walks every group's tiles up to all rows (no max_rows passes), skipping empty ones.
+    const std::int64_t typical = std::max<std::int64_t>(1, d.rows / std::max<std::int64_t>(d.groups, 1));
+    const bool aligned = chunk_aligned(dtype, t[1].data, {d.ldx}) && chunk_aligned(dtype, t[2].data, {d.k, d.n * d.k});
+    const bool wgmma_ok = d.max_rows == d.rows && wgmma_possible(target, dtype, aligned, d.rows, d.n, d.k);
+    const TileConfig tile = pick_tile(typical, d.n * d.groups, d.k, dtype, tf32, target, wgmma_ok, 1,
+                                      path_of(*this, scalars, wgmma_ok, target));
+    add_tile(p, tile);
+    p.add("vec", vec_param(tile, aligned));
+    p.add("offsets", std::int64_t(dtype_size(t[3].spec.dtype())));
+    p.add("tf32", tf32);
+    p.add("wgmma", tile.wgmma);
+    return p;
+  }
+
+  LaunchGeometry geometry(const Params& p, TensorList t) const override {
+    const Dims d = dims(t, {});
+    return tile_geometry(p, d.rows, d.n, d.groups);
+  }
+
+  void pack_args(const Params& p, TensorList t, ScalarList scalars, KernelArgs& args) const override {
+    const Dims d = dims(t, scalars);
+    const unsigned chunk = operand_alignment(p);
+    checks::expect_pointer(name(), "out", t[0].data, unsigned(dtype_size(t[0].spec.dtype())));
+    checks::expect_pointer(name(), "x", t[1].data, chunk);
+    checks::expect_pointer(name(), "weight", t[2].data, chunk);
+    checks::expect_pointer(name(), "offsets", t[3].data, unsigned(dtype_size(t[3].spec.dtype())));
+    push_kernel_args(args,
+                     {.c = t[0].data,
+                      .a = t[1].data,
+                      .b = t[2].data,
+                      .m = d.max_rows,
+                      .n = d.n,
+                      .k = d.k,
+                      .lda = d.ldx,
+                      .ldb = d.k,
+                      .ldc = d.ldo,
+                      .batch_b = d.n * d.k,  // one weight matrix per group
+                      .offsets = t[3].data,
+                      .total_rows = d.rows,
+                      .batches = d.groups},
+                     p);
+  }
+
+  // Offsets decide which rows the kernel touches (it clamps them to x): with
+  // debug checks on they are read back and must be a non-decreasing range
+  // within the rows of x.
+  void check_data(TensorList t, StreamHandle stream) const override {
+    const Dims d = dims(t, {});
+    const std::vector<std::int64_t> off = indices::read(t[3], stream);
+    for (std::size_t g = 0; g + 1 < off.size(); ++g)
+      if (off[g] < 0 || off[g] > off[g + 1] || off[g + 1] > d.rows)
+        throw InvalidArgumentError(
+            fmt::format("{}: offsets[{}..{}] = {}, {} are not a non-decreasing range within "
+                        "the {} rows of x",
+                        name(), g, g + 1, off[g], off[g + 1], d.rows));
+  }
+
+  std::string bucket(TensorList t) const override {
+    const Dims d = dims(t, {});
+    return shape_bucket(d.rows / std::max<std::int64_t>(d.groups, 1), d.n, d.k);
+  }
+  bool safe(TensorList, ScalarList) const override { return true; }
+
+  std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
+    const auto& x = shapes::required(name(), shapes, "x", example_shapes());
+    const auto& w = shapes::required(name(), shapes, "weight", example_shapes());
+    std::vector<std::int64_t> out = x;
+    if (!out.empty() && w.size() == 3) out.back() = w[1];
+    return {TensorSpec(dtype, shapes::value_or(shapes, "out", out)), TensorSpec(dtype, x), TensorSpec(dtype, w),
+            TensorSpec(DType::i64, shapes::value_or(shapes, "offsets", {w.empty() ? 1 : w.front() + 1}))};
+  }
+
+ private:
+  struct Dims {
+    std::int64_t rows, groups, n, k, max_rows, ldx, ldo;
+  };
+  Dims dims(TensorList t, ScalarList scalars) const {
+    const TensorSpec &out = t[0].spec, &x = t[1].spec, &w = t[2].spec, &off = t[3].spec;
+    checks::expect_dtype_in(name(), "x", x.dtype(), kTileInputTypes);
+    checks::expect_same_dtype(name(), "weight", w, "x", x);
+    checks::expect_same_dtype(name(), "out", out, "x", x);
+    if (x.rank() != 2) throw ShapeError(fmt::format("{}: x is {}; expected [rows, K]", name(), x.str()));
+    if (w.rank() != 3 || w.dim(2) != x.dim(1) || !w.is_contiguous())
+      throw ShapeError(fmt::format("{}: weight is {}; expected contiguous [groups, N, {}]", name(), w.str(), x.dim(1)));
+    Dims d{};
+    d.rows = x.dim(0);
+    d.groups = w.dim(0);
+    d.n = w.dim(1);
+    d.k = w.dim(2);
+    if (out.rank() != 2 || out.dim(0) != d.rows || out.dim(1) != d.n)
+      throw ShapeError(fmt::format("{}: out is {}; expected [{}, {}]", name(), out.str(), d.rows, d.n));
+    checks::expect_dtype_in(name(), "offsets", off.dtype(), indices::kTypes);
+    if (off.rank() != 1 || off.dim(0) != d.groups + 1 || !off.is_contiguous())
+      throw ShapeError(fmt::format("{}: offsets is {}; expected [{}] (groups + 1)", name(), off.str(), d.groups + 1));
+    const double max_rows = scalar(scalars, "max_rows");
+    if (max_rows < 0 || max_rows != double(std::int64_t(max_rows)))
+      throw InvalidArgumentError(fmt::format("{}: max_rows is {}; expected a whole number >= 0", name(), max_rows));
+    d.max_rows = max_rows > 0 ? std::min(d.rows, std::int64_t(max_rows)) : d.rows;
+    checked_dim(name(), "rows", d.rows);
+    checked_dim(name(), "N", d.n);
+    checked_dim(name(), "K", d.k);
+    checked_dim(name(), "groups", d.groups);
+    d.ldx = row_stride(name(), "x", x);
+    d.ldo = row_stride(name(), "out", out);
+    return d;
+  }
+};
+
+}  // namespace
+
+const OpDef& group_gemm_op() {
+  static const GroupGemm op;
+  return op;
+}
+
+}  // namespace mojo

@@ -1,0 +1,128 @@
+// store_kv_cache: a scatter of new tokens' k and v into a paged KV cache by slot
+// (kernel_templates/store_kv_cache.cu, params there).
+#include <fmt/format.h>
+
+#include "mojo/error.hpp"
+#include "ops/checks.hpp"
+#include "ops/host_data.hpp"
+#include "ops/indices.hpp"
+#include "ops/registry.hpp"
+#include "ops/rows.hpp"
+#include "reference/reference.hpp"
+
+namespace mojo {
+namespace {
+
+using checks::kFloatTypes;
+
+constexpr TensorArgInfo kKvTensors[] = {
+    {"k_cache", "inout", "[num_blocks, block_size, kv_heads, head_dim], contiguous"},
+    {"v_cache", "inout", "same shape and dtype as k_cache"},
+    {"k", "in", "[tokens, kv_heads, head_dim]; tokens may be strided (a view of qkv)"},
+    {"v", "in", "[tokens, kv_heads, head_dim]; tokens may be strided"},
+    {"slot_mapping", "in", "i32 or i64 [tokens]: block * block_size + offset; < 0 skips the token"},
+};
+
+constexpr OpInfo kStoreKvCache{
+    .name = "store_kv_cache",
+    .summary = "writes k and v of new tokens into a paged KV cache at slot_mapping; slots < 0 are skipped",
+    .tensors = kKvTensors,
+    .dtypes = kFloatTypes,
+    .template_file = "store_kv_cache.cu",
+    .example_shapes = "k_cache=2048x16x8x128 k=32x8x128",
+};
+
+class StoreKvCache final : public OpDef {
+ public:
+  StoreKvCache() : OpDef(kStoreKvCache) {}
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
+    const TensorSpec &cache = specs[0], &k = specs[2];
+    const std::vector<std::int64_t> slots = host_data::indices(specs[4], d[4]);
+    reference::store_kv_cache(cache.dtype(), d[2].data(), d[3].data(), slots.data(), d[0].data(), d[1].data(), k.dim(0),
+                              cache.dim(0) * cache.dim(1), cache.dim(2) * cache.dim(3));
+  }
+  // Distinct slots: two tokens for one slot would leave either.
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+                                        std::uint32_t seed) const override {
+    if (i != 4) return OpDef::random_data(i, specs, seed);
+    return host_data::index_bytes(
+        specs[4].dtype(), host_data::random_indices(specs[4].numel(), specs[0].dim(0) * specs[0].dim(1), seed, true));
+  }
+
+  Params derive_params(TensorList t, ScalarList, const Target&) const override {
+    const TensorSpec &kc = t[0].spec, &vc = t[1].spec, &k = t[2].spec, &v = t[3].spec;
+    checks::expect_dtype_in(name(), "k_cache", kc.dtype(), kFloatTypes);
+    if (kc.rank() != 4)
+      throw ShapeError(
+          fmt::format("store_kv_cache: k_cache is {}; expected [num_blocks, block_size, kv_heads, "
+                      "head_dim]",
+                      kc.str()));
+    checks::expect_same_dtype(name(), "v_cache", vc, "k_cache", kc);
+    checks::expect_same_shape(name(), "v_cache", vc, "k_cache", kc);
+    checks::expect_contiguous(name(), "k_cache", kc);
+    checks::expect_contiguous(name(), "v_cache", vc);
+    const std::int64_t row = kc.dim(2) * kc.dim(3);
+    for (std::size_t i : {2, 3}) {
+      const TensorSpec& s = t[i].spec;
+      checks::expect_same_dtype(name(), kKvTensors[i].name, s, "k_cache", kc);
+      if (s.rank() != 3 || s.dim(1) != kc.dim(2) || s.dim(2) != kc.dim(3))
+        throw ShapeError(fmt::format("store_kv_cache: {} is {}; expected [tokens, {}, {}] to match the cache",
+                                     kKvTensors[i].name, s.str(), kc.dim(2), kc.dim(3)));
+      rows::token_stride(name(), kKvTensors[i].name, s);
+    }
+    if (v.dim(0) != k.dim(0))
+      throw ShapeError(fmt::format("store_kv_cache: k has {} tokens but v has {}", k.dim(0), v.dim(0)));
+    if (k.dim(0) > std::int64_t(INT32_MAX)) throw ShapeError("store_kv_cache: more tokens than the grid can take");
+    indices::expect(name(), "slot_mapping", t[4].spec, k.dim(0));
+    if (row < 1 || row > rows::kMaxCols)
+      throw ShapeError(
+          fmt::format("store_kv_cache: kv_heads * head_dim = {}; supported: 1 to {}", row, rows::kMaxCols));
+    Params p;
+    p.add_dtype("dtype", kc.dtype());
+    p.add_dtype("slots", t[4].spec.dtype());
+    rows::add_params(p, "row", row, rows::pick(row, kc.dtype(), {t[0], t[1], as_rows(t[2]), as_rows(t[3])}));
+    return p;
+  }
+
+  LaunchGeometry geometry(const Params& p, TensorList t) const override { return rows::geometry(t[2].spec.dim(0), p); }
+
+  void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
+    const unsigned bytes = checks::vector_bytes(p);
+    for (std::size_t i = 0; i < 4; ++i) checks::expect_pointer(name(), kKvTensors[i].name, t[i].data, bytes);
+    checks::expect_pointer(name(), "slot_mapping", t[4].data, unsigned(dtype_size(t[4].spec.dtype())));
+    for (int i = 0; i < 5; ++i) args.push(t[i].data);
+    args.push(static_cast<long long>(t[2].spec.dim(0)));
+    args.push(static_cast<long long>(t[0].spec.dim(0) * t[0].spec.dim(1)));
+    args.push(static_cast<long long>(rows::token_stride(name(), "k", t[2].spec)));
+    args.push(static_cast<long long>(rows::token_stride(name(), "v", t[3].spec)));
+  }
+
+  void check_data(TensorList t, StreamHandle stream) const override {
+    indices::check_range(name(), "slot_mapping", t[4], t[0].spec.dim(0) * t[0].spec.dim(1), true, stream);
+  }
+
+  std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
+    const auto& kc = shapes::required(name(), shapes, "k_cache", example_shapes());
+    const auto& k = shapes::required(name(), shapes, "k", example_shapes());
+    return {TensorSpec(dtype, kc), TensorSpec(dtype, shapes::value_or(shapes, "v_cache", kc)), TensorSpec(dtype, k),
+            TensorSpec(dtype, shapes::value_or(shapes, "v", k)),
+            TensorSpec(DType::i64, shapes::value_or(shapes, "slot_mapping", {k.front()}))};
+  }
+
+ private:
+  // k and v seen as [tokens, kv_heads * head_dim] rows (checked: their heads are contiguous).
+  Tensor as_rows(const Tensor& t) const {
+    const std::int64_t shape[] = {t.spec.dim(0), t.spec.dim(1) * t.spec.dim(2)};
+    const std::int64_t strides[] = {rows::token_stride(name(), "k", t.spec), 1};
+    return {TensorSpec(t.spec.dtype(), shape, strides), t.data};
+  }
+};
+
+}  // namespace
+
+const OpDef& store_kv_cache_op() {
+  static const StoreKvCache op;
+  return op;
+}
+
+}  // namespace mojo

@@ -1,0 +1,53 @@
+// What the op tests share (tests/ops/<op>_test.cpp, ops_test.cpp,
+// gpu_ops_test.cpp): specs from command-line shapes, params of an example,
+// random inputs, and the fixture that runs ops on the GPU or the CPU device
+// with each compiler of the build.
+#pragma once
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpu_util.hpp"
+#include "mojo/error.hpp"
+#include "mojo/op.hpp"
+#include "reference/reference.hpp"
+#include "test_util.hpp"
+
+namespace mojo::op_test {
+
+inline const Target kSm90 = Target::parse("sm_90");
+inline constexpr DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
+
+// The op's tensors for shapes in the command line's form ("x=32x4096"), with no memory.
+inline std::vector<Tensor> example(const OpDef& op, DType dtype, std::string_view shapes) {
+  std::vector<Tensor> out;
+  for (const TensorSpec& s : op.specs_from_shapes(dtype, parse_shapes(op, shapes))) out.push_back({s, 0});
+  return out;
+}
+inline Params params(std::string_view op, DType dtype, std::string_view shapes, ScalarList scalars = {}) {
+  const OpDef& def = find_op(op);
+  return def.specialize(example(def, dtype, shapes), scalars, kSm90);
+}
+
+// n values in ±[lo, hi] (never zero) as `dtype`'s bytes.
+inline std::vector<std::uint8_t> random_tensor(DType dtype, std::int64_t n, std::uint32_t seed, float lo = 0.05f,
+                                               float hi = 2.f) {
+  return reference::encode(dtype, test::random_values(std::size_t(n), seed, lo, hi));
+}
+
+// Each op file derives its own suite from this (struct SoftmaxGpu : GpuOps {}) and instantiates it per compiler.
+struct GpuOps : test::GpuTest, ::testing::WithParamInterface<std::string> {
+  std::string compiler() const override { return GetParam(); }
+  void sync() { rt->device().synchronize(); }
+};
+
+struct Rows {
+  std::int64_t rows, cols;
+};
+inline std::string str(Rows s) { return fmt::format("[{}, {}]", s.rows, s.cols); }
+
+}  // namespace mojo::op_test

@@ -1,0 +1,150 @@
+// layer_norm: params and errors without a GPU, the CPU reference against facts that do not
+// depend on it, and the device output against the reference (the GPU, or the CPU device).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "op_test_util.hpp"
+
+using namespace mojo;
+using namespace mojo::op_test;
+using test::error_of;
+using test::GpuTensor;
+
+TEST(LayerNormOp, StatsAreOptionalButComeInPairs) {
+  EXPECT_EQ(params("layer_norm", DType::f16, "x=8x4096").get("stats"), 0);
+  EXPECT_EQ(params("layer_norm", DType::f16, "x=8x4096 mean=8 rstd=8").get("stats"), 1);
+  EXPECT_EQ(error_of<ShapeError>([] { params("layer_norm", DType::f16, "x=8x4096 mean=8"); }),
+            "layer_norm: give both mean and rstd, or neither");
+  EXPECT_EQ(error_of<ShapeError>([] { params("layer_norm", DType::f16, "x=8x4096 mean=7 rstd=8"); }),
+            "layer_norm: mean is f32[7]; expected a contiguous f32 tensor of 8 elements (one per row)");
+  EXPECT_EQ(error_of<ShapeError>([] { params("layer_norm", DType::f16, "x=8x4096 bias=4095"); }),
+            "layer_norm: bias has shape [4095]; expected [4096] (the last dim of x)");
+}
+
+TEST(LayerNormBackwardOp, ColumnBlocksFollowTheRowBlocks) {
+  const OpDef& op = find_op("layer_norm_backward");
+  auto t = example(op, DType::bf16, "x=100x4096");
+  Params p = op.specialize(t, {}, kSm90);
+  LaunchGeometry g = op.geometry(p, t);
+  EXPECT_EQ(g.grid.x, 100u + 4096u / 32u) << "100 row blocks, then 128 blocks of 32 columns";
+  EXPECT_EQ(g.block.x % 32u, 0u);
+}
+
+TEST(Reference, LayerNormBackwardMatchesFiniteDifferences) {
+  // loss = sum(out * g) for a fixed g: d loss / d x, w, b by central differences.
+  const std::int64_t rows = 3, hidden = 5;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> x(rows * hidden), w(hidden), b(hidden), g(rows * hidden);
+  for (auto* v : {&x, &w, &b, &g})
+    for (float& f : *v) f = u(rng);
+  auto loss = [&](const std::vector<float>& xs, const std::vector<float>& ws, const std::vector<float>& bs) {
+    std::vector<float> out(x.size());
+    reference::layer_norm(DType::f32, xs.data(), ws.data(), bs.data(), out.data(), nullptr, nullptr, rows, hidden,
+                          1e-5);
+    double l = 0;
+    for (std::size_t i = 0; i < out.size(); ++i) l += double(out[i]) * g[i];
+    return l;
+  };
+  std::vector<float> out(x.size()), mean(rows), rstd(rows), dx(x.size()), dw(hidden), db(hidden);
+  reference::layer_norm(DType::f32, x.data(), w.data(), b.data(), out.data(), mean.data(), rstd.data(), rows, hidden,
+                        1e-5);
+  reference::layer_norm_backward(DType::f32, g.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(),
+                                 dw.data(), db.data(), rows, hidden);
+  const float h = 1e-2f;
+  auto numeric = [&](std::vector<float>& v, std::size_t i) {
+    const float keep = v[i];
+    v[i] = keep + h;
+    const double up = loss(x, w, b);
+    v[i] = keep - h;
+    const double down = loss(x, w, b);
+    v[i] = keep;
+    return (up - down) / (2 * h);
+  };
+  for (std::size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(dx[i], numeric(x, i), 2e-3) << "x " << i;
+  for (std::size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(dw[i], numeric(w, i), 2e-3) << "w " << i;
+  for (std::size_t i = 0; i < b.size(); ++i) EXPECT_NEAR(db[i], numeric(b, i), 2e-3) << "b " << i;
+}
+
+struct LayerNormGpu : GpuOps {};
+
+TEST_P(LayerNormGpu, LayerNormWithAndWithoutMeanAndRstd) {
+  for (DType d : kFloatTypes)
+    for (Rows s : {Rows{1, 1}, Rows{3, 31}, Rows{2, 4097}, Rows{4, 4096}, Rows{1, 151936}})
+      for (bool stats : {false, true}) {
+        SCOPED_TRACE(fmt::format("{} {} stats={}", dtype_name(d), str(s), stats));
+        const std::int64_t n = s.rows * s.cols;
+        const TensorSpec x(d, {s.rows, s.cols}), v(d, {s.cols}), st(DType::f32, {s.rows});
+        const auto xh = random_tensor(d, n, 4), wh = random_tensor(d, s.cols, 5), bh = random_tensor(d, s.cols, 6);
+        GpuTensor out(x), xin(x, xh), weight(v, wh), bias(v, bh), mean(st), rstd(st);
+        const Tensor absent{TensorSpec(), 0};
+        rt->launch("layer_norm",
+                   {out, stats ? mean.tensor() : absent, stats ? rstd.tensor() : absent, xin, weight, bias},
+                   {{"eps", 1e-5f}});
+        sync();
+        std::vector<std::uint8_t> want(x.nbytes());
+        std::vector<float> want_mean(std::size_t(s.rows)), want_rstd(std::size_t(s.rows));
+        reference::layer_norm(d, xh.data(), wh.data(), bh.data(), want.data(), want_mean.data(), want_rstd.data(),
+                              s.rows, s.cols, 1e-5);
+        test::expect_close(d, out.read(), want, "out");
+        if (stats) {
+          test::expect_close(DType::f32, mean.read(), reference::encode(DType::f32, want_mean), "mean");
+          test::expect_close(DType::f32, rstd.read(), reference::encode(DType::f32, want_rstd), "rstd");
+        } else {
+          EXPECT_EQ(mean.read(), std::vector<std::uint8_t>(st.nbytes(), 0xff)) << "absent mean: nothing written";
+        }
+        EXPECT_EQ(xin.read(), xh);
+      }
+}
+
+TEST_P(LayerNormGpu, LayerNormBackwardIsCorrectAndDeterministic) {
+  for (DType d : kFloatTypes)
+    for (Rows s : {Rows{1, 2}, Rows{3, 31}, Rows{7, 4097}, Rows{64, 4096}, Rows{1000, 64}}) {
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(d), str(s)));
+      const std::int64_t n = s.rows * s.cols;
+      const TensorSpec x(d, {s.rows, s.cols}), v(d, {s.cols}), st(DType::f32, {s.rows});
+      const auto xh = random_tensor(d, n, 7), gh = random_tensor(d, n, 8), wh = random_tensor(d, s.cols, 9);
+      // mean and rstd as the forward pass made them.
+      std::vector<std::uint8_t> y(x.nbytes());
+      const auto zero_bias = reference::encode(d, std::vector<float>(std::size_t(s.cols), 0.f));
+      std::vector<float> mean_h(std::size_t(s.rows)), rstd_h(std::size_t(s.rows));
+      reference::layer_norm(d, xh.data(), wh.data(), zero_bias.data(), y.data(), mean_h.data(), rstd_h.data(), s.rows,
+                            s.cols, 1e-5);
+      const auto mean_bytes = reference::encode(DType::f32, mean_h), rstd_bytes = reference::encode(DType::f32, rstd_h);
+      GpuTensor grad_out(x, gh), xin(x, xh), weight(v, wh), mean(st, mean_bytes), rstd(st, rstd_bytes);
+      std::vector<std::uint8_t> first_weight_grad;
+      for (int run = 0; run < 2; ++run) {
+        GpuTensor grad_x(x), grad_weight(v), grad_bias(v);
+        rt->launch("layer_norm_backward", {grad_x, grad_weight, grad_bias, grad_out, xin, weight, mean, rstd});
+        sync();
+        std::vector<std::uint8_t> want_x(x.nbytes()), want_w(v.nbytes()), want_b(v.nbytes());
+        reference::layer_norm_backward(d, gh.data(), xh.data(), wh.data(), mean_h.data(), rstd_h.data(), want_x.data(),
+                                       want_w.data(), want_b.data(), s.rows, s.cols);
+        // grad_x = rstd (g w - mean(g w) - xhat mean(g w xhat)) cancels terms as large as rstd |g w|, so
+        // fp32 keeps digits relative to those, not to grad_x (two elements a row cancel to 1e-3 of them).
+        double terms = 0, out_scale = 0;
+        for (std::int64_t i = 0; i < n; ++i) {
+          terms = std::max(terms, double(rstd_h[std::size_t(i / s.cols)]) *
+                                      std::abs(reference::load(d, gh.data(), std::size_t(i)) *
+                                               reference::load(d, wh.data(), std::size_t(i % s.cols))));
+          out_scale = std::max(out_scale, double(std::abs(reference::load(d, want_x.data(), std::size_t(i)))));
+        }
+        test::Tolerance cancel = test::tolerance(d);
+        cancel.atol *= std::max(1.0, terms / out_scale);
+        test::expect_close(d, grad_x.read(), want_x, "grad_x", cancel);
+        // Column sums over `rows` products: fp32 rounding grows like sqrt(rows).
+        test::Tolerance sums = test::tolerance(d);
+        sums.atol *= std::sqrt(double(s.rows));
+        test::expect_close(d, grad_weight.read(), want_w, "grad_weight", sums);
+        test::expect_close(d, grad_bias.read(), want_b, "grad_bias", sums);
+        if (run == 0)
+          first_weight_grad = grad_weight.read();
+        else
+          EXPECT_EQ(grad_weight.read(), first_weight_grad) << "grad_weight differs between two runs";
+      }
+      EXPECT_EQ(mean.read(), mean_bytes);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Compilers, LayerNormGpu, ::testing::ValuesIn(test::compilers()),
+                         [](const auto& info) { return test::compiler_test_name(info.param); });

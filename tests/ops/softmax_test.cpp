@@ -1,0 +1,107 @@
+// softmax: params and errors without a GPU, the CPU reference against facts that do not
+// depend on it, and the device output against the reference (the GPU, or the CPU device).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "op_test_util.hpp"
+
+using namespace mojo;
+using namespace mojo::op_test;
+using test::error_of;
+using test::GpuTensor;
+
+TEST(SoftmaxOp, VocabularyRowsUseWholeBlocks) {
+  Params p = params("softmax", DType::bf16, "x=32x151936");
+  EXPECT_EQ(p.str(), "dtype=bf16 cols=151936 vec=8 threads=1024 rows=1 log=0");
+  EXPECT_EQ(params("log_softmax", DType::f32, "x=4x31").str(), "dtype=f32 cols=31 vec=1 threads=32 rows=4 log=1");
+  EXPECT_EQ(params("softmax", DType::f16, "x=1000x8").str(), "dtype=f16 cols=8 vec=8 threads=1 rows=128 log=0");
+  EXPECT_EQ(error_of<ShapeError>([] { params("softmax", DType::f16, "x=4x2000000"); }),
+            "softmax: the last dim of x is 2000000; supported: 1 to 1048576");
+}
+
+TEST(Reference, SoftmaxRowsSumToOneAndLogSoftmaxAgrees) {
+  std::vector<float> x = {1, 2, 3, -1e4f, 0.5f, 0.5f, 0.5f, 0.5f};
+  std::vector<float> y(8), ly(8);
+  reference::softmax(DType::f32, x.data(), y.data(), 2, 4, false);
+  reference::softmax(DType::f32, x.data(), ly.data(), 2, 4, true);
+  EXPECT_NEAR(y[0] + y[1] + y[2] + y[3], 1.0, 1e-6);
+  EXPECT_EQ(y[3], 0.f);
+  EXPECT_FLOAT_EQ(y[4], 0.25f);
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(std::exp(double(ly[i])), y[i], 1e-6);
+}
+
+TEST(Reference, SoftmaxBackwardMatchesFiniteDifferences) {
+  std::vector<float> x = {0.3f, -1.2f, 2.0f, 0.1f}, g = {0.5f, -0.25f, 1.0f, 0.75f}, y(4), dx(4);
+  reference::softmax(DType::f32, x.data(), y.data(), 1, 4, false);
+  reference::softmax_backward(DType::f32, g.data(), y.data(), dx.data(), 1, 4);
+  for (std::size_t i = 0; i < 4; ++i) {
+    auto loss = [&](float delta) {
+      std::vector<float> xs = x, ys(4);
+      xs[i] += delta;
+      reference::softmax(DType::f32, xs.data(), ys.data(), 1, 4, false);
+      double l = 0;
+      for (int j = 0; j < 4; ++j) l += double(ys[j]) * g[j];
+      return l;
+    };
+    EXPECT_NEAR(dx[i], (loss(1e-3f) - loss(-1e-3f)) / 2e-3, 1e-3) << i;
+  }
+}
+
+struct SoftmaxGpu : GpuOps {};
+
+TEST_P(SoftmaxGpu, SoftmaxAndLogSoftmax) {
+  for (const char* op : {"softmax", "log_softmax"})
+    for (DType d : kFloatTypes)
+      for (Rows s : {Rows{1, 1}, Rows{3, 31}, Rows{2, 4097}, Rows{2, 151936}, Rows{1, 262148}}) {
+        SCOPED_TRACE(fmt::format("{} {} {}", op, dtype_name(d), str(s)));
+        const TensorSpec x(d, {s.rows, s.cols});
+        const auto xh = random_tensor(d, s.rows * s.cols, 10, 0.2f, 8.f);
+        GpuTensor out(x), xin(x, xh);
+        rt->launch(op, {out, xin});
+        sync();
+        std::vector<std::uint8_t> want(x.nbytes());
+        reference::softmax(d, xh.data(), want.data(), s.rows, s.cols, std::string_view(op) == "log_softmax");
+        test::expect_close(d, out.read(), want, "out");
+        EXPECT_EQ(xin.read(), xh);
+      }
+}
+
+TEST_P(SoftmaxGpu, SoftmaxOfMaskedRows) {
+  // -inf entries (an attention or vocabulary mask) get probability 0 (log: -inf).
+  for (const char* op : {"softmax", "log_softmax"})
+    for (std::int64_t cols : {31, 4097, 262148}) {
+      SCOPED_TRACE(fmt::format("{} cols {}", op, cols));
+      auto values = test::random_values(std::size_t(2 * cols), 11, 0.2f, 8.f);
+      for (std::size_t i = 0; i < values.size(); i += 3) values[i] = -INFINITY;
+      const TensorSpec x(DType::f32, {2, cols});
+      const auto xh = reference::encode(DType::f32, values);
+      GpuTensor out(x), xin(x, xh);
+      rt->launch(op, {out, xin});
+      sync();
+      std::vector<std::uint8_t> want(x.nbytes());
+      reference::softmax(DType::f32, xh.data(), want.data(), 2, cols, std::string_view(op) == "log_softmax");
+      test::expect_close(DType::f32, out.read(), want, "out");
+    }
+}
+
+TEST_P(SoftmaxGpu, SoftmaxBackward) {
+  for (DType d : kFloatTypes)
+    for (Rows s : {Rows{1, 1}, Rows{3, 31}, Rows{2, 4097}, Rows{2, 151936}}) {
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(d), str(s)));
+      const std::int64_t n = s.rows * s.cols;
+      const TensorSpec x(d, {s.rows, s.cols});
+      std::vector<std::uint8_t> out_h(x.nbytes());
+      reference::softmax(d, random_tensor(d, n, 12, 0.2f, 8.f).data(), out_h.data(), s.rows, s.cols, false);
+      const auto gh = random_tensor(d, n, 13);
+      GpuTensor grad_x(x), grad_out(x, gh), out(x, out_h);
+      rt->launch("softmax_backward", {grad_x, grad_out, out});
+      sync();
+      std::vector<std::uint8_t> want(x.nbytes());
+      reference::softmax_backward(d, gh.data(), out_h.data(), want.data(), s.rows, s.cols);
+      test::expect_close(d, grad_x.read(), want, "grad_x");
+      EXPECT_EQ(out.read(), out_h);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Compilers, SoftmaxGpu, ::testing::ValuesIn(test::compilers()),
+                         [](const auto& info) { return test::compiler_test_name(info.param); });
