@@ -15,11 +15,13 @@ namespace mojo::autotune {
 
 // `what` names the op, the heuristic's params, the shape bucket, the device
 // and the target: one record per distinct `what` and compiler. On a miss,
-// `launch` runs one candidate once on `stream` (2 warm-ups, then 10 timed
-// launches each). Returns the winner, or candidates[0] (the heuristic's
-// choice) where the record names none of them or the cache is offline.
+// `prepare` loads each candidate (compiling it if need be) before its timing
+// and returns what launches it once on `stream`: 2 warm-ups, then 10 timed
+// launches. Returns the winner, or candidates[0] (the heuristic's choice)
+// where the record names none of them or the cache is offline.
+using Launcher = std::function<void()>;
 const Params& fastest(KernelCache& cache, std::string_view what, std::string_view compiler,
                       std::span<const Params> candidates, StreamHandle stream,
-                      const std::function<void(const Params&)>& launch);
+                      const std::function<Launcher(const Params&)>& prepare);
 
 }  // namespace mojo::autotune

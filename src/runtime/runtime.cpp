@@ -27,10 +27,10 @@
 #include <unordered_map>
 
 #include "cache/kernel_cache.hpp"
-#include "runtime/autotune.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "mojo/error.hpp"
+#include "runtime/autotune.hpp"
 
 namespace mojo {
 namespace fs = std::filesystem;
@@ -385,7 +385,8 @@ Params Runtime::Impl::tuned(const OpDef& op, const Params& params, TensorList te
   const std::string what = fmt::format("{} {{{}}} {} on {} ({})", op.name(), params.str(), tunable->bucket(tensors),
                                        dev.name(), target.sm_name());
   return autotune::fastest(cache, what, compiler->identity(), candidates, stream, [&](const Params& p) {
-    launch_loaded(op, load(op, p, target, fast_key(&op, p, target)), tensors, scalars, stream);
+    const LoadedKernel& kernel = load(op, p, target, fast_key(&op, p, target));
+    return [&, kernel = &kernel] { launch_loaded(op, *kernel, tensors, scalars, stream); };
   });
 }
 
