@@ -237,9 +237,9 @@ TEST(CacheLayers, DumpWritesSourceMetaAndOutput) {
   EXPECT_EQ(test::read_file(stem + ".ptx"), *a.binary);
 }
 
-// A cubin through LLVM leaves every stage: the IR as clang made it, optimised,
+// A cubin through LLVM leaves every stage (named Llvm: the sanitizer runs leave LLVM out): the IR as clang made it, optimised,
 // the PTX nvJitLink took, and the cubin (the same bytes the cache holds).
-TEST(CacheLayers, DumpWritesEveryStage) {
+TEST(CacheLayers, LlvmDumpWritesEveryStage) {
   if (!MOJO_TEST_WITH_LLVM) GTEST_SKIP() << "built without LLVM";
   test::TempDir dir, dump;
   RuntimeOptions o = at(dir.path());
