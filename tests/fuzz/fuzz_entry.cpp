@@ -21,7 +21,7 @@ void check_one(std::string_view file) {
   if (meta.size() != h.meta_size || payload.size() != h.payload_size) __builtin_trap();
   if (sizeof h + meta.size() + payload.size() != file.size()) __builtin_trap();
   mojo::KernelKey key{h.key_high, h.key_low};
-  mojo::Emit kind = mojo::entry::stage_of(h);
+  mojo::EntryKind kind = mojo::entry::kind_of(h);
   if (!mojo::entry::check(file, &key, &kind, nullptr).empty()) __builtin_trap();
   // Re-encoding the same parts gives the same header.
   mojo::entry::Header again = mojo::entry::make_header(key, h.kind, meta, payload);
