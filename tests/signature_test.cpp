@@ -66,15 +66,19 @@ TEST_P(Signatures, EveryKernelTakesWhatItsOpPacks) {
         if (tensors[i].spec.rank() != 0) tensors[i].data = DevicePtr(i + 1) << 20;  // distinct, aligned, never read
       const std::vector<ScalarArg> scalars = item.scalar_args();
       const Params params = op.specialize(tensors, scalars, target);
-      KernelArgs args;
-      op.pack_args(params, tensors, scalars, args);
-      const std::string name = op.kernel_name(params);
-      const std::vector<PtxParam> want = entry_params(ptx, name);
-      ASSERT_FALSE(want.empty()) << "no .entry " << name << " in the bundle's PTX";
-      ASSERT_EQ(std::size_t(args.count()), want.size()) << name << ": packed arguments vs kernel parameters";
-      for (std::size_t i = 0; i < want.size(); ++i) {
-        EXPECT_EQ(args.size(int(i)), want[i].size) << name << " parameter " << i << " (size)";
-        if (want[i].alignment != 0) EXPECT_EQ(args.alignment(int(i)), want[i].alignment) << name << " parameter " << i;
+      const DevicePtr workspace = op.workspace_bytes(params, tensors) ? DevicePtr(1) << 30 : 0;
+      for (const Params& step : op.plan(params)) {  // every kernel of the op's plan
+        KernelArgs args;
+        op.pack_args(step, tensors, scalars, workspace, args);
+        const std::string name = op.kernel_name(step);
+        const std::vector<PtxParam> want = entry_params(ptx, name);
+        ASSERT_FALSE(want.empty()) << "no .entry " << name << " in the bundle's PTX";
+        ASSERT_EQ(std::size_t(args.count()), want.size()) << name << ": packed arguments vs kernel parameters";
+        for (std::size_t i = 0; i < want.size(); ++i) {
+          EXPECT_EQ(args.size(int(i)), want[i].size) << name << " parameter " << i << " (size)";
+          if (want[i].alignment != 0)
+            EXPECT_EQ(args.alignment(int(i)), want[i].alignment) << name << " parameter " << i;
+        }
       }
       ++checked;
     }

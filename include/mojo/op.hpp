@@ -229,9 +229,24 @@ class OpDef {
   // the params for `target`. A tensor whose data is 0 is taken as 16-byte
   // aligned (compiling without memory); pointers are checked by pack_args.
   Params specialize(TensorList tensors, ScalarList scalars, const Target& target) const;
+  // The kernels a launch runs, in stream order, as each one's params. Most
+  // ops run one kernel, the specialization's params; a plan of several
+  // (attention split over the keys, then the merge of the parts) gives each
+  // step the op's params plus "step", and its entry_macro picks the step's
+  // entry point. The plan's kernels are compiled, cached and loaded together
+  // as one module.
+  virtual std::vector<Params> plan(const Params& params) const { return {params}; }
+  // Device scratch memory the plan's kernels share (partial results passed
+  // from one step to the next), in bytes; 0: none. The Runtime lends it from
+  // a buffer per stream that grows to the largest need, so a launch after
+  // the first for a shape allocates nothing.
+  virtual std::size_t workspace_bytes(const Params& /*params*/, TensorList /*tensors*/) const { return 0; }
+  // The launch geometry of one step of the plan (`params`: the step's).
   virtual LaunchGeometry geometry(const Params& params, TensorList tensors) const = 0;
-  // Checks pointers (null, alignment the params assume) and packs the kernel arguments.
-  virtual void pack_args(const Params& params, TensorList tensors, ScalarList scalars,
+  // Checks pointers (null, alignment the params assume) and packs the
+  // kernel arguments of one step; `workspace`: workspace_bytes() bytes,
+  // 256-byte aligned (0 when it asked for none).
+  virtual void pack_args(const Params& params, TensorList tensors, ScalarList scalars, DevicePtr workspace,
                          KernelArgs& args) const = 0;
   // Tensor specs from the shapes a user names on the command line
   // (e.g. {"x": [4096, 4096]}); shapes the op can derive may be left out,

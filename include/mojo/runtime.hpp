@@ -59,11 +59,13 @@ struct Artifact {
   Params params;
   Target target;
   Emit emit = Emit::cubin;
-  std::string kernel_name;
+  std::string kernel_name;           // the first kernel's
+  std::vector<std::string> kernels;  // every kernel of the op's plan, in launch order (most ops: one)
+  std::size_t workspace_bytes = 0;   // scratch memory the plan needs for these shapes (OpDef::workspace_bytes)
   KernelKey key;
-  std::shared_ptr<const std::string> binary;  // PTX text or cubin bytes
+  std::shared_ptr<const std::string> binary;  // PTX text or cubin bytes (all the plan's kernels in one module)
   bool compiled = false;  // false: it came from the cache
-  KernelResources resources;  // registers, shared memory, stack: cubin only (zeros for PTX and IR)
+  KernelResources resources;  // the first kernel's registers, shared memory, stack: cubin only (zeros for PTX and IR)
 };
 
 struct PrewarmResult {

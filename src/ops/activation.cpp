@@ -117,7 +117,7 @@ class Activation final : public OpDef {
     return g;
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
     checks::expect_pointer(name(), "out", t[0].data, bytes);
     checks::expect_pointer(name(), "x", t[1].data, bytes);

@@ -106,7 +106,7 @@ class Gemm final : public TileOp {
     return tile_geometry(p, d.m, d.n, d.batch);
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList scalars, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList scalars, DevicePtr, KernelArgs& args) const override {
     const Dims d = dims(t, p.get("ta"), p.get("tb"));
     const unsigned chunk = operand_alignment(p);
     checks::expect_pointer(name(), "c", t[0].data, unsigned(dtype_size(t[0].spec.dtype())));

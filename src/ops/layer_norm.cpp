@@ -82,7 +82,7 @@ class LayerNorm final : public OpDef {
     return rows::geometry(t[3].spec.numel() / p.get("hidden"), p);
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList scalars, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList scalars, DevicePtr, KernelArgs& args) const override {
     rows::expect_pointers(name(), tensor_args(), t, p);
     if (p.get("stats")) {
       checks::expect_pointer(name(), "mean", t[1].data, 4);
@@ -166,7 +166,7 @@ class LayerNormBackward final : public OpDef {
     return g;
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
     for (std::size_t i : {0, 3, 4, 5})
       checks::expect_pointer(name(), kLayerNormBackwardTensors[i].name, t[i].data, bytes);

@@ -81,7 +81,7 @@ class Linear final : public TileOp {
     return tile_geometry(p, d.m, d.n, 1);
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
     const Dims d = dims(t);
     const unsigned chunk = operand_alignment(p);
     checks::expect_pointer(name(), "out", t[0].data, unsigned(dtype_size(t[0].spec.dtype())));

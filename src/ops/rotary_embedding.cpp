@@ -100,7 +100,7 @@ class RotaryEmbedding final : public OpDef {
     return g;
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
     const unsigned size = unsigned(dtype_size(p.dtype("dtype")));
     checks::expect_pointer(name(), "q", t[0].data, size);
     checks::expect_pointer(name(), "k", t[1].data, size);

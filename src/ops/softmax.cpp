@@ -68,7 +68,7 @@ class Softmax final : public OpDef {
     return rows::geometry(t[1].spec.numel() / p.get("cols"), p);
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
     checks::expect_pointer(name(), "out", t[0].data, bytes);
     checks::expect_pointer(name(), "x", t[1].data, bytes);
@@ -125,7 +125,7 @@ class SoftmaxBackward final : public OpDef {
     return rows::geometry(t[2].spec.numel() / p.get("cols"), p);
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
     for (std::size_t i = 0; i < 3; ++i) {
       checks::expect_pointer(name(), kBackwardTensors[i].name, t[i].data, bytes);

@@ -31,14 +31,20 @@
 #include "core/log.hpp"
 #include "mojo/error.hpp"
 #include "runtime/autotune.hpp"
+#include "runtime/workspace.hpp"
 
 namespace mojo {
 namespace fs = std::filesystem;
 
+// A specialization loaded on the device: the kernels of its plan, in launch order (most ops: one).
 struct LoadedKernel {
-  std::string name;
+  struct Step {
+    std::string name;
+    Function function;
+    Params params;  // the step's (OpDef::plan)
+  };
   std::shared_ptr<const Module> module;  // shared by the kernels of one bundle
-  Function function;
+  std::vector<Step> steps;
   const Device* device;
   bool debug_checks;  // check the op's index data before each launch
   Params params;      // what it was compiled for (an autotuned choice may differ from the heuristic's)
@@ -104,26 +110,40 @@ void warn_unknown_variables() {
   });
 }
 
-// The launch itself, its geometry known; `packed`: the arguments, when already packed for these tensors.
-void launch_with(const OpDef& op, const LoadedKernel& kernel, LaunchGeometry g, TensorList tensors, ScalarList scalars,
-                 StreamHandle stream, const KernelArgs* packed = nullptr) {
-  kernel.device->ensure_current();  // before pack_args: TMA descriptors are encoded by the current device
+// One step of a plan with its geometry and arguments, packed when a binding is made.
+struct PackedStep {
+  LaunchGeometry geometry;
   KernelArgs args;
-  if (packed == nullptr) op.pack_args(kernel.params, tensors, scalars, args);
-  if (g.grid.x == 0 || g.grid.y == 0 || g.grid.z == 0) return;  // empty tensor: nothing to do
-  if (g.persistent) g.grid.x = std::min(g.grid.x, unsigned(kernel.device->sm_count()));
-  if (kernel.debug_checks) op.check_data(tensors, stream);
-  mojo::launch(kernel.function, g.grid, g.block, g.dynamic_smem, stream, packed ? packed->data() : args.data());
+};
+
+// Launches the kernels of `kernel`'s plan in order; `packed`: their geometry and arguments, when already packed
+// for these tensors and this workspace.
+void launch_plan(const OpDef& op, const LoadedKernel& kernel, TensorList tensors, ScalarList scalars,
+                 StreamHandle stream, DevicePtr workspace, const PackedStep* packed = nullptr) {
+  kernel.device->ensure_current();  // before pack_args: TMA descriptors are encoded by the current device
+  for (std::size_t i = 0; i < kernel.steps.size(); ++i) {
+    const LoadedKernel::Step& step = kernel.steps[i];
+    KernelArgs args;
+    if (packed == nullptr) op.pack_args(step.params, tensors, scalars, workspace, args);
+    LaunchGeometry g = packed ? packed[i].geometry : op.geometry(step.params, tensors);
+    if (g.grid.x == 0 || g.grid.y == 0 || g.grid.z == 0) continue;  // empty tensor: nothing to do
+    if (g.persistent) g.grid.x = std::min(g.grid.x, unsigned(kernel.device->sm_count()));
+    if (i == 0 && kernel.debug_checks) op.check_data(tensors, stream);
+    mojo::launch(step.function, g.grid, g.block, g.dynamic_smem, stream, packed ? packed[i].args.data() : args.data());
+  }
 }
 
-void launch_loaded(const OpDef& op, const LoadedKernel& kernel, TensorList tensors, ScalarList scalars,
-                   StreamHandle stream) {
-  launch_with(op, kernel, op.geometry(kernel.params, tensors), tensors, scalars, stream);
+// A launch with nothing packed beforehand: the geometry, the workspace and the arguments found now.
+void launch_unbound(const OpDef& op, const LoadedKernel& kernel, WorkspaceArena& arena, TensorList tensors,
+                    ScalarList scalars, StreamHandle stream) {
+  const std::size_t bytes = op.workspace_bytes(kernel.params, tensors);
+  launch_plan(op, kernel, tensors, scalars, stream, bytes > 0 ? arena.get(stream, bytes) : 0);
 }
 
-// One specialization made concrete: its translation unit and its key.
+// One specialization made concrete: its translation unit (every kernel of its plan) and its key.
 struct Unit {
-  std::string source, kernel_name, description, meta, components;
+  std::string source, kernel_name, description, meta, components;  // kernel_name: the first kernel's
+  std::vector<std::string> kernels;                                 // the plan's, in launch order
   KernelKey key;
 };
 
@@ -135,17 +155,25 @@ struct Unit {
 struct Binding {
   const OpDef* op;
   const LoadedKernel* kernel;
+  WorkspaceArena* arena;
   std::vector<TensorSpec> specs;
   std::vector<DevicePtr> alignments;  // bytes each pointer must be a multiple of
-  std::vector<DevicePtr> pointers;    // the tensors' pointers, for which `args` are packed
+  std::vector<DevicePtr> pointers;    // the tensors' pointers, for which `steps` are packed
   std::vector<std::string> scalar_names;
   std::vector<Scalar> scalar_values;
-  LaunchGeometry geometry;
-  KernelArgs args;
+  std::size_t workspace_bytes;
+  DevicePtr workspace = 0;                  // what `steps` are packed with
+  std::unique_ptr<PackedStep[]> steps;      // one per step of the plan
   bool args_packed = false;  // false: these pointers do not pass the op's checks (e.g. null)
 
-  Binding(const OpDef& op, const LoadedKernel& kernel, TensorList tensors, ScalarList scalars)
-      : op(&op), kernel(&kernel), geometry(op.geometry(kernel.params, tensors)) {
+  Binding(const OpDef& op, const LoadedKernel& kernel, WorkspaceArena& arena, TensorList tensors, ScalarList scalars,
+          StreamHandle stream)
+      : op(&op),
+        kernel(&kernel),
+        arena(&arena),
+        workspace_bytes(op.workspace_bytes(kernel.params, tensors)),
+        steps(std::make_unique<PackedStep[]>(kernel.steps.size())) {
+    for (std::size_t i = 0; i < kernel.steps.size(); ++i) steps[i].geometry = op.geometry(kernel.steps[i].params, tensors);
     for (const Tensor& t : tensors) {
       specs.push_back(t.spec);
       pointers.push_back(t.data);
@@ -158,18 +186,22 @@ struct Binding {
     }
     kernel.device->ensure_current();
     try {
-      op.pack_args(kernel.params, tensors, scalars, args);
+      if (workspace_bytes > 0) workspace = arena.get(stream, workspace_bytes);
+      for (std::size_t i = 0; i < kernel.steps.size(); ++i)
+        op.pack_args(kernel.steps[i].params, tensors, scalars, workspace, steps[i].args);
       args_packed = true;
     } catch (const Error&) {
       // Packed at launch instead, where the error belongs.
     }
   }
 
-  // Launches these tensors, which match(): with the arguments packed at binding when the pointers are the same.
+  // Launches these tensors, which match(): with the arguments packed at binding when the pointers (tensors' and
+  // workspace's) are the same.
   void launch(TensorList tensors, ScalarList scalars, StreamHandle stream) const {
-    bool same = args_packed;
+    const DevicePtr ws = workspace_bytes > 0 ? arena->get(stream, workspace_bytes) : 0;
+    bool same = args_packed && ws == workspace;
     for (std::size_t i = 0; same && i < pointers.size(); ++i) same = tensors[i].data == pointers[i];
-    launch_with(*op, *kernel, geometry, tensors, scalars, stream, same ? &args : nullptr);
+    launch_plan(*op, *kernel, tensors, scalars, stream, ws, same ? steps.get() : nullptr);
   }
 
   bool matches(TensorList tensors, ScalarList scalars) const noexcept {
@@ -235,6 +267,7 @@ struct Runtime::Impl {
   // binary that replaces a freed one at the same address is never taken for it.
   std::unordered_map<FastKey, std::weak_ptr<const Module>, FastKeyHash> modules;
   std::atomic<std::uint64_t> memory_hits{0};
+  WorkspaceArena workspace;
 
   explicit Impl(RuntimeOptions o)
       : options(std::move(o)),
@@ -279,11 +312,16 @@ struct Runtime::Impl {
   Unit unit(const OpDef& op, const Params& params, const Target& target, Emit emit) {
     const Compiler& compiler = compiler_for(emit);
     Unit u;
-    u.kernel_name = op.kernel_name(params);
-    u.source = expand({std::string(op.template_file())}, emit) + entry(op, params, emit);
+    u.source = expand({std::string(op.template_file())}, emit);
+    for (const Params& step : op.plan(params)) {
+      u.kernels.push_back(op.kernel_name(step));
+      u.source += entry(op, step, emit);
+    }
+    u.kernel_name = u.kernels.front();
     u.description = fmt::format("{} {{{}}} for {} ({})", op.name(), params.str(), target.sm_name(), emit_name(emit));
     std::string params_text = params.str(), target_name = target.sm_name();
-    u.key = compute_key(KeyInputs{u.source, u.kernel_name, params_text, target_name, compiler.identity(), emit});
+    const std::string kernels_text = fmt::format("{}", fmt::join(u.kernels, "\n"));
+    u.key = compute_key(KeyInputs{u.source, kernels_text, params_text, target_name, compiler.identity(), emit});
     XXH64_hash_t source_hash = XXH3_64bits(u.source.data(), u.source.size());
     u.components = fmt::format("source={:016x}\ncompiler={}\nformat={}\n", source_hash, compiler.identity(),
                                kCacheFormatVersion);
@@ -363,10 +401,12 @@ struct Runtime::Impl {
       module = std::make_shared<const Module>(Module::load(*bin));
       slot = module;
     }
-    Function function = module->function(u.kernel_name);
-    if (const unsigned smem = op.max_dynamic_smem(params); smem > 48 * 1024) function.set_max_dynamic_shared(int(smem));
-    auto kernel = std::make_unique<LoadedKernel>(LoadedKernel{u.kernel_name, std::move(module), function, &dev,
-                                                                  debug_checks, params});
+    auto kernel = std::make_unique<LoadedKernel>(LoadedKernel{std::move(module), {}, &dev, debug_checks, params});
+    for (const Params& step : op.plan(params)) {
+      Function function = kernel->module->function(op.kernel_name(step));
+      if (const unsigned smem = op.max_dynamic_smem(step); smem > 48 * 1024) function.set_max_dynamic_shared(int(smem));
+      kernel->steps.push_back({op.kernel_name(step), function, step});
+    }
     std::unique_lock write(loaded_mutex);
     return *loaded.emplace(key, std::move(kernel)).first->second;
   }
@@ -386,7 +426,8 @@ Params Runtime::Impl::tuned(const OpDef& op, const Params& params, TensorList te
                                        dev.name(), target.sm_name());
   return autotune::fastest(cache, what, compiler->identity(), candidates, stream, [&](const Params& p) {
     const LoadedKernel& kernel = load(op, p, target, fast_key(&op, p, target));
-    return [&, kernel = &kernel] { launch_loaded(op, *kernel, tensors, scalars, stream); };
+    auto binding = std::make_shared<const Binding>(op, kernel, workspace, tensors, scalars, stream);
+    return [&, binding] { binding->launch(tensors, scalars, stream); };
   });
 }
 
@@ -419,8 +460,10 @@ void Runtime::launch(std::string_view op_name, TensorList tensors, ScalarList sc
     kernel = &impl_->load(op, impl_->tuned(op, params, tensors, scalars, target, stream), target, key);
   // A slot that holds a live binding keeps it: a caller that varies a scalar on every call, or two shapes
   // sharing a slot, take this path each time rather than allocate a binding each time.
-  if (recent.runtime == impl_->id && recent.generation == generation) return launch_loaded(op, *kernel, tensors, scalars, stream);
-  recent = RecentBinding{impl_->id, generation, std::make_shared<const Binding>(op, *kernel, tensors, scalars)};
+  if (recent.runtime == impl_->id && recent.generation == generation)
+    return launch_unbound(op, *kernel, impl_->workspace, tensors, scalars, stream);
+  recent = RecentBinding{impl_->id, generation,
+                         std::make_shared<const Binding>(op, *kernel, impl_->workspace, tensors, scalars, stream)};
   recent.binding->launch(tensors, scalars, stream);
 }
 
@@ -435,7 +478,8 @@ KernelHandle Runtime::get_kernel(std::string_view op_name, TensorList tensors, S
     if (auto it = impl_->loaded.find(key); it != impl_->loaded.end()) kernel = it->second.get();
   }
   if (kernel == nullptr) kernel = &impl_->load(op, impl_->tuned(op, params, tensors, scalars, target, nullptr), target, key);
-  return KernelHandle(&op, kernel, params, target, std::make_shared<const Binding>(op, *kernel, tensors, scalars));
+  return KernelHandle(&op, kernel, params, target,
+                      std::make_shared<const Binding>(op, *kernel, impl_->workspace, tensors, scalars, nullptr));
 }
 
 Artifact Runtime::compile(std::string_view op_name, TensorList tensors, ScalarList scalars, const Target& target,
@@ -449,6 +493,8 @@ Artifact Runtime::compile(std::string_view op_name, TensorList tensors, ScalarLi
   a.target = target;
   a.emit = emit;
   a.kernel_name = u.kernel_name;
+  a.kernels = u.kernels;
+  a.workspace_bytes = op.workspace_bytes(params, tensors);
   a.key = u.key;
   a.binary = impl_->binary(op, u, target, emit, &a.compiled);
   if (emit == Emit::cubin) a.resources = kernel_resources(*a.binary, a.kernel_name);
@@ -514,17 +560,21 @@ std::vector<Bundle> Runtime::compile_all(const std::vector<PrewarmItem>& items, 
       if (!(item.target == target)) continue;
       const OpDef& op = find_op(item.op);
       Params p = op.specialize(item.tensors, item.scalar_args(), target);
-      std::string name = op.kernel_name(p);
-      if (std::find(names.begin(), names.end(), name) != names.end()) continue;  // rows etc. do not matter
-      names.push_back(name);
-      params.push_back(p.str());
+      const std::vector<Params> steps = op.plan(p);
+      if (std::find(names.begin(), names.end(), op.kernel_name(steps.front())) != names.end())
+        continue;  // rows etc. do not matter
+      for (const Params& step : steps) {
+        names.push_back(op.kernel_name(step));
+        params.push_back(step.str());
+      }
       specs.push_back({&op, p});
       if (std::find(files.begin(), files.end(), op.template_file()) == files.end())
         files.emplace_back(op.template_file());
     }
     // One translation unit: every template (the prelude once), then one entry line per kernel.
     std::string source = impl_->expand(files, emit);
-    for (const Spec& s : specs) source += Impl::entry(*s.op, s.params, emit);
+    for (const Spec& s : specs)
+      for (const Params& step : s.op->plan(s.params)) source += Impl::entry(*s.op, step, emit);
     const Compiler& compiler = impl_->compiler_for(emit);
     const std::string kernels_text = fmt::format("{}", fmt::join(names, "\n"));
     const std::string params_text = fmt::format("{}", fmt::join(params, "\n"));
@@ -608,10 +658,10 @@ void KernelHandle::launch(TensorList tensors, ScalarList scalars, StreamHandle s
     throw InvalidArgumentError(fmt::format("{}: this handle runs {{{}}} but these tensors need {{{}}}; get a "
                                            "handle for them with Runtime::get_kernel",
                                            op_->name(), params_.str(), params.str()));
-  launch_loaded(*op_, *kernel_, tensors, scalars, stream);
+  launch_unbound(*op_, *kernel_, *binding_->arena, tensors, scalars, stream);
 }
 
-const Function& KernelHandle::function() const noexcept { return kernel_->function; }
-const std::string& KernelHandle::kernel_name() const noexcept { return kernel_->name; }
+const Function& KernelHandle::function() const noexcept { return kernel_->steps.front().function; }
+const std::string& KernelHandle::kernel_name() const noexcept { return kernel_->steps.front().name; }
 
 }  // namespace mojo

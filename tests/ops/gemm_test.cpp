@@ -519,7 +519,7 @@ TEST(Gemm, EveryOpPacksTheKernelsNineteenArguments) {
   for (const Case& c : cases) {
     const OpDef& op = find_op(c.op);
     KernelArgs args;
-    op.pack_args(op.specialize(c.tensors, {}, kSm90), c.tensors, {}, args);
+    op.pack_args(op.specialize(c.tensors, {}, kSm90), c.tensors, {}, 0, args);
     EXPECT_EQ(args.count(), 19) << c.op;
   }
 }

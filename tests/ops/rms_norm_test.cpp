@@ -111,7 +111,7 @@ TEST(RmsNormOp, PacksArgumentsInKernelOrder) {
   auto t = args(DType::f16, 10, 256, 0x7000000);
   Params p = op().specialize(t, {}, kSm90);
   KernelArgs a;
-  op().pack_args(p, t, {{"eps", 1e-5f}}, a);
+  op().pack_args(p, t, {{"eps", 1e-5f}}, 0, a);
   // (out, residual, x, weight, eps, rows, out_stride, residual_stride, x_stride)
   ASSERT_EQ(a.count(), 9);
   EXPECT_EQ(*static_cast<DevicePtr*>(a.data()[0]), 0x7000000u);
@@ -123,7 +123,7 @@ TEST(RmsNormOp, PacksArgumentsInKernelOrder) {
   EXPECT_EQ(*static_cast<long long*>(a.data()[6]), 256);
   EXPECT_EQ(*static_cast<long long*>(a.data()[8]), 256);
   KernelArgs d;
-  op().pack_args(p, t, {}, d);
+  op().pack_args(p, t, {}, 0, d);
   EXPECT_FLOAT_EQ(*static_cast<float*>(d.data()[4]), 1e-6f) << "eps defaults to 1e-6";
 }
 
@@ -158,7 +158,7 @@ TEST(RmsNormOp, StridedRowsAreTakenOverlappingOrScatteredAreNot) {
   std::vector<Tensor> t = {{x, 0x7000000}, {strided, 0x7100000}, {w, 0x7200000}};
   Params p = op().specialize(t, {}, kSm90);
   KernelArgs a;
-  op().pack_args(p, t, {}, a);
+  op().pack_args(p, t, {}, 0, a);
   EXPECT_EQ(*static_cast<long long*>(a.data()[6]), 64) << "out stride";
   EXPECT_EQ(*static_cast<long long*>(a.data()[8]), 128) << "x stride";
   // A row stride of 66 floats leaves odd rows 8-byte aligned: vec 2, not 4.
@@ -184,9 +184,9 @@ TEST(RmsNormOp, NullAndMisalignedPointersAreRejectedAtLaunch) {
   Params p = op().specialize(t, {}, kSm90);
   KernelArgs a;
   t[2].data = 0;
-  EXPECT_EQ(error_of<PointerError>([&] { op().pack_args(p, t, {}, a); }), "rms_norm: weight is a null pointer");
+  EXPECT_EQ(error_of<PointerError>([&] { op().pack_args(p, t, {}, 0, a); }), "rms_norm: weight is a null pointer");
   t[2].data = 0x7200004;  // the vec=8 kernel needs 16-byte alignment
-  EXPECT_EQ(error_of<PointerError>([&] { op().pack_args(p, t, {}, a); }),
+  EXPECT_EQ(error_of<PointerError>([&] { op().pack_args(p, t, {}, 0, a); }),
             "rms_norm: weight at 0x7200004 is not 16-byte aligned as this kernel needs");
 }
 

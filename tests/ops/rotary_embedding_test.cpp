@@ -20,7 +20,7 @@ TEST(RotaryOp, ViewsOfQkvAndPartialRotary) {
   Params p = op.specialize(t, {{"neox", 0}}, kSm90);
   EXPECT_EQ(p.str(), "dtype=bf16 cache=f32 pos=i32 head_dim=128 rot_dim=64 heads=32 kv_heads=8 neox=0 threads=512");
   KernelArgs a;
-  op.pack_args(p, t, {}, a);
+  op.pack_args(p, t, {}, 0, a);
   EXPECT_EQ(*static_cast<long long*>(a.data()[5]), 48 * 128) << "q token stride";
   EXPECT_EQ(*static_cast<long long*>(a.data()[7]), 4096) << "max_pos";
   EXPECT_EQ(

@@ -54,7 +54,7 @@ void bench_host_overhead(mojo::Runtime& rt, const Options& options) {
   const std::vector<mojo::Tensor> tensors{out, in, weight};
   const std::vector<mojo::ScalarArg> scalars{{"eps", mojo::Scalar(eps)}};
   mojo::KernelArgs args;
-  op.pack_args(h.params(), tensors, scalars, args);
+  op.pack_args(h.params(), tensors, scalars, 0, args);
   const mojo::LaunchGeometry g = op.geometry(h.params(), tensors);
   CUfunction f = h.function().handle();
   double raw_us = host_us_per_launch(stream, n, [&] {

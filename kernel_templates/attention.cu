@@ -1,0 +1,434 @@
+// Attention, the sm_80 path (any sm_80+ GPU): FlashAttention-2 style, one
+// kernel for sdpa, paged_prefill_gqa and paged_decode_gqa.
+//
+// A block takes BM = 16 * WM rows of one sequence's queries for one KV head:
+// with G = heads / kv_heads, row r is (query token r / G, head kv_head * G +
+// r % G), so the heads sharing a KV head share its K and V loads (GQA packed
+// into M). Its WN groups of WM warps stream the KV tiles (BN keys) through a
+// STAGES-deep cp.async ring each, group g taking tiles g, g + WN, ...; S = Q K^T
+// and O += P V run on mma.sync (fp32 accumulation), the softmax online in
+// registers (log2 units). The groups' (max, sum, O) meet in shared memory.
+//
+// Masks, per query at absolute position a = (kv_len - q_len) + token (the
+// new tokens are the last of their sequence: chunked prefill, decode):
+//   causal: key <= a;  window (left size W): key >= a - W;  key < kv_len.
+// Soft-cap: s = cap * tanh(s * scale / cap); sinks: a per-head logit that
+// joins the softmax's denominator and adds no value. lse: the log of that
+// denominator per (head, token), natural log, f32 [heads, q_tokens]
+// (-inf for a query that sees no key and has no sink).
+//
+// Split-KV (SPLITS > 1, paged decode): grid.z splits each sequence's keys in
+// chunks of `chunk`; step 0 writes each split's normalised O and lse (f32) to
+// the workspace, step 1 (attention_merge) combines them, with the sink, into
+// out and lse. Workspace: [SPLITS][q_tokens * heads][D] O, then
+// [SPLITS][q_tokens * heads] lse.
+//
+// Params (P::name): dtype (f16, bf16), head_dim D (multiple of 8; tiles use
+// DP = D rounded up to a power of two, the rest zero), group G, wm, wn, bn,
+// stages, causal, window, softcap, sinks, lse (0/1: features present), paged
+// (K/V from the paged cache of store_kv_cache, pages of `page` tokens),
+// splits, step (split plans: 0 partial, 1 merge).
+//
+// Sequences: cu_q (int [batch + 1], cumulative query tokens) when given;
+// else q_len > 0 tokens per sequence (decode); else one sequence of q_tokens.
+// kv_info: paged: context lengths (int [batch], new tokens included);
+// contiguous: cumulative key tokens (int [batch + 1]) or null (one sequence
+// of kv_tokens). block_table: int [batch, max_blocks]; entries outside
+// [0, kv_tokens) (kv_tokens: the number of pages when paged) read as zeros
+// (the runtime's debug checks report them).
+//
+// Kernel args: (T* out, const T* q, const T* k, const T* v, const int* cu_q,
+//   const int* kv_info, const int* block_table, const float* sinks,
+//   float* lse, float* workspace, long long q_stride, long long k_stride,
+//   long long v_stride, int batch, int q_tokens, int kv_tokens, int heads,
+//   int kv_heads, int max_blocks, int q_len, int chunk, float scale,
+//   float softcap, int window)
+// with strides in elements per token (k/v: contiguous path only; the paged
+// cache is contiguous [pages, page, kv_heads, D]); out is [q_tokens, heads, D].
+// Geometry (step 0): grid (row tiles, kv_heads, SPLITS), 32 * WM * WN threads,
+// smem_bytes() of dynamic shared memory; the row tiles are numbered across
+// sequences, so grid.x is an upper bound and spare blocks exit.
+// Merge: grid ceil(q_tokens * heads / 4), 128 threads (a warp per row).
+#include "mojo_mma.cuh"
+
+namespace mojo_attention {
+
+constexpr int pow2_at_least(int n) { return n <= 64 ? 64 : n <= 128 ? 128 : 256; }
+
+// Shared memory of the main kernel: the Q tile and the K/V rings; after the
+// loop the same bytes hold the f32 O tile and the groups' maxima and sums.
+template <int BM, int DP, int BN, int WN, int STAGES> constexpr int smem_bytes() {
+  const int loop = BM * DP * 2 + WN * STAGES * 2 * BN * DP * 2;
+  const int merge = BM * DP * 4 + 4 * WN * BM * 4;
+  return loop > merge ? loop : merge;
+}
+
+struct Args {
+  const int* cu_q;
+  const int* kv_info;
+  const int* block_table;
+  int batch, q_tokens, kv_tokens, max_blocks, q_len;
+  bool paged;
+};
+
+// Sequence s's queries [q_start, q_start + q_count) and keys [kv_start, kv_start + kv_len).
+struct Sequence {
+  int q_start, q_count, kv_start, kv_len;
+};
+__device__ __forceinline__ Sequence sequence(const Args& a, int s) {
+  Sequence q;
+  if (a.cu_q != nullptr) {
+    q.q_start = a.cu_q[s];
+    q.q_count = a.cu_q[s + 1] - q.q_start;
+  } else if (a.q_len > 0) {
+    q.q_start = s * a.q_len;
+    q.q_count = a.q_len;
+  } else {
+    q.q_start = 0;
+    q.q_count = a.q_tokens;
+  }
+  if (a.paged) {
+    q.kv_start = 0;
+    q.kv_len = a.kv_info[s];
+  } else if (a.kv_info != nullptr) {
+    q.kv_start = a.kv_info[s];
+    q.kv_len = a.kv_info[s + 1] - q.kv_start;
+  } else {
+    q.kv_start = 0;
+    q.kv_len = a.kv_tokens;
+  }
+  return q;
+}
+
+template <class T> __device__ __forceinline__ unsigned pack_pair(float lo, float hi) {
+  return unsigned(mojo::from_float<T>(lo).bits) | unsigned(mojo::from_float<T>(hi).bits) << 16;
+}
+
+__device__ __forceinline__ float tanh_f(float x) { return 1.f - 2.f / (mojo::exp_approx(2.f * x) + 1.f); }
+
+template <class T, class P>
+__device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k,
+                                    const T* __restrict__ v, const Args& a, const float* __restrict__ sinks,
+                                    float* __restrict__ lse, float* __restrict__ workspace, long long q_stride,
+                                    long long k_stride, long long v_stride, int heads, int kv_heads, int chunk,
+                                    float scale, float softcap, int window) {
+  constexpr int D = P::head_dim, DP = pow2_at_least(D), G = P::group, WM = P::wm, WN = P::wn, BN = P::bn;
+  constexpr int STAGES = P::stages, BM = 16 * WM, GROUP_THREADS = 32 * WM, THREADS = GROUP_THREADS * WN;
+  constexpr int PAGE = P::page > 0 ? P::page : 1;
+  using QTile = mojo::Tile<BM, DP, 2>;
+  using KvTile = mojo::Tile<BN, DP, 2>;
+  constexpr int STAGE_BYTES = 2 * KvTile::BYTES;  // K then V
+  MOJO_DYNAMIC_SMEM(smem);
+
+  // Which sequence and which of its row tiles this block takes.
+  int seq = 0, tile = (int)mojo::block_x();
+  Sequence sq;
+  for (;; ++seq) {
+    if (seq == a.batch) return;
+    sq = sequence(a, seq);
+    const int tiles = (sq.q_count * G + BM - 1) / BM;
+    if (tile < tiles) break;
+    tile -= tiles;
+  }
+  const int kv_head = (int)mojo::block_y(), split = (int)mojo::block_z();
+  const int tid = (int)mojo::thread_x(), lane = tid % 32, warp = tid / 32;
+  const int wm = warp % WM, grp = warp / WM, gtid = tid % GROUP_THREADS;
+  const int row0 = tile * BM, offset = sq.kv_len - sq.q_count;
+
+  // The keys this block's rows may see, within this split's chunk.
+  const int first_token = row0 / G;
+  const int last_token = min((row0 + BM - 1) / G, sq.q_count - 1);
+  int lo = split * chunk, hi = min(sq.kv_len, (split + 1) * chunk);
+  if (P::causal) hi = min(hi, offset + last_token + 1);
+  if (P::window) lo = max(lo, offset + first_token - window);
+  const int tile_begin = lo > 0 ? lo / BN * BN : 0;
+  const int kv_tiles = lo < hi ? (hi - tile_begin + BN - 1) / BN : 0;
+
+  // Q tile: rows beyond the sequence and columns beyond D are zeros.
+  {
+    constexpr int CHUNKS = DP / 8, TOTAL = BM * CHUNKS;
+    for (int c = tid; c < TOTAL; c += THREADS) {
+      const int r = c / CHUNKS, col = (c % CHUNKS) * 8, gr = row0 + r, token = gr / G;
+      const bool valid = token < sq.q_count && col < D;
+      const T* src = valid ? q + (long long)(sq.q_start + token) * q_stride + (kv_head * G + gr % G) * D + col : q;
+      mojo::cp_async_16(mojo::smem_address(smem + QTile::offset(r, col)), src, valid ? 16 : 0);
+    }
+    mojo::cp_async_commit();
+    mojo::cp_async_wait<0>();
+    mojo::sync_block();
+  }
+
+  unsigned char* const ring = smem + QTile::BYTES + grp * STAGES * STAGE_BYTES;
+  auto sync_group = [&] {
+    if constexpr (WN == 1) mojo::sync_block();
+    else mojo::sync_warps(1 + grp, GROUP_THREADS);
+  };
+  // Keys [k0, k0 + BN) of this KV head into a stage: K then V, zeros past hi or for a bad page.
+  auto load_stage = [&](int stage, int k0) {
+    unsigned char* s = ring + stage * STAGE_BYTES;
+    constexpr int CHUNKS = DP / 8, TOTAL = BN * CHUNKS;
+    for (int c = gtid; c < TOTAL; c += GROUP_THREADS) {
+      const int r = c / CHUNKS, col = (c % CHUNKS) * 8, key = k0 + r;
+      bool valid = key < hi && col < D;
+      long long k_at = 0, v_at = 0;
+      if (P::paged) {
+        const int page = valid ? a.block_table[(long long)seq * a.max_blocks + key / PAGE] : 0;
+        valid = valid && page >= 0 && page < a.kv_tokens;
+        k_at = v_at = (((long long)page * PAGE + key % PAGE) * kv_heads + kv_head) * D + col;
+      } else {
+        k_at = (long long)(sq.kv_start + key) * k_stride + kv_head * D + col;
+        v_at = (long long)(sq.kv_start + key) * v_stride + kv_head * D + col;
+      }
+      mojo::cp_async_16(mojo::smem_address(s + KvTile::offset(r, col)), valid ? k + k_at : k, valid ? 16 : 0);
+      mojo::cp_async_16(mojo::smem_address(s + KvTile::BYTES + KvTile::offset(r, col)), valid ? v + v_at : v,
+                        valid ? 16 : 0);
+    }
+  };
+
+  constexpr int NS = BN / 8, NO = DP / 8;
+  float acc[NO][4];
+#pragma unroll
+  for (int j = 0; j < NO; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+  float m[2] = {mojo::neg_inf(), mojo::neg_inf()}, l[2] = {0.f, 0.f};
+  const float kLog2e = 1.4426950408889634f;
+  const float score_scale = P::softcap ? scale / softcap : scale * kLog2e;
+  const float cap_log2 = softcap * kLog2e;
+  // Each lane's two rows: r = lane / 4 and r + 8 of the warp's 16; their query positions.
+  int token_of[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) token_of[h] = (row0 + wm * 16 + lane / 4 + h * 8) / G;
+
+  const int my_tiles = kv_tiles > grp ? (kv_tiles - grp + WN - 1) / WN : 0;
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < my_tiles) load_stage(s, tile_begin + (grp + s * WN) * BN);
+    mojo::cp_async_commit();
+  }
+  for (int it = 0; it < my_tiles; ++it) {
+    mojo::cp_async_wait<STAGES - 2>();
+    sync_group();
+    const int next = it + STAGES - 1;
+    if (next < my_tiles) load_stage(next % STAGES, tile_begin + (grp + next * WN) * BN);
+    mojo::cp_async_commit();
+    const unsigned char* kt = ring + (it % STAGES) * STAGE_BYTES;
+    const unsigned char* vt = kt + KvTile::BYTES;
+    const int k0 = tile_begin + (grp + it * WN) * BN;
+
+    // S = Q K^T for the warp's 16 rows and the tile's BN keys.
+    float s[NS][4];
+#pragma unroll
+    for (int j = 0; j < NS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D; kk += 16) {
+      unsigned fa[4];
+      mojo::load_fragment<T, true, BM, DP>(smem, wm * 16, kk, lane, fa);
+#pragma unroll
+      for (int j = 0; j < NS; j += 2) {
+        unsigned r[4];
+        mojo::load_fragment<T, true, BN, DP>(kt, j * 8, kk, lane, r);
+        const unsigned b0[2] = {r[0], r[2]}, b1[2] = {r[1], r[3]};
+        mojo::mma<T>(s[j], fa, b0);
+        mojo::mma<T>(s[j + 1], fa, b1);
+      }
+    }
+
+    // Scale (and cap) into log2 units, mask, and take the running maxima.
+    float tile_max[2] = {mojo::neg_inf(), mojo::neg_inf()};
+#pragma unroll
+    for (int j = 0; j < NS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2, key = k0 + j * 8 + 2 * (lane % 4) + e % 2, pos = offset + token_of[h];
+        float x = P::softcap ? cap_log2 * tanh_f(s[j][e] * score_scale) : s[j][e] * score_scale;
+        bool valid = key >= lo && key < hi;
+        if (P::causal) valid = valid && key <= pos;
+        if (P::window) valid = valid && key >= pos - window;
+        s[j][e] = valid ? x : mojo::neg_inf();
+        tile_max[h] = mojo::max_f(tile_max[h], s[j][e]);
+      }
+    float correction[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = mojo::max_f(tile_max[h], mojo::shfl_xor(tile_max[h], 1));
+      tile_max[h] = mojo::max_f(tile_max[h], mojo::shfl_xor(tile_max[h], 2));
+      const float m_new = mojo::max_f(m[h], tile_max[h]);
+      const float base = m_new == mojo::neg_inf() ? 0.f : m_new;  // a row that has seen no key yet
+      correction[h] = mojo::exp2_approx(m[h] - base);
+      m[h] = m_new;
+      l[h] *= correction[h];
+#pragma unroll
+      for (int j = 0; j < NS; ++j)
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          s[j][e] = mojo::exp2_approx(s[j][e] - base);
+          l[h] += s[j][e];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NO; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] *= correction[e / 2];
+
+    // O += P V: the accumulators of S are the A fragments of P, 16 keys at a time.
+#pragma unroll
+    for (int j = 0; j < NS; j += 2) {
+      const unsigned fp[4] = {pack_pair<T>(s[j][0], s[j][1]), pack_pair<T>(s[j][2], s[j][3]),
+                              pack_pair<T>(s[j + 1][0], s[j + 1][1]), pack_pair<T>(s[j + 1][2], s[j + 1][3])};
+#pragma unroll
+      for (int d = 0; d < NO; d += 2) {
+        if (d * 8 >= D) break;
+        unsigned r[4];
+        mojo::load_fragment<T, false, BN, DP>(vt, d * 8, j * 8, lane, r);
+        const unsigned b0[2] = {r[0], r[2]}, b1[2] = {r[1], r[3]};
+        mojo::mma<T>(acc[d], fp, b0);
+        mojo::mma<T>(acc[d + 1], fp, b1);
+      }
+    }
+  }
+  mojo::cp_async_wait<0>();
+
+  // The groups' rows meet in shared memory (the rings are free once all are
+  // done): maxima and sums, then O added group by group in a fixed order.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += mojo::shfl_xor(l[h], 1);
+    l[h] += mojo::shfl_xor(l[h], 2);
+  }
+  float* const o_tile = reinterpret_cast<float*>(smem);  // [BM][DP]
+  float* const maxima = o_tile + BM * DP;                 // [WN][BM]
+  float* const sums = maxima + WN * BM;                   // [WN][BM]
+  float* const row_max = sums + WN * BM;                  // [BM]: the block's, in log2 units (0 if none)
+  float* const row_sum = row_max + BM;                    // [BM]
+  mojo::sync_block();
+  if (lane % 4 == 0)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = wm * 16 + lane / 4 + h * 8;
+      maxima[grp * BM + r] = m[h];
+      sums[grp * BM + r] = l[h];
+    }
+  mojo::sync_block();
+  float mine[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = wm * 16 + lane / 4 + h * 8;
+    float top = mojo::neg_inf();
+    for (int g = 0; g < WN; ++g) top = mojo::max_f(top, maxima[g * BM + r]);
+    const float base = top == mojo::neg_inf() ? 0.f : top;
+    mine[h] = mojo::exp2_approx(m[h] - base);
+    if (grp == 0 && lane % 4 == 0) {
+      float total = 0.f;
+      for (int g = 0; g < WN; ++g) total += sums[g * BM + r] * mojo::exp2_approx(maxima[g * BM + r] - base);
+      row_max[r] = base;
+      row_sum[r] = total;
+    }
+  }
+  for (int g = 0; g < WN; ++g) {
+    if (grp == g)
+#pragma unroll
+      for (int j = 0; j < NO; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = wm * 16 + lane / 4 + (e / 2) * 8, c = j * 8 + 2 * (lane % 4) + e % 2;
+          const float x = acc[j][e] * mine[e / 2];
+          o_tile[r * DP + c] = g == 0 ? x : o_tile[r * DP + c] + x;
+        }
+    mojo::sync_block();
+  }
+
+  // Normalise and write: threads over (row, 8 columns).
+  constexpr int CHUNKS = D / 8;
+  const float kLn2 = 0.6931471805599453f;
+  for (int c = tid; c < BM * CHUNKS; c += THREADS) {
+    const int r = c / CHUNKS, col = (c % CHUNKS) * 8, gr = row0 + r, token = gr / G;
+    if (token >= sq.q_count) continue;
+    const int head = kv_head * G + gr % G;
+    const long long row = (long long)(sq.q_start + token) * heads + head;
+    const float base = row_max[r], total = row_sum[r];
+    const float* o = o_tile + r * DP + col;
+    if constexpr (P::splits > 1) {
+      // This split's part: normalised O and its lse, combined by the merge step.
+      const float inv = total > 0.f ? 1.f / total : 0.f;
+      float* wo = workspace + ((long long)split * a.q_tokens * heads + row) * D + col;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) wo[i] = o[i] * inv;
+      if (col == 0) {
+        float* wl = workspace + (long long)P::splits * a.q_tokens * heads * D;
+        wl[(long long)split * a.q_tokens * heads + row] =
+            total > 0.f ? (base + mojo::log2_approx(total)) * kLn2 : mojo::neg_inf();
+      }
+    } else {
+      const float sink = P::sinks ? sinks[head] * kLog2e : mojo::neg_inf();
+      const float top = mojo::max_f(base, sink);
+      const float w_keys = mojo::exp2_approx(base - top), w_sink = mojo::exp2_approx(sink - top);
+      const float denominator = total * w_keys + w_sink;
+      const float factor = denominator > 0.f ? w_keys / denominator : 0.f;
+      mojo::Pack<T, 8> p;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) p.v[i] = mojo::from_float<T>(o[i] * factor);
+      mojo::store<T, 8>(out + row * D + col, p);
+      if (P::lse && col == 0)
+        lse[(long long)head * a.q_tokens + sq.q_start + token] =
+            denominator > 0.f ? (top + mojo::log2_approx(denominator)) * kLn2 : mojo::neg_inf();
+    }
+  }
+}
+
+// Step 1 of a split plan: out = the splits' O weighted by exp(lse), with the sink.
+template <class T, class P>
+__device__ __forceinline__ void merge(T* __restrict__ out, const float* __restrict__ sinks, float* __restrict__ lse,
+                                      const float* __restrict__ workspace, int q_tokens, int heads) {
+  constexpr int D = P::head_dim, SPLITS = P::splits;
+  const long long rows = (long long)q_tokens * heads;
+  const long long row = (long long)mojo::block_x() * 4 + mojo::thread_x() / 32;
+  const int lane = (int)mojo::thread_x() % 32;
+  if (row >= rows) return;
+  const int head = int(row % heads);
+  const float* parts = workspace + (long long)SPLITS * rows * D;  // the lse of each split
+  const float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+  float top = P::sinks ? sinks[head] * kLog2e : mojo::neg_inf();
+  for (int s = 0; s < SPLITS; ++s) top = mojo::max_f(top, parts[s * rows + row] * kLog2e);
+  const float base = top == mojo::neg_inf() ? 0.f : top;
+  float denominator = P::sinks ? mojo::exp2_approx(sinks[head] * kLog2e - base) : 0.f;
+  for (int s = 0; s < SPLITS; ++s) denominator += mojo::exp2_approx(parts[s * rows + row] * kLog2e - base);
+  const float inv = denominator > 0.f ? 1.f / denominator : 0.f;
+  for (int d = lane; d < D; d += 32) {
+    float sum = 0.f;
+    for (int s = 0; s < SPLITS; ++s)
+      sum += workspace[(s * rows + row) * D + d] * mojo::exp2_approx(parts[s * rows + row] * kLog2e - base);
+    out[row * D + d] = mojo::from_float<T>(sum * inv);
+  }
+  if (P::lse && lane == 0) {
+    const long long token = row / heads;
+    lse[(long long)head * q_tokens + token] =
+        denominator > 0.f ? (base + mojo::log2_approx(denominator)) * kLn2 : mojo::neg_inf();
+  }
+}
+
+}  // namespace mojo_attention
+
+#define MOJO_ATTENTION_SIGNATURE(T)                                                                           \
+  (T * __restrict__ out, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,          \
+   const int* cu_q, const int* kv_info, const int* block_table, const float* __restrict__ sinks,              \
+   float* __restrict__ lse, float* __restrict__ workspace, long long q_stride, long long k_stride,             \
+   long long v_stride, int batch, int q_tokens, int kv_tokens, int heads, int kv_heads, int max_blocks,      \
+   int q_len, int chunk, float scale, float softcap, int window)
+
+#define MOJO_ATTENTION(NAME, P)                                                                                  \
+  extern "C" __global__ void __launch_bounds__(32 * P::wm * P::wn) NAME MOJO_ATTENTION_SIGNATURE(P::dtype) {    \
+    const mojo_attention::Args a{cu_q, kv_info, block_table, batch, q_tokens, kv_tokens, max_blocks, q_len,     \
+                                 P::paged != 0};                                                                 \
+    mojo_attention::run<P::dtype, P>(out, q, k, v, a, sinks, lse, workspace, q_stride, k_stride, v_stride, heads, \
+                                     kv_heads, chunk, scale, softcap, window);                                   \
+  }
+#define MOJO_ATTENTION_MERGE(NAME, P)                                                                        \
+  extern "C" __global__ void __launch_bounds__(128) NAME MOJO_ATTENTION_SIGNATURE(P::dtype) {                \
+    mojo_attention::merge<P::dtype, P>(out, sinks, lse, workspace, q_tokens, heads);                         \
+  }
+#define MOJO_KERNEL_sdpa(NAME, P) MOJO_ATTENTION(NAME, P)
+#define MOJO_KERNEL_paged_prefill_gqa(NAME, P) MOJO_ATTENTION(NAME, P)
+#define MOJO_KERNEL_paged_decode_gqa(NAME, P) MOJO_ATTENTION(NAME, P)
