@@ -53,15 +53,13 @@
 
 namespace mojo_attention {
 
-constexpr int pow2_at_least(int n) { return n <= 64 ? 64 : n <= 128 ? 128 : 256; }
+__device__ __forceinline__ int min_i(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int max_i(int a, int b) { return a > b ? a : b; }
 
-// Shared memory of the main kernel: the Q tile and the K/V rings; after the
-// loop the same bytes hold the f32 O tile and the groups' maxima and sums.
-template <int BM, int DP, int BN, int WN, int STAGES> constexpr int smem_bytes() {
-  const int loop = BM * DP * 2 + WN * STAGES * 2 * BN * DP * 2;
-  const int merge = BM * DP * 4 + 4 * WN * BM * 4;
-  return loop > merge ? loop : merge;
-}
+// Shared memory of the main kernel (the op's max_dynamic_smem computes it):
+// the Q tile and the K/V rings, BM * DP * 2 + WN * STAGES * 2 * BN * DP * 2
+// bytes; after the loop the same bytes hold the f32 O tile and the row
+// statistics, BM * DP * 4 + 4 * WN * BM * 4 bytes; the larger of the two.
 
 struct Args {
   const int* cu_q;
@@ -97,6 +95,9 @@ __device__ __forceinline__ Sequence sequence(const Args& a, int s) {
     q.kv_start = 0;
     q.kv_len = a.kv_tokens;
   }
+  // Garbage lengths (the runtime's debug checks report them) read nothing rather than out of bounds.
+  if (q.q_start < 0 || q.q_count < 0) q.q_start = q.q_count = 0;
+  if (q.kv_start < 0 || q.kv_len < 0) q.kv_start = q.kv_len = 0;
   return q;
 }
 
@@ -112,7 +113,7 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
                                     float* __restrict__ lse, float* __restrict__ workspace, long long q_stride,
                                     long long k_stride, long long v_stride, int heads, int kv_heads, int chunk,
                                     float scale, float softcap, int window) {
-  constexpr int D = P::head_dim, DP = pow2_at_least(D), G = P::group, WM = P::wm, WN = P::wn, BN = P::bn;
+  constexpr int D = P::head_dim, DP = D <= 64 ? 64 : D <= 128 ? 128 : 256, G = P::group, WM = P::wm, WN = P::wn, BN = P::bn;
   constexpr int STAGES = P::stages, BM = 16 * WM, GROUP_THREADS = 32 * WM, THREADS = GROUP_THREADS * WN;
   constexpr int PAGE = P::page > 0 ? P::page : 1;
   using QTile = mojo::Tile<BM, DP, 2>;
@@ -137,10 +138,10 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
 
   // The keys this block's rows may see, within this split's chunk.
   const int first_token = row0 / G;
-  const int last_token = min((row0 + BM - 1) / G, sq.q_count - 1);
-  int lo = split * chunk, hi = min(sq.kv_len, (split + 1) * chunk);
-  if (P::causal) hi = min(hi, offset + last_token + 1);
-  if (P::window) lo = max(lo, offset + first_token - window);
+  const int last_token = min_i((row0 + BM - 1) / G, sq.q_count - 1);
+  int lo = split * chunk, hi = min_i(sq.kv_len, (split + 1) * chunk);
+  if (P::causal) hi = min_i(hi, offset + last_token + 1);
+  if (P::window) lo = max_i(lo, offset + first_token - window);
   const int tile_begin = lo > 0 ? lo / BN * BN : 0;
   const int kv_tiles = lo < hi ? (hi - tile_begin + BN - 1) / BN : 0;
 
@@ -149,7 +150,7 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
     constexpr int CHUNKS = DP / 8, TOTAL = BM * CHUNKS;
     for (int c = tid; c < TOTAL; c += THREADS) {
       const int r = c / CHUNKS, col = (c % CHUNKS) * 8, gr = row0 + r, token = gr / G;
-      const bool valid = token < sq.q_count && col < D;
+      const bool valid = token < sq.q_count && sq.q_start + token < a.q_tokens && col < D;
       const T* src = valid ? q + (long long)(sq.q_start + token) * q_stride + (kv_head * G + gr % G) * D + col : q;
       mojo::cp_async_16(mojo::smem_address(smem + QTile::offset(r, col)), src, valid ? 16 : 0);
     }
@@ -172,10 +173,12 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
       bool valid = key < hi && col < D;
       long long k_at = 0, v_at = 0;
       if (P::paged) {
+        valid = valid && key / PAGE < a.max_blocks;
         const int page = valid ? a.block_table[(long long)seq * a.max_blocks + key / PAGE] : 0;
         valid = valid && page >= 0 && page < a.kv_tokens;
         k_at = v_at = (((long long)page * PAGE + key % PAGE) * kv_heads + kv_head) * D + col;
       } else {
+        valid = valid && sq.kv_start + key < a.kv_tokens;
         k_at = (long long)(sq.kv_start + key) * k_stride + kv_head * D + col;
         v_at = (long long)(sq.kv_start + key) * v_stride + kv_head * D + col;
       }
@@ -345,7 +348,7 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
   const float kLn2 = 0.6931471805599453f;
   for (int c = tid; c < BM * CHUNKS; c += THREADS) {
     const int r = c / CHUNKS, col = (c % CHUNKS) * 8, gr = row0 + r, token = gr / G;
-    if (token >= sq.q_count) continue;
+    if (token >= sq.q_count || sq.q_start + token >= a.q_tokens) continue;
     const int head = kv_head * G + gr % G;
     const long long row = (long long)(sq.q_start + token) * heads + head;
     const float base = row_max[r], total = row_sum[r];

@@ -1,7 +1,8 @@
 // mojo_mma.cuh: tensor-core building blocks for sm_80 and later, on inline
 // PTX so NVRTC and clang compile them alike (no SDK header): shared-memory
 // addresses, cp.async copies, ldmatrix fragment loads and the m16n8k16
-// mma.sync with fp32 accumulation. Templates that multiply matrices include it.
+// mma.sync with fp32 accumulation, and the swizzled shared-memory tiles
+// they read. Templates that multiply matrices include it.
 #pragma once
 
 #include "mojo_prelude.cuh"
@@ -100,5 +101,52 @@ template <> __device__ __forceinline__ void mma<bf16>(float (&d)[4], const unsig
 }
 
 #endif  // MOJO_CPU
+
+// A tile of OUTER rows x INNER elements of ELEM bytes in shared memory,
+// stored as 16-byte chunks whose index is XOR-swizzled by the row so that
+// the 8 rows one ldmatrix reads (and the chunks cp.async writes) fall in
+// distinct banks.
+template <int OUTER, int INNER, int ELEM> struct Tile {
+  static constexpr int PER_CHUNK = 16 / ELEM;        // elements per chunk
+  static constexpr int CHUNKS = INNER / PER_CHUNK;   // per row; a power of two
+  static constexpr int ROWS_PER_LINE = CHUNKS >= 8 ? 1 : 8 / CHUNKS;
+  static constexpr int SWIZZLE = CHUNKS >= 8 ? 8 : CHUNKS;
+  static constexpr int BYTES = OUTER * INNER * ELEM;
+  // Byte offset of element (row, col).
+  static __device__ __forceinline__ int offset(int row, int col) {
+    const int chunk = (col / PER_CHUNK) ^ ((row / ROWS_PER_LINE) % SWIZZLE);
+    return (row * INNER + chunk * PER_CHUNK + col % PER_CHUNK) * ELEM;
+  }
+};
+
+// The four 8-row matrices of a 16 (x) x K_STEP (k) block at (x0, k0), x
+// being M for A and N for B, K_STEP = 16 for 16-bit elements and 8 for tf32:
+// r0 = (x 0-7, k lo), r1 = (x 8-15, k lo), r2 = (x 0-7, k hi), r3 = (x 8-15, k hi);
+// each lane holds row lane / 4 and k pair (16-bit) or k word (tf32) lane % 4.
+// K_INNER: the tile is [x][k]; else [k][x] (transposed on load).
+template <class T, bool K_INNER, int OUTER, int INNER>
+__device__ __forceinline__ void load_fragment(const unsigned char* tile, int x0, int k0, int lane, unsigned (&r)[4]) {
+  using L = Tile<OUTER, INNER, sizeof(T)>;
+  constexpr int HALF = L::PER_CHUNK;  // k of one 8 x 16-byte matrix: 8 halves or 4 words
+  if constexpr (K_INNER) {
+    const int matrix = lane / 8, row = lane % 8;
+    const int x = x0 + row + (matrix % 2) * 8, k = k0 + (matrix / 2) * HALF;
+    ldmatrix_x4(r, smem_address(tile + L::offset(x, k)));
+  } else if constexpr (sizeof(T) == 2) {
+    const int matrix = lane / 8, row = lane % 8;
+    const int k = k0 + row + (matrix / 2) * 8, x = x0 + (matrix % 2) * 8;
+    ldmatrix_x4_trans(r, smem_address(tile + L::offset(k, x)));
+  } else {
+    // 32-bit words: ldmatrix cannot transpose them, so each lane reads its four.
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      r[i] = *reinterpret_cast<const unsigned*>(tile + L::offset(k0 + t + (i / 2) * 4, x0 + g + (i % 2) * 8));
+  }
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r[i] = to_tf32(r[i]);
+  }
+}
 
 }  // namespace mojo

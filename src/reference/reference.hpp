@@ -65,6 +65,28 @@ void embedding(DType dtype, const std::int64_t* ids, const void* weight, void* o
 void store_kv_cache(DType dtype, const void* k, const void* v, const std::int64_t* slots, void* k_cache,
                     void* v_cache, std::int64_t tokens, std::int64_t num_slots, std::int64_t row);
 
+// Attention for every op that has it (sdpa, paged prefill and decode): a
+// float64 softmax over each query's visible keys. Sequence s's queries are
+// rows [q_start, q_start + q_count) of q/out ([tokens, heads, head_dim]); its
+// keys are rows key_rows[0..kv_len) of k/v ([rows, kv_heads, head_dim]: the
+// paged cache flattened, or the packed keys). Query t sits at absolute
+// position kv_len - q_count + t; it sees key j when j <= that (causal), and
+// j >= that - window (window >= 0). Logits are scale * q.k, soft-capped as
+// cap * tanh(x / cap) when softcap > 0; sinks (per head, may be empty) join
+// the denominator. lse (may be null): [heads, tokens], natural log.
+struct AttentionSequence {
+  std::int64_t q_start, q_count;
+  std::vector<std::int64_t> key_rows;
+};
+struct AttentionShape {
+  std::int64_t tokens, heads, kv_heads, head_dim;
+  double scale, softcap;
+  bool causal;
+  std::int64_t window;  // < 0: none
+};
+void attention(const AttentionShape& shape, const std::vector<AttentionSequence>& sequences, const float* q,
+               const float* k, const float* v, const float* sinks, float* out, float* lse);
+
 // c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for `batch` contiguous
 // row-major problems; a, b are [M, K] / [K, N] ([K, M] / [N, K] transposed) of
 // dtype `in`, c is [M, N] of dtype `out`; float64 accumulation, one rounding.
