@@ -121,8 +121,8 @@ TEST_F(DeliberateBugs, WrongFragmentIndex) {
 
 TEST_F(DeliberateBugs, LdmatrixReadsUnswizzledRows) {
   // The fragment loads forget the swizzle the tile writes with.
-  const Variant v{"gemm.cu", "    mojo::ldmatrix_x4(r, mojo::smem_address(tile + L::offset(x, k)));",
-                  "    mojo::ldmatrix_x4(r, mojo::smem_address(tile + (x * INNER + k) * (int)sizeof(T)));"};
+  const Variant v{"mojo_mma.cuh", "    ldmatrix_x4(r, smem_address(tile + L::offset(x, k)));",
+                  "    ldmatrix_x4(r, smem_address(tile + (x * INNER + k) * (int)sizeof(T)));"};
   expect_caught(gemm(*runtime("sm_80", &v), 64, 64, 64, true, 80));
 }
 

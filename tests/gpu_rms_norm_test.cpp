@@ -171,8 +171,12 @@ TEST(HotPath, ReusesTheBindingWithoutAllocationOrDriverCallAndPacksTheTensorsGiv
     std::vector<ScalarArg> scalars;
   };
   const TensorSpec x(DType::bf16, {16, 256}), w(DType::bf16, {256}), lw(DType::bf16, {256, 256});
+  // A decode split over the keys: a plan of two kernels sharing workspace from the stream's arena.
+  const TensorSpec q(DType::bf16, {4, 8, 128}), cache(DType::bf16, {256, 16, 2, 128}), table(DType::i32, {4, 64}),
+      lens(DType::i32, {4});
   const Case cases[] = {{"rms_norm", {x, x, w}, {{"eps", 1e-5}}},
-                        {"linear", {x, x, lw, TensorSpec(), TensorSpec()}, {{"path", 90}}}};
+                        {"linear", {x, x, lw, TensorSpec(), TensorSpec()}, {{"path", 90}}},
+                        {"paged_decode_gqa", {q, q, cache, cache, table, lens, TensorSpec(), TensorSpec()}, {}}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.op);
     std::vector<DeviceBuffer> buffers;
@@ -185,10 +189,12 @@ TEST(HotPath, ReusesTheBindingWithoutAllocationOrDriverCallAndPacksTheTensorsGiv
     device_hooks::set_launch_sink(sink);
     const KernelHandle h = rt.get_kernel(c.op, sets[0], c.scalars);
     if (std::string(c.op) == "linear") EXPECT_EQ(h.params().get("wgmma"), 1);
+    const std::size_t steps = find_op(c.op).plan(h.params()).size();
+    if (std::string(c.op) == "paged_decode_gqa") EXPECT_EQ(steps, 2u);
     rt.launch(c.op, sets[0], c.scalars);
     rt.launch(c.op, sets[1], c.scalars);
     g_sunk_outputs.clear();
-    g_sunk_outputs.reserve(64);
+    g_sunk_outputs.reserve(128);
     const std::size_t allocations = tls_allocations;
     const std::uint64_t driver_calls = device_hooks::driver_calls();
     for (int i = 0; i < 8; ++i) {
@@ -198,8 +204,8 @@ TEST(HotPath, ReusesTheBindingWithoutAllocationOrDriverCallAndPacksTheTensorsGiv
     EXPECT_EQ(tls_allocations - allocations, 0u);
     EXPECT_EQ(device_hooks::driver_calls() - driver_calls, 0u);
     device_hooks::set_launch_sink(nullptr);
-    ASSERT_EQ(g_sunk_outputs.size(), 16u);
-    for (int i = 0; i < 16; ++i) EXPECT_EQ(g_sunk_outputs[std::size_t(i)], sets[i / 2 % 2][0].data) << i;
+    ASSERT_EQ(g_sunk_outputs.size(), 16u * steps);
+    for (std::size_t i = 0; i < 16 * steps; ++i) EXPECT_EQ(g_sunk_outputs[i], sets[i / steps / 2 % 2][0].data) << i;
     // Scalars other than the bound ones are specialized again: a handle of another eps still runs.
     if (std::string(c.op) == "rms_norm") {
       g_sunk_outputs.clear();

@@ -26,13 +26,17 @@ TEST(Ops, EveryOpHasAWorkingExampleAndDocumentedTensors) {
     EXPECT_EQ(tensors.size(), op->tensor_args().size());
     Params p = op->specialize(tensors, {}, kSm90);
     EXPECT_EQ(p.dtype("dtype"), DType::bf16);
-    const std::string kernel = op->kernel_name(p);
-    EXPECT_EQ(op->entry_line(p).rfind(fmt::format("struct {}_p {{ using dtype = mojo::bf16;", kernel), 0), 0u);
-    EXPECT_NE(op->entry_line(p).find(fmt::format("\nMOJO_KERNEL_{}", op->name())), std::string::npos);
-    LaunchGeometry g = op->geometry(p, tensors);
-    EXPECT_GT(g.grid.x, 0u);
-    EXPECT_GT(g.block.x, 0u);
-    EXPECT_LE(g.block.x, 1024u);
+    const std::vector<Params> plan = op->plan(p);  // the kernels a launch runs; the first enters by MOJO_KERNEL_<op>
+    ASSERT_FALSE(plan.empty());
+    const std::string kernel = op->kernel_name(plan[0]);
+    EXPECT_EQ(op->entry_line(plan[0]).rfind(fmt::format("struct {}_p {{ using dtype = mojo::bf16;", kernel), 0), 0u);
+    EXPECT_NE(op->entry_line(plan[0]).find(fmt::format("\nMOJO_KERNEL_{}", op->name())), std::string::npos);
+    for (const Params& step : plan) {
+      LaunchGeometry g = op->geometry(step, tensors);
+      EXPECT_GT(g.grid.x, 0u);
+      EXPECT_GT(g.block.x, 0u);
+      EXPECT_LE(g.block.x, 1024u);
+    }
     for (const TensorArgInfo& t : op->tensor_args()) EXPECT_FALSE(t.doc.empty()) << t.name;
   }
 }

@@ -97,6 +97,7 @@ class Params {
   void add(std::string_view name, std::int64_t value);
   void add_dtype(std::string_view name, DType dtype);
   std::int64_t get(std::string_view name) const;  // throws if absent (a bug in the OpDef)
+  std::int64_t get_or(std::string_view name, std::int64_t fallback) const noexcept;
   DType dtype(std::string_view name) const { return DType(get(name)); }
   std::span<const Param> items() const noexcept { return {items_.data(), std::size_t(count_)}; }
   // "dtype=bf16 hidden=4096 vec=8"

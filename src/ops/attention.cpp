@@ -124,7 +124,7 @@ class AttentionOp final : public OpDef {
     return {partial, merge};
   }
   std::string entry_macro(const Params& p) const override {
-    return p.get("splits") > 1 && p.get("step") == 1 ? "MOJO_ATTENTION_MERGE" : OpDef::entry_macro(p);
+    return is_merge(p) ? "MOJO_ATTENTION_MERGE" : OpDef::entry_macro(p);
   }
   std::size_t workspace_bytes(const Params& p, TensorList t) const override {
     const std::int64_t splits = p.get("splits"), rows = t[1].spec.dim(0) * t[1].spec.dim(1);
@@ -178,7 +178,7 @@ class AttentionOp final : public OpDef {
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
     const Shape s = shape(t);
     LaunchGeometry g;
-    if (p.get("splits") > 1 && p.get("step") == 1) {  // the merge: a warp per (token, head)
+    if (is_merge(p)) {  // the merge: a warp per (token, head)
       g.grid.x = unsigned((s.tokens * s.heads + 3) / 4);
       g.block.x = 128;
       return g;
@@ -195,7 +195,7 @@ class AttentionOp final : public OpDef {
 
   // attention.cu's smem_bytes(): the Q tile and the K/V rings, or after the loop the f32 O tile and row stats.
   unsigned max_dynamic_smem(const Params& p) const override {
-    if (p.get("splits") > 1 && p.get("step") == 1) return 0;
+    if (is_merge(p)) return 0;
     const std::int64_t bm = 16 * p.get("wm"), dp = padded(p.get("head_dim")), wn = p.get("wn");
     const std::int64_t loop = bm * dp * 2 + wn * p.get("stages") * 2 * p.get("bn") * dp * 2;
     const std::int64_t merge = bm * dp * 4 + 4 * wn * bm * 4;
@@ -291,7 +291,8 @@ class AttentionOp final : public OpDef {
     return specs;
   }
 
-  // Consistent lengths from one seed: query lengths splitting the tokens (zero allowed), context lengths at least
+  // Consistent lengths from one seed: query lengths splitting the tokens (with three sequences or more, the
+  // second is empty), context lengths at least
   // those (chunked prefill: cached tokens before the new ones), and block tables of distinct pages out of order.
   std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
                                         std::uint32_t seed) const override {
@@ -376,6 +377,9 @@ class AttentionOp final : public OpDef {
     std::int64_t tokens, heads, head_dim, kv_heads, kv_tokens;  // kv_tokens: the cache's blocks when paged
     std::int64_t q_stride, k_stride, v_stride, batch, page, max_blocks, q_len;  // q_len: decode only
   };
+
+  // The second kernel of a split plan; op-level params (no "step") stand for the first.
+  static bool is_merge(const Params& p) { return p.get("splits") > 1 && p.get_or("step", 0) == 1; }
 
   static bool present(TensorList t, int slot) { return slot >= 0 && t[std::size_t(slot)].spec.rank() != 0; }
 
@@ -527,6 +531,7 @@ class AttentionOp final : public OpDef {
       std::vector<std::int64_t> cuts{0, total};
       for (std::int64_t i = 1; i < parts; ++i) cuts.push_back(total ? std::int64_t(rng() % std::uint64_t(total + 1)) : 0);
       std::sort(cuts.begin(), cuts.end());
+      if (parts >= 3) cuts[2] = cuts[1];  // the second sequence is empty: kernels must skip it cleanly
       return cuts;
     };
     std::int64_t batch = 1;

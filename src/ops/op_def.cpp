@@ -29,6 +29,12 @@ std::int64_t Params::get(std::string_view name) const {
   throw Error(fmt::format("internal error: no param '{}' in {{{}}}", name, str()));
 }
 
+std::int64_t Params::get_or(std::string_view name, std::int64_t fallback) const noexcept {
+  for (const Param& p : items())
+    if (p.name == name) return p.value;
+  return fallback;
+}
+
 std::string Params::str() const {
   std::string s;
   for (const Param& p : items()) {

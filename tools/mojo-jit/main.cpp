@@ -234,12 +234,15 @@ int run_emit(int argc, char** argv) {
     if (!out) throw mojo::Error(fmt::format("cannot write {}", output));
   }
   if (kind == mojo::Emit::cubin && !sass) {
-    // What ptxas -v would say; dynamic shared memory is the op's launch choice.
-    const mojo::KernelResources& r = a.resources;
-    const unsigned dynamic = op.max_dynamic_smem(a.params);
-    fmt::print(stderr, "{}: {} registers, {} bytes static shared, {} bytes dynamic shared, {} bytes stack{}\n",
-               a.kernel_name, r.registers, r.static_shared_bytes, dynamic, r.stack_bytes,
-               r.stack_bytes ? " (local memory: spills or arrays)" : "");
+    // What ptxas -v would say, for each kernel of the op's plan; dynamic shared memory is the op's launch choice.
+    const std::vector<mojo::Params> plan = op.plan(a.params);
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      const std::string& name = a.kernels[i];
+      const mojo::KernelResources r = i == 0 ? a.resources : mojo::kernel_resources(*a.binary, name);
+      fmt::print(stderr, "{}: {} registers, {} bytes static shared, {} bytes dynamic shared, {} bytes stack{}\n",
+                 name, r.registers, r.static_shared_bytes, op.max_dynamic_smem(plan[i]), r.stack_bytes,
+                 r.stack_bytes ? " (local memory: spills or arrays)" : "");
+    }
   }
   if (stats) print_stats(rt);
   return 0;
@@ -264,16 +267,22 @@ int run_describe(int argc, char** argv, bool explain) {
   mojo::Target target = spec.target();
   mojo::Emit kind = mojo::parse_emit(emit);
   mojo::Params params = op.specialize(tensors, scalars, target);
-  mojo::LaunchGeometry g = op.geometry(params, tensors);
   auto parts = rt.key_parts(spec.op, tensors, scalars, target, kind);
   fmt::print("op:       {}\n", op.name());
   for (std::size_t i = 0; i < tensors.size(); ++i)
     fmt::print("tensor:   {} = {}\n", op.tensor_args()[i].name, tensors[i].spec.str());
-  fmt::print("target:   {}\ncompiler: {}\nparams:   {}\nkernel:   {}\n", parts.target, parts.compiler, parts.params,
-             parts.kernel);
-  fmt::print("grid:     [{}, {}, {}]{}\nblock:    [{}, {}, {}]\nsmem:     {}\n", g.grid.x, g.grid.y, g.grid.z,
-             g.persistent ? " tiles (persistent: at most one block per SM)" : "", g.block.x, g.block.y, g.block.z,
-             g.dynamic_smem);
+  fmt::print("target:   {}\ncompiler: {}\nparams:   {}\n", parts.target, parts.compiler, parts.params);
+  // Every kernel of the op's plan, in launch order, with its geometry.
+  const std::vector<mojo::Params> plan = op.plan(params);
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    const mojo::LaunchGeometry g = op.geometry(plan[i], tensors);
+    if (plan.size() > 1) fmt::print("step {}:   {{{}}}\n", i, plan[i].str());
+    fmt::print("kernel:   {}\n", op.kernel_name(plan[i]));
+    fmt::print("grid:     [{}, {}, {}]{}\nblock:    [{}, {}, {}]\nsmem:     {}\n", g.grid.x, g.grid.y, g.grid.z,
+               g.persistent ? " tiles (persistent: at most one block per SM)" : "", g.block.x, g.block.y, g.block.z,
+               g.dynamic_smem);
+  }
+  fmt::print("workspace: {} bytes\n", op.workspace_bytes(params, tensors));
   if (explain) {
     fmt::print("source:   {} bytes, {} (the translation unit: template + prelude + instantiation)\n",
                parts.source.size(), mojo::compute_key(mojo::KeyInputs{parts.source, "", "", "", "", kind}).hex());

@@ -1,0 +1,140 @@
+// Attention (sdpa, paged_prefill_gqa, paged_decode_gqa): params, plans and
+// errors without a GPU, and every feature against the float64 reference on
+// the device (the GPU, or the CPU device emulating sm_80).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "mojo/check.hpp"
+#include "op_test_util.hpp"
+
+using namespace mojo;
+using namespace mojo::op_test;
+using test::error_of;
+using test::GpuTensor;
+
+TEST(AttentionOp, PrefillPacksTheGroupIntoRowsAndDecodeSplitsTheKeys) {
+  EXPECT_EQ(params("sdpa", DType::bf16, "q=4096x32x128 k=4096x8x128").str(),
+            "dtype=bf16 head_dim=128 group=4 wm=4 wn=1 bn=64 stages=2 causal=1 window=0 softcap=0 sinks=0 lse=0 "
+            "paged=0 page=0 splits=1");
+  // Batch 32 x 8 KV heads is 256 blocks: split each 8k context in two, a partial pass and a merge.
+  const OpDef& decode = find_op("paged_decode_gqa");
+  const auto t = example(decode, DType::bf16, "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512");
+  const Params p = decode.specialize(t, {}, kSm90);
+  EXPECT_EQ(p.get("splits"), 2);
+  EXPECT_EQ(p.get("wm"), 1);
+  EXPECT_EQ(p.get("wn"), 4);
+  const std::vector<Params> plan = decode.plan(p);
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(decode.entry_macro(plan[1]), "MOJO_ATTENTION_MERGE");
+  EXPECT_NE(decode.kernel_name(plan[0]), decode.kernel_name(plan[1]));
+  EXPECT_EQ(decode.workspace_bytes(p, t), 2u * 32 * 32 * (128 + 1) * 4) << "O and lse per split, token and head";
+  EXPECT_EQ(decode.geometry(plan[0], t).grid.z, 2u);
+  // One long sequence fills the GPU by itself: no split, one kernel, no workspace.
+  const auto big = example(decode, DType::bf16, "q=256x32x128 k_cache=16384x16x8x128 block_tables=256x64");
+  const Params one = decode.specialize(big, {}, kSm90);
+  EXPECT_EQ(decode.plan(one).size(), 1u);
+  EXPECT_EQ(decode.workspace_bytes(one, big), 0u);
+}
+
+TEST(AttentionOp, BadShapesGetOneLineErrors) {
+  EXPECT_EQ(error_of<ShapeError>([] { params("sdpa", DType::bf16, "q=16x32x80 k=16x8x80"); }),
+            "sdpa: head_dim 80 is not supported; supported: 64, 96, 128, 256");
+  EXPECT_EQ(error_of<ShapeError>([] { params("sdpa", DType::bf16, "q=16x32x128 k=16x5x128"); }),
+            "sdpa: kv_heads 5 does not divide heads 32");
+  EXPECT_EQ(error_of<DTypeError>([] { params("sdpa", DType::f32, "q=16x32x128 k=16x8x128"); }),
+            "sdpa: q has dtype f32; supported: f16, bf16");
+  EXPECT_EQ(error_of<ShapeError>([] { params("sdpa", DType::bf16, "q=16x32x128 k=16x8x128 cu_seqlens_k=3"); }),
+            "sdpa: cu_seqlens_k is i32[3]; give it with cu_seqlens_q, both [batch + 1]");
+  EXPECT_EQ(error_of<ShapeError>([] { params("sdpa", DType::bf16, "q=16x32x128 k=16x8x128 sinks=8"); }),
+            "sdpa: sinks is f32[8]; expected f32 [32] (one per head)");
+  EXPECT_EQ(error_of<ShapeError>([] { params("sdpa", DType::bf16, "q=16x32x128 k=16x8x128 lse=16x32"); }),
+            "sdpa: lse is f32[16, 32]; expected f32 [32, 16] ([heads, tokens]), contiguous");
+  EXPECT_EQ(error_of<ShapeError>(
+                [] { params("paged_decode_gqa", DType::bf16, "q=68x32x128 k_cache=64x16x8x128 block_tables=4x8"); }),
+            "paged_decode_gqa: q has 68 tokens for 4 sequences; expected batch x q_len, q_len 1 to 16");
+  EXPECT_EQ(error_of<ShapeError>([] {
+              params("paged_prefill_gqa", DType::bf16,
+                     "q=64x32x128 k_cache=64x16x8x128 cu_seqlens_q=4 block_tables=4x8");
+            }),
+            "paged_prefill_gqa: block_tables has 4 rows but cu_seqlens_q gives 3 sequences");
+  EXPECT_EQ(error_of<InvalidArgumentError>(
+                [] { params("sdpa", DType::bf16, "q=16x32x128 k=16x8x128", {{"softcap", -1.0}}); }),
+            "sdpa: softcap is -1; expected >= 0 (0: none)");
+}
+
+// ---- on the device ----------------------------------------------------------------
+
+struct AttentionGpu : GpuOps {
+  void expect_pass(const char* op_name, DType dtype, const std::string& shapes, ScalarList scalars = {},
+                   std::uint32_t seed = 3) {
+    const OpDef& op = find_op(op_name);
+    const std::vector<TensorSpec> specs = op.specs_from_shapes(dtype, parse_shapes(op, shapes));
+    const CheckReport r = check_op(*rt, op_name, specs, scalars, seed);
+    ASSERT_FALSE(r.outputs.empty());
+    for (const auto& out : r.outputs)
+      EXPECT_EQ(out.wrong, 0u) << fmt::format("{} {} {}: {} of {} elements of {} outside rtol {} atol {} (max abs {})",
+                                              op_name, dtype_name(dtype), shapes, out.wrong, out.elements, out.name,
+                                              out.tolerance.rtol, out.tolerance.atol, out.max_abs);
+  }
+};
+
+// Every head_dim and GQA ratio (1, 4, 8), both dtypes, odd lengths, causal or not.
+TEST_P(AttentionGpu, SdpaMatchesTheReferenceForEveryHeadDimAndGroup) {
+  for (DType d : {DType::f16, DType::bf16})
+    for (std::int64_t head_dim : {64, 96, 128, 256}) {
+      const std::int64_t kv_heads = head_dim == 96 ? 1 : head_dim == 256 ? 2 : 1, heads = head_dim == 128 ? 8 : 4;
+      SCOPED_TRACE(fmt::format("{} D {} {}/{}", dtype_name(d), head_dim, heads, kv_heads));
+      expect_pass("sdpa", d, fmt::format("q=17x{}x{} k=17x{}x{}", heads, head_dim, kv_heads, head_dim));
+    }
+  expect_pass("sdpa", DType::bf16, "q=1x4x64 k=1x4x64");  // one token
+  expect_pass("sdpa", DType::bf16, "q=70x4x64 k=70x1x64", {{"causal", 0}});
+}
+
+// Varlen (an empty sequence among them), separate key lengths, window (also wider than the sequences),
+// soft-cap, sinks and lse together.
+TEST_P(AttentionGpu, SdpaVarlenWindowSoftcapSinksAndLse) {
+  expect_pass("sdpa", DType::bf16, "q=100x8x64 k=100x2x64 cu_seqlens_q=4 sinks=8 lse=8x100",
+              {{"window", 20}, {"softcap", 30.0}});
+  expect_pass("sdpa", DType::f16, "q=50x4x128 k=90x4x128 cu_seqlens_q=3 cu_seqlens_k=3 lse=4x50", {{"causal", 0}});
+  expect_pass("sdpa", DType::bf16, "q=33x8x64 k=33x1x64", {{"window", 1000}, {"scale", 0.05}});
+}
+
+// Paged prefill after cached tokens (chunked prefill): partly filled last pages, block tables out of order,
+// an empty sequence, GQA 4 and 8.
+TEST_P(AttentionGpu, PagedPrefillReadsTheCacheThroughBlockTables) {
+  expect_pass("paged_prefill_gqa", DType::bf16, "q=90x8x128 k_cache=64x16x2x128 cu_seqlens_q=4 block_tables=3x8 lse=8x90");
+  expect_pass("paged_prefill_gqa", DType::f16, "q=40x8x64 k_cache=40x8x1x64 cu_seqlens_q=3 block_tables=2x16 sinks=8",
+              {{"window", 12}, {"softcap", 20.0}});
+}
+
+// Decode with one and with several query tokens (speculative verification), split over the keys and merged,
+// a context of 4097, sinks and lse through the merge.
+TEST_P(AttentionGpu, PagedDecodeSplitsTheKeysAndMerges) {
+  expect_pass("paged_decode_gqa", DType::bf16, "q=4x8x128 k_cache=256x16x2x128 block_tables=4x64 sinks=8 lse=8x4");
+  expect_pass("paged_decode_gqa", DType::f16, "q=12x8x64 k_cache=128x16x1x64 block_tables=3x40", {{"window", 100}});
+  expect_pass("paged_decode_gqa", DType::bf16, "q=8x4x256 k_cache=64x16x4x256 block_tables=2x16 lse=4x8");
+  expect_pass("paged_decode_gqa", DType::bf16, "q=1x8x64 k_cache=300x16x1x64 block_tables=1x257");  // up to 4112 keys
+}
+
+// The debug checks read the lengths and tables back and name the bad value.
+TEST_P(AttentionGpu, DebugChecksNameABadBlockTableEntryOrLength) {
+  RuntimeOptions o = options();
+  o.debug_checks = true;
+  Runtime checked(o);
+  const TensorSpec q(DType::bf16, {2, 4, 64}), cache(DType::bf16, {8, 16, 1, 64}), table(DType::i32, {2, 2}),
+      lens(DType::i32, {2});
+  GpuTensor out(q), qd(q, random_tensor(DType::bf16, q.numel(), 1)), kc(cache, random_tensor(DType::bf16, cache.numel(), 2)),
+      vc(cache, random_tensor(DType::bf16, cache.numel(), 3)),
+      tables(table, test::index_bytes(DType::i32, {0, 1, 2, 9})), context(lens, test::index_bytes(DType::i32, {20, 17}));
+  const Tensor none{};
+  EXPECT_EQ(error_of<InvalidArgumentError>(
+                [&] { checked.launch("paged_decode_gqa", {out, qd, kc, vc, tables, context, none, none}); }),
+            "paged_decode_gqa: block_tables[1, 1] = 9 is not a block of the cache [0, 8)");
+  GpuTensor long_context(lens, test::index_bytes(DType::i32, {20, 40}));
+  EXPECT_EQ(error_of<InvalidArgumentError>(
+                [&] { checked.launch("paged_decode_gqa", {out, qd, kc, vc, tables, long_context, none, none}); }),
+            "paged_decode_gqa: context_lens[1] = 40; expected 1 (its new tokens) to 32 (max_blocks x block_size)");
+}
+
+INSTANTIATE_TEST_SUITE_P(Compilers, AttentionGpu, ::testing::ValuesIn(test::compilers()),
+                         [](const auto& info) { return test::compiler_test_name(info.param); });
