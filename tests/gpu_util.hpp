@@ -79,6 +79,7 @@ class GpuTensor {
     buffer_.copy_from_host(host.data(), std::min(host.size(), spec.nbytes()));
   }
   Tensor tensor() const { return buffer_.as(spec_); }
+  void poison() { buffer_.fill_bytes(0xff); }
   operator Tensor() const { return tensor(); }
   // The tensor's bytes; a failure if anything was written past its end.
   std::vector<std::uint8_t> read() const {

@@ -136,5 +136,36 @@ TEST_P(AttentionGpu, DebugChecksNameABadBlockTableEntryOrLength) {
             "paged_decode_gqa: context_lens[1] = 40; expected 1 (its new tokens) to 32 (max_blocks x block_size)");
 }
 
+// A split decode is two kernels and a workspace: after its first launch a CUDA graph captures both, and
+// replaying the graph gives what the direct launch gave.
+TEST_P(AttentionGpu, ASplitPlanIsCapturedInAGraphAfterItsFirstLaunch) {
+  const OpDef& op = find_op("paged_decode_gqa");
+  const std::vector<TensorSpec> specs =
+      op.specs_from_shapes(DType::bf16, parse_shapes(op, "q=4x8x64 k_cache=256x16x2x64 block_tables=4x64 lse=8x4"));
+  std::vector<std::unique_ptr<GpuTensor>> buffers;  // null for the absent sinks
+  std::vector<Tensor> tensors;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const bool output = i == 0 || i + 1 == specs.size();
+    buffers.push_back(specs[i].rank() == 0 ? nullptr
+                      : output             ? std::make_unique<GpuTensor>(specs[i])
+                                           : std::make_unique<GpuTensor>(specs[i], op.random_data(i, specs, 7)));
+    tensors.push_back(buffers.back() ? buffers.back()->tensor() : Tensor{specs[i], 0});
+  }
+  GpuTensor &out = *buffers.front(), &lse = *buffers.back();
+  ASSERT_EQ(op.plan(op.specialize(tensors, {}, rt->device().target())).size(), 2u);
+  Stream stream;
+  rt->launch("paged_decode_gqa", tensors, {}, stream);  // the first launch: loads, and sizes the stream's workspace
+  stream.synchronize();
+  const std::vector<std::uint8_t> direct = out.read(), direct_lse = lse.read();
+  out.poison();
+  lse.poison();
+  Graph g = Graph::capture(stream, [&] { rt->launch("paged_decode_gqa", tensors, {}, stream); });
+  g.launch(stream);
+  stream.synchronize();
+  EXPECT_EQ(out.read(), direct);
+  EXPECT_EQ(lse.read(), direct_lse);
+  EXPECT_NE(direct[0], 0xff) << "the launch wrote the output";
+}
+
 INSTANTIATE_TEST_SUITE_P(Compilers, AttentionGpu, ::testing::ValuesIn(test::compilers()),
                          [](const auto& info) { return test::compiler_test_name(info.param); });
