@@ -101,6 +101,55 @@ __device__ __forceinline__ Sequence sequence(const Args& a, int s) {
   return q;
 }
 
+// A block's work: the sequence and the row tile it takes (rows row0 .. row0 + BM of the sequence's queries
+// x heads of one KV head), and the keys those rows may see within split `split`'s chunk: [lo, hi), loaded as
+// kv_tiles tiles of BN from tile_begin. False: a spare block (grid.x is an upper bound).
+struct Work {
+  int seq;
+  Sequence sq;
+  int row0, offset, lo, hi, tile_begin, kv_tiles;
+};
+template <int BM, int BN, int G, bool CAUSAL, bool WINDOW>
+__device__ __forceinline__ bool find_work(const Args& a, int split, int chunk, int window, Work& w) {
+  int tile = (int)mojo::block_x();
+  for (w.seq = 0;; ++w.seq) {
+    if (w.seq == a.batch) return false;
+    w.sq = sequence(a, w.seq);
+    const int tiles = (w.sq.q_count * G + BM - 1) / BM;
+    if (tile < tiles) break;
+    tile -= tiles;
+  }
+  w.row0 = tile * BM;
+  w.offset = w.sq.kv_len - w.sq.q_count;
+  const int first_token = w.row0 / G, last_token = min_i((w.row0 + BM - 1) / G, w.sq.q_count - 1);
+  w.lo = split * chunk;
+  w.hi = min_i(w.sq.kv_len, (split + 1) * chunk);
+  if (CAUSAL) w.hi = min_i(w.hi, w.offset + last_token + 1);
+  if (WINDOW) w.lo = max_i(w.lo, w.offset + first_token - window);
+  w.tile_begin = w.lo > 0 ? w.lo / BN * BN : 0;
+  w.kv_tiles = w.lo < w.hi ? (w.hi - w.tile_begin + BN - 1) / BN : 0;
+  return true;
+}
+
+// Whether a query at absolute position `pos` sees `key`, a key of [lo, hi).
+template <bool CAUSAL, bool WINDOW>
+__device__ __forceinline__ bool visible(int key, int pos, const Work& w, int window) {
+  return key >= w.lo && key < w.hi && (!CAUSAL || key <= pos) && (!WINDOW || key >= pos - window);
+}
+
+// A row's result from its running maximum `base` (log2 units, 0 when it saw no key) and sum `total`, with the
+// head's sink (log2 units, -inf for none): the factor that normalises its O, and its lse (natural log).
+struct Finish {
+  float factor, lse;
+};
+__device__ __forceinline__ Finish finish(float base, float total, float sink) {
+  const float top = mojo::max_f(base, sink);
+  const float w_keys = mojo::exp2_approx(base - top), w_sink = mojo::exp2_approx(sink - top);
+  const float denominator = total * w_keys + w_sink;
+  if (!(denominator > 0.f)) return {0.f, mojo::neg_inf()};
+  return {w_keys / denominator, (top + mojo::log2_approx(denominator)) * 0.6931471805599453f};
+}
+
 template <class T> __device__ __forceinline__ unsigned pack_pair(float lo, float hi) {
   return unsigned(mojo::from_float<T>(lo).bits) | unsigned(mojo::from_float<T>(hi).bits) << 16;
 }
@@ -121,29 +170,14 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
   constexpr int STAGE_BYTES = 2 * KvTile::BYTES;  // K then V
   MOJO_DYNAMIC_SMEM(smem);
 
-  // Which sequence and which of its row tiles this block takes.
-  int seq = 0, tile = (int)mojo::block_x();
-  Sequence sq;
-  for (;; ++seq) {
-    if (seq == a.batch) return;
-    sq = sequence(a, seq);
-    const int tiles = (sq.q_count * G + BM - 1) / BM;
-    if (tile < tiles) break;
-    tile -= tiles;
-  }
   const int kv_head = (int)mojo::block_y(), split = (int)mojo::block_z();
+  Work w;
+  if (!find_work<BM, BN, G, P::causal != 0, P::window != 0>(a, split, chunk, window, w)) return;
+  const Sequence& sq = w.sq;
+  const int seq = w.seq, row0 = w.row0, offset = w.offset, hi = w.hi, tile_begin = w.tile_begin;
+  const int kv_tiles = w.kv_tiles;
   const int tid = (int)mojo::thread_x(), lane = tid % 32, warp = tid / 32;
   const int wm = warp % WM, grp = warp / WM, gtid = tid % GROUP_THREADS;
-  const int row0 = tile * BM, offset = sq.kv_len - sq.q_count;
-
-  // The keys this block's rows may see, within this split's chunk.
-  const int first_token = row0 / G;
-  const int last_token = min_i((row0 + BM - 1) / G, sq.q_count - 1);
-  int lo = split * chunk, hi = min_i(sq.kv_len, (split + 1) * chunk);
-  if (P::causal) hi = min_i(hi, offset + last_token + 1);
-  if (P::window) lo = max_i(lo, offset + first_token - window);
-  const int tile_begin = lo > 0 ? lo / BN * BN : 0;
-  const int kv_tiles = lo < hi ? (hi - tile_begin + BN - 1) / BN : 0;
 
   // Q tile: rows beyond the sequence and columns beyond D are zeros.
   {
@@ -246,11 +280,8 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e / 2, key = k0 + j * 8 + 2 * (lane % 4) + e % 2, pos = offset + token_of[h];
-        float x = P::softcap ? cap_log2 * tanh_f(s[j][e] * score_scale) : s[j][e] * score_scale;
-        bool valid = key >= lo && key < hi;
-        if (P::causal) valid = valid && key <= pos;
-        if (P::window) valid = valid && key >= pos - window;
-        s[j][e] = valid ? x : mojo::neg_inf();
+        const float x = P::softcap ? cap_log2 * tanh_f(s[j][e] * score_scale) : s[j][e] * score_scale;
+        s[j][e] = visible<P::causal != 0, P::window != 0>(key, pos, w, window) ? x : mojo::neg_inf();
         tile_max[h] = mojo::max_f(tile_max[h], s[j][e]);
       }
     float correction[2];
@@ -345,7 +376,7 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
 
   // Normalise and write: threads over (row, 8 columns).
   constexpr int CHUNKS = D / 8;
-  const float kLn2 = 0.6931471805599453f;
+  const float kLn2 = 0.6931471805599453f;  // the split parts' lse
   for (int c = tid; c < BM * CHUNKS; c += THREADS) {
     const int r = c / CHUNKS, col = (c % CHUNKS) * 8, gr = row0 + r, token = gr / G;
     if (token >= sq.q_count || sq.q_start + token >= a.q_tokens) continue;
@@ -365,18 +396,12 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
             total > 0.f ? (base + mojo::log2_approx(total)) * kLn2 : mojo::neg_inf();
       }
     } else {
-      const float sink = P::sinks ? sinks[head] * kLog2e : mojo::neg_inf();
-      const float top = mojo::max_f(base, sink);
-      const float w_keys = mojo::exp2_approx(base - top), w_sink = mojo::exp2_approx(sink - top);
-      const float denominator = total * w_keys + w_sink;
-      const float factor = denominator > 0.f ? w_keys / denominator : 0.f;
+      const Finish f = finish(base, total, P::sinks ? sinks[head] * kLog2e : mojo::neg_inf());
       mojo::Pack<T, 8> p;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) p.v[i] = mojo::from_float<T>(o[i] * factor);
+      for (int i = 0; i < 8; ++i) p.v[i] = mojo::from_float<T>(o[i] * f.factor);
       mojo::store<T, 8>(out + row * D + col, p);
-      if (P::lse && col == 0)
-        lse[(long long)head * a.q_tokens + sq.q_start + token] =
-            denominator > 0.f ? (top + mojo::log2_approx(denominator)) * kLn2 : mojo::neg_inf();
+      if (P::lse && col == 0) lse[(long long)head * a.q_tokens + sq.q_start + token] = f.lse;
     }
   }
 }
@@ -392,45 +417,54 @@ __device__ __forceinline__ void merge(T* __restrict__ out, const float* __restri
   if (row >= rows) return;
   const int head = int(row % heads);
   const float* parts = workspace + (long long)SPLITS * rows * D;  // the lse of each split
-  const float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
-  float top = P::sinks ? sinks[head] * kLog2e : mojo::neg_inf();
+  // The splits as one softmax: each one's sum is exp(lse), its O weighted by that.
+  const float kLog2e = 1.4426950408889634f;
+  float top = mojo::neg_inf();
   for (int s = 0; s < SPLITS; ++s) top = mojo::max_f(top, parts[s * rows + row] * kLog2e);
   const float base = top == mojo::neg_inf() ? 0.f : top;
-  float denominator = P::sinks ? mojo::exp2_approx(sinks[head] * kLog2e - base) : 0.f;
-  for (int s = 0; s < SPLITS; ++s) denominator += mojo::exp2_approx(parts[s * rows + row] * kLog2e - base);
-  const float inv = denominator > 0.f ? 1.f / denominator : 0.f;
+  float total = 0.f;
+  for (int s = 0; s < SPLITS; ++s) total += mojo::exp2_approx(parts[s * rows + row] * kLog2e - base);
+  const Finish f = finish(base, total, P::sinks ? sinks[head] * kLog2e : mojo::neg_inf());
   for (int d = lane; d < D; d += 32) {
     float sum = 0.f;
     for (int s = 0; s < SPLITS; ++s)
       sum += workspace[(s * rows + row) * D + d] * mojo::exp2_approx(parts[s * rows + row] * kLog2e - base);
-    out[row * D + d] = mojo::from_float<T>(sum * inv);
+    out[row * D + d] = mojo::from_float<T>(sum * f.factor);
   }
-  if (P::lse && lane == 0) {
-    const long long token = row / heads;
-    lse[(long long)head * q_tokens + token] =
-        denominator > 0.f ? (base + mojo::log2_approx(denominator)) * kLn2 : mojo::neg_inf();
-  }
+  if (P::lse && lane == 0) lse[(long long)head * q_tokens + row / heads] = f.lse;
 }
 
 }  // namespace mojo_attention
 
-#define MOJO_ATTENTION_SIGNATURE(T)                                                                           \
-  (T * __restrict__ out, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,          \
-   const int* cu_q, const int* kv_info, const int* block_table, const float* __restrict__ sinks,              \
-   float* __restrict__ lse, float* __restrict__ workspace, long long q_stride, long long k_stride,             \
-   long long v_stride, int batch, int q_tokens, int kv_tokens, int heads, int kv_heads, int max_blocks,      \
-   int q_len, int chunk, float scale, float softcap, int window)
+// The sm_90a prefill; it uses Args, Work, find_work, visible and finish from above.
+#include "attention_sm90.cuh"
+
+// Every attention kernel takes these (the sm_90a one two TMA descriptors more).
+#define MOJO_ATTENTION_PARAMS(T)                                                                              \
+  T *__restrict__ out, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,            \
+      const int *cu_q, const int *kv_info, const int *block_table, const float *__restrict__ sinks,           \
+      float *__restrict__ lse, float *__restrict__ workspace, long long q_stride, long long k_stride,         \
+      long long v_stride, int batch, int q_tokens, int kv_tokens, int heads, int kv_heads, int max_blocks,   \
+      int q_len, int chunk, float scale, float softcap, int window
+#define MOJO_ATTENTION_ARGS(P) \
+  mojo_attention::Args { cu_q, kv_info, block_table, batch, q_tokens, kv_tokens, max_blocks, q_len, P::paged != 0 }
 
 #define MOJO_ATTENTION(NAME, P)                                                                                  \
-  extern "C" __global__ void __launch_bounds__(32 * P::wm * P::wn) NAME MOJO_ATTENTION_SIGNATURE(P::dtype) {    \
-    const mojo_attention::Args a{cu_q, kv_info, block_table, batch, q_tokens, kv_tokens, max_blocks, q_len,     \
-                                 P::paged != 0};                                                                 \
-    mojo_attention::run<P::dtype, P>(out, q, k, v, a, sinks, lse, workspace, q_stride, k_stride, v_stride, heads, \
-                                     kv_heads, chunk, scale, softcap, window);                                   \
+  extern "C" __global__ void __launch_bounds__(32 * P::wm * P::wn) NAME(MOJO_ATTENTION_PARAMS(P::dtype)) {      \
+    mojo_attention::run<P::dtype, P>(out, q, k, v, MOJO_ATTENTION_ARGS(P), sinks, lse, workspace, q_stride,      \
+                                     k_stride, v_stride, heads, kv_heads, chunk, scale, softcap, window);        \
   }
 #define MOJO_ATTENTION_MERGE(NAME, P)                                                                        \
-  extern "C" __global__ void __launch_bounds__(128) NAME MOJO_ATTENTION_SIGNATURE(P::dtype) {                \
+  extern "C" __global__ void __launch_bounds__(128) NAME(MOJO_ATTENTION_PARAMS(P::dtype)) {                  \
     mojo_attention::merge<P::dtype, P>(out, sinks, lse, workspace, q_tokens, heads);                         \
+  }
+// K and V through TMA: the descriptors are params 24 and 25.
+#define MOJO_ATTENTION_SM90(NAME, P)                                                                             \
+  extern "C" __global__ void __launch_bounds__(384, 1)                                                          \
+      NAME(MOJO_ATTENTION_PARAMS(P::dtype), const mojo::TensorMap, const mojo::TensorMap) {                     \
+    mojo_attention::run_sm90<P::dtype, P>(out, q, MOJO_ATTENTION_ARGS(P), sinks, lse, q_stride, heads, kv_heads, \
+                                          scale, softcap, window, MOJO_PARAM_ADDRESS(NAME, 24),                  \
+                                          MOJO_PARAM_ADDRESS(NAME, 25));                                         \
   }
 #define MOJO_KERNEL_sdpa(NAME, P) MOJO_ATTENTION(NAME, P)
 #define MOJO_KERNEL_paged_prefill_gqa(NAME, P) MOJO_ATTENTION(NAME, P)

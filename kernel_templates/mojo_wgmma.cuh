@@ -68,6 +68,7 @@ __device__ __forceinline__ void wgmma_fence() { cpu::api().wgmma_fence(); }
 __device__ __forceinline__ void wgmma_commit() { cpu::api().wgmma_commit(); }
 template <int N> __device__ __forceinline__ void wgmma_wait() { cpu::api().wgmma_wait(N); }
 __device__ __forceinline__ void wgmma_fence_operand(float&) {}
+__device__ __forceinline__ void fence_proxy_async() {}  // the emulated wgmma reads shared memory as it is
 template <class T, int N, int MN_MAJOR_A, int MN_MAJOR_B>
 __device__ __forceinline__ void wgmma(float (&d)[N / 2], unsigned long long a, unsigned long long b, int scale_d) {
   static_assert(N == 128 || N == 256, "wgmma tiles are 64 x 128 or 64 x 256");
@@ -132,6 +133,11 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N> __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
+// Makes this thread's ordinary stores to shared memory visible to the async
+// proxy (wgmma, TMA) that reads them next: a tile a kernel writes itself (a
+// softmax's P) before an MMA reads it, after a barrier among the writers.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
 // Keeps the compiler from moving reads or writes of an accumulator across
 // the asynchronous MMAs that own it.
 __device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }

@@ -144,7 +144,7 @@ class KernelArgs {
 
  private:
   [[noreturn]] static void overflow();
-  static constexpr int kMaxArgs = 24;
+  static constexpr int kMaxArgs = 32;
   alignas(64) unsigned char storage_[512];  // room for two TMA descriptors (128 bytes each)
   std::array<void*, kMaxArgs> pointers_{};
   std::array<std::uint8_t, kMaxArgs> sizes_{}, alignments_{};  // size - 1: a TMA descriptor is 128

@@ -124,14 +124,15 @@ class AttentionOp final : public OpDef {
     return {partial, merge};
   }
   std::string entry_macro(const Params& p) const override {
-    return is_merge(p) ? "MOJO_ATTENTION_MERGE" : OpDef::entry_macro(p);
+    if (is_merge(p)) return "MOJO_ATTENTION_MERGE";
+    return p.get("wgmma") ? "MOJO_ATTENTION_SM90" : OpDef::entry_macro(p);
   }
   std::size_t workspace_bytes(const Params& p, TensorList t) const override {
     const std::int64_t splits = p.get("splits"), rows = t[1].spec.dim(0) * t[1].spec.dim(1);
     return splits > 1 ? std::size_t(splits * rows * (p.get("head_dim") + 1)) * sizeof(float) : 0;
   }
 
-  Params derive_params(TensorList t, ScalarList scalars, const Target&) const override {
+  Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
     const Shape s = shape(t);
     const double window = scalar(scalars, "window"), softcap = scalar(scalars, "softcap");
     const double causal = kind_ == Kind::sdpa ? scalar(scalars, "causal") : 1.0;
@@ -149,8 +150,12 @@ class AttentionOp final : public OpDef {
     p.add("head_dim", s.head_dim);
     p.add("group", s.heads / s.kv_heads);
     const std::int64_t dp = padded(s.head_dim);
-    std::int64_t wm = 4, wn = 1, bn = dp <= 128 ? 64 : 32, splits = 1;
-    if (kind_ == Kind::paged_decode) {
+    std::int64_t wm = 4, wn = 1, bn = dp <= 128 ? 64 : 32, splits = 1, stages = 2;
+    const bool wgmma = sm90_path(s, target);
+    if (wgmma) {
+      wm = 8;  // two consumer warpgroups of 64 rows
+      bn = 128;
+    } else if (kind_ == Kind::paged_decode) {
       // Few query rows per sequence (q_len x group): one to four warps along them, the rest split the keys;
       // key tiles small enough that the rings stay within 64 KB.
       const std::int64_t rows = s.q_len * (s.heads / s.kv_heads);
@@ -163,7 +168,7 @@ class AttentionOp final : public OpDef {
     p.add("wm", wm);
     p.add("wn", wn);
     p.add("bn", bn);
-    p.add("stages", 2);
+    p.add("stages", stages);
     p.add("causal", std::int64_t(causal));
     p.add("window", window >= 0 ? 1 : 0);
     p.add("softcap", softcap > 0 ? 1 : 0);
@@ -172,6 +177,7 @@ class AttentionOp final : public OpDef {
     p.add("paged", kind_ == Kind::sdpa ? 0 : 1);
     p.add("page", s.page);
     p.add("splits", splits);
+    p.add("wgmma", wgmma ? 1 : 0);
     return p;
   }
 
@@ -188,7 +194,7 @@ class AttentionOp final : public OpDef {
     if (kind_ == Kind::paged_decode) tiles = s.batch * ((s.q_len * group + bm - 1) / bm);
     else if (s.batch > 1 || present(t, slots_.cu_q)) tiles += s.batch;  // each sequence may end in a part tile
     g.grid = {unsigned(tiles), unsigned(s.kv_heads), unsigned(p.get("splits"))};
-    g.block.x = unsigned(32 * p.get("wm") * p.get("wn"));
+    g.block.x = p.get("wgmma") ? 384 : unsigned(32 * p.get("wm") * p.get("wn"));
     g.dynamic_smem = max_dynamic_smem(p);
     return g;
   }
@@ -196,6 +202,10 @@ class AttentionOp final : public OpDef {
   // attention.cu's smem_bytes(): the Q tile and the K/V rings, or after the loop the f32 O tile and row stats.
   unsigned max_dynamic_smem(const Params& p) const override {
     if (is_merge(p)) return 0;
+    if (p.get("wgmma")) {  // attention_sm90.cuh: alignment slack, Q, the K/V ring, P, barriers
+      const std::int64_t d = p.get("head_dim"), bn = p.get("bn"), stages = p.get("stages");
+      return unsigned(1024 + 128 * d * 2 + stages * 2 * bn * d * 2 + 2 * 64 * bn * 2 + 16 * stages);
+    }
     const std::int64_t bm = 16 * p.get("wm"), dp = padded(p.get("head_dim")), wn = p.get("wn");
     const std::int64_t loop = bm * dp * 2 + wn * p.get("stages") * 2 * p.get("bn") * dp * 2;
     const std::int64_t merge = bm * dp * 4 + 4 * wn * bm * 4;
@@ -238,6 +248,16 @@ class AttentionOp final : public OpDef {
     args.push(float(scale != 0 ? scale : 1.0 / std::sqrt(double(s.head_dim))));
     args.push(float(scalar(scalars, "softcap")));
     args.push(int(std::max(scalar(scalars, "window"), -1.0)));
+    if (p.get("wgmma")) {
+      // K and V as (head_dim, rows, kv_heads) for TMA: packed tokens in boxes of a key tile, or the cache's
+      // slots in boxes of one block.
+      const std::int64_t rows = kind_ == Kind::sdpa ? s.kv_tokens : s.kv_tokens * s.page;
+      const std::int64_t row_stride = kind_ == Kind::sdpa ? s.k_stride : s.kv_heads * s.head_dim;
+      const unsigned box = unsigned(kind_ == Kind::sdpa ? p.get("bn") : s.page);
+      args.push(tile_tensor_map(t[2].data, s.dtype, s.head_dim, rows, s.kv_heads, row_stride, s.head_dim, 64, box));
+      const std::int64_t v_stride = kind_ == Kind::sdpa ? s.v_stride : row_stride;
+      args.push(tile_tensor_map(t[3].data, s.dtype, s.head_dim, rows, s.kv_heads, v_stride, s.head_dim, 64, box));
+    }
   }
 
   // Debug checks: the lengths agree with each other and the tensors, block table entries are pages.
@@ -502,6 +522,12 @@ class AttentionOp final : public OpDef {
     if (splits == 1) return INT32_MAX / 2;
     const std::int64_t keys = (s.max_blocks * s.page + splits - 1) / splits;
     return (keys + bn - 1) / bn * bn;
+  }
+
+  // The sm_90a prefill (attention_sm90.cuh): TMA and wgmma for head_dim 128, K/V tiles of whole cache blocks.
+  bool sm90_path(const Shape& s, const Target& target) const {
+    if (kind_ == Kind::paged_decode || !target.arch_specific || target.sm < 90 || s.head_dim != 128) return false;
+    return kind_ == Kind::sdpa || (s.page >= 8 && s.page <= 128 && 128 % s.page == 0);
   }
 
   // cu_seqlens values read back: starts at 0, never decreases, ends at `total`; the lengths.

@@ -15,7 +15,7 @@ using test::GpuTensor;
 TEST(AttentionOp, PrefillPacksTheGroupIntoRowsAndDecodeSplitsTheKeys) {
   EXPECT_EQ(params("sdpa", DType::bf16, "q=4096x32x128 k=4096x8x128").str(),
             "dtype=bf16 head_dim=128 group=4 wm=4 wn=1 bn=64 stages=2 causal=1 window=0 softcap=0 sinks=0 lse=0 "
-            "paged=0 page=0 splits=1");
+            "paged=0 page=0 splits=1 wgmma=0");
   // Batch 32 x 8 KV heads is 256 blocks: split each 8k context in two, a partial pass and a merge.
   const OpDef& decode = find_op("paged_decode_gqa");
   const auto t = example(decode, DType::bf16, "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512");
@@ -35,6 +35,75 @@ TEST(AttentionOp, PrefillPacksTheGroupIntoRowsAndDecodeSplitsTheKeys) {
   EXPECT_EQ(decode.plan(one).size(), 1u);
   EXPECT_EQ(decode.workspace_bytes(one, big), 0u);
 }
+
+// The sm_90a prefill (TMA + wgmma) for head_dim 128 on sm_90a, its K/V tiles whole cache blocks; the sm_80
+// path everywhere else.
+TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
+  auto path = [](const char* op, const char* shapes, const char* arch) {
+    const OpDef& def = find_op(op);
+    return def.specialize(example(def, DType::bf16, shapes), {}, Target::parse(arch)).get("wgmma");
+  };
+  EXPECT_EQ(path("sdpa", "q=4096x32x128 k=4096x8x128", "sm_90a"), 1);
+  EXPECT_EQ(path("sdpa", "q=4096x32x128 k=4096x8x128", "sm_90"), 0) << "wgmma needs the arch-specific target";
+  EXPECT_EQ(path("sdpa", "q=4096x32x64 k=4096x8x64", "sm_90a"), 0) << "head_dim 128 only";
+  const char* paged = "q=512x32x128 k_cache=1024x16x8x128 cu_seqlens_q=3 block_tables=2x64";
+  EXPECT_EQ(path("paged_prefill_gqa", paged, "sm_90a"), 1);
+  EXPECT_EQ(path("paged_prefill_gqa", "q=512x32x128 k_cache=1024x12x8x128 cu_seqlens_q=3 block_tables=2x64", "sm_90a"),
+            0)
+      << "blocks of 12 tokens do not tile 128 keys";
+  EXPECT_EQ(path("paged_decode_gqa", "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512", "sm_90a"), 0);
+  const OpDef& sdpa = find_op("sdpa");
+  const auto t = example(sdpa, DType::bf16, "q=4096x32x128 k=4096x8x128");
+  const Params p = sdpa.specialize(t, {}, Target::parse("sm_90a"));
+  EXPECT_EQ(sdpa.entry_macro(p), "MOJO_ATTENTION_SM90");
+  EXPECT_EQ(sdpa.geometry(p, t).block.x, 384u);
+  EXPECT_EQ(sdpa.geometry(p, t).grid.x, 4096u * 4 / 128);
+}
+
+// Through each compiler to a cubin: no local memory; HGMMA and TMA loads on the sm_90a path, HMMA on the
+// sm_80 one, when nvdisasm is at hand.
+struct AttentionCompiles : ::testing::TestWithParam<std::string> {};
+TEST_P(AttentionCompiles, HopperPrefillIsHgmmaWithoutLocalMemory) {
+  RuntimeOptions o;
+  o.disk_cache = false;
+  o.compiler = GetParam();
+  Runtime rt(o);
+  test::TempDir dir;
+  const std::string nvdisasm = test::find_nvdisasm();
+  struct Case {
+    const char* op;
+    const char* shapes;
+    const char* arch;
+    int wgmma;
+  };
+  const Case cases[] = {{"sdpa", "q=4096x32x128 k=4096x8x128 lse=32x4096", "sm_90a", 1},
+                        {"paged_prefill_gqa", "q=512x32x128 k_cache=1024x16x8x128 cu_seqlens_q=3 block_tables=2x64",
+                         "sm_90a", 1},
+                        {"sdpa", "q=4096x32x128 k=4096x8x128", "sm_80", 0},
+                        {"paged_decode_gqa", "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512", "sm_90a", 0}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("{} {} {}", c.op, c.shapes, c.arch));
+    const OpDef& op = find_op(c.op);
+    const auto t = example(op, DType::bf16, c.shapes);
+    const Target target = Target::parse(c.arch);
+    ASSERT_EQ(op.specialize(t, {}, target).get("wgmma"), c.wgmma);
+    const Artifact cubin = rt.compile(c.op, t, {}, target, Emit::cubin);
+    EXPECT_EQ(cubin.resources.stack_bytes, 0u) << "no spills";
+    if (nvdisasm.empty()) continue;
+    test::write_file(dir.path() / "k.cubin", *cubin.binary);
+    auto r = test::run_command(nvdisasm + " -c " + (dir.path() / "k.cubin").string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.find("HGMMA.64x128x16.F32.BF16") != std::string::npos, c.wgmma == 1) << "HGMMA in SASS";
+    EXPECT_EQ(r.output.find("UTMALDG") != std::string::npos, c.wgmma == 1) << "TMA loads in SASS";
+    EXPECT_EQ(r.output.find("HMMA.16816") != std::string::npos, c.wgmma == 0) << "HMMA in SASS";
+    EXPECT_EQ(r.output.find("LDL"), std::string::npos);
+    EXPECT_EQ(r.output.find("STL"), std::string::npos);
+  }
+  if (nvdisasm.empty())
+    GTEST_SKIP() << "compiled and checked for spills; no nvdisasm to read the SASS (tools/setup.sh installs one)";
+}
+INSTANTIATE_TEST_SUITE_P(Compilers, AttentionCompiles, ::testing::ValuesIn(test::compilers()),
+                         [](const auto& info) { return test::compiler_test_name(info.param); });
 
 TEST(AttentionOp, BadShapesGetOneLineErrors) {
   EXPECT_EQ(error_of<ShapeError>([] { params("sdpa", DType::bf16, "q=16x32x80 k=16x8x80"); }),
@@ -65,11 +134,23 @@ TEST(AttentionOp, BadShapesGetOneLineErrors) {
 // ---- on the device ----------------------------------------------------------------
 
 struct AttentionGpu : GpuOps {
+  // A Runtime that takes the sm_90a path: rt on a Hopper GPU, the CPU device emulating sm_90a where there is no
+  // GPU; null on other GPUs.
+  Runtime* hopper() {
+    if (!rt->device().is_cpu()) return rt->device().target() == Target::parse("sm_90a") ? rt.get() : nullptr;
+    if (!hopper_rt) {
+      RuntimeOptions o = options();
+      o.device = "cpu:sm_90a";
+      hopper_rt = std::make_unique<Runtime>(o);
+    }
+    return hopper_rt.get();
+  }
+  std::unique_ptr<Runtime> hopper_rt;
   void expect_pass(const char* op_name, DType dtype, const std::string& shapes, ScalarList scalars = {},
-                   std::uint32_t seed = 3) {
+                   std::uint32_t seed = 3, Runtime* on = nullptr) {
     const OpDef& op = find_op(op_name);
     const std::vector<TensorSpec> specs = op.specs_from_shapes(dtype, parse_shapes(op, shapes));
-    const CheckReport r = check_op(*rt, op_name, specs, scalars, seed);
+    const CheckReport r = check_op(on ? *on : *rt, op_name, specs, scalars, seed);
     ASSERT_FALSE(r.outputs.empty());
     for (const auto& out : r.outputs)
       EXPECT_EQ(out.wrong, 0u) << fmt::format("{} {} {}: {} of {} elements of {} outside rtol {} atol {} (max abs {})",
@@ -114,6 +195,22 @@ TEST_P(AttentionGpu, PagedDecodeSplitsTheKeysAndMerges) {
   expect_pass("paged_decode_gqa", DType::f16, "q=12x8x64 k_cache=128x16x1x64 block_tables=3x40", {{"window", 100}});
   expect_pass("paged_decode_gqa", DType::bf16, "q=8x4x256 k_cache=64x16x4x256 block_tables=2x16 lse=4x8");
   expect_pass("paged_decode_gqa", DType::bf16, "q=1x8x64 k_cache=300x16x1x64 block_tables=1x257");  // up to 4112 keys
+}
+
+// The sm_90a prefill (TMA, wgmma, warp-specialised) with every feature: several key tiles, GQA 1/4/8, varlen
+// with an empty sequence, window, soft-cap, sinks and lse, paged blocks of 16 and 32 tokens out of order.
+TEST_P(AttentionGpu, HopperPrefillMatchesTheReference) {
+  Runtime* h = hopper();
+  if (h == nullptr) GTEST_SKIP() << "the sm_90a path needs a Hopper GPU (or no GPU: the CPU device emulates one)";
+  expect_pass("sdpa", DType::bf16, "q=300x8x128 k=300x1x128", {}, 3, h);
+  expect_pass("sdpa", DType::f16, "q=300x4x128 k=300x4x128 cu_seqlens_q=4 sinks=4 lse=4x300",
+              {{"window", 150}, {"softcap", 30.0}}, 3, h);
+  expect_pass("sdpa", DType::bf16, "q=100x8x128 k=400x1x128 cu_seqlens_q=3 cu_seqlens_k=3 lse=8x100",
+              {{"causal", 0}}, 3, h);
+  expect_pass("paged_prefill_gqa", DType::bf16,
+              "q=200x8x128 k_cache=128x16x2x128 cu_seqlens_q=4 block_tables=3x30 lse=8x200", {}, 3, h);
+  expect_pass("paged_prefill_gqa", DType::f16, "q=150x8x128 k_cache=64x32x1x128 cu_seqlens_q=3 block_tables=2x12 sinks=8",
+              {{"window", 40}}, 3, h);
 }
 
 // The debug checks read the lengths and tables back and name the bad value.

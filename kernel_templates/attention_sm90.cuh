@@ -1,0 +1,237 @@
+// Attention prefill, the sm_90a path (Hopper), FlashAttention-3 style:
+// included by attention.cu for head_dim 128 (sdpa and paged_prefill_gqa; the
+// paged cache's blocks of 16 to 128 tokens), param wgmma = 1.
+//
+// A block takes 128 packed query rows (two consumer warpgroups of 64) of one
+// KV head. Warpgroup 0 is the producer: one thread streams the K and V tiles
+// (128 keys x 128) with TMA into a STAGES-deep ring of 128-byte-swizzled
+// shared memory (64-column boxes; a paged tile is one box per cache block),
+// each stage guarded by a "full" mbarrier (its bytes landed) and an "empty"
+// one (both consumers are done with it). Each consumer computes S = Q K^T with
+// wgmma from shared memory (its Q tile, which it loads itself), applies the
+// masks and the online softmax in registers, writes P (16-bit) to its own
+// swizzled tile, and accumulates O += P V with wgmma (V read MN-major). The
+// two consumers interleave on the tensor cores: one's softmax runs under the
+// other's matmuls. The producer gives up registers to the consumers.
+//
+// Kernel args: attention.cu's, then the TMA descriptors of k and v as 3-D
+// tensors (head_dim, rows, kv_heads): rows are the packed tokens (boxes of
+// 64 x 128 x 1) or the cache's slots (boxes of 64 x block_size x 1).
+// Geometry: 384 threads; grid as the sm_80 path's with 128-row tiles; dynamic
+// shared memory: 1024 (alignment) + Q 32 KB + STAGES x 64 KB + P 32 KB + barriers.
+#pragma once
+
+#include "mojo_wgmma.cuh"
+
+namespace mojo_attention {
+
+// Byte offset of element (row, col) of a K-major tile of ROWS rows as TMA
+// writes it with 128-byte swizzling and wgmma_descriptor reads it: 64-column
+// sub-tiles (128-byte rows) ROWS * 128 bytes apart; in each 1024-byte atom of
+// 8 rows, 16-byte chunk c of row r sits at chunk c ^ (r % 8).
+template <int ROWS> __device__ __forceinline__ unsigned swizzled(int row, int col) {
+  const unsigned byte = unsigned(col % 64) * 2;
+  return unsigned(col / 64) * ROWS * 128 + unsigned(row) * 128 + (((byte >> 4) ^ unsigned(row % 8)) << 4) + byte % 16;
+}
+
+template <class T, class P>
+__device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restrict__ q, const Args& a,
+                                         const float* __restrict__ sinks, float* __restrict__ lse, long long q_stride,
+                                         int heads, int kv_heads, float scale, float softcap, int window,
+                                         const mojo::TensorMap* k_map, const mojo::TensorMap* v_map) {
+  constexpr int D = P::head_dim, G = P::group, BM = 128, BN = 128, STAGES = P::stages;
+  constexpr int BOX = P::paged ? P::page : BN;  // key rows per TMA box
+  static_assert(D == 128 && 16 * P::wm == BM && P::bn == BN, "the sm_90a path: head_dim 128, 128 x 128 tiles");
+  static_assert(BN % BOX == 0 && BOX % 8 == 0, "whole cache blocks of 8 to 128 tokens per key tile");
+  static_assert(sizeof(T) == 2, "wgmma here takes f16 or bf16");
+  constexpr unsigned Q_BYTES = 64 * D * 2, KV_BYTES = BN * D * 2, P_BYTES = 64 * BN * 2;
+  MOJO_DYNAMIC_SMEM(smem);
+  // 128-byte swizzling repeats every 1024 bytes: the tiles start on such a boundary.
+  const unsigned base = (mojo::smem_address(smem) + 1023u) & ~1023u;
+  unsigned char* const base_ptr = smem + (base - mojo::smem_address(smem));
+  const unsigned ring = base + 2 * Q_BYTES, p_tiles = ring + STAGES * 2 * KV_BYTES;
+  const unsigned full = p_tiles + 2 * P_BYTES, empty = full + 8 * STAGES;
+  const int tid = (int)mojo::thread_x(), warpgroup = tid / 128;
+  const int kv_head = (int)mojo::block_y();
+
+  Work w;
+  if (!find_work<BM, BN, G, P::causal != 0, P::window != 0>(a, 0, 0x3fffffff, window, w)) return;
+  if (tid == 0) {
+    mojo::tma_prefetch_descriptor(k_map);
+    mojo::tma_prefetch_descriptor(v_map);
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mojo::mbarrier_init(full + 8 * s, 1);
+      mojo::mbarrier_init(empty + 8 * s, 2 * 128);
+    }
+    mojo::fence_barrier_init();
+  }
+  mojo::sync_block();
+
+  if (warpgroup == 0) {
+    mojo::setmaxnreg_dec<40>();
+    if (tid != 0) return;
+    for (int it = 0; it < w.kv_tiles; ++it) {
+      const int stage = it % STAGES;
+      mojo::mbarrier_wait(empty + 8 * stage, ((it / STAGES) & 1) ^ 1);  // both consumers released it
+      const unsigned k_dst = ring + stage * 2 * KV_BYTES, v_dst = k_dst + KV_BYTES, bar = full + 8 * stage;
+      mojo::mbarrier_arrive_expect_tx(bar, 2 * KV_BYTES);  // whole boxes, zeros past the edges
+      const int k0 = w.tile_begin + it * BN;
+#pragma unroll
+      for (int box = 0; box < BN / BOX; ++box) {
+        int row = w.sq.kv_start + k0 + box * BOX;
+        if constexpr (P::paged != 0) {
+          // A block past the table or not in the cache: a box past the cache's end, which reads zeros.
+          const int index = (k0 + box * BOX) / BOX;
+          const int page = index < a.max_blocks ? a.block_table[(long long)w.seq * a.max_blocks + index] : -1;
+          row = (page >= 0 && page < a.kv_tokens ? page : a.kv_tokens) * BOX;
+        }
+#pragma unroll
+        for (int sub = 0; sub < D / 64; ++sub) {
+          const unsigned at = sub * BN * 128 + box * BOX * 128;
+          mojo::tma_load_3d(k_dst + at, k_map, bar, sub * 64, row, kv_head);
+          mojo::tma_load_3d(v_dst + at, v_map, bar, sub * 64, row, kv_head);
+        }
+      }
+    }
+    return;
+  }
+
+  mojo::setmaxnreg_inc<232>();
+  const int consumer = warpgroup - 1, ctid = tid % 128, lane = tid % 32, warp = ctid / 32;
+  const unsigned q_tile = base + consumer * Q_BYTES, p_tile = p_tiles + consumer * P_BYTES;
+  unsigned char* const q_ptr = base_ptr + consumer * Q_BYTES;
+  unsigned char* const p_ptr = base_ptr + (p_tile - base);
+  const int first_row = w.row0 + consumer * 64;  // of this consumer's 64
+
+  // Q: this consumer's rows into its swizzled tile, zeros past the sequence.
+  for (int c = ctid; c < 64 * D / 8; c += 128) {
+    const int r = c / (D / 8), col = (c % (D / 8)) * 8, gr = first_row + r, token = gr / G;
+    mojo::Pack<T, 8> v;
+    if (token < w.sq.q_count && w.sq.q_start + token < a.q_tokens)
+      v = mojo::load<T, 8>(q + (long long)(w.sq.q_start + token) * q_stride + (kv_head * G + gr % G) * D + col);
+    else
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v.v[i] = mojo::from_float<T>(0.f);
+    mojo::store<T, 8>(reinterpret_cast<T*>(q_ptr + swizzled<64>(r, col)), v);
+  }
+  mojo::fence_proxy_async();
+  mojo::sync_warps(1 + consumer, 128);
+
+  const float kLog2e = 1.4426950408889634f;
+  const float score_scale = P::softcap ? scale / softcap : scale * kLog2e, cap_log2 = softcap * kLog2e;
+  // Each thread's two rows are r and r + 8 of its warp's 16: row_in(h).
+  auto row_in = [&](int h) { return warp * 16 + lane / 4 + h * 8; };
+  float o[D / 2], s[BN / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  float m[2] = {mojo::neg_inf(), mojo::neg_inf()}, l[2] = {0.f, 0.f};
+
+  for (int it = 0; it < w.kv_tiles; ++it) {
+    const int stage = it % STAGES;
+    mojo::mbarrier_wait(full + 8 * stage, (it / STAGES) & 1);
+    const unsigned k_tile = ring + stage * 2 * KV_BYTES, v_tile = k_tile + KV_BYTES;
+    const int k0 = w.tile_begin + it * BN;
+
+    // S = Q K^T: k steps of 16 are 32 bytes along a row, the second 64 columns a sub-tile further.
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) mojo::wgmma_fence_operand(s[i]);
+    mojo::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const unsigned long long qd = mojo::wgmma_descriptor(q_tile + (kk / 4) * 64 * 128 + (kk % 4) * 32);
+      const unsigned long long kd = mojo::wgmma_descriptor(k_tile + (kk / 4) * BN * 128 + (kk % 4) * 32);
+      mojo::wgmma<T, BN, 0, 0>(s, qd, kd, kk > 0);
+    }
+    mojo::wgmma_commit();
+    mojo::wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) mojo::wgmma_fence_operand(s[i]);
+
+    // Scale (and cap) into log2 units, mask, online softmax; element 4j + e is at row_of[e / 2],
+    // column 8j + 2 (lane % 4) + e % 2.
+    float tile_max[2] = {mojo::neg_inf(), mojo::neg_inf()};
+    const int pos[2] = {w.offset + (first_row + row_in(0)) / G, w.offset + (first_row + row_in(1)) / G};
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) {
+      const int h = (i % 4) / 2, key = k0 + (i / 4) * 8 + 2 * (lane % 4) + i % 2;
+      const float x = P::softcap ? cap_log2 * tanh_f(s[i] * score_scale) : s[i] * score_scale;
+      s[i] = visible<P::causal != 0, P::window != 0>(key, pos[h], w, window) ? x : mojo::neg_inf();
+      tile_max[h] = mojo::max_f(tile_max[h], s[i]);
+    }
+    float correction[2], row_base[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = mojo::max_f(tile_max[h], mojo::shfl_xor(tile_max[h], 1));
+      tile_max[h] = mojo::max_f(tile_max[h], mojo::shfl_xor(tile_max[h], 2));
+      const float m_new = mojo::max_f(m[h], tile_max[h]);
+      row_base[h] = m_new == mojo::neg_inf() ? 0.f : m_new;
+      correction[h] = mojo::exp2_approx(m[h] - row_base[h]);
+      m[h] = m_new;
+      l[h] *= correction[h];
+    }
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) {
+      s[i] = mojo::exp2_approx(s[i] - row_base[(i % 4) / 2]);
+      l[(i % 4) / 2] += s[i];
+    }
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] *= correction[(i % 4) / 2];
+
+    // P to shared memory for the second MMA, once the previous one stopped reading it (waited below). Under
+    // clang its addresses are computed here: hoisted out of the loop (as clang does), 32 of them would stay
+    // live and spill the accumulators (NVRTC keeps them in the loop, and spills with the barrier instead).
+    int here = lane;
+#if !defined(MOJO_NVIDIA_FRONT_END)
+    asm volatile("" : "+r"(here));
+#endif
+#pragma unroll
+    for (int i = 0; i < BN / 2; i += 2) {
+      const int col = (i / 4) * 8 + 2 * (here % 4), row = warp * 16 + here / 4 + ((i % 4) / 2) * 8;
+      *reinterpret_cast<unsigned*>(p_ptr + swizzled<64>(row, col)) = pack_pair<T>(s[i], s[i + 1]);
+    }
+    mojo::fence_proxy_async();
+    mojo::sync_warps(1 + consumer, 128);
+
+    // O += P V: P K-major (keys along its rows), V MN-major (head_dim along its rows; its two 64-column
+    // sub-tiles BN * 128 bytes apart); a k step of 16 keys is 32 bytes of P's rows and 16 rows of V.
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) mojo::wgmma_fence_operand(o[i]);
+    mojo::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const unsigned long long pd = mojo::wgmma_descriptor(p_tile + (kk / 4) * 64 * 128 + (kk % 4) * 32);
+      const unsigned long long vd = mojo::wgmma_descriptor(v_tile + kk * 2048, BN * 128);
+      mojo::wgmma<T, D, 0, 1>(o, pd, vd, 1);
+    }
+    mojo::wgmma_commit();
+    mojo::wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) mojo::wgmma_fence_operand(o[i]);
+    mojo::mbarrier_arrive(empty + 8 * stage);
+    mojo::sync_warps(1 + consumer, 128);  // every warp's MMAs read P: it may be written again
+  }
+
+  // Normalise and store: each thread's pairs of columns, with the sink; lse per row.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += mojo::shfl_xor(l[h], 1);
+    l[h] += mojo::shfl_xor(l[h], 2);
+    const int gr = first_row + row_in(h), token = gr / G, head = kv_head * G + gr % G;
+    if (token >= w.sq.q_count || w.sq.q_start + token >= a.q_tokens) continue;
+    const float base_h = m[h] == mojo::neg_inf() ? 0.f : m[h];
+    const Finish f = finish(base_h, l[h], P::sinks ? sinks[head] * kLog2e : mojo::neg_inf());
+    T* const row = out + ((long long)(w.sq.q_start + token) * heads + head) * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      const int col = j * 8 + 2 * (lane % 4);
+      mojo::Pack<T, 2> pair;
+      pair.v[0] = mojo::from_float<T>(o[4 * j + 2 * h] * f.factor);
+      pair.v[1] = mojo::from_float<T>(o[4 * j + 2 * h + 1] * f.factor);
+      mojo::store<T, 2>(row + col, pair);
+    }
+    if (P::lse && lane % 4 == 0) lse[(long long)head * a.q_tokens + w.sq.q_start + token] = f.lse;
+  }
+}
+
+}  // namespace mojo_attention
