@@ -114,6 +114,19 @@ def case(op, s, dt, activation=0, trans_b=0):
             return (lambda g: (rand(s["x"], dt, g), rand(s["weight"], dt, g), rand((n,), dt, g)),
                     lambda x, w, b: act(F.linear(x, w, b)))
         return lambda g: (rand(s["x"], dt, g), rand(s["weight"], dt, g)), lambda x, w: act(F.linear(x, w))
+    if op in ("sdpa", "paged_prefill_gqa", "paged_decode_gqa"):
+        # torch's SDPA (cuDNN / FlashAttention on an H100) with GQA, over contiguous K/V of the same lengths:
+        # PyTorch has no paged attention, so the paged rows compare with the dense computation.
+        tokens, heads, d = s["q"]
+        kv_heads = s["k" if op == "sdpa" else "k_cache"][-2]
+        if op == "paged_decode_gqa":
+            batch, blocks = s["block_tables"]
+            q_len, context = tokens // batch, blocks * s["k_cache"][1]
+            shape_q, shape_kv, causal = (batch, heads, q_len, d), (batch, kv_heads, context, d), False
+        else:
+            shape_q, shape_kv, causal = (1, heads, tokens, d), (1, kv_heads, tokens, d), True
+        return (lambda g: (rand(shape_q, dt, g), rand(shape_kv, dt, g), rand(shape_kv, dt, g)),
+                lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True))
     raise KeyError(op)
 
 
