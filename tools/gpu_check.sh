@@ -35,10 +35,10 @@ else
   failed+=(memcheck)
 fi
 
-echo "== compute-sanitizer racecheck on one shape per gemm path"
+echo "== compute-sanitizer racecheck on one shape per gemm path and the attention kernels"
 if command -v compute-sanitizer >/dev/null; then
   compute-sanitizer --tool racecheck --error-exitcode 1 "$build/tests/mojo_tests" \
-    --gtest_filter='*GpuGemm.HopperPathOneShape/Nvrtc:*GpuGemm.LinearResidualMayBeTheOutputItself/Nvrtc' \
+    --gtest_filter='*GpuGemm.HopperPathOneShape/Nvrtc:*GpuGemm.LinearResidualMayBeTheOutputItself/Nvrtc:*AttentionGpu.HopperPrefillMatchesTheReference/Nvrtc:*AttentionGpu.PagedDecodeSplitsTheKeysAndMerges/Nvrtc' \
     >"$out/racecheck.txt" 2>&1 || failed+=(racecheck)
   grep -E "RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED" "$out/racecheck.txt" | tail -n 3
 fi
