@@ -167,7 +167,8 @@ TEST_P(AttentionGpu, SdpaMatchesTheReferenceForEveryHeadDimAndGroup) {
       SCOPED_TRACE(fmt::format("{} D {} {}/{}", dtype_name(d), head_dim, heads, kv_heads));
       expect_pass("sdpa", d, fmt::format("q=17x{}x{} k=17x{}x{}", heads, head_dim, kv_heads, head_dim));
     }
-  expect_pass("sdpa", DType::bf16, "q=1x4x64 k=1x4x64");  // one token
+  expect_pass("sdpa", DType::bf16, "q=1x4x64 k=1x4x64");     // one token
+  expect_pass("sdpa", DType::bf16, "q=3x4x64 k=4097x1x64");  // 3 new queries after 4094 keys
   expect_pass("sdpa", DType::bf16, "q=70x4x64 k=70x1x64", {{"causal", 0}});
 }
 
@@ -213,6 +214,24 @@ TEST_P(AttentionGpu, HopperPrefillMatchesTheReference) {
               {{"window", 40}}, 3, h);
 }
 
+// A plan's kernels are one module: compile() and compile_all() build both steps of a split decode.
+TEST(AttentionOp, CompilingAPlanCompilesEveryKernelOfIt) {
+  RuntimeOptions o;
+  o.disk_cache = false;
+  Runtime rt(o);
+  const OpDef& op = find_op("paged_decode_gqa");
+  const char* shapes = "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512";
+  const Artifact a = rt.compile(op.name(), example(op, DType::bf16, shapes), {}, kSm90, Emit::ptx);
+  ASSERT_EQ(a.kernels.size(), 2u);
+  EXPECT_EQ(a.kernel_name, a.kernels[0]);
+  EXPECT_EQ(a.workspace_bytes, 2u * 32 * 32 * 129 * 4);
+  for (const std::string& k : a.kernels) EXPECT_NE(a.binary->find(".entry " + k), std::string::npos) << k;
+  PrewarmItem item{std::string(op.name()), example(op, DType::bf16, shapes), {}, kSm90, "decode"};
+  const std::vector<Bundle> bundles = rt.compile_all({item}, Emit::ptx);
+  ASSERT_EQ(bundles.size(), 1u);
+  EXPECT_EQ(bundles[0].kernels, a.kernels);
+}
+
 // The debug checks read the lengths and tables back and name the bad value.
 TEST_P(AttentionGpu, DebugChecksNameABadBlockTableEntryOrLength) {
   RuntimeOptions o = options();
@@ -231,6 +250,13 @@ TEST_P(AttentionGpu, DebugChecksNameABadBlockTableEntryOrLength) {
   EXPECT_EQ(error_of<InvalidArgumentError>(
                 [&] { checked.launch("paged_decode_gqa", {out, qd, kc, vc, tables, long_context, none, none}); }),
             "paged_decode_gqa: context_lens[1] = 40; expected 1 (its new tokens) to 32 (max_blocks x block_size)");
+  // Cumulative lengths that end short of the tokens given.
+  const TensorSpec sq(DType::bf16, {6, 4, 64}), sk(DType::bf16, {6, 1, 64}), cu(DType::i32, {3});
+  GpuTensor so(sq), sqd(sq, random_tensor(DType::bf16, sq.numel(), 4)), skd(sk, random_tensor(DType::bf16, sk.numel(), 5)),
+      cus(cu, test::index_bytes(DType::i32, {0, 2, 5}));
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] { checked.launch("sdpa", {so, sqd, skd, skd, cus, none, none, none}); }),
+            "sdpa: cu_seqlens_q[2] = 5; cumulative lengths start at 0, never decrease and end at 6 (the tensor's "
+            "tokens)");
 }
 
 // A split decode is two kernels and a workspace: after its first launch a CUDA graph captures both, and
