@@ -4,12 +4,14 @@
 // primitives behave as the PTX ISA says (conversions bit-exact, scheduling
 // orders reproducible). Runs everywhere: no GPU is involved.
 #include <fmt/format.h>
+#include <cstring>
 #include <gtest/gtest.h>
 
 #include "device/cpu/executor.hpp"
 #include "gpu_util.hpp"
 #include "mojo/error.hpp"
 #include "mojo/templates.hpp"
+#include "runtime/workspace.hpp"
 
 using namespace mojo;
 using test::GpuTensor;
@@ -437,3 +439,26 @@ TEST(CpuDevice, GraphsReplayWhatTheStreamRecorded) {
 }
 
 }  // namespace
+
+namespace mojo {
+namespace {
+
+// A plan's scratch memory: one buffer per stream, the same pointer while it is large enough; growing keeps
+// the outgrown buffer alive (a captured graph or queued work may still use it: under ASan, writing it after
+// the growth would be a use after free).
+TEST(WorkspaceArena, OneBufferPerStreamThatGrowsAndKeepsWhatItOutgrew) {
+  const Device cpu = Device::cpu(Target::parse("sm_80"));
+  WorkspaceArena arena;
+  Stream a, b;
+  const DevicePtr first = arena.get(a, 100);
+  EXPECT_EQ(arena.get(a, 64), first) << "large enough: the same buffer";
+  EXPECT_NE(arena.get(b, 100), first) << "another stream, another buffer";
+  const DevicePtr grown = arena.get(a, 300);
+  EXPECT_NE(grown, first);
+  EXPECT_EQ(grown % 256, 0u);
+  std::memset(reinterpret_cast<void*>(first), 0, 100);  // still allocated
+  EXPECT_EQ(arena.bytes(), 100u + 100u + 300u);
+}
+
+}  // namespace
+}  // namespace mojo

@@ -214,8 +214,6 @@ struct alignas(64) TensorMap {
 TensorMap tile_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::int64_t rows, std::int64_t batches,
                           std::int64_t row_stride, std::int64_t batch_stride, unsigned box_cols, unsigned box_rows);
 
-// Waits for the work queued on `stream` (of the current device).
-void synchronize(StreamHandle stream);
 // Asynchronous device-to-device copy.
 void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream);
 // Waits for `stream`, then copies device memory to the host.

@@ -394,10 +394,6 @@ void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, Str
 
 namespace mojo {
 
-void synchronize(StreamHandle stream) {
-  if (!cpu::t_current.cpu) MOJO_CU(cuStreamSynchronize(stream));  // the cpu device's launches finish as they return
-}
-
 void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream) {
   if (bytes == 0) return;
   if (!cpu::t_current.cpu) {
