@@ -87,13 +87,15 @@ int main(int argc, char** argv) try {
   mojo::RuntimeOptions options;
   if (!mojo::device_available() && std::getenv("MOJO_JIT_DEVICE") == nullptr) options.device = "cpu";
   mojo::Runtime rt(options);
-  std::printf("device: %s; layer: hidden %lld, heads %lld/%lld x %lld, intermediate %lld\n",
-              rt.device().name().c_str(), (long long)H, (long long)nq, (long long)nkv, (long long)D, (long long)I);
+  std::printf("device: %s; layer: hidden %lld, heads %lld/%lld x %lld, intermediate %lld\n", rt.device().name().c_str(),
+              (long long)H, (long long)nq, (long long)nkv, (long long)D, (long long)I);
 
   // Weights: linears small (activations stay O(1)), norms near 1; the rotary table as Qwen3's (theta 1e6).
   const float w_lo = 0.2f / std::sqrt(float(H)), w_hi = 2.f / std::sqrt(float(H));
-  Both w_in({kType, {H}}, random_bytes(kType, H, 1, 0.8f, 1.2f)), w_post({kType, {H}}, random_bytes(kType, H, 2, 0.8f, 1.2f));
-  Both q_norm({kType, {D}}, random_bytes(kType, D, 3, 0.8f, 1.2f)), k_norm({kType, {D}}, random_bytes(kType, D, 4, 0.8f, 1.2f));
+  Both w_in({kType, {H}}, random_bytes(kType, H, 1, 0.8f, 1.2f)),
+      w_post({kType, {H}}, random_bytes(kType, H, 2, 0.8f, 1.2f));
+  Both q_norm({kType, {D}}, random_bytes(kType, D, 3, 0.8f, 1.2f)),
+      k_norm({kType, {D}}, random_bytes(kType, D, 4, 0.8f, 1.2f));
   Both wq({kType, {nq * D, H}}, random_bytes(kType, nq * D * H, 5, w_lo, w_hi));
   Both wk({kType, {nkv * D, H}}, random_bytes(kType, nkv * D * H, 6, w_lo, w_hi));
   Both wv({kType, {nkv * D, H}}, random_bytes(kType, nkv * D * H, 7, w_lo, w_hi));
@@ -162,7 +164,8 @@ int main(int argc, char** argv) try {
     rt.launch("rotary_embedding", {qn.t(), kn.t(), pos.t(), rope.t()});
     rt.launch("store_kv_cache", {k_cache.t(), v_cache.t(), kn.t(), v.as(v_heads), slot.t()});
     if (prefill)
-      rt.launch("paged_prefill_gqa", {attn.t(), qn.t(), k_cache.t(), v_cache.t(), cu_q.t(), tables.t(), lens.t(), none, none});
+      rt.launch("paged_prefill_gqa",
+                {attn.t(), qn.t(), k_cache.t(), v_cache.t(), cu_q.t(), tables.t(), lens.t(), none, none});
     else
       rt.launch("paged_decode_gqa", {attn.t(), qn.t(), k_cache.t(), v_cache.t(), tables.t(), lens.t(), none, none});
     rt.launch("linear", {o.t(), attn.as(attn_flat), wo.t(), none, none});

@@ -191,8 +191,10 @@ class AttentionOp final : public OpDef {
     }
     const std::int64_t bm = 16 * p.get("wm"), group = p.get("group");
     std::int64_t tiles = (s.tokens * group + bm - 1) / bm;
-    if (kind_ == Kind::paged_decode) tiles = s.batch * ((s.q_len * group + bm - 1) / bm);
-    else if (s.batch > 1 || present(t, slots_.cu_q)) tiles += s.batch;  // each sequence may end in a part tile
+    if (kind_ == Kind::paged_decode)
+      tiles = s.batch * ((s.q_len * group + bm - 1) / bm);
+    else if (s.batch > 1 || present(t, slots_.cu_q))
+      tiles += s.batch;  // each sequence may end in a part tile
     g.grid = {unsigned(tiles), unsigned(s.kv_heads), unsigned(p.get("splits"))};
     g.block.x = p.get("wgmma") ? 384 : unsigned(32 * p.get("wm") * p.get("wn"));
     g.dynamic_smem = max_dynamic_smem(p);
@@ -274,9 +276,9 @@ class AttentionOp final : public OpDef {
     for (std::int64_t b = 0; b < s.batch; ++b) {
       const std::int64_t len = context[std::size_t(b)];
       if (len < q_counts[std::size_t(b)] || len > s.max_blocks * s.page)
-        throw InvalidArgumentError(fmt::format(
-            "{}: context_lens[{}] = {}; expected {} (its new tokens) to {} (max_blocks x block_size)", name(), b, len,
-            q_counts[std::size_t(b)], s.max_blocks * s.page));
+        throw InvalidArgumentError(
+            fmt::format("{}: context_lens[{}] = {}; expected {} (its new tokens) to {} (max_blocks x block_size)",
+                        name(), b, len, q_counts[std::size_t(b)], s.max_blocks * s.page));
       for (std::int64_t j = 0; j < (len + s.page - 1) / s.page; ++j) {
         const std::int64_t page = table[std::size_t(b * s.max_blocks + j)];
         if (page < 0 || page >= s.kv_tokens)
@@ -300,7 +302,8 @@ class AttentionOp final : public OpDef {
     } else {
       const auto& cache = shapes::required(name(), shapes, "k_cache", example_shapes());
       const auto& table = shapes::required(name(), shapes, "block_tables", example_shapes());
-      specs.insert(specs.end(), {TensorSpec(dtype, cache), TensorSpec(dtype, shapes::value_or(shapes, "v_cache", cache))});
+      specs.insert(specs.end(),
+                   {TensorSpec(dtype, cache), TensorSpec(dtype, shapes::value_or(shapes, "v_cache", cache))});
       if (kind_ == Kind::paged_prefill)
         specs.push_back(TensorSpec(DType::i32, shapes::required(name(), shapes, "cu_seqlens_q", example_shapes())));
       specs.push_back(TensorSpec(DType::i32, table));
@@ -317,8 +320,8 @@ class AttentionOp final : public OpDef {
   std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
                                         std::uint32_t seed) const override {
     const int slot = int(i);
-    const bool index = slot == slots_.cu_q || slot == slots_.cu_k || slot == slots_.block_tables ||
-                       slot == slots_.context_lens;
+    const bool index =
+        slot == slots_.cu_q || slot == slots_.cu_k || slot == slots_.block_tables || slot == slots_.context_lens;
     if (!index) return OpDef::random_data(i, specs, seed);
     const RandomLayout layout = random_layout(specs, seed);
     const std::vector<std::int64_t>& values = slot == slots_.cu_q           ? layout.cu_q
@@ -337,9 +340,11 @@ class AttentionOp final : public OpDef {
     auto has = [&](int slot) { return slot >= 0 && specs[std::size_t(slot)].rank() != 0; };
     std::int64_t kv_heads = specs[2].dim(kind_ == Kind::sdpa ? 1 : 2);
     if (kind_ == Kind::sdpa) {
-      const std::vector<std::int64_t> cu_q = has(slots_.cu_q) ? ints(slots_.cu_q) : std::vector<std::int64_t>{0, tokens};
-      const std::vector<std::int64_t> cu_k =
-          has(slots_.cu_k) ? ints(slots_.cu_k) : has(slots_.cu_q) ? cu_q : std::vector<std::int64_t>{0, specs[2].dim(0)};
+      const std::vector<std::int64_t> cu_q =
+          has(slots_.cu_q) ? ints(slots_.cu_q) : std::vector<std::int64_t>{0, tokens};
+      const std::vector<std::int64_t> cu_k = has(slots_.cu_k)   ? ints(slots_.cu_k)
+                                             : has(slots_.cu_q) ? cu_q
+                                                                : std::vector<std::int64_t>{0, specs[2].dim(0)};
       for (std::size_t b = 0; b + 1 < cu_q.size(); ++b) {
         reference::AttentionSequence s{cu_q[b], cu_q[b + 1] - cu_q[b], {}};
         for (std::int64_t j = cu_k[b]; j < cu_k[b + 1]; ++j) s.key_rows.push_back(j);
@@ -374,9 +379,9 @@ class AttentionOp final : public OpDef {
                                           std::int64_t(std::max(scalar(scalars, "window"), -1.0))};
     const std::vector<float> qf = host_data::floats(q, d[1]), kf = host_data::floats(specs[2], d[2]),
                              vf = host_data::floats(specs[3], d[3]);
-    const std::vector<float> sinks = has(slots_.sinks) ? host_data::floats(specs[std::size_t(slots_.sinks)],
-                                                                           d[std::size_t(slots_.sinks)])
-                                                       : std::vector<float>();
+    const std::vector<float> sinks =
+        has(slots_.sinks) ? host_data::floats(specs[std::size_t(slots_.sinks)], d[std::size_t(slots_.sinks)])
+                          : std::vector<float>();
     std::vector<float> out(std::size_t(tokens * heads * head_dim)), lse(std::size_t(heads * tokens));
     reference::attention(shape, seqs, qf.data(), kf.data(), vf.data(), sinks.empty() ? nullptr : sinks.data(),
                          out.data(), has(slots_.lse) ? lse.data() : nullptr);
@@ -408,7 +413,8 @@ class AttentionOp final : public OpDef {
     const auto infos = tensor_args();
     const TensorSpec &out = t[0].spec, &q = t[1].spec, &k = t[2].spec, &v = t[3].spec;
     checks::expect_dtype_in(name(), "q", q.dtype(), kTypes);
-    for (int i : {0, 2, 3}) checks::expect_same_dtype(name(), infos[std::size_t(i)].name, t[std::size_t(i)].spec, "q", q);
+    for (int i : {0, 2, 3})
+      checks::expect_same_dtype(name(), infos[std::size_t(i)].name, t[std::size_t(i)].spec, "q", q);
     Shape s{};
     s.dtype = q.dtype();
     s.q_stride = rows::token_stride(name(), "q", q);
@@ -418,7 +424,8 @@ class AttentionOp final : public OpDef {
     checks::expect_same_shape(name(), "out", out, "q", q);
     checks::expect_contiguous(name(), "out", out);
     if (std::find(std::begin(kHeadDims), std::end(kHeadDims), s.head_dim) == std::end(kHeadDims))
-      throw ShapeError(fmt::format("{}: head_dim {} is not supported; supported: 64, 96, 128, 256", name(), s.head_dim));
+      throw ShapeError(
+          fmt::format("{}: head_dim {} is not supported; supported: 64, 96, 128, 256", name(), s.head_dim));
     checks::expect_same_shape(name(), infos[3].name, v, infos[2].name, k);
     if (kind_ == Kind::sdpa) {
       s.k_stride = rows::token_stride(name(), "k", k);
@@ -458,15 +465,15 @@ class AttentionOp final : public OpDef {
       const TensorSpec& cu = t[std::size_t(slots_.cu_k)].spec;
       index_vector("cu_seqlens_k", cu);
       if (!present(t, slots_.cu_q) || cu.dim(0) != s.batch + 1)
-        throw ShapeError(fmt::format("{}: cu_seqlens_k is {}; give it with cu_seqlens_q, both [batch + 1]", name(),
-                                     cu.str()));
+        throw ShapeError(
+            fmt::format("{}: cu_seqlens_k is {}; give it with cu_seqlens_q, both [batch + 1]", name(), cu.str()));
     }
     if (kind_ != Kind::sdpa) {
       const TensorSpec &table = t[std::size_t(slots_.block_tables)].spec,
                        &context = t[std::size_t(slots_.context_lens)].spec;
       if (table.rank() != 2 || table.dtype() != DType::i32 || !table.is_contiguous() || table.dim(1) < 1)
-        throw ShapeError(fmt::format("{}: block_tables is {}; expected i32 [batch, max_blocks], contiguous", name(),
-                                     table.str()));
+        throw ShapeError(
+            fmt::format("{}: block_tables is {}; expected i32 [batch, max_blocks], contiguous", name(), table.str()));
       if (kind_ == Kind::paged_decode) s.batch = table.dim(0);
       if (table.dim(0) != s.batch)
         throw ShapeError(fmt::format("{}: block_tables has {} rows but cu_seqlens_q gives {} sequences", name(),
@@ -487,7 +494,8 @@ class AttentionOp final : public OpDef {
     if (present(t, slots_.sinks)) {
       const TensorSpec& sinks = t[std::size_t(slots_.sinks)].spec;
       if (sinks.dtype() != DType::f32 || sinks.rank() != 1 || sinks.dim(0) != s.heads || !sinks.is_contiguous())
-        throw ShapeError(fmt::format("{}: sinks is {}; expected f32 [{}] (one per head)", name(), sinks.str(), s.heads));
+        throw ShapeError(
+            fmt::format("{}: sinks is {}; expected f32 [{}] (one per head)", name(), sinks.str(), s.heads));
     }
     if (present(t, slots_.lse)) {
       const TensorSpec& lse = t[std::size_t(slots_.lse)].spec;
@@ -538,9 +546,10 @@ class AttentionOp final : public OpDef {
     for (std::size_t i = 0; i < v.size(); ++i) {
       const bool ok = i == 0 ? v[0] == 0 : v[i] >= v[i - 1] && (i + 1 < v.size() || v[i] == total);
       if (!ok)
-        throw InvalidArgumentError(fmt::format("{}: {}[{}] = {}; cumulative lengths start at 0, never decrease and "
-                                               "end at {} (the tensor's tokens)",
-                                               name(), arg, i, v[i], total));
+        throw InvalidArgumentError(
+            fmt::format("{}: {}[{}] = {}; cumulative lengths start at 0, never decrease and "
+                        "end at {} (the tensor's tokens)",
+                        name(), arg, i, v[i], total));
       if (i > 0) out.push_back(v[i] - v[i - 1]);
     }
     return out;
@@ -555,7 +564,8 @@ class AttentionOp final : public OpDef {
     const std::int64_t tokens = specs[1].dim(0);
     auto split = [&](std::int64_t total, std::int64_t parts) {  // cumulative, random cut points (empty parts allowed)
       std::vector<std::int64_t> cuts{0, total};
-      for (std::int64_t i = 1; i < parts; ++i) cuts.push_back(total ? std::int64_t(rng() % std::uint64_t(total + 1)) : 0);
+      for (std::int64_t i = 1; i < parts; ++i)
+        cuts.push_back(total ? std::int64_t(rng() % std::uint64_t(total + 1)) : 0);
       std::sort(cuts.begin(), cuts.end());
       if (parts >= 3) cuts[2] = cuts[1];  // the second sequence is empty: kernels must skip it cleanly
       return cuts;

@@ -21,7 +21,8 @@ void attention(const AttentionShape& shape, const std::vector<AttentionSequence>
       const std::int64_t token = seq.q_start + t, position = kv_len - seq.q_count + t;
       visible.clear();
       for (std::int64_t j = 0; j < kv_len; ++j)
-        if ((!shape.causal || j <= position) && (shape.window < 0 || j >= position - shape.window)) visible.push_back(j);
+        if ((!shape.causal || j <= position) && (shape.window < 0 || j >= position - shape.window))
+          visible.push_back(j);
       for (std::int64_t h = 0; h < H; ++h) {
         const std::int64_t kv_head = h / group;
         const float* qr = q + (token * H + h) * D;

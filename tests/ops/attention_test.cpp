@@ -76,11 +76,11 @@ TEST_P(AttentionCompiles, HopperPrefillIsHgmmaWithoutLocalMemory) {
     const char* arch;
     int wgmma;
   };
-  const Case cases[] = {{"sdpa", "q=4096x32x128 k=4096x8x128 lse=32x4096", "sm_90a", 1},
-                        {"paged_prefill_gqa", "q=512x32x128 k_cache=1024x16x8x128 cu_seqlens_q=3 block_tables=2x64",
-                         "sm_90a", 1},
-                        {"sdpa", "q=4096x32x128 k=4096x8x128", "sm_80", 0},
-                        {"paged_decode_gqa", "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512", "sm_90a", 0}};
+  const Case cases[] = {
+      {"sdpa", "q=4096x32x128 k=4096x8x128 lse=32x4096", "sm_90a", 1},
+      {"paged_prefill_gqa", "q=512x32x128 k_cache=1024x16x8x128 cu_seqlens_q=3 block_tables=2x64", "sm_90a", 1},
+      {"sdpa", "q=4096x32x128 k=4096x8x128", "sm_80", 0},
+      {"paged_decode_gqa", "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512", "sm_90a", 0}};
   for (const Case& c : cases) {
     SCOPED_TRACE(fmt::format("{} {} {}", c.op, c.shapes, c.arch));
     const OpDef& op = find_op(c.op);
@@ -126,8 +126,9 @@ TEST(AttentionOp, BadShapesGetOneLineErrors) {
                      "q=64x32x128 k_cache=64x16x8x128 cu_seqlens_q=4 block_tables=4x8");
             }),
             "paged_prefill_gqa: block_tables has 4 rows but cu_seqlens_q gives 3 sequences");
-  EXPECT_EQ(error_of<InvalidArgumentError>(
-                [] { params("sdpa", DType::bf16, "q=16x32x128 k=16x8x128", {{"softcap", -1.0}}); }),
+  EXPECT_EQ(error_of<InvalidArgumentError>([] {
+              params("sdpa", DType::bf16, "q=16x32x128 k=16x8x128", {{"softcap", -1.0}});
+            }),
             "sdpa: softcap is -1; expected >= 0 (0: none)");
 }
 
@@ -184,7 +185,8 @@ TEST_P(AttentionGpu, SdpaVarlenWindowSoftcapSinksAndLse) {
 // Paged prefill after cached tokens (chunked prefill): partly filled last pages, block tables out of order,
 // an empty sequence, GQA 4 and 8.
 TEST_P(AttentionGpu, PagedPrefillReadsTheCacheThroughBlockTables) {
-  expect_pass("paged_prefill_gqa", DType::bf16, "q=90x8x128 k_cache=64x16x2x128 cu_seqlens_q=4 block_tables=3x8 lse=8x90");
+  expect_pass("paged_prefill_gqa", DType::bf16,
+              "q=90x8x128 k_cache=64x16x2x128 cu_seqlens_q=4 block_tables=3x8 lse=8x90");
   expect_pass("paged_prefill_gqa", DType::f16, "q=40x8x64 k_cache=40x8x1x64 cu_seqlens_q=3 block_tables=2x16 sinks=8",
               {{"window", 12}, {"softcap", 20.0}});
 }
@@ -206,12 +208,12 @@ TEST_P(AttentionGpu, HopperPrefillMatchesTheReference) {
   expect_pass("sdpa", DType::bf16, "q=300x8x128 k=300x1x128", {}, 3, h);
   expect_pass("sdpa", DType::f16, "q=300x4x128 k=300x4x128 cu_seqlens_q=4 sinks=4 lse=4x300",
               {{"window", 150}, {"softcap", 30.0}}, 3, h);
-  expect_pass("sdpa", DType::bf16, "q=100x8x128 k=400x1x128 cu_seqlens_q=3 cu_seqlens_k=3 lse=8x100",
-              {{"causal", 0}}, 3, h);
+  expect_pass("sdpa", DType::bf16, "q=100x8x128 k=400x1x128 cu_seqlens_q=3 cu_seqlens_k=3 lse=8x100", {{"causal", 0}},
+              3, h);
   expect_pass("paged_prefill_gqa", DType::bf16,
               "q=200x8x128 k_cache=128x16x2x128 cu_seqlens_q=4 block_tables=3x30 lse=8x200", {}, 3, h);
-  expect_pass("paged_prefill_gqa", DType::f16, "q=150x8x128 k_cache=64x32x1x128 cu_seqlens_q=3 block_tables=2x12 sinks=8",
-              {{"window", 40}}, 3, h);
+  expect_pass("paged_prefill_gqa", DType::f16,
+              "q=150x8x128 k_cache=64x32x1x128 cu_seqlens_q=3 block_tables=2x12 sinks=8", {{"window", 40}}, 3, h);
 }
 
 // A plan's kernels are one module: compile() and compile_all() build both steps of a split decode.
@@ -239,22 +241,27 @@ TEST_P(AttentionGpu, DebugChecksNameABadBlockTableEntryOrLength) {
   Runtime checked(o);
   const TensorSpec q(DType::bf16, {2, 4, 64}), cache(DType::bf16, {8, 16, 1, 64}), table(DType::i32, {2, 2}),
       lens(DType::i32, {2});
-  GpuTensor out(q), qd(q, random_tensor(DType::bf16, q.numel(), 1)), kc(cache, random_tensor(DType::bf16, cache.numel(), 2)),
-      vc(cache, random_tensor(DType::bf16, cache.numel(), 3)),
-      tables(table, test::index_bytes(DType::i32, {0, 1, 2, 9})), context(lens, test::index_bytes(DType::i32, {20, 17}));
+  GpuTensor out(q), qd(q, random_tensor(DType::bf16, q.numel(), 1)),
+      kc(cache, random_tensor(DType::bf16, cache.numel(), 2)), vc(cache, random_tensor(DType::bf16, cache.numel(), 3)),
+      tables(table, test::index_bytes(DType::i32, {0, 1, 2, 9})),
+      context(lens, test::index_bytes(DType::i32, {20, 17}));
   const Tensor none{};
-  EXPECT_EQ(error_of<InvalidArgumentError>(
-                [&] { checked.launch("paged_decode_gqa", {out, qd, kc, vc, tables, context, none, none}); }),
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              checked.launch("paged_decode_gqa", {out, qd, kc, vc, tables, context, none, none});
+            }),
             "paged_decode_gqa: block_tables[1, 1] = 9 is not a block of the cache [0, 8)");
   GpuTensor long_context(lens, test::index_bytes(DType::i32, {20, 40}));
-  EXPECT_EQ(error_of<InvalidArgumentError>(
-                [&] { checked.launch("paged_decode_gqa", {out, qd, kc, vc, tables, long_context, none, none}); }),
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              checked.launch("paged_decode_gqa", {out, qd, kc, vc, tables, long_context, none, none});
+            }),
             "paged_decode_gqa: context_lens[1] = 40; expected 1 (its new tokens) to 32 (max_blocks x block_size)");
   // Cumulative lengths that end short of the tokens given.
   const TensorSpec sq(DType::bf16, {6, 4, 64}), sk(DType::bf16, {6, 1, 64}), cu(DType::i32, {3});
-  GpuTensor so(sq), sqd(sq, random_tensor(DType::bf16, sq.numel(), 4)), skd(sk, random_tensor(DType::bf16, sk.numel(), 5)),
-      cus(cu, test::index_bytes(DType::i32, {0, 2, 5}));
-  EXPECT_EQ(error_of<InvalidArgumentError>([&] { checked.launch("sdpa", {so, sqd, skd, skd, cus, none, none, none}); }),
+  GpuTensor so(sq), sqd(sq, random_tensor(DType::bf16, sq.numel(), 4)),
+      skd(sk, random_tensor(DType::bf16, sk.numel(), 5)), cus(cu, test::index_bytes(DType::i32, {0, 2, 5}));
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              checked.launch("sdpa", {so, sqd, skd, skd, cus, none, none, none});
+            }),
             "sdpa: cu_seqlens_q[2] = 5; cumulative lengths start at 0, never decrease and end at 6 (the tensor's "
             "tokens)");
 }
