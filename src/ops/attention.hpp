@@ -1,0 +1,117 @@
+// The three attention ops (sdpa, paged_prefill_gqa, paged_decode_gqa) are one
+// OpDef over one template (kernel_templates/attention.cu): attention.cpp
+// holds their data, params, geometry and kernel arguments; attention_data.cpp
+// what checks them on the host (references, random inputs, debug checks).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mojo/op.hpp"
+
+namespace mojo::attention {
+
+constexpr DType kTypes[] = {DType::f16, DType::bf16};
+constexpr std::int64_t kHeadDims[] = {64, 96, 128, 256};
+
+enum class Kind { sdpa, paged_prefill, paged_decode };
+
+// Where each of the kernel's inputs sits in an op's tensor list (-1: the op has none).
+struct Slots {
+  int cu_q, cu_k, block_tables, context_lens, sinks, lse;
+};
+constexpr Slots slots_of(Kind kind) {
+  switch (kind) {
+    case Kind::sdpa:
+      return {4, 5, -1, -1, 6, 7};
+    case Kind::paged_prefill:
+      return {4, -1, 5, 6, 7, 8};
+    case Kind::paged_decode:
+      return {-1, -1, 4, 5, 6, 7};
+  }
+  return {};
+}
+
+// D rounded up to the tile width the kernel uses (attention.cu's DP).
+inline std::int64_t padded(std::int64_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
+
+class AttentionOp final : public OpDef {
+ public:
+  AttentionOp(const OpInfo& info, Kind kind) : OpDef(info), kind_(kind), slots_(slots_of(kind)) {}
+
+  std::vector<Params> plan(const Params& p) const override;
+  std::string entry_macro(const Params& p) const override;
+  std::size_t workspace_bytes(const Params& p, TensorList t) const override;
+
+  Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override;
+
+  LaunchGeometry geometry(const Params& p, TensorList t) const override;
+
+  // attention.cu's shared memory: the Q tile and the K/V rings, or after the loop the f32 O tile and row
+  // stats; attention_sm90.cuh's: Q, the K/V ring, P and the barriers.
+  unsigned max_dynamic_smem(const Params& p) const override;
+
+  void pack_args(const Params& p, TensorList t, ScalarList scalars, DevicePtr workspace,
+                 KernelArgs& args) const override;
+
+  // Debug checks: the lengths agree with each other and the tensors, block table entries are pages.
+  void check_data(TensorList t, StreamHandle stream) const override;
+
+  std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override;
+
+  // Consistent lengths from one seed: query lengths splitting the tokens (with three sequences or more, the
+  // second is empty), context lengths at least those (chunked prefill: cached tokens before the new ones), and
+  // block tables of distinct pages out of order.
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+                                        std::uint32_t seed) const override;
+
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
+                 ScalarList scalars) const override;
+
+  // P is rounded to the storage type before P V (as in FlashAttention); lse is exact but for exp2/log2's
+  // approximations.
+  Tolerance tolerance(DType out, std::span<const TensorSpec>, ScalarList) const override;
+
+ private:
+  struct Shape {
+    DType dtype;
+    std::int64_t tokens, heads, head_dim, kv_heads, kv_tokens;  // kv_tokens: the cache's blocks when paged
+    std::int64_t q_stride, k_stride, v_stride, batch, page, max_blocks, q_len;  // q_len: decode only
+  };
+
+  // The second kernel of a split plan; op-level params (no "step") stand for the first.
+  static bool is_merge(const Params& p) { return p.get("splits") > 1 && p.get_or("step", 0) == 1; }
+
+  static bool present(TensorList t, int slot) { return slot >= 0 && t[std::size_t(slot)].spec.rank() != 0; }
+
+  // The op's tensors, validated, as the numbers the kernel takes.
+  Shape shape(TensorList t) const;
+
+  void index_vector(std::string_view arg, const TensorSpec& t) const;
+
+  // Decode: split each sequence's keys over enough blocks to fill a GPU (about 4 blocks per SM of a
+  // 132-SM part), each split at least 512 keys, at most 16 splits.
+  static std::int64_t decode_splits(const Shape& s, std::int64_t wm);
+  // Keys per split: the longest possible context over the splits, in whole key tiles.
+  static std::int64_t chunk(const Params& p, const Shape& s);
+
+  // The sm_90a prefill (attention_sm90.cuh): TMA and wgmma for head_dim 128, K/V tiles of whole cache blocks.
+  bool sm90_path(const Shape& s, const Target& target) const;
+
+  // cu_seqlens values read back: starts at 0, never decreases, ends at `total`; the lengths.
+  std::vector<std::int64_t> lengths(std::string_view arg, const Tensor& cu, std::int64_t total,
+                                    StreamHandle stream) const;
+
+  struct RandomLayout {
+    std::vector<std::int64_t> cu_q, cu_k, block_tables, context_lens;
+  };
+  RandomLayout random_layout(std::span<const TensorSpec> specs, std::uint32_t seed) const;
+
+  Kind kind_;
+  Slots slots_;
+};
+
+}  // namespace mojo::attention
