@@ -66,6 +66,15 @@ TEST_F(Cli, BadInputFailsWithOneLine) {
       {"--emit=cubin rms_norm --dtype f32 --shape x=4x4", "mojo-jit: error: --emit=cubin writes a binary: give -o FILE"},
       {"--emit=llvm rms_norm --dtype f32 --shape x=4x4", "mojo-jit: error: NVRTC cannot emit 'llvm'"},
       {"--emit=ptx rms_norm --dtype i32 --shape x=4x4", "mojo-jit: error: rms_norm: x has dtype i32; supported: f32, f16, bf16"},
+      // Strict values: a trailing separator, a tensor given two shapes, an empty value, garbage after a number,
+      // an option the command does not have.
+      {"--emit=ptx rms_norm --dtype f32 --shape x=4x4x", "mojo-jit: error: bad --shape 'x=4x4x': '' is not a dimension"},
+      {"--emit=ptx rms_norm --dtype f32 --shape x=4x4 --shape x=4x8", "mojo-jit: error: --shape x given twice, as 4x4 and 4x8"},
+      {"--emit=ptx rms_norm --dtype f32 --shape x=4x4 --arch=", "mojo-jit: error: --arch: empty value"},
+      {"--emit=ptx rms_norm --dtype f32 --shape x=4x4 --compiler ''", "mojo-jit: error: --compiler: empty value"},
+      {"--emit=ptx rms_norm --dtype f32 --shape x=4x4 --param eps=1e-5x", "mojo-jit: error: bad --param 'eps=1e-5x'"},
+      {"prewarm --ops rms_norm -j 8x", "mojo-jit: error: Could not convert: --jobs = 8x"},
+      {"--emit=ptx rms_norm --dtype f32 --shape x=4x4 --bogus", "mojo-jit: error: The following argument was not expected: --bogus"},
   };
   for (const Case& c : cases) {
     auto r = run(c.args);

@@ -159,7 +159,10 @@ ShapeMap parse_shapes(const OpDef& op, std::span<const std::string> items) {
     std::string name = s.substr(0, eq);
     op.check_tensor_name(name);
     std::vector<std::int64_t> dims;
-    std::stringstream in(s.substr(eq + 1));
+    const std::string text = s.substr(eq + 1);
+    if (text.back() == 'x')  // getline would drop the empty last dim
+      throw ShapeError(fmt::format("bad --shape '{}': '' is not a dimension; expected e.g. x=4096x4096", s));
+    std::stringstream in(text);
     for (std::string dim; std::getline(in, dim, 'x');) {
       std::size_t used = 0;
       long long v = -1;
@@ -171,6 +174,9 @@ ShapeMap parse_shapes(const OpDef& op, std::span<const std::string> items) {
         throw ShapeError(fmt::format("bad --shape '{}': '{}' is not a dimension; expected e.g. x=4096x4096", s, dim));
       dims.push_back(v);
     }
+    if (auto it = named.find(name); it != named.end() && it->second != dims)
+      throw ShapeError(fmt::format("--shape {} given twice, as {} and {}", name, fmt::join(it->second, "x"),
+                                   fmt::join(dims, "x")));
     named[name] = dims;
   }
   return named;

@@ -41,6 +41,37 @@ usage:
 Run 'mojo-jit <command> --help' for the options of a command.
 )";
 
+// An option given an empty value ("--arch ''", "--cache-dir=") is an error naming it, never the default.
+// "--name=" is caught before CLI11 sees it, which would take the next argument as its value.
+void reject_empty_assignments(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg.starts_with("--") && arg.size() > 3 && arg.back() == '=')
+      throw mojo::InvalidArgumentError(fmt::format("{}: empty value", arg.substr(0, arg.size() - 1)));
+  }
+}
+void reject_empty_values(const CLI::App& app) {
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() == 0 || opt->get_type_size() == 0) continue;  // not given, or a flag
+    for (const std::string& value : opt->results())
+      if (value.empty()) throw mojo::InvalidArgumentError(fmt::format("{}: empty value", opt->get_name()));
+  }
+}
+// Parses a command line: --help prints the help (exit 0); any other parse error, and an empty value, is one
+// line "mojo-jit: error: ..." and exit 1 (main's handler), like every other bad input.
+#define MOJO_CLI_PARSE(app, argc, argv)                   \
+  try {                                                   \
+    reject_empty_assignments((argc), (argv));             \
+    (app).parse((argc), (argv));                          \
+  } catch (const CLI::CallForHelp& e) {                   \
+    return (app).exit(e);                                 \
+  } catch (const CLI::CallForAllHelp& e) {                \
+    return (app).exit(e);                                 \
+  } catch (const CLI::ParseError& e) {                    \
+    throw mojo::InvalidArgumentError(e.what());           \
+  }                                                       \
+  reject_empty_values(app)
+
 // Options shared by emit and describe: one specialization of one op.
 struct SpecOptions {
   std::string op;
@@ -119,7 +150,7 @@ int run_check(int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the random inputs")->capture_default_str();
   app.footer("example: mojo-jit run gemm --dtype bf16 --shape a=100x72 --shape b=72x136 --device cpu --arch sm_90a "
              "--param path=90");
-  CLI11_PARSE(app, argc, argv);
+  MOJO_CLI_PARSE(app, argc, argv);
 
   mojo::RuntimeOptions o = spec.runtime_options();
   if (device.empty()) device = mojo::config::text("MOJO_JIT_DEVICE").value_or("");
@@ -205,7 +236,7 @@ int run_emit(int argc, char** argv) {
   app.add_flag("--stats", stats, "print cache statistics to stderr");
   spec.add_to(app);
   app.footer("example: mojo-jit --emit=ptx rms_norm --dtype bf16 --shape x=4096x4096 --arch sm_90");
-  CLI11_PARSE(app, argc, argv);
+  MOJO_CLI_PARSE(app, argc, argv);
 
   const bool sass = emit == "sass";  // disassembly of the cubin, not a stage of its own
   std::string nvdisasm;
@@ -257,7 +288,7 @@ int run_describe(int argc, char** argv, bool explain) {
   std::string emit = "cubin";
   app.add_option("--emit", emit, "stage whose key to show")->capture_default_str();
   spec.add_to(app);
-  CLI11_PARSE(app, argc, argv);
+  MOJO_CLI_PARSE(app, argc, argv);
 
   mojo::Runtime rt(spec.runtime_options());
   const mojo::OpDef& op = mojo::find_op(spec.op);
@@ -305,7 +336,7 @@ int run_describe(int argc, char** argv, bool explain) {
 
 int run_list(int argc, char** argv) {
   CLI::App app{"List the operators with their tensors, scalars and dtypes", "mojo-jit list"};
-  CLI11_PARSE(app, argc, argv);
+  MOJO_CLI_PARSE(app, argc, argv);
   for (const mojo::OpDef* op : mojo::all_ops()) {
     fmt::print("{}\n  {}\n", op->name(), op->summary());
     for (const auto& t : op->tensor_args()) fmt::print("  tensor {:<8} {:<6} {}\n", t.name, t.role, t.doc);
@@ -369,7 +400,7 @@ int run_prewarm(int argc, char** argv) {
   CLI::App app{"Compile every specialization a manifest lists into the cache (no GPU needed)", "mojo-jit prewarm"};
   ManifestOptions opt;
   opt.add_to(app, "parallel compiles (default: one per core)");
-  CLI11_PARSE(app, argc, argv);
+  MOJO_CLI_PARSE(app, argc, argv);
 
   mojo::Manifest manifest = opt.manifest();
   std::vector<mojo::PrewarmItem> items = manifest.items(parse_targets(opt.arch));
@@ -400,7 +431,7 @@ int run_compile_all(int argc, char** argv) {
   std::string output;
   opt.add_to(app, "back-end threads with --compiler=llvm (default: one per core)");
   app.add_option("-o,--output", output, "also write the module to FILE (one target only)");
-  CLI11_PARSE(app, argc, argv);
+  MOJO_CLI_PARSE(app, argc, argv);
 
   std::vector<mojo::PrewarmItem> items = opt.manifest().items(parse_targets(opt.arch));
   mojo::Runtime rt(opt.runtime_options());
@@ -432,7 +463,7 @@ int run_cache(int argc, char** argv) {
   app.add_option("--cache-dir", cache_dir, "cache directory (default: $MOJO_JIT_CACHE_DIR, ~/.cache/mojo-jit)");
   app.add_flag("--json", json, "machine-readable output");
   app.add_option("--max-bytes", max_bytes, "prune: the size to prune down to (default: $MOJO_JIT_CACHE_MAX_BYTES or 1 GiB)");
-  CLI11_PARSE(app, argc, argv);
+  MOJO_CLI_PARSE(app, argc, argv);
 
   mojo::DiskCache cache(cache_dir.empty() ? mojo::DiskCache::default_dir() : std::filesystem::path(cache_dir));
   nlohmann::json j;
