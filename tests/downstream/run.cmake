@@ -19,3 +19,30 @@ execute_process(COMMAND "${WORK_DIR}/build/app" RESULT_VARIABLE rc)
 if(rc)
   message(FATAL_ERROR "the downstream app failed: ${rc}")
 endif()
+
+# The installed CLI runs from its prefix (its run path finds the library beside it).
+execute_process(COMMAND "${WORK_DIR}/prefix/bin/mojo-jit" --emit=ptx rms_norm --dtype f16 --shape x=2x64 --arch sm_80
+                        --no-cache RESULT_VARIABLE rc OUTPUT_VARIABLE ptx ERROR_VARIABLE err)
+if(rc OR NOT ptx MATCHES "\\.entry rms_norm_f16")
+  message(FATAL_ERROR "the installed mojo-jit failed (${rc}): ${err}")
+endif()
+
+# The same app built with pkg-config instead of CMake.
+find_program(PKG_CONFIG pkg-config)
+if(PKG_CONFIG)
+  set(ENV{PKG_CONFIG_PATH} "${WORK_DIR}/prefix/lib/pkgconfig")
+  execute_process(COMMAND ${PKG_CONFIG} --cflags --libs mojo_jit RESULT_VARIABLE rc OUTPUT_VARIABLE flags
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(rc)
+    message(FATAL_ERROR "pkg-config does not know mojo_jit: ${rc}")
+  endif()
+  separate_arguments(flags UNIX_COMMAND "${flags}")
+  execute_process(COMMAND c++ "${SOURCE_DIR}/app.cpp" -o "${WORK_DIR}/app_pkgconfig" ${flags} RESULT_VARIABLE rc)
+  if(rc)
+    message(FATAL_ERROR "building the downstream app with pkg-config failed: ${rc}")
+  endif()
+  execute_process(COMMAND "${WORK_DIR}/app_pkgconfig" RESULT_VARIABLE rc)
+  if(rc)
+    message(FATAL_ERROR "the pkg-config-built downstream app failed: ${rc}")
+  endif()
+endif()
