@@ -138,6 +138,21 @@ TEST(CacheProcesses, ReadOnlyDirectoryFallsBackToMemoryOnce) {
   EXPECT_EQ(warnings, 1u) << "said once";
 }
 
+// The compilers are plugins loaded on a miss: a new process served by the disk cache maps none of them (nor
+// NVRTC, LLVM, clang, nvJitLink); the first, which compiles, loads NVRTC's. The dynamic loader lists what
+// each process loads (LD_DEBUG=files).
+TEST(CacheProcesses, AProcessServedByTheCacheLoadsNoCompiler) {
+  test::TempDir dir;
+  const std::string cli = std::string(MOJO_TEST_CLI) + " --emit=ptx " + kSpec + " --cache-dir " + dir.str();
+  auto loaded = [&] { return test::run_command("LD_DEBUG=files " + cli + " --stats 2>&1 >/dev/null").output; };
+  const std::string cold = loaded(), warm = loaded();
+  EXPECT_NE(cold.find("libmojo_jit_nvrtc.so"), std::string::npos) << "the compile loads NVRTC's plugin";
+  EXPECT_NE(cold.find("libnvrtc"), std::string::npos);
+  EXPECT_NE(warm.find("1 disk hits, 0 compiles"), std::string::npos) << warm.substr(warm.size() > 600 ? warm.size() - 600 : 0);
+  for (const char* library : {"mojo_jit_nvrtc", "mojo_jit_llvm", "libnvrtc", "libLLVM", "libclang-cpp", "nvJitLink"})
+    EXPECT_EQ(warm.find(library), std::string::npos) << library << " is loaded by a process that compiles nothing";
+}
+
 TEST(CacheProcesses, RacingPrewarmsCompileEachKeyOnceBetweenThem) {
   test::TempDir dir;
   test::write_file(dir.path() / "m.toml", "targets = [\"sm_90\"]\n[[kernel]]\nop = \"rms_norm\"\ndtypes = [\"f32\"]\n"

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "compiler/on_demand.hpp"
 #include "mojo/error.hpp"
 #include "mojo/runtime.hpp"
 #include "test_util.hpp"
@@ -137,4 +138,31 @@ TEST(Compile, KernelResourcesMatchPtxasVerbose) {
             "not a readable cubin: truncated");
   EXPECT_EQ(test::error_of<InvalidArgumentError>([&] { kernel_resources("#!/bin/sh", "spill"); }),
             "not a readable cubin: not a 64-bit ELF file");
+}
+
+// A compiler whose plugin is not there (a build with MOJO_JIT_SERVE_ONLY): its identity is known, so keys and
+// cache hits work; compiling is a CacheMissError naming the specialization and how to fill the cache.
+TEST(OnDemandCompiler, WithoutItsPluginAMissIsACacheMissError) {
+  const OnDemandCompiler absent("absent", "absent-1.0", {Emit::ptx});
+  EXPECT_EQ(absent.identity(), "absent-1.0");
+  EXPECT_TRUE(absent.can_emit(Emit::ptx));
+  EXPECT_FALSE(absent.can_emit(Emit::cubin));
+  const CompileRequest request{"t.cu", "", Target::parse("sm_90"), Emit::ptx, "rms_norm {dtype=f32} for sm_90 (ptx)"};
+  const std::string error = test::error_of<CacheMissError>([&] { absent.compile(request); });
+  EXPECT_EQ(error.rfind("rms_norm {dtype=f32} for sm_90 (ptx): not in any cache layer, and this build has no absent "
+                        "compiler (",
+                        0),
+            0u)
+      << error;
+  EXPECT_NE(error.find("prewarm it with `mojo-jit prewarm`"), std::string::npos) << error;
+  EXPECT_THROW(absent.compile(request), CacheMissError) << "said again on every compile";
+}
+
+// The identity the build computes for NVRTC without loading it is the one the loaded NVRTC reports.
+TEST(OnDemandCompiler, TheLoadedNvrtcHasTheIdentityTheBuildKeysBy) {
+  auto nvrtc = make_compiler("nvrtc");
+  const std::string before = nvrtc->identity();
+  nvrtc->compile({"t.cu", "extern \"C\" __global__ void k() {}", Target::parse("sm_80"), Emit::ptx, "k"});
+  EXPECT_EQ(nvrtc->identity(), before);
+  EXPECT_EQ(before.rfind("nvrtc-", 0), 0u) << before;
 }

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "compiler/diagnostics.hpp"
+#include "compiler/identity.hpp"
 #include "compiler/nvjitlink.hpp"
 #include "mojo/error.hpp"
 
@@ -40,7 +41,7 @@ namespace mojo {
 namespace {
 
 constexpr const char* kTriple = "nvptx64-nvidia-cuda";
-constexpr const char* kPtxFeature = "+ptx85";  // the newest PTX ISA LLVM 19 emits
+constexpr const char* kPtxFeature = compiler_identity::kLlvmPtxFeature;
 constexpr int kSupportedSms[] = {50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90};
 
 // LLVM reports fatal errors (e.g. "Cannot select" in instruction selection)
@@ -265,8 +266,7 @@ class Compilation {
 
 LlvmCompiler::LlvmCompiler() {
   initialize_llvm_once();
-  identity_ = fmt::format("llvm-{} clang-cuda -O3 -ffp-contract=fast {} nvjitlink-{}", LLVM_VERSION_STRING, kPtxFeature,
-                          nvjitlink::version());
+  identity_ = compiler_identity::llvm(LLVM_VERSION_STRING, nvjitlink::version());
 }
 
 CompileResult LlvmCompiler::compile(const CompileRequest& request) const {
@@ -344,3 +344,8 @@ std::string LlvmCompiler::repro_command(const CompileRequest& request, std::stri
 }
 
 }  // namespace mojo
+
+// The plugin's entry point (libmojo_jit_llvm.so, loaded by compiler/on_demand.cpp).
+extern "C" __attribute__((visibility("default"))) mojo::Compiler* mojo_jit_make_compiler() {
+  return new mojo::LlvmCompiler();
+}

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "compiler/diagnostics.hpp"
+#include "compiler/identity.hpp"
 #include "mojo/error.hpp"
 
 namespace mojo {
@@ -32,11 +33,8 @@ NvrtcCompiler::NvrtcCompiler() {
   supported_sms_.resize(std::size_t(count));
   check(nvrtcGetSupportedArchs(supported_sms_.data()), "nvrtcGetSupportedArchs");
 
-  // The prelude needs no SDK header, so NVRTC may skip its implicit ones
-  // (--minimal, NVRTC >= 12.4): faster compiles, identical code.
-  options_ = {"-std=c++17"};
-  if (major > 12 || (major == 12 && minor >= 4)) options_.push_back("--minimal");
-  identity_ = fmt::format("nvrtc-{}.{} {}", major, minor, fmt::join(options_, " "));
+  options_ = compiler_identity::nvrtc_options(major, minor);
+  identity_ = compiler_identity::nvrtc(major, minor);
 }
 
 CompileResult NvrtcCompiler::compile(const CompileRequest& request) const {
@@ -111,3 +109,8 @@ std::string NvrtcCompiler::repro_command(const CompileRequest& request, std::str
 }
 
 }  // namespace mojo
+
+// The plugin's entry point (libmojo_jit_nvrtc.so, loaded by compiler/on_demand.cpp).
+extern "C" __attribute__((visibility("default"))) mojo::Compiler* mojo_jit_make_compiler() {
+  return new mojo::NvrtcCompiler();
+}
