@@ -63,8 +63,19 @@ class GpuTest : public ::testing::Test {
   }
   // What launches on rt's device load: cubin, or the cpu device's host library.
   Emit launch_emit() const { return rt->device().is_cpu() ? Emit::host : Emit::cubin; }
+  // A Runtime that takes the sm_90a paths (wgmma, TMA): rt on a Hopper GPU, the CPU device emulating sm_90a
+  // where there is no GPU; null on other GPUs.
+  Runtime* hopper() {
+    if (!rt->device().is_cpu()) return rt->device().target() == Target::parse("sm_90a") ? rt.get() : nullptr;
+    if (!hopper_rt) {
+      RuntimeOptions o = options();
+      o.device = "cpu:sm_90a";
+      hopper_rt = std::make_unique<Runtime>(o);
+    }
+    return hopper_rt.get();
+  }
   TempDir cache;
-  std::unique_ptr<Runtime> rt;
+  std::unique_ptr<Runtime> rt, hopper_rt;
 };
 
 // A contiguous tensor on the device followed by kGuard poisoned bytes. An

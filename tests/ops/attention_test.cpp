@@ -135,18 +135,6 @@ TEST(AttentionOp, BadShapesGetOneLineErrors) {
 // ---- on the device ----------------------------------------------------------------
 
 struct AttentionGpu : GpuOps {
-  // A Runtime that takes the sm_90a path: rt on a Hopper GPU, the CPU device emulating sm_90a where there is no
-  // GPU; null on other GPUs.
-  Runtime* hopper() {
-    if (!rt->device().is_cpu()) return rt->device().target() == Target::parse("sm_90a") ? rt.get() : nullptr;
-    if (!hopper_rt) {
-      RuntimeOptions o = options();
-      o.device = "cpu:sm_90a";
-      hopper_rt = std::make_unique<Runtime>(o);
-    }
-    return hopper_rt.get();
-  }
-  std::unique_ptr<Runtime> hopper_rt;
   void expect_pass(const char* op_name, DType dtype, const std::string& shapes, ScalarList scalars = {},
                    std::uint32_t seed = 3, Runtime* on = nullptr) {
     const OpDef& op = find_op(op_name);

@@ -23,22 +23,9 @@ using test::GpuTensor;
 
 namespace {
 
-bool is_hopper(Runtime& rt) { return rt.device().target() == Target::parse("sm_90a"); }
 
 struct GpuGemm : test::GpuTest, ::testing::WithParamInterface<std::string> {
   std::string compiler() const override { return GetParam(); }
-  // A Runtime that takes the sm_90a path: rt on a Hopper GPU, the CPU device
-  // emulating sm_90a where there is no GPU; null on other GPUs.
-  Runtime* hopper() {
-    if (!rt->device().is_cpu()) return is_hopper(*rt) ? rt.get() : nullptr;
-    if (!hopper_rt) {
-      RuntimeOptions o = options();
-      o.device = "cpu:sm_90a";
-      hopper_rt = std::make_unique<Runtime>(o);
-    }
-    return hopper_rt.get();
-  }
-  std::unique_ptr<Runtime> hopper_rt;
 };
 
 // The gemm ops' own tolerance (OpDef::tolerance) for a product of k terms into `out`.
