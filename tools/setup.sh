@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-packages=(cmake ninja-build g++ pkg-config libfmt-dev libxxhash-dev libcli11-dev libtomlplusplus-dev
+packages=(cmake ninja-build g++ pkg-config libfmt-dev libxxhash-dev libcli11-dev libtomlplusplus-dev libhiredis-dev redis-server
   nlohmann-json3-dev libgtest-dev googletest clang-14 libclang-rt-14-dev
   llvm-19-dev libclang-19-dev libclang-cpp19-dev)
 missing=()

@@ -66,6 +66,7 @@ struct CacheStats {
   std::uint64_t memory_hits = 0;    // launches served by a kernel already loaded
   std::uint64_t disk_hits = 0;      // from the writable cache directory
   std::uint64_t readonly_hits = 0;  // from a read-only layer (MOJO_JIT_CACHE_READONLY_DIRS)
+  std::uint64_t remote_hits = 0;    // from the shared remote tier (MOJO_JIT_REMOTE)
   std::uint64_t misses = 0;         // in no layer
   std::uint64_t compiles = 0;
   std::uint64_t bad_entries = 0;    // entries found corrupt: reported, removed, recompiled

@@ -33,6 +33,9 @@ struct RuntimeOptions {
   // Looked up after cache_dir, never written (also MOJO_JIT_CACHE_READONLY_DIRS, ':'-separated).
   std::vector<std::filesystem::path> readonly_cache_dirs;
   bool offline = false;             // a miss throws CacheMissError (also MOJO_JIT_OFFLINE=1)
+  // A fleet's shared cache tier, redis://HOST:PORT[/DB]: looked up after the local layers, written after a
+  // compile (also MOJO_JIT_REMOTE). Failures degrade to local work with one warning.
+  std::string remote_cache;
   std::uint64_t cache_max_bytes = 0;  // 0: $MOJO_JIT_CACHE_MAX_BYTES, else 1 GiB
   bool trust_cache_dir = false;     // use a cache dir others can write (also MOJO_JIT_CACHE_TRUST=1)
   std::string compiler;             // empty: $MOJO_JIT_COMPILER, else "nvrtc"

@@ -39,6 +39,14 @@ Header make_header(const KernelKey& key, std::uint32_t kind, std::string_view me
   return h;
 }
 
+std::string encode(const KernelKey& key, EntryKind kind, std::string_view meta, std::string_view payload) {
+  const Header h = make_header(key, kind, meta, payload);
+  std::string out(reinterpret_cast<const char*>(&h), sizeof h);
+  out.append(meta);
+  out.append(payload);
+  return out;
+}
+
 void seal(Header& h) { h.header_checksum = header_checksum(h); }
 
 std::string check(std::string_view file, const KernelKey* expected_key, const EntryKind* expected_kind, Header* out) {

@@ -32,6 +32,8 @@ Header make_header(const KernelKey& key, std::uint32_t kind, std::string_view me
 inline Header make_header(const KernelKey& key, EntryKind kind, std::string_view meta, std::string_view payload) {
   return make_header(key, kind.code(), meta, payload);
 }
+// A whole entry (header, meta, payload): what a disk entry holds, and a remote cache's value.
+std::string encode(const KernelKey& key, EntryKind kind, std::string_view meta, std::string_view payload);
 // The kind of a checked entry (check() rejects codes no kind has).
 inline EntryKind kind_of(const Header& h) { return *EntryKind::from_code(h.kind & ~kAliasFlag); }
 inline bool is_alias(const Header& h) { return (h.kind & kAliasFlag) != 0; }

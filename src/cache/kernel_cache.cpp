@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cache/entry.hpp"
 #include "core/log.hpp"
 #include "mojo/error.hpp"
 
@@ -28,6 +29,7 @@ KernelCache::KernelCache(CacheOptions options) : options_(std::move(options)) {
     else
       log::warn(fmt::format("refusing the read-only cache directory: {}", why));
   }
+  if (!options_.remote.empty()) remote_ = std::make_unique<RemoteCache>(options_.remote);  // connects on first use
 }
 
 std::shared_ptr<const DiskCache> KernelCache::disk() const {
@@ -73,6 +75,7 @@ std::shared_ptr<const std::string> KernelCache::get(const CacheRequest& request,
   try {
     std::string problem;
     Binary result = lookup_disk(request, &problem);
+    if (!result) result = lookup_remote(request);
     if (!result) result = compile_and_store(request, compile, problem, compiled);
     promise.set_value(result);
     return result;
@@ -120,6 +123,27 @@ KernelCache::Binary KernelCache::lookup_disk(const CacheRequest& request, std::s
     }
   }
   return nullptr;
+}
+
+KernelCache::Binary KernelCache::lookup_remote(const CacheRequest& request) {
+  if (!remote_) return nullptr;
+  std::optional<std::string> value = remote_->get(request.key, request.kind);
+  if (!value) return nullptr;
+  entry::Header h{};
+  std::string problem = entry::check(*value, &request.key, &request.kind, &h);
+  if (problem.empty() && entry::is_alias(h)) problem = "an alias (bundles are not shared)";
+  if (!problem.empty()) {
+    ++bad_entries_;
+    log::warn(fmt::format("unusable entry in the remote cache for {}: {}; deleted, recompiling", request.description,
+                          problem));
+    remote_->remove(request.key, request.kind);
+    return nullptr;
+  }
+  ++remote_hits_;
+  log::debug(fmt::format("remote hit for {}", request.description));
+  auto payload = std::make_shared<const std::string>(entry::payload_of(*value, h));
+  store(request, *payload);  // the next process on this machine finds it on disk
+  return payload;
 }
 
 // Why this compile happens, for MOJO_JIT_LOG=info: the entry was corrupt, the
@@ -187,6 +211,7 @@ KernelCache::Binary KernelCache::compile_and_store(const CacheRequest& request,
   }
   *compiled = true;
   store(request, *result);
+  if (remote_) remote_->put(request.key, request.kind, entry::encode(request.key, request.kind, request.meta, *result));
   remember_components(request);
   return result;
 }
@@ -236,6 +261,7 @@ CacheStats KernelCache::stats() const {
   CacheStats s;
   s.disk_hits = disk_hits_;
   s.readonly_hits = readonly_hits_;
+  s.remote_hits = remote_hits_;
   s.misses = misses_;
   s.compiles = compiles_;
   s.bad_entries = bad_entries_;

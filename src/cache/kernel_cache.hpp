@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache/remote.hpp"
 #include "mojo/cache.hpp"
 
 namespace mojo {
@@ -32,6 +33,7 @@ struct CacheOptions {
   std::uint64_t max_bytes = std::uint64_t(1) << 30;
   bool trust_any_dir = false;  // skip the ownership/permission check (loading a cubin runs code)
   std::chrono::milliseconds lock_timeout{120000};
+  std::string remote;  // the shared tier's URL (redis://HOST:PORT[/DB]); empty: none
 };
 
 struct CacheRequest {
@@ -68,6 +70,9 @@ class KernelCache {
   };
 
   Binary lookup_disk(const CacheRequest& request, std::string* problem);
+  // The remote tier's entry, checked; stored in the local layers on a hit. A corrupt value is reported,
+  // deleted, and recompiled (then written again).
+  Binary lookup_remote(const CacheRequest& request);
   std::string compile_cause(const CacheRequest& request, const std::string& problem) const;
   void remember_components(const CacheRequest& request) const;
   // Compiles under the key's cross-process lock, unless another process
@@ -87,6 +92,8 @@ class KernelCache {
   std::optional<std::uint64_t> disk_bytes_;                   // estimate, for the size cap
   bool warned_lock_ = false;
 
+  std::unique_ptr<RemoteCache> remote_;
+  std::atomic<std::uint64_t> remote_hits_{0};
   std::atomic<std::uint64_t> disk_hits_{0}, readonly_hits_{0}, misses_{0}, compiles_{0}, bad_entries_{0},
       evicted_{0}, lock_waits_{0};
   std::atomic<std::int64_t> compile_ns_{0};

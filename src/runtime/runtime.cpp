@@ -81,6 +81,7 @@ CacheOptions cache_options(const RuntimeOptions& o) {
   c.readonly_dirs = o.readonly_cache_dirs;
   for (fs::path& p : config::paths("MOJO_JIT_CACHE_READONLY_DIRS")) c.readonly_dirs.push_back(std::move(p));
   c.offline = o.offline || config::flag("MOJO_JIT_OFFLINE");
+  c.remote = !o.remote_cache.empty() ? o.remote_cache : config::text("MOJO_JIT_REMOTE").value_or("");
   c.trust_any_dir = o.trust_cache_dir || config::flag("MOJO_JIT_CACHE_TRUST");
   if (o.cache_max_bytes > 0)
     c.max_bytes = o.cache_max_bytes;

@@ -219,8 +219,8 @@ std::string disassemble(const std::string& nvdisasm, const std::string& cubin) {
 void print_stats(const mojo::Runtime& rt) {
   mojo::CacheStats s = rt.stats();
   std::string dir = rt.cache_dir().empty() ? "(disk cache off)" : rt.cache_dir().string();
-  fmt::print(stderr, "cache: {}: {} disk hits, {} compiles ({:.1f} ms), {} bad entries\n", dir, s.disk_hits,
-             s.compiles, s.compile_seconds * 1e3, s.bad_entries);
+  fmt::print(stderr, "cache: {}: {} disk hits, {} remote hits, {} compiles ({:.1f} ms), {} bad entries\n", dir,
+             s.disk_hits, s.remote_hits, s.compiles, s.compile_seconds * 1e3, s.bad_entries);
 }
 
 int run_emit(int argc, char** argv) {

@@ -1,0 +1,135 @@
+// The remote cache tier against a real redis-server (the Debian package) on a loopback port: processes with
+// empty, separate cache directories served by it; a corrupt value detected, deleted and rewritten; a server
+// that is gone costs one warning, never a failure.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <regex>
+#include <thread>
+
+#include "cache/entry.hpp"
+#include "cache/remote.hpp"
+#include "mojo/error.hpp"
+#include "mojo/runtime.hpp"
+#include "test_util.hpp"
+
+namespace mojo {
+namespace {
+
+// A port nothing listens on now.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// A redis-server of its own for each test, with nothing saved to disk.
+class RedisServer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (test::run_command("command -v redis-server && command -v redis-cli").exit_code != 0)
+      GTEST_SKIP() << "no redis-server (tools/setup.sh installs the Debian package)";
+    port = free_port();
+    url = fmt::format("redis://127.0.0.1:{}", port);
+    const auto r = test::run_command(fmt::format(
+        "redis-server --port {} --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir {} --pidfile {}/pid "
+        "--logfile {}/log",
+        port, dir.str(), dir.str(), dir.str()));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    for (int i = 0; i < 100 && !alive(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_TRUE(alive()) << "redis-server did not start";
+  }
+  void TearDown() override { stop(); }
+  bool alive() { return test::run_command(fmt::format("redis-cli -p {} ping", port)).output.find("PONG") == 0; }
+  void stop() {
+    if (port != 0) test::run_command(fmt::format("redis-cli -p {} shutdown nosave", port));
+  }
+  // mojo-jit compiling one specialization with the remote tier and a cache dir of its own; its output.
+  std::string cli(const std::string& cache_dir, const std::string& remote = "") {
+    return test::run_command(fmt::format("MOJO_JIT_REMOTE={} {} --emit=ptx rms_norm --dtype bf16 --shape x=1x4096 "
+                                         "--arch sm_90 --stats --cache-dir {} >/dev/null",
+                                         remote.empty() ? url : remote, MOJO_TEST_CLI, (dir.path() / cache_dir).string()))
+        .output;
+  }
+  test::TempDir dir;
+  int port = 0;
+  std::string url;
+};
+
+TEST_F(RedisServer, ASecondProcessWithAnEmptyCacheDirIsServedByRedis) {
+  const std::string first = cli("a"), second = cli("b");
+  EXPECT_NE(first.find("0 remote hits, 1 compiles"), std::string::npos) << first;
+  EXPECT_NE(second.find("1 remote hits, 0 compiles"), std::string::npos) << second;
+  // ... and keeps it on its own disk: a third process there needs neither.
+  const std::string third = cli("b");
+  EXPECT_NE(third.find("1 disk hits, 0 remote hits, 0 compiles"), std::string::npos) << third;
+}
+
+TEST_F(RedisServer, AFlippedByteInAValueIsDetectedDeletedAndRewritten) {
+  cli("a");
+  RuntimeOptions o;
+  o.disk_cache = false;
+  Runtime rt(o);
+  const std::vector<Tensor> t{{TensorSpec(DType::bf16, {1, 4096})}, {TensorSpec(DType::bf16, {1, 4096})},
+                              {TensorSpec(DType::bf16, {4096})}};
+  const KernelKey key = rt.key("rms_norm", t, {}, Target::parse("sm_90"), Emit::ptx);
+  RemoteCache remote(url);
+  std::optional<std::string> value = remote.get(key, Emit::ptx);
+  ASSERT_TRUE(value.has_value()) << "the first process wrote " << RemoteCache::key_of(key, Emit::ptx);
+  (*value)[value->size() / 2] ^= 0x10;
+  remote.put(key, Emit::ptx, *value);
+  const std::string second = cli("b");
+  EXPECT_NE(second.find("unusable entry in the remote cache for rms_norm"), std::string::npos) << second;
+  EXPECT_NE(second.find("0 remote hits, 1 compiles"), std::string::npos) << second;
+  // Rewritten by the compile: whole and valid again.
+  value = remote.get(key, Emit::ptx);
+  ASSERT_TRUE(value.has_value());
+  const EntryKind kind = Emit::ptx;
+  entry::Header h{};
+  EXPECT_EQ(entry::check(*value, &key, &kind, &h), "");
+}
+
+TEST_F(RedisServer, AServerGoneCostsOneWarningNeverAFailure) {
+  // Nothing listening: the process compiles as if there were no remote tier, and says so once.
+  const std::string refused = cli("a", fmt::format("redis://127.0.0.1:{}", free_port()));
+  EXPECT_NE(refused.find("0 remote hits, 1 compiles"), std::string::npos) << refused;
+  EXPECT_EQ(std::regex_search(refused, std::regex("mojo-jit: warning: remote cache redis://127.0.0.1:\\d+: .*; going "
+                                                  "on without it in this process")),
+            true)
+      << refused;
+  // The server killed between two compiles of one process: both compile, one warning.
+  RuntimeOptions o;
+  o.disk_cache = false;
+  o.remote_cache = url;
+  Runtime rt(o);
+  auto spec = [](std::int64_t hidden) {
+    return std::vector<Tensor>{{TensorSpec(DType::f32, {1, hidden})}, {TensorSpec(DType::f32, {1, hidden})},
+                               {TensorSpec(DType::f32, {hidden})}};
+  };
+  EXPECT_TRUE(rt.compile("rms_norm", spec(64), {}, Target::parse("sm_90"), Emit::ptx).compiled);
+  stop();
+  port = 0;
+  EXPECT_TRUE(rt.compile("rms_norm", spec(128), {}, Target::parse("sm_90"), Emit::ptx).compiled);
+  EXPECT_EQ(rt.stats().compiles, 2u);
+}
+
+TEST(RemoteCacheUrl, AMalformedUrlIsAnErrorNamingIt) {
+  EXPECT_EQ(test::error_of<InvalidArgumentError>([] { RemoteCache("http://x:1"); }),
+            "remote cache 'http://x:1': not a redis:// URL; expected redis://HOST:PORT[/DB]");
+  EXPECT_EQ(test::error_of<InvalidArgumentError>([] { RemoteCache("redis://host:port"); }),
+            "remote cache 'redis://host:port': bad port; expected redis://HOST:PORT[/DB]");
+  EXPECT_EQ(RemoteCache("redis://cache.internal:6380/2").url(), "redis://cache.internal:6380/2");
+}
+
+}  // namespace
+}  // namespace mojo
