@@ -123,6 +123,62 @@ TEST_F(RedisServer, AServerGoneCostsOneWarningNeverAFailure) {
   EXPECT_EQ(rt.stats().compiles, 2u);
 }
 
+// A fleet: eight processes on two machines (cache dirs) prewarming the same 50 keys at once. The lock that
+// makes a key compile once is per machine, so a key may be compiled once per machine at most: at least 50
+// compiles and at most 100, none corrupt; the count is recorded (fleet_compiles) to say how close to once.
+TEST_F(RedisServer, EightProcessesOnTwoMachinesRacingOnFiftyKeys) {
+  std::string manifest = "targets = [\"sm_90\"]\n[[kernel]]\nop = \"rms_norm\"\ndtypes = [\"f32\"]\nshapes = [";
+  for (int i = 1; i <= 50; ++i) manifest += fmt::format("{}{{ x = [1, {}] }}", i > 1 ? ", " : "", 64 * i);
+  test::write_file(dir.path() / "m.toml", manifest + "]\n");
+  std::string cmd;
+  for (int p = 0; p < 8; ++p)
+    cmd += fmt::format("MOJO_JIT_REMOTE={} {} prewarm -j 1 --manifest {} --emit ptx --cache-dir {} 2>/dev/null & ", url,
+                       MOJO_TEST_CLI, (dir.path() / "m.toml").string(), (dir.path() / (p % 2 ? "m1" : "m2")).string());
+  const auto r = test::run_command(cmd + "wait");
+  std::regex summary_re(R"(50 specializations: (\d+) compiled, (\d+) already cached, 0 failed)");
+  int compiled = 0, summaries = 0;
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), summary_re), end; it != end; ++it) {
+    compiled += std::stoi((*it)[1]);
+    ++summaries;
+  }
+  EXPECT_EQ(summaries, 8) << r.output;
+  EXPECT_GE(compiled, 50);
+  EXPECT_LE(compiled, 100) << "at most once per machine";
+  RecordProperty("fleet_compiles", compiled);
+  std::printf("fleet: 8 processes on 2 cache dirs compiled 50 keys %d times\n", compiled);
+  for (const char* machine : {"m1", "m2"}) {
+    const auto v = test::run_command(fmt::format("{} cache verify --cache-dir {}", MOJO_TEST_CLI, (dir.path() / machine).string()));
+    EXPECT_NE(v.output.find(": 50 good entries, 0 bad"), std::string::npos) << v.output;
+  }
+  // The remote tier holds all 50, whole: pulled into a new machine, each is valid.
+  const auto pulled = test::run_command(
+      fmt::format("{} cache pull --remote {} --cache-dir {}", MOJO_TEST_CLI, url, (dir.path() / "m3").string()));
+  EXPECT_NE(pulled.output.find("pulled 50 entries into"), std::string::npos) << pulled.output;
+  EXPECT_NE(pulled.output.find("(0 skipped"), std::string::npos) << pulled.output;
+}
+
+// cache push fills the remote tier from a directory (CI prewarms a directory, then pushes it); a machine
+// with an empty cache is then served with no compile.
+TEST_F(RedisServer, PushFillsTheRemoteTierFromADirectory) {
+  const auto prewarm = test::run_command(fmt::format("{} prewarm --ops rms_norm --arch sm_90 --emit ptx --cache-dir {}",
+                                                     MOJO_TEST_CLI, (dir.path() / "ci").string()));
+  ASSERT_EQ(prewarm.exit_code, 0) << prewarm.output;
+  const auto pushed = test::run_command(
+      fmt::format("{} cache push --remote {} --cache-dir {}", MOJO_TEST_CLI, url, (dir.path() / "ci").string()));
+  EXPECT_EQ(pushed.exit_code, 0) << pushed.output;
+  EXPECT_NE(pushed.output.find("pushed 3 entries from"), std::string::npos) << pushed.output;
+  const std::string served = test::run_command(
+      fmt::format("MOJO_JIT_REMOTE={} {} --emit=ptx rms_norm --dtype f32 --shape x=32x4096 --arch sm_90 --stats "
+                  "--cache-dir {} >/dev/null",
+                  url, MOJO_TEST_CLI, (dir.path() / "fresh").string())).output;
+  EXPECT_NE(served.find("1 remote hits, 0 compiles"), std::string::npos) << served;
+  // A remote tier that is not there: push fails with one line.
+  const auto down = test::run_command(fmt::format("{} cache push --remote redis://127.0.0.1:{} --cache-dir {}",
+                                                  MOJO_TEST_CLI, free_port(), (dir.path() / "ci").string()));
+  EXPECT_EQ(down.exit_code, 1) << down.output;
+  EXPECT_NE(down.output.find("mojo-jit: error: cache push: the remote tier"), std::string::npos) << down.output;
+}
+
 TEST(RemoteCacheUrl, AMalformedUrlIsAnErrorNamingIt) {
   EXPECT_EQ(test::error_of<InvalidArgumentError>([] { RemoteCache("http://x:1"); }),
             "remote cache 'http://x:1': not a redis:// URL; expected redis://HOST:PORT[/DB]");

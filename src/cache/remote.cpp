@@ -90,11 +90,14 @@ redisContext* RemoteCache::connected() {
 }
 
 std::optional<std::string> RemoteCache::get(const KernelKey& key, EntryKind kind) {
+  return get_named(key_of(key, kind));
+}
+
+std::optional<std::string> RemoteCache::get_named(const std::string& name) {
 #if MOJO_JIT_WITH_REDIS
   std::lock_guard lock(mutex_);
   redisContext* c = connected();
   if (c == nullptr) return std::nullopt;
-  const std::string name = key_of(key, kind);
   auto* reply = static_cast<redisReply*>(redisCommand(c, "GET %b", name.data(), name.size()));
   if (reply == nullptr) {
     turn_off(c->errstr);
@@ -106,9 +109,34 @@ std::optional<std::string> RemoteCache::get(const KernelKey& key, EntryKind kind
   freeReplyObject(reply);
   return value;
 #else
-  (void)key, (void)kind;
+  (void)name;
   return std::nullopt;
 #endif
+}
+
+std::vector<std::string> RemoteCache::names() {
+  std::vector<std::string> out;
+#if MOJO_JIT_WITH_REDIS
+  std::lock_guard lock(mutex_);
+  const std::string pattern = fmt::format("mojo-jit:v{}:*", kCacheFormatVersion);
+  std::string cursor = "0";
+  do {
+    redisContext* c = connected();
+    if (c == nullptr) return out;
+    auto* reply = static_cast<redisReply*>(
+        redisCommand(c, "SCAN %s MATCH %b COUNT 1000", cursor.c_str(), pattern.data(), pattern.size()));
+    if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
+      turn_off(reply == nullptr ? c->errstr : "unexpected SCAN reply");
+      if (reply) freeReplyObject(reply);
+      return out;
+    }
+    cursor.assign(reply->element[0]->str, reply->element[0]->len);
+    for (std::size_t i = 0; i < reply->element[1]->elements; ++i)
+      out.emplace_back(reply->element[1]->element[i]->str, reply->element[1]->element[i]->len);
+    freeReplyObject(reply);
+  } while (cursor != "0");
+#endif
+  return out;
 }
 
 void RemoteCache::put(const KernelKey& key, EntryKind kind, std::string_view entry) {

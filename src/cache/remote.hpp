@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "mojo/cache.hpp"
 
@@ -30,6 +31,11 @@ class RemoteCache {
   void remove(const KernelKey& key, EntryKind kind);
   static std::string key_of(const KernelKey& key, EntryKind kind);
   const std::string& url() const noexcept { return url_; }
+  // For `mojo-jit cache pull`: the names of this format's entries, and a value by name.
+  std::vector<std::string> names();
+  std::optional<std::string> get_named(const std::string& name);
+  // Whether a failure turned the tier off (a command that needs it then fails).
+  bool off() const noexcept { return off_; }
 
  private:
   redisContext* connected();  // under mutex_; null once off

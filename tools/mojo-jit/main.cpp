@@ -21,6 +21,8 @@
 #include <iostream>
 #include <map>
 
+#include "cache/entry.hpp"
+#include "cache/remote.hpp"
 #include "core/config.hpp"
 #include "mojo/mojo.hpp"
 
@@ -451,15 +453,63 @@ int run_compile_all(int argc, char** argv) {
   return 0;
 }
 
+// cache push: every valid, whole entry of `cache` to the remote tier (an alias names a bundle on this disk
+// only: skipped). Returns (copied, skipped).
+std::pair<std::size_t, std::size_t> push(const mojo::DiskCache& cache, const std::string& url) {
+  mojo::RemoteCache remote(url);
+  std::size_t copied = 0, skipped = 0;
+  for (const mojo::DiskEntryInfo& e : cache.list()) {
+    std::ifstream in(e.path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    mojo::entry::Header h{};
+    if (e.alias || !mojo::entry::check(bytes, &e.key, &e.kind, &h).empty()) {
+      ++skipped;
+      continue;
+    }
+    remote.put(e.key, e.kind, bytes);
+    if (remote.off()) throw mojo::Error(fmt::format("cache push: the remote tier {} failed (see the warning)", url));
+    ++copied;
+  }
+  return {copied, skipped};
+}
+
+// cache pull: every entry of this format in the remote tier into `cache`, each checked (its name must be its key).
+std::pair<std::size_t, std::size_t> pull(const mojo::DiskCache& cache, const std::string& url) {
+  mojo::RemoteCache remote(url);
+  std::size_t copied = 0, skipped = 0;
+  const std::vector<std::string> names = remote.names();
+  if (remote.off()) throw mojo::Error(fmt::format("cache pull: the remote tier {} failed (see the warning)", url));
+  for (const std::string& name : names) {
+    const std::optional<std::string> value = remote.get_named(name);
+    mojo::entry::Header h{};
+    if (!value || !mojo::entry::check(*value, nullptr, nullptr, &h).empty() || mojo::entry::is_alias(h)) {
+      ++skipped;
+      continue;
+    }
+    const mojo::KernelKey key{h.key_high, h.key_low};
+    const mojo::EntryKind kind = mojo::entry::kind_of(h);
+    if (mojo::RemoteCache::key_of(key, kind) != name) {
+      ++skipped;
+      continue;
+    }
+    cache.store(key, kind, mojo::entry::meta_of(*value, h), mojo::entry::payload_of(*value, h));
+    ++copied;
+  }
+  return {copied, skipped};
+}
+
 int run_cache(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "explain") return run_describe(argc - 1, argv + 1, true);
   CLI::App app{"Inspect and maintain the on-disk kernel cache", "mojo-jit cache"};
   std::string action, cache_dir;
   bool json = false;
   std::uint64_t max_bytes = 0;
-  app.add_option("action", action, "path | stats | ls | verify | prune | clear | explain OP ...")
+  std::string remote;
+  app.add_option("action", action,
+                 "path | stats | ls | verify | prune | clear | push | pull (to and from the remote tier) | explain OP ...")
       ->required()
-      ->check(CLI::IsMember({"path", "stats", "ls", "list", "verify", "prune", "clear"}));
+      ->check(CLI::IsMember({"path", "stats", "ls", "list", "verify", "prune", "clear", "push", "pull"}));
+  app.add_option("--remote", remote, "push, pull: the remote tier, redis://HOST:PORT[/DB] (default: $MOJO_JIT_REMOTE)");
   app.add_option("--cache-dir", cache_dir, "cache directory (default: $MOJO_JIT_CACHE_DIR, ~/.cache/mojo-jit)");
   app.add_flag("--json", json, "machine-readable output");
   app.add_option("--max-bytes", max_bytes, "prune: the size to prune down to (default: $MOJO_JIT_CACHE_MAX_BYTES or 1 GiB)");
@@ -487,6 +537,15 @@ int run_cache(int argc, char** argv) {
     j["bytes"] = u.bytes;
     text = fmt::format("evicted {} least-recently-used entries; {} entries, {} bytes remain (cap {})", n, u.entries,
                        u.bytes, max_bytes);
+  } else if (action == "push" || action == "pull") {
+    if (remote.empty()) remote = mojo::config::text("MOJO_JIT_REMOTE").value_or("");
+    if (remote.empty()) throw mojo::InvalidArgumentError(fmt::format("cache {}: give --remote or MOJO_JIT_REMOTE", action));
+    const auto [copied, skipped] = action == "push" ? push(cache, remote) : pull(cache, remote);
+    j["copied"] = copied;
+    j["skipped"] = skipped;
+    text = fmt::format("{} {} entries {} {} ({} skipped: aliases into bundles, or not valid)",
+                       action == "push" ? "pushed" : "pulled", copied, action == "push" ? "from" : "into",
+                       cache.dir().string(), skipped);
   } else if (action == "verify") {
     std::vector<std::string> problems;
     std::size_t good = cache.verify(&problems, /*remove=*/true);
