@@ -4,12 +4,16 @@
 
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "cache/entry.hpp"
 #include "core/log.hpp"
 #include "mojo/error.hpp"
 
 namespace mojo {
+
+// How long a fleet-wide claim on compiling a key lives if its holder dies without releasing it.
+constexpr std::chrono::milliseconds kRemoteClaimExpiry{30000};
 namespace fs = std::filesystem;
 
 KernelCache::KernelCache(CacheOptions options) : options_(std::move(options)) {
@@ -200,6 +204,29 @@ KernelCache::Binary KernelCache::compile_and_store(const CacheRequest& request,
       return std::make_shared<const std::string>(std::move(*payload));
     }
   }
+  // Across the fleet: one process claims the key in the remote tier and compiles; the others wait for its
+  // entry there (until the claim is released or expires, or the lock timeout), then compile only if it did not
+  // come.
+  bool claimed = false;
+  if (remote_) {
+    const auto deadline = std::chrono::steady_clock::now() + options_.lock_timeout;
+    while (!(claimed = remote_->claim(request.key, request.kind, kRemoteClaimExpiry))) {
+      if (Binary found = lookup_remote(request)) return found;
+      if (!remote_->claimed(request.key, request.kind) || std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (Binary found = lookup_remote(request)) {  // stored between our first look and the claim
+      if (claimed) remote_->release(request.key, request.kind);
+      return found;
+    }
+  }
+  struct Release {  // the claim, when this process holds it: released after the entry is written, or on a failure
+    RemoteCache* remote;
+    const CacheRequest& request;
+    ~Release() {
+      if (remote) remote->release(request.key, request.kind);
+    }
+  } release{claimed ? remote_.get() : nullptr, request};
   const bool is_compile = request.kind != EntryKind::tuning();  // a tuning record is timed, not compiled
   if (is_compile && log::enabled(log::Level::info))
     log::info(fmt::format("compiling {}: {}", request.description, compile_cause(request, corrupt)));

@@ -155,6 +155,62 @@ void RemoteCache::put(const KernelKey& key, EntryKind kind, std::string_view ent
 #endif
 }
 
+bool RemoteCache::claim(const KernelKey& key, EntryKind kind, std::chrono::milliseconds expiry) {
+#if MOJO_JIT_WITH_REDIS
+  std::lock_guard lock(mutex_);
+  redisContext* c = connected();
+  if (c == nullptr) return true;
+  const std::string name = key_of(key, kind) + ".claim";
+  auto* reply = static_cast<redisReply*>(
+      redisCommand(c, "SET %b 1 NX PX %lld", name.data(), name.size(), (long long)expiry.count()));
+  if (reply == nullptr) {
+    turn_off(c->errstr);
+    return true;
+  }
+  const bool held = reply->type == REDIS_REPLY_STATUS;  // OK; nil when another holds it
+  if (reply->type == REDIS_REPLY_ERROR) turn_off(reply->str);
+  freeReplyObject(reply);
+  return held || off_;
+#else
+  (void)key, (void)kind, (void)expiry;
+  return true;
+#endif
+}
+
+void RemoteCache::release(const KernelKey& key, EntryKind kind) {
+#if MOJO_JIT_WITH_REDIS
+  std::lock_guard lock(mutex_);
+  redisContext* c = connected();
+  if (c == nullptr) return;
+  const std::string name = key_of(key, kind) + ".claim";
+  auto* reply = static_cast<redisReply*>(redisCommand(c, "DEL %b", name.data(), name.size()));
+  if (reply == nullptr) return turn_off(c->errstr);
+  freeReplyObject(reply);
+#else
+  (void)key, (void)kind;
+#endif
+}
+
+bool RemoteCache::claimed(const KernelKey& key, EntryKind kind) {
+#if MOJO_JIT_WITH_REDIS
+  std::lock_guard lock(mutex_);
+  redisContext* c = connected();
+  if (c == nullptr) return false;
+  const std::string name = key_of(key, kind) + ".claim";
+  auto* reply = static_cast<redisReply*>(redisCommand(c, "EXISTS %b", name.data(), name.size()));
+  if (reply == nullptr) {
+    turn_off(c->errstr);
+    return false;
+  }
+  const bool exists = reply->type == REDIS_REPLY_INTEGER && reply->integer == 1;
+  freeReplyObject(reply);
+  return exists;
+#else
+  (void)key, (void)kind;
+  return false;
+#endif
+}
+
 void RemoteCache::remove(const KernelKey& key, EntryKind kind) {
 #if MOJO_JIT_WITH_REDIS
   std::lock_guard lock(mutex_);

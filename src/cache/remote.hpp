@@ -5,6 +5,7 @@
 // the process with one warning: a fleet's cache is an optimisation, never a reason to fail a launch.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -29,6 +30,12 @@ class RemoteCache {
   std::optional<std::string> get(const KernelKey& key, EntryKind kind);
   void put(const KernelKey& key, EntryKind kind, std::string_view entry);
   void remove(const KernelKey& key, EntryKind kind);
+  // A claim on compiling a key across the fleet (SET NX with an expiry, so a crashed holder frees it): true
+  // when this process holds it (or the tier is off: then every process compiles on its own).
+  bool claim(const KernelKey& key, EntryKind kind, std::chrono::milliseconds expiry);
+  void release(const KernelKey& key, EntryKind kind);
+  // Whether another process holds the claim now.
+  bool claimed(const KernelKey& key, EntryKind kind);
   static std::string key_of(const KernelKey& key, EntryKind kind);
   const std::string& url() const noexcept { return url_; }
   // For `mojo-jit cache pull`: the names of this format's entries, and a value by name.
