@@ -58,7 +58,8 @@ class RedisServer : public ::testing::Test {
   std::string cli(const std::string& cache_dir, const std::string& remote = "") {
     return test::run_command(fmt::format("MOJO_JIT_REMOTE={} {} --emit=ptx rms_norm --dtype bf16 --shape x=1x4096 "
                                          "--arch sm_90 --stats --cache-dir {} >/dev/null",
-                                         remote.empty() ? url : remote, MOJO_TEST_CLI, (dir.path() / cache_dir).string()))
+                                         remote.empty() ? url : remote, MOJO_TEST_CLI,
+                                         (dir.path() / cache_dir).string()))
         .output;
   }
   test::TempDir dir;
@@ -80,8 +81,8 @@ TEST_F(RedisServer, AFlippedByteInAValueIsDetectedDeletedAndRewritten) {
   RuntimeOptions o;
   o.disk_cache = false;
   Runtime rt(o);
-  const std::vector<Tensor> t{{TensorSpec(DType::bf16, {1, 4096})}, {TensorSpec(DType::bf16, {1, 4096})},
-                              {TensorSpec(DType::bf16, {4096})}};
+  const std::vector<Tensor> t{
+      {TensorSpec(DType::bf16, {1, 4096})}, {TensorSpec(DType::bf16, {1, 4096})}, {TensorSpec(DType::bf16, {4096})}};
   const KernelKey key = rt.key("rms_norm", t, {}, Target::parse("sm_90"), Emit::ptx);
   RemoteCache remote(url);
   std::optional<std::string> value = remote.get(key, Emit::ptx);
@@ -113,7 +114,8 @@ TEST_F(RedisServer, AServerGoneCostsOneWarningNeverAFailure) {
   o.remote_cache = url;
   Runtime rt(o);
   auto spec = [](std::int64_t hidden) {
-    return std::vector<Tensor>{{TensorSpec(DType::f32, {1, hidden})}, {TensorSpec(DType::f32, {1, hidden})},
+    return std::vector<Tensor>{{TensorSpec(DType::f32, {1, hidden})},
+                               {TensorSpec(DType::f32, {1, hidden})},
                                {TensorSpec(DType::f32, {hidden})}};
   };
   EXPECT_TRUE(rt.compile("rms_norm", spec(64), {}, Target::parse("sm_90"), Emit::ptx).compiled);
@@ -144,7 +146,8 @@ TEST_F(RedisServer, EightProcessesOnTwoMachinesRacingOnFiftyKeys) {
   EXPECT_EQ(summaries, 8) << r.output;
   EXPECT_EQ(compiled, 50) << "each key once in the fleet\n" << r.output;
   for (const char* machine : {"m1", "m2"}) {
-    const auto v = test::run_command(fmt::format("{} cache verify --cache-dir {}", MOJO_TEST_CLI, (dir.path() / machine).string()));
+    const auto v = test::run_command(
+        fmt::format("{} cache verify --cache-dir {}", MOJO_TEST_CLI, (dir.path() / machine).string()));
     EXPECT_NE(v.output.find(": 50 good entries, 0 bad"), std::string::npos) << v.output;
   }
   // The remote tier holds all 50, whole: pulled into a new machine, each is valid.
@@ -162,10 +165,13 @@ TEST_F(RedisServer, AClaimLeftByADeadHolderDelaysOthersAtMostTheLockTimeout) {
   ASSERT_TRUE(std::regex_search(described.output, m, std::regex("key: +([0-9a-f]{32})"))) << described.output;
   test::run_command(fmt::format("redis-cli -p {} set mojo-jit:v1:{}.ptx.claim 1 px 60000", port, m[1].str()));
   const auto start = std::chrono::steady_clock::now();
-  const std::string out = test::run_command(
-      fmt::format("MOJO_JIT_LOCK_TIMEOUT_MS=300 MOJO_JIT_REMOTE={} {} --emit=ptx rms_norm --dtype bf16 --shape x=1x4096 "
-                  "--arch sm_90 --stats --cache-dir {} >/dev/null",
-                  url, MOJO_TEST_CLI, (dir.path() / "a").string())).output;
+  const std::string out =
+      test::run_command(
+          fmt::format(
+              "MOJO_JIT_LOCK_TIMEOUT_MS=300 MOJO_JIT_REMOTE={} {} --emit=ptx rms_norm --dtype bf16 --shape x=1x4096 "
+              "--arch sm_90 --stats --cache-dir {} >/dev/null",
+              url, MOJO_TEST_CLI, (dir.path() / "a").string()))
+          .output;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(out.find("0 remote hits, 1 compiles"), std::string::npos) << out;
   EXPECT_GE(seconds, 0.3);
@@ -182,10 +188,12 @@ TEST_F(RedisServer, PushFillsTheRemoteTierFromADirectory) {
       fmt::format("{} cache push --remote {} --cache-dir {}", MOJO_TEST_CLI, url, (dir.path() / "ci").string()));
   EXPECT_EQ(pushed.exit_code, 0) << pushed.output;
   EXPECT_NE(pushed.output.find("pushed 3 entries from"), std::string::npos) << pushed.output;
-  const std::string served = test::run_command(
-      fmt::format("MOJO_JIT_REMOTE={} {} --emit=ptx rms_norm --dtype f32 --shape x=32x4096 --arch sm_90 --stats "
-                  "--cache-dir {} >/dev/null",
-                  url, MOJO_TEST_CLI, (dir.path() / "fresh").string())).output;
+  const std::string served =
+      test::run_command(
+          fmt::format("MOJO_JIT_REMOTE={} {} --emit=ptx rms_norm --dtype f32 --shape x=32x4096 --arch sm_90 --stats "
+                      "--cache-dir {} >/dev/null",
+                      url, MOJO_TEST_CLI, (dir.path() / "fresh").string()))
+          .output;
   EXPECT_NE(served.find("1 remote hits, 0 compiles"), std::string::npos) << served;
   // A remote tier that is not there: push fails with one line.
   const auto down = test::run_command(fmt::format("{} cache push --remote redis://127.0.0.1:{} --cache-dir {}",

@@ -104,8 +104,10 @@ std::optional<std::string> RemoteCache::get_named(const std::string& name) {
     return std::nullopt;
   }
   std::optional<std::string> value;
-  if (reply->type == REDIS_REPLY_STRING) value.emplace(reply->str, reply->len);
-  else if (reply->type == REDIS_REPLY_ERROR) turn_off(reply->str);
+  if (reply->type == REDIS_REPLY_STRING)
+    value.emplace(reply->str, reply->len);
+  else if (reply->type == REDIS_REPLY_ERROR)
+    turn_off(reply->str);
   freeReplyObject(reply);
   return value;
 #else
@@ -145,8 +147,8 @@ void RemoteCache::put(const KernelKey& key, EntryKind kind, std::string_view ent
   redisContext* c = connected();
   if (c == nullptr) return;
   const std::string name = key_of(key, kind);
-  auto* reply = static_cast<redisReply*>(
-      redisCommand(c, "SET %b %b", name.data(), name.size(), entry.data(), entry.size()));
+  auto* reply =
+      static_cast<redisReply*>(redisCommand(c, "SET %b %b", name.data(), name.size(), entry.data(), entry.size()));
   if (reply == nullptr) return turn_off(c->errstr);
   if (reply->type == REDIS_REPLY_ERROR) turn_off(reply->str);
   freeReplyObject(reply);

@@ -57,17 +57,19 @@ const Compiler& OnDemandCompiler::loaded(const CompileRequest& request) const {
       return;
     }
     if (compiler_->identity() != identity_) {
-      error_ = fmt::format("the {} compiler loaded is '{}' but this build keys its cache by '{}'; rebuild mojo-jit "
-                           "against the toolkit it runs with",
-                           name_, compiler_->identity(), identity_);
+      error_ = fmt::format(
+          "the {} compiler loaded is '{}' but this build keys its cache by '{}'; rebuild mojo-jit "
+          "against the toolkit it runs with",
+          name_, compiler_->identity(), identity_);
       compiler_.reset();
     }
   });
   if (compiler_) return *compiler_;
   if (error_.starts_with("this build has no"))
-    throw CacheMissError(fmt::format("{}: not in any cache layer, and {}; prewarm it with `mojo-jit prewarm` where "
-                                     "a compiler is",
-                                     request.description, error_));
+    throw CacheMissError(
+        fmt::format("{}: not in any cache layer, and {}; prewarm it with `mojo-jit prewarm` where "
+                    "a compiler is",
+                    request.description, error_));
   throw CompileError(fmt::format("{}: {}", request.description, error_), error_);
 }
 
