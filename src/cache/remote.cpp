@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cstdarg>
 
 #include "core/log.hpp"
 #include "mojo/error.hpp"
@@ -14,8 +15,6 @@
 namespace mojo {
 
 namespace {
-
-constexpr timeval kConnectTimeout{0, 300 * 1000}, kCommandTimeout{1, 0};
 
 bool parse_int(std::string_view s, int& out) {
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
@@ -67,8 +66,17 @@ void RemoteCache::turn_off(const std::string& why) {
   context_ = nullptr;
 }
 
-redisContext* RemoteCache::connected() {
+std::optional<std::string> RemoteCache::get(const KernelKey& key, EntryKind kind) {
+  return get_named(key_of(key, kind));
+}
+
+std::string RemoteCache::claim_of(const KernelKey& key, EntryKind kind) { return key_of(key, kind) + ".claim"; }
+
 #if MOJO_JIT_WITH_REDIS
+
+constexpr timeval kConnectTimeout{0, 300 * 1000}, kCommandTimeout{1, 0};
+
+redisContext* RemoteCache::connected() {
   if (off_) return nullptr;
   if (context_ != nullptr) return context_;
   context_ = redisConnectWithTimeout(host_.c_str(), port_, kConnectTimeout);
@@ -77,154 +85,99 @@ redisContext* RemoteCache::connected() {
     return nullptr;
   }
   redisSetTimeout(context_, kCommandTimeout);
-  if (db_ != 0) {
-    auto* reply = static_cast<redisReply*>(redisCommand(context_, "SELECT %d", db_));
-    const bool ok = reply != nullptr && reply->type != REDIS_REPLY_ERROR;
-    if (reply) freeReplyObject(reply);
-    if (!ok) turn_off(fmt::format("cannot select database {}", db_));
-  }
+  if (db_ != 0 && !command("SELECT %d", db_)) turn_off(fmt::format("cannot select database {}", db_));
   return context_;
-#else
-  return nullptr;
-#endif
 }
 
-std::optional<std::string> RemoteCache::get(const KernelKey& key, EntryKind kind) {
-  return get_named(key_of(key, kind));
+std::shared_ptr<redisReply> RemoteCache::command(const char* format, ...) {
+  redisContext* c = connected();
+  if (c == nullptr) return nullptr;
+  va_list args;
+  va_start(args, format);
+  auto* reply = static_cast<redisReply*>(redisvCommand(c, format, args));
+  va_end(args);
+  if (reply == nullptr) {
+    turn_off(c->errstr);
+    return nullptr;
+  }
+  if (reply->type == REDIS_REPLY_ERROR) {
+    turn_off(reply->str);
+    freeReplyObject(reply);
+    return nullptr;
+  }
+  return std::shared_ptr<redisReply>(reply, freeReplyObject);
 }
 
 std::optional<std::string> RemoteCache::get_named(const std::string& name) {
-#if MOJO_JIT_WITH_REDIS
   std::lock_guard lock(mutex_);
-  redisContext* c = connected();
-  if (c == nullptr) return std::nullopt;
-  auto* reply = static_cast<redisReply*>(redisCommand(c, "GET %b", name.data(), name.size()));
-  if (reply == nullptr) {
-    turn_off(c->errstr);
-    return std::nullopt;
-  }
-  std::optional<std::string> value;
-  if (reply->type == REDIS_REPLY_STRING)
-    value.emplace(reply->str, reply->len);
-  else if (reply->type == REDIS_REPLY_ERROR)
-    turn_off(reply->str);
-  freeReplyObject(reply);
-  return value;
-#else
-  (void)name;
-  return std::nullopt;
-#endif
+  const auto reply = command("GET %b", name.data(), name.size());
+  if (!reply || reply->type != REDIS_REPLY_STRING) return std::nullopt;
+  return std::string(reply->str, reply->len);
 }
 
 std::vector<std::string> RemoteCache::names() {
-  std::vector<std::string> out;
-#if MOJO_JIT_WITH_REDIS
   std::lock_guard lock(mutex_);
+  std::vector<std::string> out;
   const std::string pattern = fmt::format("mojo-jit:v{}:*", kCacheFormatVersion);
   std::string cursor = "0";
   do {
-    redisContext* c = connected();
-    if (c == nullptr) return out;
-    auto* reply = static_cast<redisReply*>(
-        redisCommand(c, "SCAN %s MATCH %b COUNT 1000", cursor.c_str(), pattern.data(), pattern.size()));
-    if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
-      turn_off(reply == nullptr ? c->errstr : "unexpected SCAN reply");
-      if (reply) freeReplyObject(reply);
+    const auto reply = command("SCAN %s MATCH %b COUNT 1000", cursor.c_str(), pattern.data(), pattern.size());
+    if (!reply) return out;
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
+      turn_off("unexpected SCAN reply");
       return out;
     }
     cursor.assign(reply->element[0]->str, reply->element[0]->len);
     for (std::size_t i = 0; i < reply->element[1]->elements; ++i)
-      out.emplace_back(reply->element[1]->element[i]->str, reply->element[1]->element[i]->len);
-    freeReplyObject(reply);
+      if (!std::string_view(reply->element[1]->element[i]->str).ends_with(".claim"))
+        out.emplace_back(reply->element[1]->element[i]->str, reply->element[1]->element[i]->len);
   } while (cursor != "0");
-#endif
   return out;
 }
 
 void RemoteCache::put(const KernelKey& key, EntryKind kind, std::string_view entry) {
-#if MOJO_JIT_WITH_REDIS
   std::lock_guard lock(mutex_);
-  redisContext* c = connected();
-  if (c == nullptr) return;
   const std::string name = key_of(key, kind);
-  auto* reply =
-      static_cast<redisReply*>(redisCommand(c, "SET %b %b", name.data(), name.size(), entry.data(), entry.size()));
-  if (reply == nullptr) return turn_off(c->errstr);
-  if (reply->type == REDIS_REPLY_ERROR) turn_off(reply->str);
-  freeReplyObject(reply);
-#else
-  (void)key, (void)kind, (void)entry;
-#endif
-}
-
-bool RemoteCache::claim(const KernelKey& key, EntryKind kind, std::chrono::milliseconds expiry) {
-#if MOJO_JIT_WITH_REDIS
-  std::lock_guard lock(mutex_);
-  redisContext* c = connected();
-  if (c == nullptr) return true;
-  const std::string name = key_of(key, kind) + ".claim";
-  auto* reply = static_cast<redisReply*>(
-      redisCommand(c, "SET %b 1 NX PX %lld", name.data(), name.size(), (long long)expiry.count()));
-  if (reply == nullptr) {
-    turn_off(c->errstr);
-    return true;
-  }
-  const bool held = reply->type == REDIS_REPLY_STATUS;  // OK; nil when another holds it
-  if (reply->type == REDIS_REPLY_ERROR) turn_off(reply->str);
-  freeReplyObject(reply);
-  return held || off_;
-#else
-  (void)key, (void)kind, (void)expiry;
-  return true;
-#endif
-}
-
-void RemoteCache::release(const KernelKey& key, EntryKind kind) {
-#if MOJO_JIT_WITH_REDIS
-  std::lock_guard lock(mutex_);
-  redisContext* c = connected();
-  if (c == nullptr) return;
-  const std::string name = key_of(key, kind) + ".claim";
-  auto* reply = static_cast<redisReply*>(redisCommand(c, "DEL %b", name.data(), name.size()));
-  if (reply == nullptr) return turn_off(c->errstr);
-  freeReplyObject(reply);
-#else
-  (void)key, (void)kind;
-#endif
-}
-
-bool RemoteCache::claimed(const KernelKey& key, EntryKind kind) {
-#if MOJO_JIT_WITH_REDIS
-  std::lock_guard lock(mutex_);
-  redisContext* c = connected();
-  if (c == nullptr) return false;
-  const std::string name = key_of(key, kind) + ".claim";
-  auto* reply = static_cast<redisReply*>(redisCommand(c, "EXISTS %b", name.data(), name.size()));
-  if (reply == nullptr) {
-    turn_off(c->errstr);
-    return false;
-  }
-  const bool exists = reply->type == REDIS_REPLY_INTEGER && reply->integer == 1;
-  freeReplyObject(reply);
-  return exists;
-#else
-  (void)key, (void)kind;
-  return false;
-#endif
+  command("SET %b %b", name.data(), name.size(), entry.data(), entry.size());
 }
 
 void RemoteCache::remove(const KernelKey& key, EntryKind kind) {
-#if MOJO_JIT_WITH_REDIS
   std::lock_guard lock(mutex_);
-  redisContext* c = connected();
-  if (c == nullptr) return;
   const std::string name = key_of(key, kind);
-  auto* reply = static_cast<redisReply*>(redisCommand(c, "DEL %b", name.data(), name.size()));
-  if (reply == nullptr) return turn_off(c->errstr);
-  freeReplyObject(reply);
-#else
-  (void)key, (void)kind;
-#endif
+  command("DEL %b", name.data(), name.size());
 }
+
+bool RemoteCache::claim(const KernelKey& key, EntryKind kind, std::chrono::milliseconds expiry) {
+  std::lock_guard lock(mutex_);
+  const std::string name = claim_of(key, kind);
+  const auto reply = command("SET %b 1 NX PX %lld", name.data(), name.size(), (long long)expiry.count());
+  return !reply || reply->type == REDIS_REPLY_STATUS;  // OK: held; nil: another holds it; off: compile alone
+}
+
+void RemoteCache::release(const KernelKey& key, EntryKind kind) {
+  std::lock_guard lock(mutex_);
+  const std::string name = claim_of(key, kind);
+  command("DEL %b", name.data(), name.size());
+}
+
+bool RemoteCache::claimed(const KernelKey& key, EntryKind kind) {
+  std::lock_guard lock(mutex_);
+  const std::string name = claim_of(key, kind);
+  const auto reply = command("EXISTS %b", name.data(), name.size());
+  return reply && reply->type == REDIS_REPLY_INTEGER && reply->integer == 1;
+}
+
+#else  // no hiredis: the constructor refuses every URL, so none of these runs
+
+redisContext* RemoteCache::connected() { return nullptr; }
+std::optional<std::string> RemoteCache::get_named(const std::string&) { return std::nullopt; }
+std::vector<std::string> RemoteCache::names() { return {}; }
+void RemoteCache::put(const KernelKey&, EntryKind, std::string_view) {}
+void RemoteCache::remove(const KernelKey&, EntryKind) {}
+bool RemoteCache::claim(const KernelKey&, EntryKind, std::chrono::milliseconds) { return true; }
+void RemoteCache::release(const KernelKey&, EntryKind) {}
+bool RemoteCache::claimed(const KernelKey&, EntryKind) { return false; }
+
+#endif
 
 }  // namespace mojo

@@ -16,6 +16,7 @@
 #include "mojo/cache.hpp"
 
 struct redisContext;
+struct redisReply;
 
 namespace mojo {
 
@@ -46,7 +47,11 @@ class RemoteCache {
 
  private:
   redisContext* connected();  // under mutex_; null once off
+  // One command under mutex_ (printf-like, hiredis's %b for bytes): its reply, or null when the tier is off or
+  // the command failed (which turns it off).
+  std::shared_ptr<redisReply> command(const char* format, ...);
   void turn_off(const std::string& why);
+  static std::string claim_of(const KernelKey& key, EntryKind kind);
 
   std::string url_, host_;
   int port_ = 6379, db_ = 0;
