@@ -44,15 +44,12 @@ void AttentionOp::check_data(TensorList t, StreamHandle stream) const {
 
 std::vector<TensorSpec> AttentionOp::specs_from_shapes(DType dtype, const ShapeMap& shapes) const {
   const auto& q = shapes::required(name(), shapes, "q", example_shapes());
-  auto optional = [&](std::string_view n, DType d) {
-    auto it = shapes.find(n);
-    return it == shapes.end() ? TensorSpec() : TensorSpec(d, it->second);
-  };
   std::vector<TensorSpec> specs{TensorSpec(dtype, shapes::value_or(shapes, "out", q)), TensorSpec(dtype, q)};
   if (kind_ == Kind::sdpa) {
     const auto& k = shapes::required(name(), shapes, "k", example_shapes());
     specs.insert(specs.end(), {TensorSpec(dtype, k), TensorSpec(dtype, shapes::value_or(shapes, "v", k)),
-                               optional("cu_seqlens_q", DType::i32), optional("cu_seqlens_k", DType::i32)});
+                               shapes::optional(shapes, "cu_seqlens_q", DType::i32),
+                               shapes::optional(shapes, "cu_seqlens_k", DType::i32)});
   } else {
     const auto& cache = shapes::required(name(), shapes, "k_cache", example_shapes());
     const auto& table = shapes::required(name(), shapes, "block_tables", example_shapes());
@@ -63,8 +60,8 @@ std::vector<TensorSpec> AttentionOp::specs_from_shapes(DType dtype, const ShapeM
     specs.push_back(TensorSpec(DType::i32, table));
     specs.push_back(TensorSpec(DType::i32, shapes::value_or(shapes, "context_lens", {table.empty() ? 0 : table[0]})));
   }
-  specs.push_back(optional("sinks", DType::f32));
-  specs.push_back(optional("lse", DType::f32));
+  specs.push_back(shapes::optional(shapes, "sinks", DType::f32));
+  specs.push_back(shapes::optional(shapes, "lse", DType::f32));
   return specs;
 }
 

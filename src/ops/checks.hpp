@@ -88,4 +88,10 @@ inline std::vector<std::int64_t> value_or(const ShapeMap& shapes, std::string_vi
   return it == shapes.end() ? fallback : it->second;
 }
 
+// An optional tensor: the spec of the shape the user gave for `name`, or absent (rank 0) when none.
+inline TensorSpec optional(const ShapeMap& shapes, std::string_view name, DType dtype) {
+  auto it = shapes.find(name);
+  return it == shapes.end() ? TensorSpec() : TensorSpec(dtype, it->second);
+}
+
 }  // namespace mojo::shapes

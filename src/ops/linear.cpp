@@ -118,12 +118,8 @@ class Linear final : public TileOp {
     const auto& w = shapes::required(name(), shapes, "weight", example_shapes());
     std::vector<std::int64_t> out = x;
     if (!out.empty() && !w.empty()) out.back() = w.front();
-    auto optional = [&](std::string_view n) {
-      auto it = shapes.find(n);
-      return it == shapes.end() ? TensorSpec() : TensorSpec(dtype, it->second);
-    };
     return {TensorSpec(dtype, shapes::value_or(shapes, "out", out)), TensorSpec(dtype, x), TensorSpec(dtype, w),
-            optional("bias"), optional("residual")};
+            shapes::optional(shapes, "bias", dtype), shapes::optional(shapes, "residual", dtype)};
   }
 
  private:

@@ -1,24 +1,25 @@
 # Installs the build into a scratch prefix, then configures, builds and runs
-# tests/downstream against it with find_package(mojo_jit).
+# tests/downstream against it with find_package(mojo_jit), runs the installed
+# CLI, and builds and runs the same app with pkg-config.
+
+# Runs COMMAND...; a failure stops the test, saying WHAT failed.
+function(step what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
+  if(rc)
+    message(FATAL_ERROR "${what} failed: ${rc}")
+  endif()
+endfunction()
+
 file(REMOVE_RECURSE "${WORK_DIR}")
 execute_process(COMMAND ${CMAKE_COMMAND} --install "${MOJO_BUILD_DIR}" --prefix "${WORK_DIR}/prefix"
                 RESULT_VARIABLE rc OUTPUT_QUIET)
 if(rc)
   message(FATAL_ERROR "install failed: ${rc}")
 endif()
-execute_process(COMMAND ${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix"
-                RESULT_VARIABLE rc)
-if(rc)
-  message(FATAL_ERROR "configuring the downstream project failed: ${rc}")
-endif()
-execute_process(COMMAND ${CMAKE_COMMAND} --build "${WORK_DIR}/build" RESULT_VARIABLE rc)
-if(rc)
-  message(FATAL_ERROR "building the downstream project failed: ${rc}")
-endif()
-execute_process(COMMAND "${WORK_DIR}/build/app" RESULT_VARIABLE rc)
-if(rc)
-  message(FATAL_ERROR "the downstream app failed: ${rc}")
-endif()
+step("configuring the downstream project" ${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/build"
+     "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix")
+step("building the downstream project" ${CMAKE_COMMAND} --build "${WORK_DIR}/build")
+step("the downstream app" "${WORK_DIR}/build/app")
 
 # The installed CLI runs from its prefix (its run path finds the library beside it).
 execute_process(COMMAND "${WORK_DIR}/prefix/bin/mojo-jit" --emit=ptx rms_norm --dtype f16 --shape x=2x64 --arch sm_80
@@ -37,12 +38,6 @@ if(PKG_CONFIG)
     message(FATAL_ERROR "pkg-config does not know mojo_jit: ${rc}")
   endif()
   separate_arguments(flags UNIX_COMMAND "${flags}")
-  execute_process(COMMAND c++ "${SOURCE_DIR}/app.cpp" -o "${WORK_DIR}/app_pkgconfig" ${flags} RESULT_VARIABLE rc)
-  if(rc)
-    message(FATAL_ERROR "building the downstream app with pkg-config failed: ${rc}")
-  endif()
-  execute_process(COMMAND "${WORK_DIR}/app_pkgconfig" RESULT_VARIABLE rc)
-  if(rc)
-    message(FATAL_ERROR "the pkg-config-built downstream app failed: ${rc}")
-  endif()
+  step("building the downstream app with pkg-config" c++ "${SOURCE_DIR}/app.cpp" -o "${WORK_DIR}/app_pkgconfig" ${flags})
+  step("the pkg-config-built downstream app" "${WORK_DIR}/app_pkgconfig")
 endif()
