@@ -1,6 +1,6 @@
 // mojo_mma.cuh: tensor-core building blocks for sm_80 and later, on inline
 // PTX so NVRTC and clang compile them alike (no SDK header): shared-memory
-// addresses, cp.async copies, ldmatrix fragment loads and the m16n8k16
+// cp.async copies, ldmatrix fragment loads and the m16n8k16
 // mma.sync with fp32 accumulation, and the swizzled shared-memory tiles
 // they read. Templates that multiply matrices include it.
 #pragma once
@@ -10,7 +10,6 @@
 namespace mojo {
 
 #if defined(MOJO_CPU)
-__device__ __forceinline__ unsigned smem_address(const void* p) { return cpu::api().smem_address(p); }
 __device__ __forceinline__ void sync_warps(int id, int threads) { cpu::api().barrier(id, threads); }
 __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, int src_bytes) {
   cpu::api().cp_async(dst, src, src_bytes);
@@ -26,13 +25,6 @@ template <class T> __device__ __forceinline__ void mma(float (&d)[4], const unsi
   cpu::api().mma(d, a, b, sizeof(T) == 4 ? 0 : (std::is_same_v<T, f16> ? 1 : 2));
 }
 #else
-
-// The 32-bit shared-window address of a generic pointer into shared memory.
-__device__ __forceinline__ unsigned smem_address(const void* p) {
-  unsigned a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
 
 // A barrier for the `threads` threads (a multiple of 32) that use barrier
 // `id` (1..15; 0 is __syncthreads'): lets groups of warps in one block

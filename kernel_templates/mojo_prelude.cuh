@@ -77,6 +77,8 @@ struct alignas(2) f16 {
 struct alignas(2) bf16 {
   unsigned short bits;
 };
+template <class T> constexpr bool kIsBf16 = false;
+template <> constexpr bool kIsBf16<bf16> = true;
 
 #if defined(MOJO_CPU)
 __device__ __forceinline__ float bits_to_float(unsigned u) { return cpu::bits_float(u); }
@@ -304,6 +306,53 @@ __device__ __forceinline__ float row_reduce(float v, float* scratch, Op op = Op(
   } else {
     return block_reduce<THREADS>(v, scratch, op);
   }
+}
+
+// ---- shared memory: addresses, counters, a block-wide prefix sum ---------------
+#if defined(MOJO_CPU)
+__device__ __forceinline__ unsigned smem_address(const void* p) { return cpu::api().smem_address(p); }
+// A block's threads are fibers of one OS thread on the CPU device, switched
+// only at barriers and shuffles: a plain add is atomic within the block.
+__device__ __forceinline__ void shared_add(unsigned* p, unsigned v) { *p += v; }
+__device__ __forceinline__ void shared_add(unsigned long long* p, unsigned long long v) { *p += v; }
+#else
+// The 32-bit shared-window address of a generic pointer into shared memory.
+__device__ __forceinline__ unsigned smem_address(const void* p) {
+  unsigned a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+// *p += v on a shared-memory counter, atomically (integers: the same sum in any order).
+__device__ __forceinline__ void shared_add(unsigned* p, unsigned v) {
+  asm volatile("red.shared.add.u32 [%0], %1;" ::"r"(smem_address(p)), "r"(v) : "memory");
+}
+__device__ __forceinline__ void shared_add(unsigned long long* p, unsigned long long v) {
+  asm volatile("red.shared.add.u64 [%0], %1;" ::"r"(smem_address(p)), "l"(v) : "memory");
+}
+#endif
+
+// The sum of `v` over the threads before this one (in thread order) of a
+// block of THREADS threads, and in `total` over all of them. `scratch`: 2 *
+// THREADS values of shared memory. Integers, so the result is exact.
+template <int THREADS>
+__device__ __forceinline__ unsigned long long block_exclusive_sum(unsigned long long v, unsigned long long* scratch,
+                                                                  unsigned long long& total) {
+  const unsigned tid = thread_x();
+  unsigned long long *in = scratch, *out = scratch + THREADS;
+  in[tid] = v;
+  sync_block();
+#pragma unroll
+  for (int d = 1; d < THREADS; d *= 2) {  // Hillis-Steele: after the round for d, in[t] sums t - 2d < j <= t
+    out[tid] = in[tid] + (tid >= unsigned(d) ? in[tid - d] : 0ull);
+    sync_block();
+    unsigned long long* t = in;
+    in = out;
+    out = t;
+  }
+  const unsigned long long inclusive = in[tid];
+  total = in[THREADS - 1];
+  sync_block();  // scratch may be reused right after
+  return inclusive - v;
 }
 
 }  // namespace mojo

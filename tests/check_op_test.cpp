@@ -42,6 +42,10 @@ const OddCase kCases[] = {
     {"linear", "x=17x200 weight=136x200 bias=136", {{"activation", 3}}},
     {"linear", "x=1x4104 weight=72x4104"},
     {"group_gemm", "x=100x72 weight=4x136x72 offsets=5"},
+    {"apply_penalties_temperature", "logits=17x1000 token_ids=17x40"},
+    {"sample", "logits=17x1000"},
+    {"sample", "logits=3x4097"},
+    {"reject_sample", "target_probs=9x4x1000"},
 };
 
 void expect_pass(Runtime& rt, const char* op_name, const char* shapes, DType dtype, ScalarList scalars) {

@@ -5,6 +5,7 @@
 // mojo::check_op, tests, benchmarks and examples use it; it is not installed.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -64,6 +65,30 @@ void embedding(DType dtype, const std::int64_t* ids, const void* weight, void* o
 // cache[slot, :] = k[t, :] (rows of `row` elements) for slots in [0, num_slots).
 void store_kv_cache(DType dtype, const void* k, const void* v, const std::int64_t* slots, void* k_cache,
                     void* v_cache, std::int64_t tokens, std::int64_t num_slots, std::int64_t row);
+
+// ---- sampling (src/reference/sampling.cpp) ----
+// Philox 4x32-10 as Random123 defines it, and the 24 random bits of a
+// request's draw `stream` (kernel_templates/mojo_random.cuh's convention).
+std::array<std::uint32_t, 4> philox4x32_10(std::array<std::uint32_t, 4> counter, std::uint32_t k0, std::uint32_t k1);
+std::uint32_t random24(std::int64_t seed, std::int64_t offset, std::uint32_t stream);
+// What `sample` draws a row's token from, unnormalized: exp(l - max) for the
+// tokens top_k (0: all; ties with the k-th logit kept), then top_p (the
+// fewest highest tokens holding that fraction of the top-k mass, ties kept),
+// then min_p (exp(l - max) >= min_p) keep; 0 for the others. Found by sorting.
+std::vector<double> sampling_weights(const std::vector<float>& logits, std::int64_t top_k, double top_p,
+                                     double min_p);
+// The index where r24 / 2^24 of the total weight falls, counting in index
+// order; greedy: the first nonzero one; -1 when every weight is 0.
+std::int64_t inverse_cdf(const std::vector<double>& weights, std::uint32_t r24, bool greedy);
+// One request of apply_penalties_temperature: logits (float, in place) and its (id, count) list (id < 0 pads).
+void apply_penalties_temperature(std::vector<float>& logits, const std::vector<std::int64_t>& ids,
+                                 const std::vector<std::int64_t>& counts, double repetition, double presence,
+                                 double frequency, double temperature);
+// One request of reject_sample: draft [spec, vocab] and target [spec + 1, vocab]
+// probabilities; fills out (spec + 1 tokens, -1 after the last) and returns the accepted count.
+std::int64_t reject_sample(const std::vector<std::int64_t>& drafts, const std::vector<float>& draft_probs,
+                           const std::vector<float>& target_probs, std::int64_t vocab, std::int64_t seed,
+                           std::int64_t offset, std::int64_t* out);
 
 // Attention for every op that has it (sdpa, paged prefill and decode): a
 // float64 softmax over each query's visible keys. Sequence s's queries are

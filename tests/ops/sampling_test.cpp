@@ -1,0 +1,325 @@
+// Sampling (sample, apply_penalties_temperature, reject_sample): Philox
+// against its published answers; the device against the sort-based
+// reference token for token; the drawn distributions against the filtered
+// softmax by a chi-square over many draws with fixed seeds; reproducibility
+// whatever the batch; errors, typed and one line, and the debug checks.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "op_test_util.hpp"
+
+using namespace mojo;
+using namespace mojo::op_test;
+using test::error_of;
+using test::GpuTensor;
+
+namespace {
+
+// Random123's known-answer vectors for philox4x32-10 (kat_vectors).
+TEST(Philox, MatchesThePublishedAnswers) {
+  EXPECT_EQ(reference::philox4x32_10({0, 0, 0, 0}, 0, 0),
+            (std::array<std::uint32_t, 4>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  EXPECT_EQ(reference::philox4x32_10({~0u, ~0u, ~0u, ~0u}, ~0u, ~0u),
+            (std::array<std::uint32_t, 4>{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
+  EXPECT_EQ(reference::philox4x32_10({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, 0xa4093822, 0x299f31d0),
+            (std::array<std::uint32_t, 4>{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
+}
+
+// The 99.9% quantile of chi-square with `df` degrees of freedom (Wilson-Hilferty).
+double chi_square_limit(int df) {
+  const double a = 2.0 / (9.0 * df);
+  return df * std::pow(1 - a + 3.090 * std::sqrt(a), 3);
+}
+
+// Pearson's statistic of `counts` against probabilities `expected` (bins of expected count < 5 merged).
+struct ChiSquare {
+  double statistic = 0;
+  int df = -1;
+};
+ChiSquare chi_square(const std::vector<std::int64_t>& counts, const std::vector<double>& expected) {
+  const double n = double(std::accumulate(counts.begin(), counts.end(), std::int64_t(0)));
+  ChiSquare c;
+  double pooled_count = 0, pooled_expected = 0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    pooled_count += double(counts[i]);
+    pooled_expected += expected[i] * n;
+    if (pooled_expected < 5) continue;
+    c.statistic += (pooled_count - pooled_expected) * (pooled_count - pooled_expected) / pooled_expected;
+    ++c.df;
+    pooled_count = pooled_expected = 0;
+  }
+  if (pooled_expected > 0)
+    c.statistic +=
+        (pooled_count - pooled_expected) * (pooled_count - pooled_expected) / std::max(pooled_expected, 1e-12);
+  return c;
+}
+
+std::vector<double> normalized(std::vector<double> w) {
+  const double total = std::accumulate(w.begin(), w.end(), 0.0);
+  for (double& x : w) x /= total;
+  return w;
+}
+
+// One launch of `sample` with every request's parameters given.
+struct SampleBatch {
+  std::int64_t vocab = 0;
+  std::vector<float> logits;  // [batch, vocab]
+  std::vector<std::int64_t> top_k, seed, offset;
+  std::vector<float> top_p, min_p;
+  std::int64_t batch() const { return std::int64_t(top_k.size()); }
+  void add(const std::vector<float>& row, std::int64_t k, float p, float mp, std::int64_t s, std::int64_t o) {
+    logits.insert(logits.end(), row.begin(), row.end());
+    top_k.push_back(k), top_p.push_back(p), min_p.push_back(mp), seed.push_back(s), offset.push_back(o);
+  }
+};
+struct Sampled {
+  std::vector<std::int64_t> tokens, offsets;
+  std::vector<float> logprobs;
+};
+
+Sampled run_sample(Runtime& rt, DType dtype, const SampleBatch& b) {
+  const std::int64_t n = b.batch();
+  const TensorSpec ints(DType::i64, {n}), floats(DType::f32, {n});
+  GpuTensor tokens(ints), logprobs(floats), logits(TensorSpec(dtype, {n, b.vocab}), reference::encode(dtype, b.logits)),
+      k(ints, test::index_bytes(DType::i64, b.top_k)), p(floats, reference::encode(DType::f32, b.top_p)),
+      mp(floats, reference::encode(DType::f32, b.min_p)), seed(ints, test::index_bytes(DType::i64, b.seed)),
+      offset(ints, test::index_bytes(DType::i64, b.offset));
+  rt.launch("sample", {tokens, logprobs, logits, k, p, mp, seed, offset});
+  rt.device().synchronize();
+  return {indices::decode(DType::i64, tokens.read()), indices::decode(DType::i64, offset.read()),
+          reference::decode(DType::f32, logprobs.read())};
+}
+
+std::vector<float> normal_logits(std::int64_t vocab, std::uint32_t seed, float sigma = 3.f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.f, sigma);
+  std::vector<float> v(static_cast<std::size_t>(vocab));
+  for (float& x : v) x = n(rng);
+  return v;
+}
+
+// The logits as the device sees them: rounded to the dtype.
+std::vector<float> rounded(DType dtype, const std::vector<float>& v) {
+  return reference::decode(dtype, reference::encode(dtype, v));
+}
+
+}  // namespace
+
+TEST(SampleOp, ParamsAndShapeErrors) {
+  EXPECT_EQ(params("sample", DType::bf16, "logits=256x151936").str(),
+            "dtype=bf16 index=i64 vocab=151936 vec=8 threads=1024");
+  EXPECT_EQ(params("apply_penalties_temperature", DType::f32, "logits=4x1000 token_ids=4x16").str(),
+            "dtype=f32 index=i64 vocab=1000 vec=4 threads=64");
+  EXPECT_EQ(params("reject_sample", DType::f32, "target_probs=4x3x1000").str(),
+            "dtype=f32 index=i64 vocab=1000 vec=4 threads=64 spec=2");
+  const OpDef& op = find_op("sample");
+  std::vector<Tensor> t = example(op, DType::f32, "logits=4x1000");
+  t[2].spec = TensorSpec(DType::f32, {4, 300000});
+  EXPECT_EQ(error_of<ShapeError>([&] { op.specialize(t, {}, kSm90); }),
+            "sample: logits is f32[4, 300000]; expected [batch, vocab] with 1 <= vocab <= 262144 and unit stride in "
+            "vocab");
+  t = example(op, DType::f32, "logits=4x1000");
+  t[4].spec = TensorSpec(DType::f16, {4});
+  EXPECT_EQ(error_of<DTypeError>([&] { op.specialize(t, {}, kSm90); }), "sample: top_p has dtype f16; supported: f32");
+  t = example(op, DType::f32, "logits=4x1000");
+  t[6].spec = TensorSpec(DType::i64, {3});
+  EXPECT_EQ(error_of<ShapeError>([&] { op.specialize(t, {}, kSm90); }),
+            "sample: seed is i64[3]; expected a contiguous [4]");
+}
+
+struct SamplingGpu : GpuOps {};
+
+// Every filter alone and together, each dtype, vocabularies that do and do
+// not divide a vector: the token the reference draws with the same uniform.
+TEST_P(SamplingGpu, TokensMatchTheSortingReference) {
+  for (DType dtype : kFloatTypes)
+    for (std::int64_t vocab : {1000, 4097}) {
+      SCOPED_TRACE(fmt::format("{} vocab {}", dtype_name(dtype), vocab));
+      SampleBatch b;
+      b.vocab = vocab;
+      const struct {
+        std::int64_t k;
+        float p, min_p;
+      } filters[] = {{0, 1.f, 0.f},   {1, 1.f, 0.f},     {50, 1.f, 0.f},      {0, 0.8f, 0.f}, {0, 1.f, 0.05f},
+                     {20, 0.9f, 0.f}, {40, 0.5f, 0.02f}, {vocab, 0.99f, 0.f}, {3, 0.01f, 0.f}};
+      for (std::size_t f = 0; f < std::size(filters); ++f)
+        for (int rep = 0; rep < 3; ++rep)
+          b.add(normal_logits(vocab, std::uint32_t(f * 10 + rep)), filters[f].k, filters[f].p, filters[f].min_p,
+                std::int64_t(f * 1000 + rep) << 33, std::int64_t(rep * 7));
+      const Sampled got = run_sample(*rt, dtype, b);
+      for (std::int64_t r = 0; r < b.batch(); ++r) {
+        const std::size_t ri = std::size_t(r);
+        const std::vector<float> row =
+            rounded(dtype, {b.logits.begin() + r * vocab, b.logits.begin() + (r + 1) * vocab});
+        const auto w = reference::sampling_weights(row, b.top_k[ri], b.top_p[ri], b.min_p[ri]);
+        const std::int64_t want =
+            reference::inverse_cdf(w, reference::random24(b.seed[ri], b.offset[ri], 0), b.top_k[ri] == 1);
+        EXPECT_EQ(got.tokens[ri], want) << "row " << r;
+        EXPECT_EQ(got.offsets[ri], b.offset[ri] + 1) << "each call advances the request's offset by one";
+        if (b.top_k[ri] == 1)
+          EXPECT_EQ(got.tokens[ri], std::max_element(row.begin(), row.end()) - row.begin()) << "greedy: the argmax";
+      }
+    }
+}
+
+// A row's token depends on its seed and offset alone: the same alone as in a batch, and on every run.
+TEST_P(SamplingGpu, TheSameSeedGivesTheSameTokenWhateverTheBatch) {
+  SampleBatch b;
+  b.vocab = 2000;
+  for (int r = 0; r < 9; ++r) b.add(normal_logits(b.vocab, 100 + r), r % 3 == 0 ? 0 : 30, 0.9f, 0.f, 42 + r, 1000 * r);
+  const Sampled all = run_sample(*rt, DType::bf16, b);
+  EXPECT_EQ(run_sample(*rt, DType::bf16, b).tokens, all.tokens) << "bit-identical on a second run";
+  for (int r : {0, 4, 8}) {
+    SampleBatch one;
+    one.vocab = b.vocab;
+    one.add({b.logits.begin() + r * b.vocab, b.logits.begin() + (r + 1) * b.vocab}, b.top_k[r], b.top_p[r], 0.f,
+            b.seed[r], b.offset[r]);
+    EXPECT_EQ(run_sample(*rt, DType::bf16, one).tokens[0], all.tokens[std::size_t(r)]) << "row " << r;
+  }
+}
+
+// Many draws of one distribution (one request per offset) against softmax
+// after each filter: top-k, top-p, min-p, all three, and none.
+TEST_P(SamplingGpu, DrawsFollowTheFilteredDistribution) {
+  const std::int64_t vocab = 64, draws = 6000;
+  const std::vector<float> logits = normal_logits(vocab, 7, 1.5f);
+  const struct {
+    std::int64_t k;
+    float p, min_p;
+  } filters[] = {{0, 1.f, 0.f}, {10, 1.f, 0.f}, {0, 0.7f, 0.f}, {0, 1.f, 0.1f}, {24, 0.9f, 0.02f}};
+  for (const auto& f : filters) {
+    SCOPED_TRACE(fmt::format("top_k {} top_p {} min_p {}", f.k, f.p, f.min_p));
+    SampleBatch b;
+    b.vocab = vocab;
+    for (std::int64_t i = 0; i < draws; ++i) b.add(logits, f.k, f.p, f.min_p, 1234, i);
+    const Sampled got = run_sample(*rt, DType::f32, b);
+    const std::vector<double> expected = normalized(reference::sampling_weights(logits, f.k, f.p, f.min_p));
+    std::vector<std::int64_t> counts(std::size_t(vocab), 0);
+    for (std::int64_t t : got.tokens) {
+      ASSERT_TRUE(t >= 0 && t < vocab) << t;
+      EXPECT_GT(expected[std::size_t(t)], 0.0) << "token " << t << " was filtered out";
+      ++counts[std::size_t(t)];
+    }
+    const ChiSquare c = chi_square(counts, expected);
+    ASSERT_GT(c.df, 0);
+    EXPECT_LT(c.statistic, chi_square_limit(c.df)) << c.df << " degrees of freedom";
+  }
+}
+
+TEST_P(SamplingGpu, LogprobsAreTheLogSoftmaxAtTheToken) {
+  SampleBatch b;
+  b.vocab = 3000;
+  for (int r = 0; r < 5; ++r) b.add(normal_logits(b.vocab, 300 + r), 10, 0.9f, 0.f, r, r);
+  const Sampled got = run_sample(*rt, DType::f32, b);
+  for (std::size_t r = 0; r < 5; ++r) {
+    const float* row = b.logits.data() + r * std::size_t(b.vocab);
+    double max = *std::max_element(row, row + b.vocab), sum = 0;
+    for (std::int64_t i = 0; i < b.vocab; ++i) sum += std::exp(double(row[i]) - max);
+    EXPECT_NEAR(got.logprobs[r], row[got.tokens[r]] - max - std::log(sum), 1e-4);
+  }
+}
+
+TEST_P(SamplingGpu, DebugChecksNameABadParameter) {
+  RuntimeOptions o = options();
+  o.debug_checks = true;
+  Runtime checked(o);
+  SampleBatch b;
+  b.vocab = 100;
+  for (int r = 0; r < 3; ++r) b.add(normal_logits(100, r), 0, 1.f, 0.f, r, 0);
+  b.top_p[1] = 0.f;
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] { run_sample(checked, DType::f32, b); }),
+            "sample: top_p[1] = 0; expected a value in (0, 1]");
+  b.top_p[1] = 1.f;
+  b.top_k[2] = -1;
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] { run_sample(checked, DType::f32, b); }),
+            "sample: top_k[2] = -1; expected >= 0 (0: no top-k)");
+  b.top_k[2] = 0;
+  b.min_p[0] = 1.5f;
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] { run_sample(checked, DType::f32, b); }),
+            "sample: min_p[0] = 1.5; expected a value in [0, 1]");
+}
+
+// Facts worked by hand: logits [2, -2, 1, 0.5] at temperature 2 are [1, -1, 0.5, 0.25]; token 0 (count 2):
+// 1 / 2 - (0.25 * 2 + 0.5) / 2 = 0; token 1 (prompt only): -1 * 2 = -2; token 3 (count 1): 0.25 / 2 - 0.75 / 2.
+TEST_P(SamplingGpu, PenaltiesAndTemperatureByHand) {
+  const TensorSpec logits(DType::f32, {1, 4}), ids(DType::i32, {1, 4}), per_request(DType::f32, {1});
+  GpuTensor l(logits, reference::encode(DType::f32, {2.f, -2.f, 1.f, 0.5f})),
+      id(ids, test::index_bytes(DType::i32, {0, 1, 3, -1})), count(ids, test::index_bytes(DType::i32, {2, 0, 1, 9})),
+      rep(per_request, reference::encode(DType::f32, {2.f})), pres(per_request, reference::encode(DType::f32, {0.5f})),
+      freq(per_request, reference::encode(DType::f32, {0.25f})),
+      temp(per_request, reference::encode(DType::f32, {2.f}));
+  rt->launch("apply_penalties_temperature", {l, id, count, rep, pres, freq, temp});
+  sync();
+  EXPECT_EQ(reference::decode(DType::f32, l.read()), (std::vector<float>{0.f, -2.f, 0.5f, -0.25f}));
+
+  RuntimeOptions o = options();
+  o.debug_checks = true;
+  Runtime checked(o);
+  GpuTensor twice(ids, test::index_bytes(DType::i32, {0, 3, 3, -1}));
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              checked.launch("apply_penalties_temperature", {l, twice, count, rep, pres, freq, temp});
+            }),
+            "apply_penalties_temperature: token_ids row 0 lists token 3 twice; list each seen token once with its "
+            "count");
+}
+
+// With one speculative token, the first output token of speculative
+// sampling is distributed as the target's first row, whatever the draft.
+TEST_P(SamplingGpu, RejectSamplingKeepsTheTargetDistribution) {
+  const std::int64_t vocab = 24, draws = 6000;
+  const auto softmax = [](std::vector<float> l) {
+    double sum = 0;
+    for (float x : l) sum += std::exp(double(x));
+    for (float& x : l) x = float(std::exp(double(x)) / sum);
+    return l;
+  };
+  const std::vector<float> draft = softmax(normal_logits(vocab, 1, 1.f)),
+                           target0 = softmax(normal_logits(vocab, 2, 1.f)),
+                           target1 = softmax(normal_logits(vocab, 3, 1.f));
+  std::vector<float> drafts, targets;
+  std::vector<std::int64_t> draft_tokens, seeds(draws, 99), offsets(draws);
+  std::iota(offsets.begin(), offsets.end(), 0);
+  std::mt19937 rng(5);
+  std::discrete_distribution<std::int64_t> from_draft(draft.begin(), draft.end());
+  for (std::int64_t r = 0; r < draws; ++r) {
+    drafts.insert(drafts.end(), draft.begin(), draft.end());
+    targets.insert(targets.end(), target0.begin(), target0.end());
+    targets.insert(targets.end(), target1.begin(), target1.end());
+    draft_tokens.push_back(from_draft(rng));
+  }
+  const TensorSpec per_request(DType::i64, {draws});
+  GpuTensor out(TensorSpec(DType::i64, {draws, 2})), accepted(per_request),
+      dt(TensorSpec(DType::i64, {draws, 1}), test::index_bytes(DType::i64, draft_tokens)),
+      dp(TensorSpec(DType::f32, {draws, 1, vocab}), reference::encode(DType::f32, drafts)),
+      tp(TensorSpec(DType::f32, {draws, 2, vocab}), reference::encode(DType::f32, targets)),
+      seed(per_request, test::index_bytes(DType::i64, seeds)),
+      offset(per_request, test::index_bytes(DType::i64, offsets));
+  rt->launch("reject_sample", {out, accepted, dt, dp, tp, seed, offset});
+  sync();
+  const std::vector<std::int64_t> tokens = indices::decode(DType::i64, out.read()),
+                                  kept = indices::decode(DType::i64, accepted.read());
+  std::vector<std::int64_t> counts(std::size_t(vocab), 0);
+  std::int64_t accepted_total = 0;
+  for (std::int64_t r = 0; r < draws; ++r) {
+    const std::size_t ri = std::size_t(r);
+    ASSERT_TRUE(kept[ri] == 0 || kept[ri] == 1);
+    if (kept[ri] == 1)
+      EXPECT_EQ(tokens[2 * ri], draft_tokens[ri]);
+    else
+      EXPECT_EQ(tokens[2 * ri + 1], -1) << "nothing after the recovered token";
+    accepted_total += kept[ri];
+    ++counts[std::size_t(tokens[2 * ri])];
+  }
+  const ChiSquare c = chi_square(counts, std::vector<double>(target0.begin(), target0.end()));
+  EXPECT_LT(c.statistic, chi_square_limit(c.df)) << c.df << " degrees of freedom";
+  double overlap = 0;  // the acceptance rate is sum(min(draft, target))
+  for (std::int64_t i = 0; i < vocab; ++i) overlap += std::min(draft[std::size_t(i)], target0[std::size_t(i)]);
+  EXPECT_NEAR(double(accepted_total) / draws, overlap, 0.03);
+}
+
+INSTANTIATE_TEST_SUITE_P(Compilers, SamplingGpu, ::testing::ValuesIn(test::compilers()),
+                         [](const auto& info) { return test::compiler_test_name(info.param); });
