@@ -46,6 +46,13 @@ const OddCase kCases[] = {
     {"sample", "logits=17x1000"},
     {"sample", "logits=3x4097"},
     {"reject_sample", "target_probs=9x4x1000"},
+    {"moe_gate", "logits=17x128 ids=17x8"},
+    {"moe_gate",
+     "logits=17x256 ids=17x8 bias=256",
+     {{"sigmoid", 1}, {"groups", 8}, {"top_groups", 4}, {"routed_scaling", 2.5}}},
+    {"moe_dispatch", "expert_offsets=129 ids=100x8 x=100x72"},
+    {"moe_dispatch", "expert_offsets=5 ids=1x3"},
+    {"moe_combine", "expert_out=800x72 positions=100x8"},
 };
 
 void expect_pass(Runtime& rt, const char* op_name, const char* shapes, DType dtype, ScalarList scalars) {

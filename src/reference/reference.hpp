@@ -90,6 +90,26 @@ std::int64_t reject_sample(const std::vector<std::int64_t>& drafts, const std::v
                            const std::vector<float>& target_probs, std::int64_t vocab, std::int64_t seed,
                            std::int64_t offset, std::int64_t* out);
 
+// ---- MoE routing (src/reference/moe.cpp) ----
+struct MoeGate {
+  std::int64_t experts, top_k;
+  bool softmax = true;  // else sigmoid
+  std::int64_t groups = 1, top_groups = 1;
+  bool renormalize = true;
+  double scaling = 1.0;
+};
+// logits [tokens, experts] (bias: [experts] or empty) -> ids and weights [tokens, top_k], kernel_templates/moe.cu's rule.
+void moe_gate(const MoeGate& g, const std::vector<float>& logits, const std::vector<float>& bias, std::int64_t tokens,
+              std::vector<std::int64_t>& ids, std::vector<float>& weights);
+// The stable counting sort of the (token, slot) pairs by expert id: offsets [experts + 1],
+// sorted_ids [pairs] (-1 past the routed rows), positions [pairs] (-1 for an id outside [0, experts)).
+void moe_dispatch(const std::vector<std::int64_t>& ids, std::int64_t top_k, std::int64_t experts,
+                  std::vector<std::int64_t>& offsets, std::vector<std::int64_t>& sorted_ids,
+                  std::vector<std::int64_t>& positions);
+// out[t] = sum over k of weights[t, k] * expert_out[positions[t, k]] (negative positions skipped).
+void moe_combine(DType dtype, const void* expert_out, const std::int64_t* positions, const float* weights, void* out,
+                 std::int64_t tokens, std::int64_t top_k, std::int64_t hidden);
+
 // Attention for every op that has it (sdpa, paged prefill and decode): a
 // float64 softmax over each query's visible keys. Sequence s's queries are
 // rows [q_start, q_start + q_count) of q/out ([tokens, heads, head_dim]); its

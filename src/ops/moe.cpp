@@ -1,0 +1,430 @@
+// MoE routing: moe_gate (experts and weights per token), moe_dispatch (the
+// tokens sorted by expert for group_gemm, optionally gathered) and
+// moe_combine (the weighted sum back in token order).
+// Template: kernel_templates/moe.cu.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <random>
+
+#include "mojo/error.hpp"
+#include "ops/checks.hpp"
+#include "ops/host_data.hpp"
+#include "ops/indices.hpp"
+#include "ops/registry.hpp"
+#include "ops/rows.hpp"
+#include "reference/reference.hpp"
+
+namespace mojo {
+namespace {
+
+using checks::kFloatTypes;
+constexpr DType kF32[] = {DType::f32};
+
+// A contiguous `arg` of `shape` and one of `dtypes`.
+void expect_tensor(std::string_view op, std::string_view arg, const TensorSpec& t,
+                   std::initializer_list<std::int64_t> shape, std::span<const DType> dtypes) {
+  checks::expect_dtype_in(op, arg, t.dtype(), dtypes);
+  if (!std::ranges::equal(t.shape(), shape) || !t.is_contiguous())
+    throw ShapeError(fmt::format("{}: {} is {}; expected a contiguous [{}]", op, arg, t.str(), fmt::join(shape, ", ")));
+}
+
+// [tokens, top_k] (i32 or i64) routing ids or positions; returns {tokens, top_k}.
+std::pair<std::int64_t, std::int64_t> routing_shape(std::string_view op, std::string_view arg, const TensorSpec& t) {
+  checks::expect_dtype_in(op, arg, t.dtype(), indices::kTypes);
+  if (t.rank() != 2 || t.dim(1) < 1 || t.dim(1) > 32 || !t.is_contiguous() || t.dim(0) > INT32_MAX)
+    throw ShapeError(
+        fmt::format("{}: {} is {}; expected a contiguous [tokens, top_k] with top_k <= 32", op, arg, t.str()));
+  return {t.dim(0), t.dim(1)};
+}
+
+// ---- moe_gate ------------------------------------------------------------------
+
+constexpr TensorArgInfo kGateTensors[] = {
+    {"weights", "out", "f32 [tokens, top_k]: each chosen expert's score, renormalized and scaled"},
+    {"ids", "out", "i32 or i64 [tokens, top_k]: the chosen experts, best first"},
+    {"logits", "in", "[tokens, experts] f32, f16 or bf16: the router's output (experts <= 512)"},
+    {"bias", "in", "f32 [experts], optional: the score-correction bias that chooses (DeepSeek-V3), not weighs"},
+};
+constexpr ScalarArgInfo kGateScalars[] = {
+    {"sigmoid", 0, "1: sigmoid scores (DeepSeek-V3); 0: softmax scores (Qwen, Mixtral)"},
+    {"groups", 1, "expert groups (a divisor of experts, <= 32); > 1: grouped top-k"},
+    {"top_groups", 0, "the groups whose experts take part (0: all)"},
+    {"renormalize", 1, "1: the top_k weights sum to 1 (before the scaling)"},
+    {"routed_scaling", 1.0, "a factor on every weight (DeepSeek-V3: 2.5)"},
+};
+constexpr OpInfo kGate{
+    .name = "moe_gate",
+    .summary =
+        "the top_k experts of each token from the router's logits (softmax or sigmoid, grouped top-k, bias), "
+        "with their weights",
+    .tensors = kGateTensors,
+    .scalars = kGateScalars,
+    .dtypes = kFloatTypes,
+    .template_file = "moe.cu",
+    .example_shapes = "logits=4096x128 ids=4096x8",
+};
+constexpr std::int64_t kGateRows = 4;  // tokens (warps) per block
+
+class MoeGate final : public OpDef {
+ public:
+  MoeGate() : OpDef(kGate) {}
+
+  reference::MoeGate config(std::span<const TensorSpec> specs, ScalarList scalars) const {
+    const std::int64_t groups = std::int64_t(scalar(scalars, "groups")),
+                       top = std::int64_t(scalar(scalars, "top_groups"));
+    return {.experts = specs[2].dim(1),
+            .top_k = specs[1].dim(1),
+            .softmax = scalar(scalars, "sigmoid") == 0,
+            .groups = groups,
+            .top_groups = top == 0 ? groups : top,
+            .renormalize = scalar(scalars, "renormalize") != 0,
+            .scaling = scalar(scalars, "routed_scaling")};
+  }
+
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
+                 ScalarList scalars) const override {
+    std::vector<std::int64_t> ids;
+    std::vector<float> weights;
+    const std::vector<float> bias = d[3].empty() ? std::vector<float>{} : host_data::floats(specs[3], d[3]);
+    reference::moe_gate(config(specs, scalars), host_data::floats(specs[2], d[2]), bias, specs[2].dim(0), ids, weights);
+    d[0] = reference::encode(DType::f32, weights);
+    d[1] = host_data::index_bytes(specs[1].dtype(), ids);
+  }
+  Tolerance tolerance(DType out, std::span<const TensorSpec>, ScalarList) const override {
+    return out == DType::f32 ? Tolerance{1e-5, 1e-6} : Tolerance{0, 0};
+  }
+  // Logits a permutation of an evenly spaced grid per token and a bias of a few coarse levels: every choice is
+  // apart by far more than float rounding, so the kernel and the reference choose alike.
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+                                        std::uint32_t seed) const override {
+    const TensorSpec& t = specs[i];
+    std::mt19937 rng(seed * 7919u + std::uint32_t(i));
+    std::vector<float> v(std::size_t(t.numel()));
+    if (i == 2) {
+      const std::int64_t experts = t.dim(1);
+      std::vector<float> grid(static_cast<std::size_t>(experts));
+      for (std::int64_t e = 0; e < experts; ++e) grid[std::size_t(e)] = -4.f + 8.f * float(e) / float(experts);
+      for (std::int64_t r = 0; r < t.dim(0); ++r) {
+        std::shuffle(grid.begin(), grid.end(), rng);
+        std::copy(grid.begin(), grid.end(), v.begin() + r * experts);
+      }
+    } else if (i == 3) {
+      for (float& x : v) x = 0.25f * float(rng() % 3);
+    } else {
+      return OpDef::random_data(i, specs, seed);
+    }
+    return reference::encode(t.dtype(), v);
+  }
+
+  Params derive_params(TensorList t, ScalarList scalars, const Target&) const override {
+    const TensorSpec& logits = t[2].spec;
+    checks::expect_dtype_in(name(), "logits", logits.dtype(), kFloatTypes);
+    if (logits.rank() != 2 || logits.dim(1) < 1 || logits.dim(1) > 512 || !logits.is_contiguous())
+      throw ShapeError(fmt::format("{}: logits is {}; expected a contiguous [tokens, experts] with experts <= 512",
+                                   name(), logits.str()));
+    const auto [tokens, top_k] = routing_shape(name(), "ids", t[1].spec);
+    expect_tensor(name(), "logits", logits, {tokens, logits.dim(1)}, kFloatTypes);
+    expect_tensor(name(), "weights", t[0].spec, {tokens, top_k}, kF32);
+    if (t[3].spec.rank() != 0) expect_tensor(name(), "bias", t[3].spec, {logits.dim(1)}, kF32);
+    const std::vector<TensorSpec> specs = {t[0].spec, t[1].spec, logits, t[3].spec};
+    const reference::MoeGate g = config(specs, scalars);
+    if (g.groups < 1 || g.groups > 32 || g.experts % g.groups != 0)
+      throw InvalidArgumentError(
+          fmt::format("{}: groups = {}; expected a divisor of the {} experts, 1 to 32", name(), g.groups, g.experts));
+    if (g.top_groups < 1 || g.top_groups > g.groups)
+      throw InvalidArgumentError(
+          fmt::format("{}: top_groups = {}; expected 1 to groups ({})", name(), g.top_groups, g.groups));
+    if (top_k > g.top_groups * (g.experts / g.groups))
+      throw ShapeError(fmt::format("{}: top_k {} is more than the {} experts of the top {} groups", name(), top_k,
+                                   g.top_groups * (g.experts / g.groups), g.top_groups));
+    Params p;
+    p.add_dtype("dtype", logits.dtype());
+    p.add_dtype("index", t[1].spec.dtype());
+    p.add("experts", g.experts);
+    p.add("top_k", top_k);
+    p.add("softmax", g.softmax ? 1 : 0);
+    p.add("groups", g.groups);
+    p.add("top_groups", g.top_groups);
+    p.add("renormalize", g.renormalize ? 1 : 0);
+    p.add("rows", kGateRows);
+    return p;
+  }
+
+  LaunchGeometry geometry(const Params& p, TensorList t) const override {
+    LaunchGeometry g;
+    g.grid.x = unsigned((t[2].spec.dim(0) + kGateRows - 1) / kGateRows);
+    g.block.x = unsigned(32 * p.get("rows"));
+    return g;
+  }
+
+  void pack_args(const Params&, TensorList t, ScalarList scalars, DevicePtr, KernelArgs& args) const override {
+    for (std::size_t i = 0; i < 3; ++i)
+      checks::expect_pointer(name(), kGateTensors[i].name, t[i].data, unsigned(dtype_size(t[i].spec.dtype())));
+    if (t[3].spec.rank() != 0) checks::expect_pointer(name(), "bias", t[3].data, 4);
+    for (std::size_t i = 0; i < 3; ++i) args.push(t[i].data);
+    args.push(t[3].spec.rank() == 0 ? DevicePtr(0) : t[3].data);
+    args.push(float(scalar(scalars, "routed_scaling")));
+    args.push(static_cast<long long>(t[2].spec.dim(0)));
+  }
+
+  std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
+    const auto& logits = shapes::required(name(), shapes, "logits", example_shapes());
+    const auto& ids = shapes::required(name(), shapes, "ids", example_shapes());
+    return {TensorSpec(DType::f32, ids), TensorSpec(DType::i64, ids), TensorSpec(dtype, logits),
+            shapes::optional(shapes, "bias", DType::f32)};
+  }
+};
+
+// ---- moe_dispatch --------------------------------------------------------------
+
+constexpr TensorArgInfo kDispatchTensors[] = {
+    {"expert_offsets", "out", "[experts + 1], ids' dtype: expert e owns sorted rows [e, e + 1) (group_gemm's offsets)"},
+    {"sorted_token_ids", "out", "[tokens * top_k], ids' dtype: the token of each sorted row (-1 past the routed rows)"},
+    {"positions", "out", "[tokens, top_k], ids' dtype: the sorted row of each (token, slot) (-1: not routed)"},
+    {"ids", "in", "i32 or i64 [tokens, top_k]: moe_gate's experts; a negative id is not routed"},
+    {"sorted_x", "out", "[tokens * top_k, hidden], optional: x's rows in sorted order (zeros past the routed rows)"},
+    {"x", "in", "[tokens, hidden] f32, f16 or bf16, optional (with sorted_x): the tokens' activations"},
+};
+constexpr OpInfo kDispatch{
+    .name = "moe_dispatch",
+    .summary =
+        "the (token, slot) pairs sorted by expert (stable), each expert's first row and each pair's row; "
+        "optionally the tokens gathered in that order",
+    .tensors = kDispatchTensors,
+    .dtypes = kFloatTypes,
+    .template_file = "moe.cu",
+    .example_shapes = "expert_offsets=129 ids=4096x8 x=4096x2048",
+};
+constexpr std::int64_t kDispatchThreads = 256;
+
+class MoeDispatch final : public OpDef {
+ public:
+  MoeDispatch() : OpDef(kDispatch) {}
+
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
+    std::vector<std::int64_t> offsets, sorted, positions;
+    const DType index = specs[3].dtype();
+    reference::moe_dispatch(host_data::indices(specs[3], d[3]), specs[3].dim(1), specs[0].numel() - 1, offsets, sorted,
+                            positions);
+    d[0] = host_data::index_bytes(index, offsets);
+    d[1] = host_data::index_bytes(index, sorted);
+    d[2] = host_data::index_bytes(index, positions);
+    if (!d[4].empty()) {
+      const std::int64_t hidden = specs[5].dim(1), tokens = specs[5].dim(0);
+      reference::embedding(specs[5].dtype(), sorted.data(), d[5].data(), d[4].data(), std::int64_t(sorted.size()),
+                           tokens, hidden);
+    }
+  }
+  Tolerance tolerance(DType, std::span<const TensorSpec>, ScalarList) const override { return {0, 0}; }
+  // Expert ids in range, a few negative (not routed).
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+                                        std::uint32_t seed) const override {
+    if (i != 3) return OpDef::random_data(i, specs, seed);
+    std::vector<std::int64_t> ids = host_data::random_indices(specs[3].numel(), specs[0].numel() - 1, seed, false);
+    for (std::size_t j = 7; j < ids.size(); j += 13) ids[j] = -1;
+    return host_data::index_bytes(specs[3].dtype(), ids);
+  }
+
+  static bool gathers(const Params& p) { return p.get("gather") != 0; }
+
+  Params derive_params(TensorList t, ScalarList, const Target&) const override {
+    const auto [tokens, top_k] = routing_shape(name(), "ids", t[3].spec);
+    const DType index = t[3].spec.dtype();
+    const DType id_type[] = {index};
+    const std::int64_t experts = t[0].spec.numel() - 1;
+    if (t[0].spec.rank() != 1 || experts < 1 || experts > 4096)
+      throw ShapeError(fmt::format("{}: expert_offsets is {}; expected [experts + 1] with 1 to 4096 experts", name(),
+                                   t[0].spec.str()));
+    expect_tensor(name(), "expert_offsets", t[0].spec, {experts + 1}, id_type);
+    expect_tensor(name(), "sorted_token_ids", t[1].spec, {tokens * top_k}, id_type);
+    expect_tensor(name(), "positions", t[2].spec, {tokens, top_k}, id_type);
+    Params p;
+    p.add_dtype("index", index);
+    p.add("experts", experts);
+    p.add("top_k", top_k);
+    p.add("threads", kDispatchThreads);
+    const bool gather = t[4].spec.rank() != 0 || t[5].spec.rank() != 0;
+    p.add("gather", gather ? 1 : 0);
+    if (gather) {
+      const TensorSpec &sorted_x = t[4].spec, &x = t[5].spec;
+      checks::expect_dtype_in(name(), "x", x.dtype(), kFloatTypes);
+      if (x.rank() != 2 || x.dim(0) != tokens)
+        throw ShapeError(
+            fmt::format("{}: x is {}; expected [{}, hidden] (one row per token)", name(), x.str(), tokens));
+      const std::int64_t hidden = rows::cols_of(name(), "x", x);
+      expect_tensor(name(), "x", x, {tokens, hidden}, kFloatTypes);
+      const DType x_type[] = {x.dtype()};
+      expect_tensor(name(), "sorted_x", sorted_x, {tokens * top_k, hidden}, x_type);
+      const rows::Layout l = rows::pick(hidden, x.dtype(), {t[4], t[5]});
+      p.add_dtype("dtype", x.dtype());
+      p.add("hidden", hidden);
+      p.add("vec", l.vec);
+      p.add("gather_threads", l.threads);
+      p.add("rows", l.rows_per_block);
+    }
+    return p;
+  }
+
+  std::vector<Params> plan(const Params& p) const override {
+    if (!gathers(p)) return {p};
+    Params sort = p, gather = p;
+    sort.add("step", 0);
+    gather.add("step", 1);
+    return {sort, gather};
+  }
+  std::string entry_macro(const Params& p) const override {
+    return p.get_or("step", 0) == 1 ? "MOJO_KERNEL_moe_dispatch_gather" : OpDef::entry_macro(p);
+  }
+
+  LaunchGeometry geometry(const Params& p, TensorList t) const override {
+    LaunchGeometry g;
+    if (p.get_or("step", 0) == 1) {
+      const std::int64_t rows = p.get("rows");
+      g.grid.x = unsigned((t[1].spec.numel() + rows - 1) / rows);
+      g.block.x = unsigned(p.get("gather_threads") * rows);
+    } else {
+      g.grid.x = unsigned(p.get("experts"));
+      g.block.x = unsigned(p.get("threads"));
+    }
+    return g;
+  }
+
+  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
+    const unsigned index_bytes = unsigned(dtype_size(t[3].spec.dtype()));
+    for (std::size_t i = 0; i < 4; ++i)
+      checks::expect_pointer(name(), kDispatchTensors[i].name, t[i].data, index_bytes);
+    if (p.get_or("step", 0) == 1) {
+      const unsigned bytes = checks::vector_bytes(p);
+      checks::expect_pointer(name(), "sorted_x", t[4].data, bytes);
+      checks::expect_pointer(name(), "x", t[5].data, bytes);
+      args.push(t[4].data);
+      args.push(t[1].data);
+      args.push(t[5].data);
+      args.push(static_cast<long long>(t[1].spec.numel()));
+      args.push(static_cast<long long>(t[5].spec.dim(0)));
+      return;
+    }
+    for (std::size_t i = 0; i < 4; ++i) args.push(t[i].data);
+    args.push(static_cast<long long>(t[3].spec.numel()));
+  }
+
+  void check_data(TensorList t, StreamHandle stream) const override {
+    indices::check_range(name(), "ids", t[3], t[0].spec.numel() - 1, true, stream);
+  }
+
+  std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
+    const auto& offsets = shapes::required(name(), shapes, "expert_offsets", example_shapes());
+    const auto& ids = shapes::required(name(), shapes, "ids", example_shapes());
+    const std::int64_t pairs = ids.size() == 2 ? ids[0] * ids[1] : 0;
+    const TensorSpec x = shapes::optional(shapes, "x", dtype);
+    const TensorSpec sorted_x = x.rank() == 2 ? TensorSpec(dtype, {pairs, x.dim(1)}) : TensorSpec();
+    return {TensorSpec(DType::i64, offsets),
+            TensorSpec(DType::i64, {pairs}),
+            TensorSpec(DType::i64, ids),
+            TensorSpec(DType::i64, ids),
+            sorted_x,
+            x};
+  }
+};
+
+// ---- moe_combine ---------------------------------------------------------------
+
+constexpr TensorArgInfo kCombineTensors[] = {
+    {"out", "out", "[tokens, hidden], expert_out's dtype, contiguous"},
+    {"expert_out", "in", "[rows, hidden] f32, f16 or bf16: the experts' outputs in sorted order, contiguous"},
+    {"positions", "in", "i32 or i64 [tokens, top_k]: moe_dispatch's rows of each (token, slot); negative: none"},
+    {"weights", "in", "f32 [tokens, top_k]: moe_gate's weights"},
+};
+constexpr OpInfo kCombine{
+    .name = "moe_combine",
+    .summary = "out[t] = sum over k of weights[t, k] * expert_out[positions[t, k]], slots in order (deterministic)",
+    .tensors = kCombineTensors,
+    .dtypes = kFloatTypes,
+    .template_file = "moe.cu",
+    .example_shapes = "expert_out=32768x2048 positions=4096x8",
+};
+
+class MoeCombine final : public OpDef {
+ public:
+  MoeCombine() : OpDef(kCombine) {}
+
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
+    const std::vector<std::int64_t> positions = host_data::indices(specs[2], d[2]);
+    const std::vector<float> weights = host_data::floats(specs[3], d[3]);
+    reference::moe_combine(specs[1].dtype(), d[1].data(), positions.data(), weights.data(), d[0].data(),
+                           specs[2].dim(0), specs[2].dim(1), specs[1].dim(1));
+  }
+  Tolerance tolerance(DType out, std::span<const TensorSpec>, ScalarList) const override {
+    const Tolerance t = default_tolerance(out);
+    return {2 * t.rtol, 2 * t.atol};  // a sum of top_k products
+  }
+  // Each token's slots at distinct rows of expert_out, a few not routed.
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+                                        std::uint32_t seed) const override {
+    if (i != 2) return OpDef::random_data(i, specs, seed);
+    std::vector<std::int64_t> rows = host_data::random_indices(specs[2].numel(), specs[1].dim(0), seed, true);
+    for (std::size_t j = 5; j < rows.size(); j += 11) rows[j] = -1;
+    return host_data::index_bytes(specs[2].dtype(), rows);
+  }
+
+  Params derive_params(TensorList t, ScalarList, const Target&) const override {
+    const TensorSpec &out = t[0].spec, &expert_out = t[1].spec;
+    checks::expect_dtype_in(name(), "expert_out", expert_out.dtype(), kFloatTypes);
+    if (expert_out.rank() != 2)
+      throw ShapeError(fmt::format("{}: expert_out is {}; expected [rows, hidden]", name(), expert_out.str()));
+    const std::int64_t hidden = rows::cols_of(name(), "expert_out", expert_out);
+    checks::expect_contiguous(name(), "expert_out", expert_out);
+    const auto [tokens, top_k] = routing_shape(name(), "positions", t[2].spec);
+    const DType out_type[] = {expert_out.dtype()};
+    expect_tensor(name(), "out", out, {tokens, hidden}, out_type);
+    expect_tensor(name(), "weights", t[3].spec, {tokens, top_k}, kF32);
+    Params p;
+    p.add_dtype("dtype", expert_out.dtype());
+    p.add_dtype("index", t[2].spec.dtype());
+    rows::add_params(p, "hidden", hidden, rows::pick(hidden, expert_out.dtype(), {t[0], t[1]}));
+    p.add("top_k", top_k);
+    return p;
+  }
+
+  LaunchGeometry geometry(const Params& p, TensorList t) const override { return rows::geometry(t[2].spec.dim(0), p); }
+
+  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
+    const unsigned bytes = checks::vector_bytes(p);
+    checks::expect_pointer(name(), "out", t[0].data, bytes);
+    checks::expect_pointer(name(), "expert_out", t[1].data, bytes);
+    checks::expect_pointer(name(), "positions", t[2].data, unsigned(dtype_size(t[2].spec.dtype())));
+    checks::expect_pointer(name(), "weights", t[3].data, 4);
+    for (std::size_t i = 0; i < 4; ++i) args.push(t[i].data);
+    args.push(static_cast<long long>(t[2].spec.dim(0)));
+  }
+
+  void check_data(TensorList t, StreamHandle stream) const override {
+    indices::check_range(name(), "positions", t[2], t[1].spec.dim(0), true, stream);
+  }
+
+  std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
+    const auto& expert_out = shapes::required(name(), shapes, "expert_out", example_shapes());
+    const auto& positions = shapes::required(name(), shapes, "positions", example_shapes());
+    const std::int64_t tokens = positions.empty() ? 0 : positions[0];
+    return {TensorSpec(dtype, {tokens, expert_out.back()}), TensorSpec(dtype, expert_out),
+            TensorSpec(DType::i64, positions), TensorSpec(DType::f32, positions)};
+  }
+};
+
+}  // namespace
+
+const OpDef& moe_gate_op() {
+  static const MoeGate op;
+  return op;
+}
+const OpDef& moe_dispatch_op() {
+  static const MoeDispatch op;
+  return op;
+}
+const OpDef& moe_combine_op() {
+  static const MoeCombine op;
+  return op;
+}
+
+}  // namespace mojo

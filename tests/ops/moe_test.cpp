@@ -1,0 +1,132 @@
+// MoE routing (moe_gate, moe_dispatch, moe_combine): the gate's rules on
+// values worked by hand, the whole routed MLP (gate, dispatch with the
+// gather, group_gemm, combine) against a dense per-token computation,
+// argument errors and the debug checks. check_op_test.cpp runs each against
+// its reference at odd shapes.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "op_test_util.hpp"
+
+using namespace mojo;
+using namespace mojo::op_test;
+using test::error_of;
+using test::GpuTensor;
+
+TEST(MoeOp, ParamsAndErrors) {
+  EXPECT_EQ(params("moe_gate", DType::bf16, "logits=4096x128 ids=4096x8").str(),
+            "dtype=bf16 index=i64 experts=128 top_k=8 softmax=1 groups=1 top_groups=1 renormalize=1 rows=4");
+  EXPECT_EQ(params("moe_dispatch", DType::bf16, "expert_offsets=129 ids=4096x8 x=4096x2048").str(),
+            "index=i64 experts=128 top_k=8 threads=256 gather=1 dtype=bf16 hidden=2048 vec=8 gather_threads=64 rows=1");
+  const OpDef& gate = find_op("moe_gate");
+  const std::vector<Tensor> t = example(gate, DType::f32, "logits=16x256 ids=16x8");
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              gate.specialize(t, {{"groups", 7}}, kSm90);
+            }),
+            "moe_gate: groups = 7; expected a divisor of the 256 experts, 1 to 32");
+  const std::vector<Tensor> nine = example(gate, DType::f32, "logits=16x256 ids=16x9");
+  EXPECT_EQ(error_of<ShapeError>([&] {
+              gate.specialize(nine, {{"groups", 32}, {"top_groups", 1}}, kSm90);
+            }),
+            "moe_gate: top_k 9 is more than the 8 experts of the top 1 groups");
+  const std::vector<Tensor> wide = example(gate, DType::f32, "logits=16x1024 ids=16x8");
+  EXPECT_EQ(error_of<ShapeError>([&] { gate.specialize(wide, {}, kSm90); }),
+            "moe_gate: logits is f32[16, 1024]; expected a contiguous [tokens, experts] with experts <= 512");
+}
+
+struct MoeGpu : GpuOps {
+  struct Gate {
+    std::vector<std::int64_t> ids;
+    std::vector<float> weights;
+  };
+  Gate gate(const std::vector<float>& logits, std::int64_t experts, std::int64_t top_k, ScalarList scalars,
+            const std::vector<float>& bias = {}) {
+    const std::int64_t tokens = std::int64_t(logits.size()) / experts;
+    const TensorSpec routes(DType::i32, {tokens, top_k});
+    GpuTensor w(TensorSpec(DType::f32, {tokens, top_k})), ids(routes),
+        l(TensorSpec(DType::f32, {tokens, experts}), reference::encode(DType::f32, logits));
+    std::unique_ptr<GpuTensor> b;
+    if (!bias.empty())
+      b = std::make_unique<GpuTensor>(TensorSpec(DType::f32, {experts}), reference::encode(DType::f32, bias));
+    rt->launch("moe_gate", {w, ids, l, b ? Tensor(*b) : Tensor{}}, scalars);
+    sync();
+    return {indices::decode(DType::i32, ids.read()), reference::decode(DType::f32, w.read())};
+  }
+};
+
+// Softmax then top-2 renormalized: e^3 / (e^3 + e^2) and e^2 / (e^3 + e^2). A
+// bias chooses but does not weigh. Groups: the best group by its two best.
+TEST_P(MoeGpu, GateRulesByHand) {
+  Gate g = gate({0, 1, 2, 3}, 4, 2, {});
+  EXPECT_EQ(g.ids, (std::vector<std::int64_t>{3, 2}));
+  const double e3 = std::exp(3.0), e2 = std::exp(2.0);
+  EXPECT_NEAR(g.weights[0], e3 / (e3 + e2), 1e-6);
+  EXPECT_NEAR(g.weights[1], e2 / (e3 + e2), 1e-6);
+
+  g = gate({0, 1, 2, 3}, 4, 1, {{"sigmoid", 1}, {"renormalize", 0}, {"routed_scaling", 2.5}}, {10, 0, 0, 0});
+  EXPECT_EQ(g.ids, (std::vector<std::int64_t>{0}));
+  EXPECT_NEAR(g.weights[0], 0.5 * 2.5, 1e-6) << "sigmoid(0) times the scaling; the bias only chose";
+
+  // Groups {0, 1} and {2, 3}: sums 3 + -5 = -2 and 2 + 2 = 4, so group 1; its tie goes to the lower expert.
+  g = gate({3, -5, 2, 2}, 4, 1, {{"groups", 2}, {"top_groups", 1}});
+  EXPECT_EQ(g.ids, (std::vector<std::int64_t>{2}));
+  EXPECT_NEAR(g.weights[0], 1.0, 1e-6);
+}
+
+// gate -> dispatch (with the gather) -> group_gemm -> combine equals, per
+// token, the weighted sum of its experts' products computed densely.
+TEST_P(MoeGpu, RoutedExpertsEqualTheDenseComputation) {
+  const std::int64_t tokens = 33, experts = 4, top_k = 2, hidden = 72, n = 40;
+  const DType d = DType::f32;
+  const std::vector<float> xh = test::random_values(std::size_t(tokens * hidden), 1),
+                           wh = test::random_values(std::size_t(experts * n * hidden), 2),
+                           logits = test::random_values(std::size_t(tokens * experts), 3);
+  const TensorSpec routes(DType::i64, {tokens, top_k}), pairs(d, {tokens * top_k, hidden});
+  GpuTensor x(TensorSpec(d, {tokens, hidden}), reference::encode(d, xh)),
+      w(TensorSpec(d, {experts, n, hidden}), reference::encode(d, wh)),
+      l(TensorSpec(d, {tokens, experts}), reference::encode(d, logits)),
+      weights(TensorSpec(DType::f32, {tokens, top_k})), ids(routes), offsets(TensorSpec(DType::i64, {experts + 1})),
+      sorted(TensorSpec(DType::i64, {tokens * top_k})), positions(routes), sorted_x(pairs),
+      expert_out(TensorSpec(d, {tokens * top_k, n})), out(TensorSpec(d, {tokens, n}));
+  rt->launch("moe_gate", {weights, ids, l, Tensor{}});
+  rt->launch("moe_dispatch", {offsets, sorted, positions, ids, sorted_x, x});
+  rt->launch("group_gemm", {expert_out, sorted_x, w, offsets});
+  rt->launch("moe_combine", {out, expert_out, positions, weights});
+  sync();
+  const std::vector<std::int64_t> chosen = indices::decode(DType::i64, ids.read());
+  const std::vector<float> gate_w = reference::decode(DType::f32, weights.read()),
+                           got = reference::decode(d, out.read());
+  for (std::int64_t t = 0; t < tokens; ++t)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double want = 0;
+      for (std::int64_t k = 0; k < top_k; ++k) {
+        const std::int64_t e = chosen[std::size_t(t * top_k + k)];
+        double dot = 0;
+        for (std::int64_t h = 0; h < hidden; ++h)
+          dot += double(xh[std::size_t(t * hidden + h)]) * wh[std::size_t((e * n + j) * hidden + h)];
+        want += gate_w[std::size_t(t * top_k + k)] * dot;
+      }
+      EXPECT_NEAR(got[std::size_t(t * n + j)], want, 1e-3 * (1 + std::abs(want))) << "token " << t << " column " << j;
+    }
+  const std::vector<std::int64_t> off = indices::decode(DType::i64, offsets.read());
+  EXPECT_EQ(off.front(), 0);
+  EXPECT_EQ(off.back(), tokens * top_k) << "every pair routed";
+}
+
+TEST_P(MoeGpu, DebugChecksNameAnExpertBeyondTheCount) {
+  RuntimeOptions o = options();
+  o.debug_checks = true;
+  Runtime checked(o);
+  const TensorSpec routes(DType::i32, {2, 2});
+  GpuTensor offsets(TensorSpec(DType::i32, {5})), sorted(TensorSpec(DType::i32, {4})), positions(routes),
+      ids(routes, test::index_bytes(DType::i32, {0, 3, -1, 4}));
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              checked.launch("moe_dispatch", {offsets, sorted, positions, ids, Tensor{}, Tensor{}});
+            }),
+            "moe_dispatch: ids[3] = 4 is out of range: expected a value (negative skips the token) < 4");
+}
+
+INSTANTIATE_TEST_SUITE_P(Compilers, MoeGpu, ::testing::ValuesIn(test::compilers()),
+                         [](const auto& info) { return test::compiler_test_name(info.param); });
