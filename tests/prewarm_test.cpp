@@ -102,10 +102,12 @@ TEST(Prewarm, FailuresAreCountedAndNamed) {
   EXPECT_NE(r.failures[0].find("broken on purpose"), std::string::npos) << r.failures[0];
 }
 
-TEST(Prewarm, ShippedQwenManifestIsValid) {
-  Manifest m = Manifest::load(test::beside_exe(MOJO_TEST_TEMPLATE_DIR_REL) + "/../cache/qwen3-8b.toml");
-  EXPECT_EQ(m.name, "qwen3-8b");
-  EXPECT_FALSE(m.items().empty());
+TEST(Prewarm, ShippedManifestsAreValid) {
+  for (const char* name : {"qwen3-8b", "qwen3-30b-a3b"}) {
+    Manifest m = Manifest::load(test::beside_exe(MOJO_TEST_TEMPLATE_DIR_REL) + "/../cache/" + name + ".toml");
+    EXPECT_EQ(m.name, name);
+    EXPECT_FALSE(m.items().empty());
+  }
 }
 
 TEST(Manifest, NonAsciiInputIsRejectedWithItsLine) {

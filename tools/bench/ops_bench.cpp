@@ -69,6 +69,24 @@ std::vector<Case> attention_cases() {
           {"paged_decode_gqa", "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512"},
           {"paged_decode_gqa", "q=256x32x128 k_cache=16384x16x8x128 block_tables=32x512"}};
 }
+// A server's step past the model (f32 logits, vocab 151,936, batch 1 and 256;
+// speculative verification of 4 drafts) and Qwen3-30B-A3B's routing (4096
+// tokens, 128 experts, top 8, hidden 2048).
+std::vector<Case> sampling_moe_cases() {
+  std::vector<Case> out;
+  for (int batch : {1, 256}) {
+    out.push_back({"apply_penalties_temperature", fmt::format("logits={}x151936 token_ids={}x1024", batch, batch)});
+    out.push_back({"sample", fmt::format("logits={}x151936", batch)});
+  }
+  out.push_back({"reject_sample", "target_probs=64x5x151936"});
+  out.push_back({"moe_gate", "logits=4096x128 ids=4096x8"});
+  out.push_back({"moe_dispatch", "expert_offsets=129 ids=4096x8"});
+  out.push_back({"moe_dispatch", "expert_offsets=129 ids=4096x8 x=4096x2048"});
+  out.push_back({"moe_combine", "expert_out=32768x2048 positions=4096x8"});
+  for (Case& c : out) c.dtype = c.op.starts_with("moe") ? mojo::DType::bf16 : mojo::DType::f32;
+  return out;
+}
+
 // 2 M N K of a gemm or linear case: out is [.., M, N] and a (or x) [.., M, K].
 double flops(const std::vector<mojo::TensorSpec>& specs) {
   const mojo::TensorSpec &out = specs[0], &a = specs[1];
@@ -150,6 +168,11 @@ std::vector<std::int64_t> attention_indices(const mojo::OpDef& op, const std::ve
 std::int64_t index_bound(const mojo::OpDef& op, const std::vector<mojo::TensorSpec>& specs) {
   if (op.name() == "embedding") return spec_named(op, specs, "weight").dim(0);
   if (op.name() == "rotary_embedding") return spec_named(op, specs, "cos_sin_cache").dim(0);
+  if (op.name() == "sample") return 64;  // top_k (and the seeds and offsets)
+  if (op.name() == "apply_penalties_temperature") return spec_named(op, specs, "logits").dim(1);  // token ids
+  if (op.name() == "reject_sample") return spec_named(op, specs, "target_probs").dim(2);
+  if (op.name() == "moe_dispatch") return spec_named(op, specs, "expert_offsets").numel() - 1;
+  if (op.name() == "moe_combine") return spec_named(op, specs, "expert_out").dim(0);
   const mojo::TensorSpec& cache = spec_named(op, specs, "k_cache");
   return cache.dim(0) * cache.dim(1);
 }
@@ -205,10 +228,15 @@ Result time_case(mojo::Runtime& rt, const Case& c, mojo::DType dtype, bool quick
         if (is_attention(c.op)) {
           values = attention_indices(op, specs, i, rng);
         } else {
-          values.resize(std::size_t(index_bound(op, specs)));
-          std::iota(values.begin(), values.end(), 0);
-          std::shuffle(values.begin(), values.end(), rng);
-          values.resize(std::size_t(s.numel()));
+          const std::int64_t bound = index_bound(op, specs);
+          if (bound >= s.numel()) {  // distinct values
+            values.resize(std::size_t(bound));
+            std::iota(values.begin(), values.end(), 0);
+            std::shuffle(values.begin(), values.end(), rng);
+            values.resize(std::size_t(s.numel()));
+          } else {  // uniform (expert ids)
+            for (std::int64_t j = 0; j < s.numel(); ++j) values.push_back(std::int64_t(rng() % std::uint64_t(bound)));
+          }
         }
         if (s.dtype() == mojo::DType::i32) {
           std::vector<std::int32_t> narrow(values.begin(), values.end());
@@ -303,6 +331,16 @@ void bench_ops(mojo::Runtime& rt, const Options& options) {
                100 * kv_gbs / copy_gbs);
     rows.push_back({{"op", c.op}, {"dtype", mojo::dtype_name(dtype)}, {"shapes", c.shapes}, {"us", r.us},
                     {"bytes", r.bytes}, {"flops", r.flops}});
+  }
+  fmt::print("\n## Sampling (f32 logits, vocab 151936) and MoE routing (bf16, 4096 tokens, 128 experts, top 8)\n\n");
+  fmt::print("| op | shapes | MB moved | µs | GB/s | % of measured copy |\n|---|---|---:|---:|---:|---:|\n");
+  for (const Case& c : sampling_moe_cases()) {
+    Result r = time_case(rt, c, c.dtype, options.quick);
+    const double gbs = r.bytes / (r.us * 1e-6) * 1e-9;
+    fmt::print("| {} | {} | {:.2f} | {:.2f} | {:.0f} | {:.0f}% |\n", c.op, c.shapes, r.bytes * 1e-6, r.us, gbs,
+               100 * gbs / copy_gbs);
+    rows.push_back({{"op", c.op}, {"dtype", mojo::dtype_name(c.dtype)}, {"shapes", c.shapes}, {"us", r.us},
+                    {"bytes", r.bytes}});
   }
   if (!options.json.empty()) {
     nlohmann::json doc = {{"device", rt.device().name()}, {"copy_gbs", copy_gbs}, {"launch_floor_us", floor_us},
