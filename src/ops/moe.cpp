@@ -240,11 +240,12 @@ class MoeDispatch final : public OpDef {
     expect_tensor(name(), "sorted_token_ids", t[1].spec, {tokens * top_k}, id_type);
     expect_tensor(name(), "positions", t[2].spec, {tokens, top_k}, id_type);
     Params p;
+    const bool gather = t[4].spec.rank() != 0 || t[5].spec.rank() != 0;
+    if (gather) p.add_dtype("dtype", t[5].spec.dtype());  // the indices alone do not depend on it
     p.add_dtype("index", index);
     p.add("experts", experts);
     p.add("top_k", top_k);
     p.add("threads", kDispatchThreads);
-    const bool gather = t[4].spec.rank() != 0 || t[5].spec.rank() != 0;
     p.add("gather", gather ? 1 : 0);
     if (gather) {
       const TensorSpec &sorted_x = t[4].spec, &x = t[5].spec;
@@ -257,7 +258,6 @@ class MoeDispatch final : public OpDef {
       const DType x_type[] = {x.dtype()};
       expect_tensor(name(), "sorted_x", sorted_x, {tokens * top_k, hidden}, x_type);
       const rows::Layout l = rows::pick(hidden, x.dtype(), {t[4], t[5]});
-      p.add_dtype("dtype", x.dtype());
       p.add("hidden", hidden);
       p.add("vec", l.vec);
       p.add("gather_threads", l.threads);

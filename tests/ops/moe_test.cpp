@@ -19,7 +19,7 @@ TEST(MoeOp, ParamsAndErrors) {
   EXPECT_EQ(params("moe_gate", DType::bf16, "logits=4096x128 ids=4096x8").str(),
             "dtype=bf16 index=i64 experts=128 top_k=8 softmax=1 groups=1 top_groups=1 renormalize=1 rows=4");
   EXPECT_EQ(params("moe_dispatch", DType::bf16, "expert_offsets=129 ids=4096x8 x=4096x2048").str(),
-            "index=i64 experts=128 top_k=8 threads=256 gather=1 dtype=bf16 hidden=2048 vec=8 gather_threads=64 rows=1");
+            "dtype=bf16 index=i64 experts=128 top_k=8 threads=256 gather=1 hidden=2048 vec=8 gather_threads=64 rows=1");
   const OpDef& gate = find_op("moe_gate");
   const std::vector<Tensor> t = example(gate, DType::f32, "logits=16x256 ids=16x8");
   EXPECT_EQ(error_of<InvalidArgumentError>([&] {
