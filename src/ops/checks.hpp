@@ -60,6 +60,14 @@ inline void expect_same_shape(std::string_view op, std::string_view arg, const T
                                  fmt::join(t.shape(), ", "), ref_arg, fmt::join(ref.shape(), ", ")));
 }
 
+// A contiguous tensor of exactly `shape` and one of `dtypes` (per-request parameters, routing tables).
+inline void expect_exact(std::string_view op, std::string_view arg, const TensorSpec& t,
+                         std::initializer_list<std::int64_t> shape, std::span<const DType> dtypes) {
+  expect_dtype_in(op, arg, t.dtype(), dtypes);
+  if (!std::ranges::equal(t.shape(), shape) || !t.is_contiguous())
+    throw ShapeError(fmt::format("{}: {} is {}; expected a contiguous [{}]", op, arg, t.str(), fmt::join(shape, ", ")));
+}
+
 // Non-null and aligned to `bytes` (the vector width the kernel was specialized for).
 inline void expect_pointer(std::string_view op, std::string_view arg, DevicePtr p, unsigned bytes) {
   if (p == 0) throw PointerError(fmt::format("{}: {} is a null pointer", op, arg));

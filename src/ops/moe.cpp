@@ -21,14 +21,6 @@ namespace {
 using checks::kFloatTypes;
 constexpr DType kF32[] = {DType::f32};
 
-// A contiguous `arg` of `shape` and one of `dtypes`.
-void expect_tensor(std::string_view op, std::string_view arg, const TensorSpec& t,
-                   std::initializer_list<std::int64_t> shape, std::span<const DType> dtypes) {
-  checks::expect_dtype_in(op, arg, t.dtype(), dtypes);
-  if (!std::ranges::equal(t.shape(), shape) || !t.is_contiguous())
-    throw ShapeError(fmt::format("{}: {} is {}; expected a contiguous [{}]", op, arg, t.str(), fmt::join(shape, ", ")));
-}
-
 // [tokens, top_k] (i32 or i64) routing ids or positions; returns {tokens, top_k}.
 std::pair<std::int64_t, std::int64_t> routing_shape(std::string_view op, std::string_view arg, const TensorSpec& t) {
   checks::expect_dtype_in(op, arg, t.dtype(), indices::kTypes);
@@ -124,9 +116,9 @@ class MoeGate final : public OpDef {
       throw ShapeError(fmt::format("{}: logits is {}; expected a contiguous [tokens, experts] with experts <= 512",
                                    name(), logits.str()));
     const auto [tokens, top_k] = routing_shape(name(), "ids", t[1].spec);
-    expect_tensor(name(), "logits", logits, {tokens, logits.dim(1)}, kFloatTypes);
-    expect_tensor(name(), "weights", t[0].spec, {tokens, top_k}, kF32);
-    if (t[3].spec.rank() != 0) expect_tensor(name(), "bias", t[3].spec, {logits.dim(1)}, kF32);
+    checks::expect_exact(name(), "logits", logits, {tokens, logits.dim(1)}, kFloatTypes);
+    checks::expect_exact(name(), "weights", t[0].spec, {tokens, top_k}, kF32);
+    if (t[3].spec.rank() != 0) checks::expect_exact(name(), "bias", t[3].spec, {logits.dim(1)}, kF32);
     const std::vector<TensorSpec> specs = {t[0].spec, t[1].spec, logits, t[3].spec};
     const reference::MoeGate g = config(specs, scalars);
     if (g.groups < 1 || g.groups > 32 || g.experts % g.groups != 0)
@@ -236,9 +228,9 @@ class MoeDispatch final : public OpDef {
     if (t[0].spec.rank() != 1 || experts < 1 || experts > 4096)
       throw ShapeError(fmt::format("{}: expert_offsets is {}; expected [experts + 1] with 1 to 4096 experts", name(),
                                    t[0].spec.str()));
-    expect_tensor(name(), "expert_offsets", t[0].spec, {experts + 1}, id_type);
-    expect_tensor(name(), "sorted_token_ids", t[1].spec, {tokens * top_k}, id_type);
-    expect_tensor(name(), "positions", t[2].spec, {tokens, top_k}, id_type);
+    checks::expect_exact(name(), "expert_offsets", t[0].spec, {experts + 1}, id_type);
+    checks::expect_exact(name(), "sorted_token_ids", t[1].spec, {tokens * top_k}, id_type);
+    checks::expect_exact(name(), "positions", t[2].spec, {tokens, top_k}, id_type);
     Params p;
     const bool gather = t[4].spec.rank() != 0 || t[5].spec.rank() != 0;
     if (gather) p.add_dtype("dtype", t[5].spec.dtype());  // the indices alone do not depend on it
@@ -254,9 +246,9 @@ class MoeDispatch final : public OpDef {
         throw ShapeError(
             fmt::format("{}: x is {}; expected [{}, hidden] (one row per token)", name(), x.str(), tokens));
       const std::int64_t hidden = rows::cols_of(name(), "x", x);
-      expect_tensor(name(), "x", x, {tokens, hidden}, kFloatTypes);
+      checks::expect_exact(name(), "x", x, {tokens, hidden}, kFloatTypes);
       const DType x_type[] = {x.dtype()};
-      expect_tensor(name(), "sorted_x", sorted_x, {tokens * top_k, hidden}, x_type);
+      checks::expect_exact(name(), "sorted_x", sorted_x, {tokens * top_k, hidden}, x_type);
       const rows::Layout l = rows::pick(hidden, x.dtype(), {t[4], t[5]});
       p.add("hidden", hidden);
       p.add("vec", l.vec);
@@ -377,8 +369,8 @@ class MoeCombine final : public OpDef {
     checks::expect_contiguous(name(), "expert_out", expert_out);
     const auto [tokens, top_k] = routing_shape(name(), "positions", t[2].spec);
     const DType out_type[] = {expert_out.dtype()};
-    expect_tensor(name(), "out", out, {tokens, hidden}, out_type);
-    expect_tensor(name(), "weights", t[3].spec, {tokens, top_k}, kF32);
+    checks::expect_exact(name(), "out", out, {tokens, hidden}, out_type);
+    checks::expect_exact(name(), "weights", t[3].spec, {tokens, top_k}, kF32);
     Params p;
     p.add_dtype("dtype", expert_out.dtype());
     p.add_dtype("index", t[2].spec.dtype());

@@ -31,13 +31,6 @@ std::int64_t rows_of(std::string_view op, std::string_view arg, const TensorSpec
   return t.stride(0);
 }
 
-// A per-request tensor: contiguous, `shape`, one of `dtypes`.
-void expect_per_request(std::string_view op, std::string_view arg, const TensorSpec& t,
-                        std::initializer_list<std::int64_t> shape, std::span<const DType> dtypes) {
-  checks::expect_dtype_in(op, arg, t.dtype(), dtypes);
-  if (!std::ranges::equal(t.shape(), shape) || !t.is_contiguous())
-    throw ShapeError(fmt::format("{}: {} is {}; expected a contiguous [{}]", op, arg, t.str(), fmt::join(shape, ", ")));
-}
 constexpr DType kF32[] = {DType::f32};
 constexpr DType kI64[] = {DType::i64};
 
@@ -183,10 +176,10 @@ class ApplyPenaltiesTemperature final : public OpDef {
     const TensorSpec& ids = t[1].spec;
     if (ids.rank() != 2 || ids.dim(0) != batch)
       throw ShapeError(fmt::format("{}: token_ids is {}; expected [{}, max_len]", name(), ids.str(), batch));
-    expect_per_request(name(), "token_ids", ids, {batch, ids.dim(1)}, indices::kTypes);
+    checks::expect_exact(name(), "token_ids", ids, {batch, ids.dim(1)}, indices::kTypes);
     const DType id_type[] = {ids.dtype()};
-    expect_per_request(name(), "token_counts", t[2].spec, {batch, ids.dim(1)}, id_type);
-    for (std::size_t i = 3; i < 7; ++i) expect_per_request(name(), kPenaltyTensors[i].name, t[i].spec, {batch}, kF32);
+    checks::expect_exact(name(), "token_counts", t[2].spec, {batch, ids.dim(1)}, id_type);
+    for (std::size_t i = 3; i < 7; ++i) checks::expect_exact(name(), kPenaltyTensors[i].name, t[i].spec, {batch}, kF32);
     Params p;
     p.add_dtype("dtype", logits.dtype());
     p.add_dtype("index", ids.dtype());
@@ -320,13 +313,13 @@ class Sample final : public OpDef {
     checks::expect_dtype_in(name(), "logits", logits.dtype(), kFloatTypes);
     rows_of(name(), "logits", logits);
     const std::int64_t batch = logits.dim(0);
-    expect_per_request(name(), "tokens", t[0].spec, {batch}, kI64);
-    if (t[1].spec.rank() != 0) expect_per_request(name(), "logprobs", t[1].spec, {batch}, kF32);
-    expect_per_request(name(), "top_k", t[3].spec, {batch}, indices::kTypes);
-    expect_per_request(name(), "top_p", t[4].spec, {batch}, kF32);
-    expect_per_request(name(), "min_p", t[5].spec, {batch}, kF32);
-    expect_per_request(name(), "seed", t[6].spec, {batch}, kI64);
-    expect_per_request(name(), "offset", t[7].spec, {batch}, kI64);
+    checks::expect_exact(name(), "tokens", t[0].spec, {batch}, kI64);
+    if (t[1].spec.rank() != 0) checks::expect_exact(name(), "logprobs", t[1].spec, {batch}, kF32);
+    checks::expect_exact(name(), "top_k", t[3].spec, {batch}, indices::kTypes);
+    checks::expect_exact(name(), "top_p", t[4].spec, {batch}, kF32);
+    checks::expect_exact(name(), "min_p", t[5].spec, {batch}, kF32);
+    checks::expect_exact(name(), "seed", t[6].spec, {batch}, kI64);
+    checks::expect_exact(name(), "offset", t[7].spec, {batch}, kI64);
     Params p;
     p.add_dtype("dtype", logits.dtype());
     p.add_dtype("index", t[3].spec.dtype());
@@ -479,12 +472,12 @@ class RejectSample final : public OpDef {
     const std::int64_t batch = target.dim(0), spec = target.dim(1) - 1, vocab = target.dim(2);
     if (spec > 32) throw ShapeError(fmt::format("{}: {} speculative tokens; at most 32", name(), spec));
     checks::expect_same_dtype(name(), "draft_probs", t[3].spec, "target_probs", target);
-    expect_per_request(name(), "draft_probs", t[3].spec, {batch, spec, vocab}, kFloatTypes);
-    expect_per_request(name(), "out", t[0].spec, {batch, spec + 1}, kI64);
-    expect_per_request(name(), "accepted", t[1].spec, {batch}, kI64);
-    expect_per_request(name(), "draft_tokens", t[2].spec, {batch, spec}, indices::kTypes);
-    expect_per_request(name(), "seed", t[5].spec, {batch}, kI64);
-    expect_per_request(name(), "offset", t[6].spec, {batch}, kI64);
+    checks::expect_exact(name(), "draft_probs", t[3].spec, {batch, spec, vocab}, kFloatTypes);
+    checks::expect_exact(name(), "out", t[0].spec, {batch, spec + 1}, kI64);
+    checks::expect_exact(name(), "accepted", t[1].spec, {batch}, kI64);
+    checks::expect_exact(name(), "draft_tokens", t[2].spec, {batch, spec}, indices::kTypes);
+    checks::expect_exact(name(), "seed", t[5].spec, {batch}, kI64);
+    checks::expect_exact(name(), "offset", t[6].spec, {batch}, kI64);
     Params p;
     p.add_dtype("dtype", target.dtype());
     p.add_dtype("index", t[2].spec.dtype());
