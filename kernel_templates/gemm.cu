@@ -27,6 +27,8 @@
 //   beta         1: C is read (beta != 0); 0: C is only written      (gemm)
 //   bias, residual  0/1: the epilogue adds them                       (linear)
 //   act          the epilogue's mojo::Act (mojo_activation.h)         (linear)
+//                plus mojo::kGated: gate/up column pairs -> act(gate) * up,
+//                C has n / 2 columns                                  (group_gemm)
 //   offsets      4: group_gemm's offsets are int32, 8: int64          (group_gemm)
 //   wgmma        1: the sm_90a path (gemm_sm90.cuh: TMA, wgmma, warp-specialised;
 //                bk = 64, wm = bm / 64 consumer warpgroups, wn = 1, vec unused),
@@ -144,11 +146,10 @@ __device__ __forceinline__ float output_value(const Problem<TA, TC>& p, int row,
   return v;
 }
 
-// c[row, col] and c[row, col + 1] from their accumulators, rounded once: one
-// paired store when both are inside C and the pair is aligned, else each alone.
+// c[row, col] and c[row, col + 1] (inside C) from their accumulators, rounded
+// once: one paired store when both are inside C and the pair is aligned, else each alone.
 template <class TA, class TC, bool BETA, bool BIAS, int ACT, bool RESIDUAL>
-__device__ __forceinline__ void store_pair(const Problem<TA, TC>& p, int row, int col, float acc0, float acc1) {
-  if (row >= p.m || col >= p.n) return;
+__device__ __forceinline__ void store_pair_plain(const Problem<TA, TC>& p, int row, int col, float acc0, float acc1) {
   TC* out = p.c + (long long)row * p.ldc + col;
   const float v0 = output_value<TA, TC, BETA, BIAS, ACT, RESIDUAL>(p, row, col, acc0);
   if (col + 1 < p.n && reinterpret_cast<unsigned long long>(out) % (2 * sizeof(TC)) == 0) {
@@ -161,6 +162,20 @@ __device__ __forceinline__ void store_pair(const Problem<TA, TC>& p, int row, in
   *out = mojo::from_float<TC>(v0);
   if (col + 1 < p.n)
     out[1] = mojo::from_float<TC>(output_value<TA, TC, BETA, BIAS, ACT, RESIDUAL>(p, row, col + 1, acc1));
+}
+
+// What the tiles call for each pair of adjacent columns (col even) of a row:
+// the plain epilogue, or with ACT >= mojo::kGated the pair as (gate, up):
+// c[row, col / 2] = act(gate) * up.
+template <class TA, class TC, bool BETA, bool BIAS, int ACT, bool RESIDUAL>
+__device__ __forceinline__ void store_pair(const Problem<TA, TC>& p, int row, int col, float acc0, float acc1) {
+  if (row >= p.m || col >= p.n) return;
+  if constexpr (ACT >= mojo::kGated) {
+    const float gated = mojo::activate<ACT - mojo::kGated>(p.alpha * acc0) * (p.alpha * acc1);
+    p.c[(long long)row * p.ldc + col / 2] = mojo::from_float<TC>(gated);
+  } else {
+    store_pair_plain<TA, TC, BETA, BIAS, ACT, RESIDUAL>(p, row, col, acc0, acc1);
+  }
 }
 
 // The BM x BN tile of C at (row0, n0) on tensor cores.
@@ -404,8 +419,8 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
   MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_1, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, 1, P::vec, 0, P::bias, \
                   P::act, P::residual, 0, P::tf32)
 #define MOJO_KERNEL_group_gemm(NAME, P)                                                                        \
-  MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_0, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, 1, P::vec, 0, 0, 0, 0, \
+  MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_0, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, 1, P::vec, 0, 0, P::act, 0, \
                   P::offsets, P::tf32)
 #define MOJO_KERNEL_group_gemm_sm90(NAME, P)                                                                   \
-  MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_1, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, 1, P::vec, 0, 0, 0, 0, \
+  MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_1, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, 1, P::vec, 0, 0, P::act, 0, \
                   P::offsets, P::tf32)

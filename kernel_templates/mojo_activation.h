@@ -12,4 +12,10 @@ enum class Act : int {
   silu = 3,       // x / (1 + e^-x)
 };
 
+// An activation code plus kGated: a GEMM epilogue that reads each pair of
+// adjacent output columns (2j, 2j + 1) as (gate, up) and writes
+// act(gate) * up to column j: the gate/up projection and act-and-mul of an
+// MLP in one product, from weights whose gate and up rows are interleaved.
+inline constexpr int kGated = 16;
+
 }  // namespace mojo

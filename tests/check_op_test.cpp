@@ -42,6 +42,7 @@ const OddCase kCases[] = {
     {"linear", "x=17x200 weight=136x200 bias=136", {{"activation", 3}}},
     {"linear", "x=1x4104 weight=72x4104"},
     {"group_gemm", "x=100x72 weight=4x136x72 offsets=5"},
+    {"group_gemm", "x=100x72 weight=4x136x72 offsets=5 out=100x68", {{"gated_activation", 3}}},
     {"apply_penalties_temperature", "logits=17x1000 token_ids=17x40"},
     {"sample", "logits=17x1000"},
     {"sample", "logits=3x4097"},
@@ -96,6 +97,8 @@ TEST(CheckOp, HopperPathAtOddShapes) {
     expect_pass(rt, "gemm", "a=72x200 b=264x72 c=200x264", dtype, {{"path", 90}, {"trans_a", 1}, {"trans_b", 1}});
     expect_pass(rt, "linear", "x=17x200 weight=300x200 bias=300", dtype, {{"path", 90}, {"activation", 1}});
     expect_pass(rt, "group_gemm", "x=300x72 weight=3x136x72 offsets=4", dtype, {{"path", 90}});
+    expect_pass(rt, "group_gemm", "x=300x72 weight=3x136x72 offsets=4 out=300x68", dtype,
+                {{"path", 90}, {"gated_activation", 3}});
   }
 }
 

@@ -16,9 +16,9 @@ namespace mojo {
 namespace {
 
 constexpr TensorArgInfo kGroupTensors[] = {
-    {"out", "out", "[rows, N], same dtype as x: each group's rows written with its own weight"},
+    {"out", "out", "[rows, N] ([rows, N / 2] gated), same dtype as x: each group's rows written with its own weight"},
     {"x", "in", "[rows, K] f16, bf16 or f32, the groups' rows one after another (tokens sorted by expert)"},
-    {"weight", "in", "[groups, N, K]: one [N, K] matrix per group (expert)"},
+    {"weight", "in", "[groups, N, K]: one [N, K] matrix per group (expert); gated: rows 2j, 2j + 1 are gate_j, up_j"},
     {"offsets", "in", "i32 or i64 [groups + 1]: group g owns rows [offsets[g], offsets[g + 1])"},
 };
 constexpr ScalarArgInfo kGroupScalars[] = {
@@ -26,7 +26,10 @@ constexpr ScalarArgInfo kGroupScalars[] = {
      "a hint: the most rows a group usually has (0: all rows); fewer blocks are launched and a "
      "larger group takes more passes"},
     {"tf32", 0, "1: f32 inputs on tensor cores as tf32"},
-    {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path; 90: the sm_90a path (TMA + wgmma)"}};
+    {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path; 90: the sm_90a path (TMA + wgmma)"},
+    {"gated_activation", 0,
+     "0: none; 1 gelu, 2 gelu (tanh), 3 silu: the MoE MLP's act-and-mul fused: out[r, j] = act(gate_j) * up_j "
+     "from interleaved gate/up weight rows"}};
 
 // group_gemm: many products of different M sharing N and K (MoE experts), one launch.
 constexpr OpInfo kGroupGemm{
@@ -42,14 +45,17 @@ constexpr OpInfo kGroupGemm{
 class GroupGemm final : public TileOp {
  public:
   GroupGemm() : TileOp(kGroupGemm) {}
-  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
+                 ScalarList scalars) const override {
     const TensorSpec& w = specs[2];
     const std::vector<std::int64_t> offsets = host_data::indices(specs[3], d[3]);
+    const int gated = gated_activation(scalars);
     reference::group_gemm(w.dtype(), d[1].data(), d[2].data(), offsets.data(), d[0].data(), w.dim(0), w.dim(1),
-                          w.dim(2));
+                          w.dim(2), gated != 0, Act(gated));
   }
   Tolerance tolerance(DType out, std::span<const TensorSpec> specs, ScalarList scalars) const override {
-    return product_tolerance(out, specs[2].dim(2), scalar(scalars, "tf32") != 0);
+    const Tolerance t = product_tolerance(out, specs[2].dim(2), scalar(scalars, "tf32") != 0);
+    return gated_activation(scalars) != 0 ? Tolerance{2 * t.rtol, 2 * t.atol} : t;  // a product of two products
   }
   // Groups of random sizes covering every row of x.
   std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
@@ -81,11 +87,13 @@ class GroupGemm final : public TileOp {
     p.add("offsets", std::int64_t(dtype_size(t[3].spec.dtype())));
     p.add("tf32", tf32);
     p.add("wgmma", tile.wgmma);
+    const int gated = gated_activation(scalars);
+    p.add("act", gated != 0 ? gated + kGated : 0);
     return p;
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
-    const Dims d = dims(t, {});
+    const Dims d = dims(t, {}, false);
     return tile_geometry(p, d.rows, d.n, d.groups);
   }
 
@@ -117,7 +125,7 @@ class GroupGemm final : public TileOp {
   // debug checks on they are read back and must be a non-decreasing range
   // within the rows of x.
   void check_data(TensorList t, StreamHandle stream) const override {
-    const Dims d = dims(t, {});
+    const Dims d = dims(t, {}, false);
     const std::vector<std::int64_t> off = indices::read(t[3], stream);
     for (std::size_t g = 0; g + 1 < off.size(); ++g)
       if (off[g] < 0 || off[g] > off[g + 1] || off[g + 1] > d.rows)
@@ -128,7 +136,7 @@ class GroupGemm final : public TileOp {
   }
 
   std::string bucket(TensorList t) const override {
-    const Dims d = dims(t, {});
+    const Dims d = dims(t, {}, false);
     return shape_bucket(d.rows / std::max<std::int64_t>(d.groups, 1), d.n, d.k);
   }
   bool safe(TensorList, ScalarList) const override { return true; }
@@ -143,10 +151,18 @@ class GroupGemm final : public TileOp {
   }
 
  private:
+  // The gated_activation scalar, checked: 0 or an activation code.
+  int gated_activation(ScalarList scalars) const {
+    const double act = scalar(scalars, "gated_activation");
+    if (act != 0 && act != int(Act::gelu) && act != int(Act::gelu_tanh) && act != int(Act::silu))
+      throw InvalidArgumentError(fmt::format(
+          "{}: gated_activation is {}; expected 0 (none), 1 (gelu), 2 (gelu tanh) or 3 (silu)", name(), act));
+    return int(act);
+  }
   struct Dims {
     std::int64_t rows, groups, n, k, max_rows, ldx, ldo;
   };
-  Dims dims(TensorList t, ScalarList scalars) const {
+  Dims dims(TensorList t, ScalarList scalars, bool scalars_known = true) const {
     const TensorSpec &out = t[0].spec, &x = t[1].spec, &w = t[2].spec, &off = t[3].spec;
     checks::expect_dtype_in(name(), "x", x.dtype(), kTileInputTypes);
     checks::expect_same_dtype(name(), "weight", w, "x", x);
@@ -159,8 +175,14 @@ class GroupGemm final : public TileOp {
     d.groups = w.dim(0);
     d.n = w.dim(1);
     d.k = w.dim(2);
-    if (out.rank() != 2 || out.dim(0) != d.rows || out.dim(1) != d.n)
-      throw ShapeError(fmt::format("{}: out is {}; expected [{}, {}]", name(), out.str(), d.rows, d.n));
+    // The scalars say whether out is gated ([rows, N / 2]); a caller without them (geometry) takes either.
+    const bool gated = scalars_known ? gated_activation(scalars) != 0 : out.rank() == 2 && out.dim(1) != d.n;
+    if (gated && d.n % 2 != 0)
+      throw ShapeError(
+          fmt::format("{}: weight is {}; a gated product needs (gate, up) row pairs: an even N", name(), w.str()));
+    const std::int64_t out_n = gated ? d.n / 2 : d.n;
+    if (out.rank() != 2 || out.dim(0) != d.rows || out.dim(1) != out_n)
+      throw ShapeError(fmt::format("{}: out is {}; expected [{}, {}]", name(), out.str(), d.rows, out_n));
     checks::expect_dtype_in(name(), "offsets", off.dtype(), indices::kTypes);
     if (off.rank() != 1 || off.dim(0) != d.groups + 1 || !off.is_contiguous())
       throw ShapeError(fmt::format("{}: offsets is {}; expected [{}] (groups + 1)", name(), off.str(), d.groups + 1));

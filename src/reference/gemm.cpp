@@ -1,11 +1,11 @@
 // gemm, linear and group_gemm in float64.
-#include "reference/reference.hpp"
-
+#include <algorithm>
 #include <bit>
 #include <cmath>
-#include <algorithm>
 #include <cstring>
 #include <vector>
+
+#include "reference/reference.hpp"
 
 namespace mojo::reference {
 
@@ -43,11 +43,24 @@ void linear(DType dtype, const void* x, const void* w, const void* bias, const v
 }
 
 void group_gemm(DType dtype, const void* x, const void* w, const std::int64_t* offsets, void* out, std::int64_t groups,
-                std::int64_t n, std::int64_t k) {
+                std::int64_t n, std::int64_t k, bool gated, Act gated_act) {
   const std::size_t es = dtype_size(dtype);
+  const auto dot = [&](std::int64_t row, std::int64_t g, std::int64_t col) {
+    double acc = 0;
+    for (std::int64_t i = 0; i < k; ++i)
+      acc += double(load(dtype, x, std::size_t(row * k + i))) * load(dtype, w, std::size_t((g * n + col) * k + i));
+    return acc;
+  };
   for (std::int64_t g = 0; g < groups; ++g) {
     const std::int64_t rows = offsets[g + 1] - offsets[g];
     if (rows <= 0) continue;
+    if (gated) {
+      for (std::int64_t r = offsets[g]; r < offsets[g + 1]; ++r)
+        for (std::int64_t j = 0; j < n / 2; ++j)
+          store(dtype, out, std::size_t(r * (n / 2) + j),
+                float(activate(gated_act, dot(r, g, 2 * j)) * dot(r, g, 2 * j + 1)));
+      continue;
+    }
     linear(dtype, static_cast<const std::uint8_t*>(x) + std::size_t(offsets[g] * k) * es,
            static_cast<const std::uint8_t*>(w) + std::size_t(g * n * k) * es, nullptr, nullptr,
            static_cast<std::uint8_t*>(out) + std::size_t(offsets[g] * n) * es, rows, n, k, Act::none);

@@ -145,7 +145,8 @@ void linear(DType dtype, const void* x, const void* w, const void* bias, const v
 
 // For each group g: out[r, :] = x[r, :] * w[g]^T for r in [offsets[g], offsets[g + 1]);
 // x [rows, K], w [groups, N, K], out [rows, N]; rows outside every group are left alone.
+// gated: w's rows are (gate, up) pairs and out [rows, N / 2] = gated_act(gate) * up.
 void group_gemm(DType dtype, const void* x, const void* w, const std::int64_t* offsets, void* out, std::int64_t groups,
-                std::int64_t n, std::int64_t k);
+                std::int64_t n, std::int64_t k, bool gated = false, Act gated_act = Act::none);
 
 }  // namespace mojo::reference

@@ -187,6 +187,17 @@ TEST(GroupGemm, ParamsAndErrors) {
               op.specialize(specs({out, x, w, TensorSpec(DType::i64, {64})}), {}, kSm90);
             }),
             "group_gemm: offsets is i64[64]; expected [65] (groups + 1)");
+  // Gated (the MoE MLP's gate/up with silu-and-mul): half the columns out, the act code in the epilogue's.
+  const TensorSpec half(DType::bf16, {4096, 768});
+  EXPECT_EQ(op.specialize(specs({half, x, w, off64}), {{"gated_activation", 3}}, kSm90).get("act"), 3 + kGated);
+  EXPECT_EQ(error_of<ShapeError>([&] { op.specialize(specs({out, x, w, off64}), {{"gated_activation", 3}}, kSm90); }),
+            "group_gemm: out is bf16[4096, 1536]; expected [4096, 768]");
+  EXPECT_EQ(error_of<ShapeError>([&] { op.specialize(specs({half, x, w, off64}), {}, kSm90); }),
+            "group_gemm: out is bf16[4096, 768]; expected [4096, 1536]");
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              op.specialize(specs({half, x, w, off64}), {{"gated_activation", 4}}, kSm90);
+            }),
+            "group_gemm: gated_activation is 4; expected 0 (none), 1 (gelu), 2 (gelu tanh) or 3 (silu)");
   EXPECT_EQ(error_of<ShapeError>([&] {
               op.specialize(specs({out, x, TensorSpec(DType::bf16, {64, 1536, 4095}), off64}), {}, kSm90);
             }),

@@ -75,44 +75,64 @@ TEST_P(MoeGpu, GateRulesByHand) {
   EXPECT_NEAR(g.weights[0], 1.0, 1e-6);
 }
 
-// gate -> dispatch (with the gather) -> group_gemm -> combine equals, per
-// token, the weighted sum of its experts' products computed densely.
-TEST_P(MoeGpu, RoutedExpertsEqualTheDenseComputation) {
-  const std::int64_t tokens = 33, experts = 4, top_k = 2, hidden = 72, n = 40;
+// The whole routed MLP: gate -> dispatch (with the gather) -> group_gemm of
+// interleaved gate/up rows with silu-and-mul fused -> group_gemm down ->
+// combine equals, per token, the weighted sum of its experts' MLPs computed densely.
+TEST_P(MoeGpu, RoutedExpertMlpEqualsTheDenseComputation) {
+  const std::int64_t tokens = 33, experts = 4, top_k = 2, hidden = 72, inter = 40;
   const DType d = DType::f32;
-  const std::vector<float> xh = test::random_values(std::size_t(tokens * hidden), 1),
-                           wh = test::random_values(std::size_t(experts * n * hidden), 2),
-                           logits = test::random_values(std::size_t(tokens * experts), 3);
-  const TensorSpec routes(DType::i64, {tokens, top_k}), pairs(d, {tokens * top_k, hidden});
+  const std::vector<float> xh = test::random_values(std::size_t(tokens * hidden), 1, 0.05f, 1.f),
+                           gate_up = test::random_values(std::size_t(experts * 2 * inter * hidden), 2, 0.01f, 0.2f),
+                           down = test::random_values(std::size_t(experts * hidden * inter), 3, 0.01f, 0.2f),
+                           logits = test::random_values(std::size_t(tokens * experts), 4);
+  const TensorSpec routes(DType::i64, {tokens, top_k});
+  const std::int64_t pairs = tokens * top_k;
   GpuTensor x(TensorSpec(d, {tokens, hidden}), reference::encode(d, xh)),
-      w(TensorSpec(d, {experts, n, hidden}), reference::encode(d, wh)),
+      w13(TensorSpec(d, {experts, 2 * inter, hidden}), reference::encode(d, gate_up)),
+      w2(TensorSpec(d, {experts, hidden, inter}), reference::encode(d, down)),
       l(TensorSpec(d, {tokens, experts}), reference::encode(d, logits)),
       weights(TensorSpec(DType::f32, {tokens, top_k})), ids(routes), offsets(TensorSpec(DType::i64, {experts + 1})),
-      sorted(TensorSpec(DType::i64, {tokens * top_k})), positions(routes), sorted_x(pairs),
-      expert_out(TensorSpec(d, {tokens * top_k, n})), out(TensorSpec(d, {tokens, n}));
+      sorted(TensorSpec(DType::i64, {pairs})), positions(routes), sorted_x(TensorSpec(d, {pairs, hidden})),
+      act(TensorSpec(d, {pairs, inter})), expert_out(TensorSpec(d, {pairs, hidden})),
+      out(TensorSpec(d, {tokens, hidden}));
   rt->launch("moe_gate", {weights, ids, l, Tensor{}});
   rt->launch("moe_dispatch", {offsets, sorted, positions, ids, sorted_x, x});
-  rt->launch("group_gemm", {expert_out, sorted_x, w, offsets});
+  rt->launch("group_gemm", {act, sorted_x, w13, offsets}, {{"gated_activation", 3}});
+  rt->launch("group_gemm", {expert_out, act, w2, offsets});
   rt->launch("moe_combine", {out, expert_out, positions, weights});
   sync();
   const std::vector<std::int64_t> chosen = indices::decode(DType::i64, ids.read());
   const std::vector<float> gate_w = reference::decode(DType::f32, weights.read()),
                            got = reference::decode(d, out.read());
-  for (std::int64_t t = 0; t < tokens; ++t)
-    for (std::int64_t j = 0; j < n; ++j) {
-      double want = 0;
-      for (std::int64_t k = 0; k < top_k; ++k) {
-        const std::int64_t e = chosen[std::size_t(t * top_k + k)];
-        double dot = 0;
-        for (std::int64_t h = 0; h < hidden; ++h)
-          dot += double(xh[std::size_t(t * hidden + h)]) * wh[std::size_t((e * n + j) * hidden + h)];
-        want += gate_w[std::size_t(t * top_k + k)] * dot;
+  const auto silu = [](double v) { return v / (1 + std::exp(-v)); };
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    std::vector<double> want(std::size_t(hidden), 0.0);
+    for (std::int64_t k = 0; k < top_k; ++k) {
+      const std::int64_t e = chosen[std::size_t(t * top_k + k)];
+      std::vector<double> h(static_cast<std::size_t>(inter));
+      for (std::int64_t j = 0; j < inter; ++j) {
+        double g = 0, u = 0;
+        for (std::int64_t i = 0; i < hidden; ++i) {
+          const double xi = xh[std::size_t(t * hidden + i)];
+          g += xi * gate_up[std::size_t(((e * 2 * inter) + 2 * j) * hidden + i)];
+          u += xi * gate_up[std::size_t(((e * 2 * inter) + 2 * j + 1) * hidden + i)];
+        }
+        h[std::size_t(j)] = silu(g) * u;
       }
-      EXPECT_NEAR(got[std::size_t(t * n + j)], want, 1e-3 * (1 + std::abs(want))) << "token " << t << " column " << j;
+      for (std::int64_t o = 0; o < hidden; ++o) {
+        double y = 0;
+        for (std::int64_t j = 0; j < inter; ++j)
+          y += h[std::size_t(j)] * down[std::size_t((e * hidden + o) * inter + j)];
+        want[std::size_t(o)] += gate_w[std::size_t(t * top_k + k)] * y;
+      }
     }
+    for (std::int64_t o = 0; o < hidden; ++o)
+      EXPECT_NEAR(got[std::size_t(t * hidden + o)], want[std::size_t(o)], 1e-4 * (1 + std::abs(want[std::size_t(o)])))
+          << "token " << t << " column " << o;
+  }
   const std::vector<std::int64_t> off = indices::decode(DType::i64, offsets.read());
   EXPECT_EQ(off.front(), 0);
-  EXPECT_EQ(off.back(), tokens * top_k) << "every pair routed";
+  EXPECT_EQ(off.back(), pairs) << "every pair routed";
 }
 
 TEST_P(MoeGpu, DebugChecksNameAnExpertBeyondTheCount) {
