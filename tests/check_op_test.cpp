@@ -54,6 +54,7 @@ const OddCase kCases[] = {
     {"moe_dispatch", "expert_offsets=129 ids=100x8 x=100x72"},
     {"moe_dispatch", "expert_offsets=5 ids=1x3"},
     {"moe_combine", "expert_out=800x72 positions=100x8"},
+    {"moe_mlp", "x=33x72 ids=33x2 w13=4x80x72"},
 };
 
 void expect_pass(Runtime& rt, const char* op_name, const char* shapes, DType dtype, ScalarList scalars) {
@@ -99,6 +100,7 @@ TEST(CheckOp, HopperPathAtOddShapes) {
     expect_pass(rt, "group_gemm", "x=300x72 weight=3x136x72 offsets=4", dtype, {{"path", 90}});
     expect_pass(rt, "group_gemm", "x=300x72 weight=3x136x72 offsets=4 out=300x68", dtype,
                 {{"path", 90}, {"gated_activation", 3}});
+    expect_pass(rt, "moe_mlp", "x=130x64 ids=130x4 w13=8x128x64", dtype, {{"path", 90}});
   }
 }
 

@@ -10,14 +10,13 @@
 
 #include "mojo/error.hpp"
 #include "mojo/op.hpp"
-#include "reference/reference.hpp"
 #include "op_test_util.hpp"
+#include "reference/reference.hpp"
 #include "test_util.hpp"
 
 using namespace mojo;
 using namespace mojo::op_test;
 using test::error_of;
-
 
 TEST(Ops, EveryOpHasAWorkingExampleAndDocumentedTensors) {
   for (const OpDef* op : all_ops()) {
@@ -26,11 +25,15 @@ TEST(Ops, EveryOpHasAWorkingExampleAndDocumentedTensors) {
     EXPECT_EQ(tensors.size(), op->tensor_args().size());
     Params p = op->specialize(tensors, {}, kSm90);
     EXPECT_EQ(p.dtype("dtype"), DType::bf16);
-    const std::vector<Params> plan = op->plan(p);  // the kernels a launch runs; the first enters by MOJO_KERNEL_<op>
+    // The kernels a launch runs, each entered by its template's macro (a one-kernel op by MOJO_KERNEL_<op>).
+    const std::vector<Params> plan = op->plan(p);
     ASSERT_FALSE(plan.empty());
-    const std::string kernel = op->kernel_name(plan[0]);
-    EXPECT_EQ(op->entry_line(plan[0]).rfind(fmt::format("struct {}_p {{ using dtype = mojo::bf16;", kernel), 0), 0u);
-    EXPECT_NE(op->entry_line(plan[0]).find(fmt::format("\nMOJO_KERNEL_{}", op->name())), std::string::npos);
+    for (const Params& step : plan) {
+      const std::string kernel = op->kernel_name(step), line = op->entry_line(step);
+      EXPECT_EQ(line.rfind(fmt::format("struct {}_p {{", kernel), 0), 0u) << line;
+      EXPECT_NE(line.find(fmt::format("\n{}({}, {}_p)", op->entry_macro(step), kernel, kernel)), std::string::npos);
+    }
+    if (plan.size() == 1) EXPECT_EQ(op->entry_macro(plan[0]).rfind(fmt::format("MOJO_KERNEL_{}", op->name()), 0), 0u);
     for (const Params& step : plan) {
       LaunchGeometry g = op->geometry(step, tensors);
       EXPECT_GT(g.grid.x, 0u);

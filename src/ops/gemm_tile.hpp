@@ -89,6 +89,9 @@ struct GemmArgs {
 // descriptors of the operands, from the device part) for the sm_90a one.
 void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p);
 
+// How far a dot product of k terms in fp32 may be from float64.
+Tolerance product_tolerance(DType out, std::int64_t k, bool tf32);
+
 // "m<=64 n<=4096 k<=4096": the powers of two a tuning result stands for.
 std::string shape_bucket(std::int64_t m, std::int64_t n, std::int64_t k);
 
@@ -109,8 +112,6 @@ class TileOp : public OpDef, public Tunable {
  protected:
   // Bytes the A and B operands must be aligned to: 16 for chunk loads, else one element.
   static unsigned operand_alignment(const Params& p);
-  // How far a dot product of k terms in fp32 may be from float64.
-  static Tolerance product_tolerance(DType out, std::int64_t k, bool tf32);
 };
 
 }  // namespace mojo

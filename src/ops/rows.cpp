@@ -68,14 +68,23 @@ void expect_pointers(std::string_view op, std::span<const TensorArgInfo> infos, 
     if (infos[i].role != std::string_view("stats")) checks::expect_pointer(op, infos[i].name, t[i].data, bytes);
 }
 
-Layout pick(std::int64_t cols, DType dtype, std::initializer_list<Tensor> tensors, std::int64_t max_threads) {
+unsigned alignment(DType dtype, std::initializer_list<Tensor> tensors) {
   const std::int64_t size = std::int64_t(dtype_size(dtype));
-  unsigned alignment = 256;
+  unsigned a = 256;
   for (const Tensor& t : tensors) {
-    alignment = std::min(alignment, checks::alignment_of(t.data));
+    a = std::min(a, checks::alignment_of(t.data));
     if (t.spec.rank() >= 2)  // every row start must be aligned too
-      alignment = std::min(alignment, checks::alignment_of(DevicePtr(t.spec.stride(t.spec.rank() - 2) * size)));
+      a = std::min(a, checks::alignment_of(DevicePtr(t.spec.stride(t.spec.rank() - 2) * size)));
   }
+  return a;
+}
+
+Layout pick(std::int64_t cols, DType dtype, std::initializer_list<Tensor> tensors, std::int64_t max_threads) {
+  return pick_aligned(cols, dtype, alignment(dtype, tensors), max_threads);
+}
+
+Layout pick_aligned(std::int64_t cols, DType dtype, unsigned alignment, std::int64_t max_threads) {
+  const std::int64_t size = std::int64_t(dtype_size(dtype));
   Layout l;
   l.vec = 16 / size;
   while (l.vec > 1 && (cols % l.vec != 0 || alignment < l.vec * size)) l.vec /= 2;

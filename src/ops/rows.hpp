@@ -44,6 +44,10 @@ struct Layout {
 // tensor's address and row stride are aligned, and enough threads per row to
 // keep about four vectors in flight per thread.
 Layout pick(std::int64_t cols, DType dtype, std::initializer_list<Tensor> tensors, std::int64_t max_threads = 1024);
+// The same for rows whose every start is aligned to `alignment` bytes.
+Layout pick_aligned(std::int64_t cols, DType dtype, unsigned alignment, std::int64_t max_threads = 1024);
+// The alignment in bytes (at most 256) of every row start of every tensor.
+unsigned alignment(DType dtype, std::initializer_list<Tensor> tensors);
 
 void add_params(Params& p, std::string_view cols_name, std::int64_t cols, const Layout& l);
 

@@ -34,7 +34,9 @@ void moe_gate(const MoeGate& g, const std::vector<float>& logits, const std::vec
       }
       std::vector<std::size_t> order(group_score.size());
       std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return group_score[a] > group_score[b]; });
+      std::sort(order.begin(), order.end(), [&](auto a, auto b) {  // ties: the lower group (as stable_sort would)
+        return group_score[a] > group_score[b] || (group_score[a] == group_score[b] && a < b);
+      });
       std::vector<bool> kept(group_score.size(), false);
       for (std::int64_t k = 0; k < g.top_groups; ++k) kept[order[std::size_t(k)]] = true;
       for (std::size_t e = 0; e < e_count; ++e) allowed[e] = kept[e / group];
@@ -42,7 +44,9 @@ void moe_gate(const MoeGate& g, const std::vector<float>& logits, const std::vec
     std::vector<std::size_t> order;
     for (std::size_t e = 0; e < e_count; ++e)
       if (allowed[e]) order.push_back(e);
-    std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return choice[a] > choice[b]; });
+    std::sort(order.begin(), order.end(), [&](auto a, auto b) {  // ties: the lower expert
+      return choice[a] > choice[b] || (choice[a] == choice[b] && a < b);
+    });
     double total = 0;
     for (std::int64_t k = 0; k < g.top_k && std::size_t(k) < order.size(); ++k) total += score[order[std::size_t(k)]];
     const double norm = g.renormalize && total > 0 ? g.scaling / total : g.scaling;

@@ -36,11 +36,13 @@ std::vector<double> sampling_weights(const std::vector<float>& logits, std::int6
   for (std::size_t i = 0; i < n; ++i)
     if (std::isfinite(logits[i])) w[i] = std::exp(double(logits[i]) - max);
 
-  std::vector<std::size_t> order(n);  // highest logit first (NaN and -inf weigh 0: last)
+  // Highest logit first, ties by index (NaN and -inf weigh 0: last). std::sort with the index as tie-break
+  // instead of std::stable_sort, whose temporary buffer GCC 12's libstdc++ frees in a way ASan calls mismatched.
+  std::vector<std::size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     const double la = w[a] > 0 ? logits[a] : -INFINITY, lb = w[b] > 0 ? logits[b] : -INFINITY;
-    return la > lb;
+    return la > lb || (la == lb && a < b);
   });
   double floor = -INFINITY;  // keep logits >= floor
   if (top_k > 0 && std::size_t(top_k) < n) floor = logits[order[std::size_t(top_k) - 1]];

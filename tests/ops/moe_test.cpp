@@ -100,10 +100,12 @@ TEST_P(MoeGpu, RoutedExpertMlpEqualsTheDenseComputation) {
   rt->launch("group_gemm", {act, sorted_x, w13, offsets}, {{"gated_activation", 3}});
   rt->launch("group_gemm", {expert_out, act, w2, offsets});
   rt->launch("moe_combine", {out, expert_out, positions, weights});
+  GpuTensor fused(TensorSpec(d, {tokens, hidden}));  // the same MLP as one op: a plan of the same five kernels
+  rt->launch("moe_mlp", {fused, x, ids, weights, w13, w2});
   sync();
   const std::vector<std::int64_t> chosen = indices::decode(DType::i64, ids.read());
   const std::vector<float> gate_w = reference::decode(DType::f32, weights.read()),
-                           got = reference::decode(d, out.read());
+                           got = reference::decode(d, out.read()), got_fused = reference::decode(d, fused.read());
   const auto silu = [](double v) { return v / (1 + std::exp(-v)); };
   for (std::int64_t t = 0; t < tokens; ++t) {
     std::vector<double> want(std::size_t(hidden), 0.0);
@@ -126,9 +128,11 @@ TEST_P(MoeGpu, RoutedExpertMlpEqualsTheDenseComputation) {
         want[std::size_t(o)] += gate_w[std::size_t(t * top_k + k)] * y;
       }
     }
-    for (std::int64_t o = 0; o < hidden; ++o)
-      EXPECT_NEAR(got[std::size_t(t * hidden + o)], want[std::size_t(o)], 1e-4 * (1 + std::abs(want[std::size_t(o)])))
-          << "token " << t << " column " << o;
+    for (std::int64_t o = 0; o < hidden; ++o) {
+      const double tol = 1e-4 * (1 + std::abs(want[std::size_t(o)]));
+      EXPECT_NEAR(got[std::size_t(t * hidden + o)], want[std::size_t(o)], tol) << "token " << t << " column " << o;
+      EXPECT_NEAR(got_fused[std::size_t(t * hidden + o)], want[std::size_t(o)], tol) << "moe_mlp, token " << t;
+    }
   }
   const std::vector<std::int64_t> off = indices::decode(DType::i64, offsets.read());
   EXPECT_EQ(off.front(), 0);
