@@ -55,6 +55,14 @@ const OddCase kCases[] = {
     {"moe_dispatch", "expert_offsets=5 ids=1x3"},
     {"moe_combine", "expert_out=800x72 positions=100x8"},
     {"moe_mlp", "x=33x72 ids=33x2 w13=4x80x72"},
+    {"linear_cross_entropy", "hidden=17x72 weight=300x72"},
+    {"linear_cross_entropy",
+     "hidden=17x72 weight=300x72 loss=17",
+     {{"reduction", 0}, {"vocab_chunk", 64}, {"label_smoothing", 0.1}, {"z_loss", 1e-3}, {"softcap", 3.0}}},
+    {"linear_cross_entropy_backward",
+     "hidden=17x72 weight=300x72",
+     {{"vocab_chunk", 128}, {"label_smoothing", 0.1}, {"z_loss", 1e-3}, {"softcap", 3.0}}},
+    {"linear_cross_entropy_backward", "hidden=17x72 weight=300x72 grad_loss=17", {{"reduction", 0}}},
 };
 
 void expect_pass(Runtime& rt, const char* op_name, const char* shapes, DType dtype, ScalarList scalars) {
@@ -101,6 +109,9 @@ TEST(CheckOp, HopperPathAtOddShapes) {
     expect_pass(rt, "group_gemm", "x=300x72 weight=3x136x72 offsets=4 out=300x68", dtype,
                 {{"path", 90}, {"gated_activation", 3}});
     expect_pass(rt, "moe_mlp", "x=130x64 ids=130x4 w13=8x128x64", dtype, {{"path", 90}});
+    expect_pass(rt, "linear_cross_entropy", "hidden=130x64 weight=300x64", dtype, {{"path", 90}, {"vocab_chunk", 128}});
+    expect_pass(rt, "linear_cross_entropy_backward", "hidden=130x64 weight=300x64", dtype,
+                {{"path", 90}, {"vocab_chunk", 128}, {"softcap", 3.0}});
   }
 }
 

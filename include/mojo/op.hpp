@@ -237,6 +237,12 @@ class OpDef {
   // entry point. The plan's kernels are compiled, cached and loaded together
   // as one module.
   virtual std::vector<Params> plan(const Params& params) const { return {params}; }
+  // How many times the plan runs in a row for these tensors: a loop over
+  // chunks (of rows) that keeps the workspace the size of one chunk. Each
+  // run's step params then carry "repeat" (0, 1, ...), which reaches
+  // geometry and pack_args but not the kernels (the same ones every run); a
+  // step meant for some runs only gives an empty grid on the others.
+  virtual std::int64_t repeats(const Params& /*params*/, TensorList /*tensors*/) const { return 1; }
   // Device scratch memory the plan's kernels share (partial results passed
   // from one step to the next), in bytes; 0: none. The Runtime lends it from
   // a buffer per stream that grows to the largest need, so a launch after

@@ -110,6 +110,22 @@ void moe_dispatch(const std::vector<std::int64_t>& ids, std::int64_t top_k, std:
 void moe_combine(DType dtype, const void* expert_out, const std::int64_t* positions, const float* weights, void* out,
                  std::int64_t tokens, std::int64_t top_k, std::int64_t hidden);
 
+// ---- the fused linear cross-entropy (src/reference/cross_entropy.cpp) ----
+struct CrossEntropy {
+  std::int64_t tokens, hidden, vocab;
+  int reduction = 1;  // 0 none, 1 mean over the rows not ignored, 2 sum
+  std::int64_t ignore_index = -100;
+  double smoothing = 0, z_loss = 0, softcap = 0;
+};
+// loss ([1], or [tokens] with reduction 0) and lse [tokens] of logits = hidden [tokens, hidden] x weight^T.
+void linear_cross_entropy(const CrossEntropy& ce, const std::vector<float>& hidden, const std::vector<float>& weight,
+                          const std::vector<std::int64_t>& labels, std::vector<float>& loss, std::vector<float>& lse);
+// Their gradients for grad_loss ([1] or [tokens]), from the forward's lse.
+void linear_cross_entropy_backward(const CrossEntropy& ce, const std::vector<float>& hidden,
+                                   const std::vector<float>& weight, const std::vector<std::int64_t>& labels,
+                                   const std::vector<float>& lse, const std::vector<float>& grad_loss,
+                                   std::vector<float>& grad_hidden, std::vector<float>& grad_weight);
+
 // Attention for every op that has it (sdpa, paged prefill and decode): a
 // float64 softmax over each query's visible keys. Sequence s's queries are
 // rows [q_start, q_start + q_count) of q/out ([tokens, heads, head_dim]); its

@@ -111,27 +111,45 @@ void warn_unknown_variables() {
   });
 }
 
-// One step of a plan with its geometry and arguments, packed when a binding is made.
+// One launch of a plan with its geometry and arguments, packed when a binding is made.
 struct PackedStep {
   LaunchGeometry geometry;
   KernelArgs args;
 };
+
+// f(step, params) for every launch of `kernel`'s plan in stream order: its steps, the whole sequence run
+// OpDef::repeats times, each run's params with "repeat" (its index) when there are several.
+template <class F>
+void for_each_launch(const OpDef& op, const LoadedKernel& kernel, TensorList tensors, F f) {
+  const std::int64_t runs = op.repeats(kernel.params, tensors);
+  for (std::int64_t r = 0; r < runs; ++r)
+    for (const LoadedKernel::Step& step : kernel.steps) {
+      if (runs == 1) {
+        f(step, step.params);
+        continue;
+      }
+      Params p = step.params;
+      p.add("repeat", r);
+      f(step, p);
+    }
+}
 
 // Launches the kernels of `kernel`'s plan in order; `packed`: their geometry and arguments, when already packed
 // for these tensors and this workspace.
 void launch_plan(const OpDef& op, const LoadedKernel& kernel, TensorList tensors, ScalarList scalars,
                  StreamHandle stream, DevicePtr workspace, const PackedStep* packed = nullptr) {
   kernel.device->ensure_current();  // before pack_args: TMA descriptors are encoded by the current device
-  for (std::size_t i = 0; i < kernel.steps.size(); ++i) {
-    const LoadedKernel::Step& step = kernel.steps[i];
+  if (kernel.debug_checks) op.check_data(tensors, stream);
+  std::size_t i = 0;
+  for_each_launch(op, kernel, tensors, [&](const LoadedKernel::Step& step, const Params& params) {
+    const PackedStep* mine = packed ? &packed[i++] : nullptr;
+    LaunchGeometry g = mine ? mine->geometry : op.geometry(params, tensors);
+    if (g.grid.x == 0 || g.grid.y == 0 || g.grid.z == 0) return;  // empty tensor, or a step this run skips
     KernelArgs args;
-    if (packed == nullptr) op.pack_args(step.params, tensors, scalars, workspace, args);
-    LaunchGeometry g = packed ? packed[i].geometry : op.geometry(step.params, tensors);
-    if (g.grid.x == 0 || g.grid.y == 0 || g.grid.z == 0) continue;  // empty tensor: nothing to do
+    if (mine == nullptr) op.pack_args(params, tensors, scalars, workspace, args);
     if (g.persistent) g.grid.x = std::min(g.grid.x, unsigned(kernel.device->sm_count()));
-    if (i == 0 && kernel.debug_checks) op.check_data(tensors, stream);
-    mojo::launch(step.function, g.grid, g.block, g.dynamic_smem, stream, packed ? packed[i].args.data() : args.data());
-  }
+    mojo::launch(step.function, g.grid, g.block, g.dynamic_smem, stream, mine ? mine->args.data() : args.data());
+  });
 }
 
 // A launch with nothing packed beforehand: the geometry, the workspace and the arguments found now.
@@ -164,7 +182,7 @@ struct Binding {
   std::vector<Scalar> scalar_values;
   std::size_t workspace_bytes;
   DevicePtr workspace = 0;                  // what `steps` are packed with
-  std::unique_ptr<PackedStep[]> steps;      // one per step of the plan
+  std::unique_ptr<PackedStep[]> steps;      // one per launch of the plan
   bool args_packed = false;  // false: these pointers do not pass the op's checks (e.g. null)
 
   Binding(const OpDef& op, const LoadedKernel& kernel, WorkspaceArena& arena, TensorList tensors, ScalarList scalars,
@@ -173,8 +191,11 @@ struct Binding {
         kernel(&kernel),
         arena(&arena),
         workspace_bytes(op.workspace_bytes(kernel.params, tensors)),
-        steps(std::make_unique<PackedStep[]>(kernel.steps.size())) {
-    for (std::size_t i = 0; i < kernel.steps.size(); ++i) steps[i].geometry = op.geometry(kernel.steps[i].params, tensors);
+        steps(std::make_unique<PackedStep[]>(
+            std::size_t(op.repeats(kernel.params, tensors)) * kernel.steps.size())) {
+    std::size_t n = 0;
+    for_each_launch(op, kernel, tensors,
+                    [&](const LoadedKernel::Step&, const Params& p) { steps[n++].geometry = op.geometry(p, tensors); });
     for (const Tensor& t : tensors) {
       specs.push_back(t.spec);
       pointers.push_back(t.data);
@@ -188,8 +209,10 @@ struct Binding {
     kernel.device->ensure_current();
     try {
       if (workspace_bytes > 0) workspace = arena.get(stream, workspace_bytes);
-      for (std::size_t i = 0; i < kernel.steps.size(); ++i)
-        op.pack_args(kernel.steps[i].params, tensors, scalars, workspace, steps[i].args);
+      n = 0;
+      for_each_launch(op, kernel, tensors, [&](const LoadedKernel::Step&, const Params& p) {
+        op.pack_args(p, tensors, scalars, workspace, steps[n++].args);
+      });
       args_packed = true;
     } catch (const Error&) {
       // Packed at launch instead, where the error belongs.
@@ -557,25 +580,29 @@ std::vector<Bundle> Runtime::compile_all(const std::vector<PrewarmItem>& items, 
     };
     std::vector<Spec> specs;
     std::vector<std::string> files, names, params;
+    std::string source_entries;  // one entry line per kernel, after the templates
     for (const PrewarmItem& item : items) {
       if (!(item.target == target)) continue;
       const OpDef& op = find_op(item.op);
       Params p = op.specialize(item.tensors, item.scalar_args(), target);
-      const std::vector<Params> steps = op.plan(p);
-      if (std::find(names.begin(), names.end(), op.kernel_name(steps.front())) != names.end())
-        continue;  // rows etc. do not matter
-      for (const Params& step : steps) {
-        names.push_back(op.kernel_name(step));
+      // A specialization whose kernels are all here already (rows etc. do not matter) adds nothing; plans may
+      // share kernels (moe_mlp's sort step is the same for f16 and bf16): each is defined once.
+      bool adds = false;
+      for (const Params& step : op.plan(p)) {
+        const std::string name = op.kernel_name(step);
+        if (std::find(names.begin(), names.end(), name) != names.end()) continue;
+        names.push_back(name);
         params.push_back(step.str());
+        source_entries += Impl::entry(op, step, emit);
+        adds = true;
       }
+      if (!adds) continue;
       specs.push_back({&op, p});
       if (std::find(files.begin(), files.end(), op.template_file()) == files.end())
         files.emplace_back(op.template_file());
     }
     // One translation unit: every template (the prelude once), then one entry line per kernel.
-    std::string source = impl_->expand(files, emit);
-    for (const Spec& s : specs)
-      for (const Params& step : s.op->plan(s.params)) source += Impl::entry(*s.op, step, emit);
+    std::string source = impl_->expand(files, emit) + source_entries;
     const Compiler& compiler = impl_->compiler_for(emit);
     const std::string kernels_text = fmt::format("{}", fmt::join(names, "\n"));
     const std::string params_text = fmt::format("{}", fmt::join(params, "\n"));

@@ -316,6 +316,9 @@ int run_describe(int argc, char** argv, bool explain) {
                g.dynamic_smem);
   }
   fmt::print("workspace: {} bytes\n", op.workspace_bytes(params, tensors));
+  // A plan run once per slice (the fused cross-entropy's vocabulary slices): the grids above are the first run's.
+  if (const std::int64_t runs = op.repeats(params, tensors); runs > 1)
+    fmt::print("runs:     {} (the plan once per slice; the grids above are the first's)\n", runs);
   if (explain) {
     fmt::print("source:   {} bytes, {} (the translation unit: template + prelude + instantiation)\n",
                parts.source.size(), mojo::compute_key(mojo::KeyInputs{parts.source, "", "", "", "", kind}).hex());

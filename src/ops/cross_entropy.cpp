@@ -1,0 +1,576 @@
+// linear_cross_entropy and linear_cross_entropy_backward: the loss of
+// logits = hidden x weight^T against integer labels, and its gradients,
+// never holding the [tokens, vocab] logits: the plan runs once per slice of
+// the vocabulary (OpDef::repeats), its products on gemm.cu's kernels, its
+// row work on cross_entropy.cu's (which says what each step computes).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <random>
+
+#include "mojo/error.hpp"
+#include "ops/checks.hpp"
+#include "ops/gemm_tile.hpp"
+#include "ops/host_data.hpp"
+#include "ops/indices.hpp"
+#include "ops/registry.hpp"
+#include "reference/reference.hpp"
+
+namespace mojo {
+namespace {
+
+using checks::kFloatTypes;
+constexpr DType kF32[] = {DType::f32};
+constexpr std::int64_t kMaxVocab = 262144;
+constexpr std::int64_t kRowThreads = 256;
+constexpr std::int64_t kSliceFloats = std::int64_t(64) << 20;  // 256 MB of f32 logits per slice by default
+
+constexpr ScalarArgInfo kScalars[] = {
+    {"reduction", 1, "1: the mean over the rows not ignored; 2: the sum; 0: none (a loss per row)"},
+    {"ignore_index", -100, "a label that contributes no loss and no gradient"},
+    {"label_smoothing", 0, "s in [0, 1]: the target is (1 - s) one-hot + s / vocab"},
+    {"z_loss", 0, "z >= 0: adds z lse^2 per row"},
+    {"softcap", 0, "cap > 0: logits become cap tanh(logits / cap) first"},
+    {"vocab_chunk", 0, "vocabulary columns per slice, a multiple of 64 (0: about 256 MB of f32 logits)"},
+    {"path", 0, "the products' path: 0 the heuristic, 80 the sm_80 path, 90 the sm_90a path"},
+};
+constexpr TensorArgInfo kForwardTensors[] = {
+    {"loss", "out", "f32 [1] (mean or sum) or [tokens] (reduction 0)"},
+    {"lse", "out", "f32 [tokens], optional: each row's log-sum-exp, for the backward"},
+    {"hidden", "in", "[tokens, hidden] f32, f16 or bf16, contiguous"},
+    {"weight", "in", "[vocab, hidden], hidden's dtype, contiguous (vocab <= 262144)"},
+    {"labels", "in", "i32 or i64 [tokens]: in [0, vocab), or ignore_index"},
+};
+constexpr TensorArgInfo kBackwardTensors[] = {
+    {"grad_hidden", "out", "[tokens, hidden], hidden's dtype"},
+    {"grad_weight", "out", "[vocab, hidden], hidden's dtype"},
+    {"grad_loss", "in", "f32 [1] (mean or sum) or [tokens] (reduction 0): the loss's gradient"},
+    {"hidden", "in", "[tokens, hidden] f32, f16 or bf16, contiguous"},
+    {"weight", "in", "[vocab, hidden], hidden's dtype, contiguous"},
+    {"labels", "in", "i32 or i64 [tokens]"},
+    {"lse", "in", "f32 [tokens]: the forward's log-sum-exp"},
+};
+constexpr OpInfo kForward{
+    .name = "linear_cross_entropy",
+    .summary =
+        "cross-entropy of hidden x weight^T against labels, a vocabulary slice at a time (ignore_index, "
+        "label smoothing, z-loss, soft-cap)",
+    .tensors = kForwardTensors,
+    .scalars = kScalars,
+    .dtypes = kFloatTypes,
+    .template_file = "cross_entropy.cu",
+    .example_shapes = "hidden=8192x4096 weight=151936x4096",
+};
+constexpr OpInfo kBackward{
+    .name = "linear_cross_entropy_backward",
+    .summary = "the gradients of linear_cross_entropy for hidden and weight, a vocabulary slice at a time",
+    .tensors = kBackwardTensors,
+    .scalars = kScalars,
+    .dtypes = kFloatTypes,
+    .template_file = "cross_entropy.cu",
+    .example_shapes = "hidden=8192x4096 weight=151936x4096",
+};
+
+// The steps: row kernels of cross_entropy.cu and products of gemm.cu.
+enum Step {
+  kInit,        // forward: every row's state (first slice)
+  kLogits,      // both: logits of the slice (f32) = hidden x weight[slice]^T
+  kUpdate,      // forward: rows fold the slice into their state
+  kFinish,      // forward: lse and loss per row (last slice)
+  kReduce,      // forward: the mean or sum (last slice)
+  kZero,        // backward: the f32 grad_hidden accumulator (first slice)
+  kCount,       // backward: the gradient's scale (first slice)
+  kGrad,        // backward: dlogits of the slice
+  kGradWeight,  // backward: grad_weight[slice] = dlogits^T x hidden
+  kGradHidden,  // backward: accumulator += dlogits x weight[slice]
+  kConvert,     // backward: grad_hidden = the accumulator (last slice)
+};
+
+struct Sizes {
+  std::int64_t tokens, hidden, vocab;
+};
+
+class LinearCrossEntropy final : public OpDef {
+ public:
+  explicit LinearCrossEntropy(bool backward) : OpDef(backward ? kBackward : kForward), backward_(backward) {}
+
+  // ---- the tensors, by role ----
+  std::size_t hidden_index() const { return backward_ ? 3 : 2; }
+  Sizes sizes(TensorList t) const {
+    const TensorSpec &h = t[hidden_index()].spec, &w = t[hidden_index() + 1].spec;
+    return {h.dim(0), h.dim(1), w.dim(0)};
+  }
+  const Tensor& labels(TensorList t) const { return t[hidden_index() + 2]; }
+
+  std::int64_t repeats(const Params& p, TensorList t) const override {
+    return (sizes(t).vocab + p.get("chunk") - 1) / p.get("chunk");
+  }
+
+  Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
+    const TensorSpec &h = t[hidden_index()].spec, &w = t[hidden_index() + 1].spec, &y = labels(t).spec;
+    checks::expect_dtype_in(name(), "hidden", h.dtype(), kFloatTypes);
+    if (h.rank() != 2 || h.dim(0) < 1 || h.dim(1) < 1)
+      throw ShapeError(fmt::format("{}: hidden is {}; expected [tokens, hidden]", name(), h.str()));
+    const std::int64_t tokens = h.dim(0), hidden = h.dim(1);
+    const DType same[] = {h.dtype()};
+    checks::expect_exact(name(), "hidden", h, {tokens, hidden}, same);
+    if (w.rank() != 2 || w.dim(0) < 1 || w.dim(0) > kMaxVocab || w.dim(1) != hidden)
+      throw ShapeError(
+          fmt::format("{}: weight is {}; expected [vocab, {}] with vocab <= {}", name(), w.str(), hidden, kMaxVocab));
+    const std::int64_t vocab = w.dim(0);
+    checks::expect_exact(name(), "weight", w, {vocab, hidden}, same);
+    checks::expect_exact(name(), "labels", y, {tokens}, indices::kTypes);
+    const std::int64_t reduction = whole(scalars, "reduction");
+    if (reduction < 0 || reduction > 2)
+      throw InvalidArgumentError(fmt::format("{}: reduction is {}; expected 0 (none), 1 (mean) or 2 (sum)", name(),
+                                             scalar(scalars, "reduction")));
+    const std::int64_t loss_rows = reduction == 0 ? tokens : 1;
+    if (backward_) {
+      checks::expect_exact(name(), "grad_hidden", t[0].spec, {tokens, hidden}, same);
+      checks::expect_exact(name(), "grad_weight", t[1].spec, {vocab, hidden}, same);
+      checks::expect_exact(name(), "grad_loss", t[2].spec, {loss_rows}, kF32);
+      checks::expect_exact(name(), "lse", t[6].spec, {tokens}, kF32);
+    } else {
+      checks::expect_exact(name(), "loss", t[0].spec, {loss_rows}, kF32);
+      if (t[1].spec.rank() != 0) checks::expect_exact(name(), "lse", t[1].spec, {tokens}, kF32);
+    }
+    const double smoothing = scalar(scalars, "label_smoothing"), z = scalar(scalars, "z_loss"),
+                 cap = scalar(scalars, "softcap");
+    if (!(smoothing >= 0 && smoothing <= 1))
+      throw InvalidArgumentError(fmt::format("{}: label_smoothing is {}; expected 0 to 1", name(), smoothing));
+    if (!(z >= 0)) throw InvalidArgumentError(fmt::format("{}: z_loss is {}; expected >= 0", name(), z));
+    if (!(cap >= 0)) throw InvalidArgumentError(fmt::format("{}: softcap is {}; expected >= 0", name(), cap));
+    const std::int64_t chunk_wanted = whole(scalars, "vocab_chunk");
+    if (chunk_wanted < 0 || chunk_wanted % 64 != 0)
+      throw InvalidArgumentError(
+          fmt::format("{}: vocab_chunk is {}; expected a multiple of 64 (0: chosen)", name(), chunk_wanted));
+    const bool tf32 = false;
+    expect_tensor_cores(name(), h.dtype(), tf32, target);
+    checked_dim(name(), "tokens", tokens);
+    checked_dim(name(), "hidden", hidden);
+
+    const std::int64_t bucket = std::int64_t(std::bit_ceil(std::uint64_t(tokens)));
+    const std::int64_t whole_vocab = (vocab + 63) / 64 * 64;
+    std::int64_t chunk =
+        chunk_wanted > 0 ? chunk_wanted : std::max<std::int64_t>(1024, kSliceFloats / bucket / 64 * 64);
+    chunk = std::min(chunk, whole_vocab);
+    const bool aligned = chunk_aligned(h.dtype(), t[hidden_index()].data, {hidden}) &&
+                         chunk_aligned(h.dtype(), t[hidden_index() + 1].data, {hidden}) &&
+                         (!backward_ || (chunk_aligned(h.dtype(), t[0].data, {hidden}) &&
+                                         chunk_aligned(h.dtype(), t[1].data, {hidden})));
+    Params p;
+    p.add_dtype("dtype", h.dtype());
+    p.add_dtype("index", y.dtype());
+    p.add("hidden", hidden);
+    p.add("chunk", chunk);
+    p.add("tokens", bucket);  // the rows the products' tiles are chosen for (a power of two)
+    p.add("reduction", reduction);
+    p.add("aligned", aligned ? 1 : 0);
+    p.add("path", std::int64_t(path_of(*this, scalars, wgmma_possible(target, h.dtype(), aligned, 1, 1, 1), target)));
+    p.add("sm", target.sm);
+    p.add("sm_a", target.arch_specific ? 1 : 0);
+    return p;
+  }
+
+  std::vector<Params> plan(const Params& p) const override {
+    const auto rows_step = [&](Step step) {
+      Params r;
+      r.add_dtype("dtype", p.dtype("dtype"));
+      r.add_dtype("index", p.dtype("index"));
+      r.add("threads", kRowThreads);
+      r.add("chunk", p.get("chunk"));
+      r.add("reduction", p.get("reduction"));
+      r.add("step", step);
+      return r;
+    };
+    const std::int64_t t = p.get("tokens"), c = p.get("chunk"), h = p.get("hidden");
+    if (!backward_) {
+      std::vector<Params> steps = {rows_step(kInit), product(p, kLogits, t, c, h, 0, 1, DType::f32, 0),
+                                   rows_step(kUpdate), rows_step(kFinish)};
+      if (p.get("reduction") != 0) steps.push_back(rows_step(kReduce));
+      return steps;
+    }
+    std::vector<Params> steps = {rows_step(kZero)};
+    if (p.get("reduction") != 0) steps.push_back(rows_step(kCount));
+    for (Params s : {product(p, kLogits, t, c, h, 0, 1, DType::f32, 0), rows_step(kGrad),
+                     product(p, kGradWeight, c, h, t, 1, 0, p.dtype("dtype"), 0),
+                     product(p, kGradHidden, t, h, c, 0, 0, DType::f32, 1), rows_step(kConvert)})
+      steps.push_back(s);
+    return steps;
+  }
+
+  std::string entry_macro(const Params& p) const override {
+    switch (Step(p.get("step"))) {
+      case kInit:
+        return "MOJO_CE_INIT";
+      case kUpdate:
+        return "MOJO_CE_UPDATE";
+      case kFinish:
+        return "MOJO_CE_FINISH";
+      case kReduce:
+        return "MOJO_CE_REDUCE";
+      case kZero:
+        return "MOJO_CE_ZERO";
+      case kCount:
+        return "MOJO_CE_COUNT";
+      case kGrad:
+        return "MOJO_CE_GRAD";
+      case kConvert:
+        return "MOJO_CE_CONVERT";
+      default:
+        return p.get("wgmma") ? "MOJO_KERNEL_gemm_sm90" : "MOJO_KERNEL_gemm";
+    }
+  }
+  unsigned max_dynamic_smem(const Params& p) const override {
+    return is_product(Step(p.get_or("step", kInit))) ? tile_of(p).smem_bytes() : 0;
+  }
+
+  std::size_t workspace_bytes(const Params& p, TensorList t) const override { return layout(p, t).bytes; }
+
+  LaunchGeometry geometry(const Params& p, TensorList t) const override {
+    const Sizes s = sizes(t);
+    const Slice slice = slice_of(p, t);
+    const Step step = Step(p.get("step"));
+    const std::int64_t th = kRowThreads;
+    LaunchGeometry g;
+    g.block.x = unsigned(th);
+    const auto blocks = [&](std::int64_t n, bool when) {
+      g.grid.x = when ? unsigned((n + th - 1) / th) : 0u;
+      return g;
+    };
+    switch (step) {
+      case kInit:
+        return blocks(s.tokens, slice.first);
+      case kFinish:
+        return blocks(s.tokens, slice.last);
+      case kReduce:
+      case kCount:
+        return blocks(1, step == kReduce ? slice.last : slice.first);
+      case kZero:
+        return blocks(s.tokens * s.hidden, slice.first);
+      case kConvert:
+        return blocks(s.tokens * s.hidden, slice.last);
+      case kUpdate:
+      case kGrad:
+        g.grid.x = unsigned(s.tokens);
+        return g;
+      case kLogits:
+        return tile_geometry(p, s.tokens, slice.columns, 1);
+      case kGradWeight:
+        return tile_geometry(p, slice.columns, s.hidden, 1);
+      case kGradHidden:
+        return tile_geometry(p, s.tokens, s.hidden, 1);
+    }
+    return g;
+  }
+
+  void pack_args(const Params& p, TensorList t, ScalarList scalars, DevicePtr workspace,
+                 KernelArgs& args) const override {
+    if (workspace == 0) throw Error(fmt::format("internal error: {}'s plan without its workspace", name()));
+    const Sizes s = sizes(t);
+    const Slice slice = slice_of(p, t);
+    const Layout w = layout(p, t);
+    const DevicePtr logits = workspace + w.logits, hidden = t[hidden_index()].data, weight = t[hidden_index() + 1].data,
+                    labels_ptr = labels(t).data;
+    const std::size_t es = dtype_size(t[hidden_index()].spec.dtype());
+    const long long ld = p.get("chunk"), ignore = whole(scalars, "ignore_index");
+    const float smoothing = float(scalar(scalars, "label_smoothing")), z = float(scalar(scalars, "z_loss")),
+                cap = float(scalar(scalars, "softcap"));
+    const int mean = p.get_or("reduction", 0) == 1 ? 1 : 0;
+    const DevicePtr weight_slice = weight + DevicePtr(slice.col0 * s.hidden) * es;
+    const auto product_args = [&](GemmArgs g) {
+      checks::expect_pointer(name(), "hidden", hidden, p.get("vec") == 8 ? 16 : unsigned(es));
+      checks::expect_pointer(name(), "weight", weight, p.get("vec") == 8 ? 16 : unsigned(es));
+      push_kernel_args(args, g, p);
+    };
+    switch (Step(p.get("step"))) {
+      case kInit:
+        args.push(workspace + w.state);
+        args.push(static_cast<long long>(s.tokens));
+        return;
+      case kLogits:
+        return product_args({.c = logits,
+                             .a = hidden,
+                             .b = weight_slice,
+                             .m = s.tokens,
+                             .n = slice.columns,
+                             .k = s.hidden,
+                             .lda = s.hidden,
+                             .ldb = s.hidden,
+                             .ldc = ld});
+      case kUpdate:
+        args.push(workspace + w.state);
+        args.push(logits);
+        args.push(ld);
+        args.push(labels_ptr);
+        args.push(static_cast<long long>(slice.col0));
+        args.push(int(slice.columns));
+        args.push(cap);
+        return;
+      case kFinish:
+        args.push(mean || p.get("reduction") == 2 ? workspace + w.row_loss : t[0].data);
+        args.push(t[1].spec.rank() == 0 ? DevicePtr(0) : t[1].data);
+        args.push(workspace + w.state);
+        args.push(labels_ptr);
+        args.push(static_cast<long long>(s.tokens));
+        args.push(static_cast<long long>(s.vocab));
+        args.push(ignore);
+        args.push(smoothing);
+        args.push(z);
+        return;
+      case kReduce:
+        checks::expect_pointer(name(), "loss", t[0].data, 4);
+        args.push(t[0].data);
+        args.push(workspace + w.row_loss);
+        args.push(labels_ptr);
+        args.push(static_cast<long long>(s.tokens));
+        args.push(ignore);
+        args.push(mean);
+        return;
+      case kZero:
+      case kConvert:
+        if (p.get("step") == kConvert) {
+          checks::expect_pointer(name(), "grad_hidden", t[0].data, unsigned(es));
+          args.push(t[0].data);
+        }
+        args.push(workspace + w.acc);
+        args.push(static_cast<long long>(s.tokens * s.hidden));
+        return;
+      case kCount:
+        args.push(workspace + w.scale);
+        args.push(t[2].data);
+        args.push(labels_ptr);
+        args.push(static_cast<long long>(s.tokens));
+        args.push(ignore);
+        args.push(mean);
+        return;
+      case kGrad:
+        args.push(workspace + w.dlogits);
+        args.push(logits);
+        args.push(ld);
+        args.push(t[6].data);
+        args.push(labels_ptr);
+        args.push(workspace + w.scale);
+        args.push(t[2].data);
+        args.push(int(p.get("reduction") == 0 ? 1 : 0));
+        args.push(static_cast<long long>(slice.col0));
+        args.push(int(slice.columns));
+        args.push(static_cast<long long>(s.vocab));
+        args.push(ignore);
+        args.push(smoothing);
+        args.push(z);
+        args.push(cap);
+        return;
+      case kGradWeight:
+        checks::expect_pointer(name(), "grad_weight", t[1].data, p.get("vec") == 8 ? 16 : unsigned(es));
+        return product_args({.c = t[1].data + DevicePtr(slice.col0 * s.hidden) * es,
+                             .a = workspace + w.dlogits,
+                             .b = hidden,
+                             .m = slice.columns,
+                             .n = s.hidden,
+                             .k = s.tokens,
+                             .lda = ld,
+                             .ldb = s.hidden,
+                             .ldc = s.hidden,
+                             .mn_major_a = true,
+                             .mn_major_b = true});
+      case kGradHidden:
+        return product_args({.c = workspace + w.acc,
+                             .a = workspace + w.dlogits,
+                             .b = weight_slice,
+                             .beta = 1,
+                             .m = s.tokens,
+                             .n = s.hidden,
+                             .k = slice.columns,
+                             .lda = ld,
+                             .ldb = s.hidden,
+                             .ldc = s.hidden,
+                             .mn_major_b = true});
+    }
+  }
+
+  void check_data(TensorList t, StreamHandle stream) const override {
+    const std::int64_t vocab = sizes(t).vocab;
+    const std::vector<std::int64_t> y = indices::read(labels(t), stream);
+    // The ignore_index is a scalar: check_data sees the tensors only, so any negative label passes here and
+    // one in [vocab, ...) must be the ignore_index to pass (it is then the only such value).
+    for (std::size_t i = 0; i < y.size(); ++i)
+      if (y[i] >= vocab)
+        throw InvalidArgumentError(
+            fmt::format("{}: labels[{}] = {} is out of range: expected a label < {} (the "
+                        "vocabulary) or ignore_index",
+                        name(), i, y[i], vocab));
+  }
+
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
+                 ScalarList scalars) const override {
+    const std::size_t hi = hidden_index();
+    const TensorSpec& h = specs[hi];
+    reference::CrossEntropy ce{.tokens = h.dim(0),
+                               .hidden = h.dim(1),
+                               .vocab = specs[hi + 1].dim(0),
+                               .reduction = int(scalar(scalars, "reduction")),
+                               .ignore_index = std::int64_t(scalar(scalars, "ignore_index")),
+                               .smoothing = scalar(scalars, "label_smoothing"),
+                               .z_loss = scalar(scalars, "z_loss"),
+                               .softcap = scalar(scalars, "softcap")};
+    const std::vector<float> hidden = host_data::floats(h, d[hi]), weight = host_data::floats(specs[hi + 1], d[hi + 1]);
+    const std::vector<std::int64_t> y = host_data::indices(specs[hi + 2], d[hi + 2]);
+    if (!backward_) {
+      std::vector<float> loss, lse;
+      reference::linear_cross_entropy(ce, hidden, weight, y, loss, lse);
+      d[0] = reference::encode(DType::f32, loss);
+      if (!d[1].empty()) d[1] = reference::encode(DType::f32, lse);
+      return;
+    }
+    std::vector<float> grad_hidden, grad_weight;
+    reference::linear_cross_entropy_backward(ce, hidden, weight, y, host_data::floats(specs[6], d[6]),
+                                             host_data::floats(specs[2], d[2]), grad_hidden, grad_weight);
+    d[0] = reference::encode(h.dtype(), grad_hidden);
+    d[1] = reference::encode(h.dtype(), grad_weight);
+  }
+  Tolerance tolerance(DType out, std::span<const TensorSpec> specs, ScalarList) const override {
+    const std::size_t hi = hidden_index();
+    const std::int64_t k = std::max({specs[hi].dim(1), specs[hi].dim(0), specs[hi + 1].dim(0)});
+    const Tolerance t = product_tolerance(out, k, false);
+    return {4 * t.rtol, 4 * t.atol};  // products of products, each rounded
+  }
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+                                        std::uint32_t seed) const override {
+    const std::size_t hi = hidden_index();
+    const TensorSpec& s = specs[i];
+    if (i == hi + 2) {  // labels in range, a few ignored (-100)
+      std::vector<std::int64_t> y = host_data::random_indices(s.numel(), specs[hi + 1].dim(0), seed, false);
+      for (std::size_t j = 3; j < y.size(); j += 7) y[j] = -100;
+      return host_data::index_bytes(s.dtype(), y);
+    }
+    if (backward_ && i == 6) {  // the forward's lse for these inputs
+      std::vector<std::vector<std::uint8_t>> d(specs.size());
+      for (std::size_t j : {hi, hi + 1, hi + 2}) d[j] = random_data(j, specs, seed);
+      const LinearCrossEntropy& forward = static_cast<const LinearCrossEntropy&>(linear_cross_entropy_op());
+      std::vector<TensorSpec> f = {TensorSpec(DType::f32, {1}), TensorSpec(DType::f32, {specs[hi].dim(0)}), specs[hi],
+                                   specs[hi + 1], specs[hi + 2]};
+      std::vector<std::vector<std::uint8_t>> fd = {std::vector<std::uint8_t>(4), std::vector<std::uint8_t>(s.nbytes()),
+                                                   d[hi], d[hi + 1], d[hi + 2]};
+      forward.reference(f, fd, {});
+      return fd[1];
+    }
+    if (i == hi || i == hi + 1) {  // logits of a few units: hidden and weight of a small scale
+      std::vector<float> v = test_values(s.numel(), seed * 7919u + std::uint32_t(i));
+      return reference::encode(s.dtype(), v);
+    }
+    return OpDef::random_data(i, specs, seed);
+  }
+
+  std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
+    const auto& h = shapes::required(name(), shapes, "hidden", example_shapes());
+    const auto& w = shapes::required(name(), shapes, "weight", example_shapes());
+    if (h.size() != 2) throw ShapeError(fmt::format("{}: give hidden as TOKENSxHIDDEN", name()));
+    const std::int64_t tokens = h[0];
+    const TensorSpec hidden(dtype, h), weight(dtype, w), labels_spec(DType::i64, {tokens}),
+        per_row(DType::f32, {tokens});
+    const TensorSpec loss(DType::f32, shapes::value_or(shapes, backward_ ? "grad_loss" : "loss", {1}));
+    if (backward_) return {hidden, weight, loss, hidden, weight, labels_spec, per_row};
+    return {loss, per_row, hidden, weight, labels_spec};
+  }
+
+ private:
+  bool backward_;
+
+  static bool is_product(Step s) { return s == kLogits || s == kGradWeight || s == kGradHidden; }
+
+  std::int64_t whole(ScalarList scalars, std::string_view what) const {
+    const double v = scalar(scalars, what);
+    if (v != std::floor(v) || std::abs(v) > 1e15)
+      throw InvalidArgumentError(fmt::format("{}: {} is {}; expected a whole number", name(), what, v));
+    return std::int64_t(v);
+  }
+
+  // One gemm.cu product of the plan: [m, n] = op(a) [m, k] x op(b) [k, n], with its tile for these sizes.
+  static Params product(const Params& p, Step step, std::int64_t m, std::int64_t n, std::int64_t k, int ta, int tb,
+                        DType out, int beta) {
+    const DType dtype = p.dtype("dtype");
+    const Target target{int(p.get("sm")), p.get("sm_a") != 0};
+    const bool aligned = p.get("aligned") != 0;
+    const bool wgmma_ok = wgmma_possible(target, dtype, aligned, m, n, k);
+    const TileConfig tile = pick_tile(m, n, k, dtype, false, target, wgmma_ok, 1, Path(p.get("path")));
+    Params g;
+    g.add_dtype("dtype", dtype);
+    g.add_dtype("out", out);
+    add_tile(g, tile);
+    g.add("ta", ta);
+    g.add("tb", tb);
+    g.add("vec", vec_param(tile, aligned));
+    g.add("beta", beta);
+    g.add("tf32", 0);
+    g.add("wgmma", tile.wgmma);
+    g.add("chunk", p.get("chunk"));
+    g.add("step", step);
+    return g;
+  }
+
+  // The slice of the vocabulary this run of the plan covers.
+  struct Slice {
+    std::int64_t col0, columns;
+    bool first, last;
+  };
+  Slice slice_of(const Params& p, TensorList t) const {
+    const std::int64_t chunk = p.get("chunk"), r = p.get_or("repeat", 0), vocab = sizes(t).vocab;
+    const std::int64_t col0 = r * chunk;
+    return {col0, std::min(chunk, vocab - col0), r == 0, col0 + chunk >= vocab};
+  }
+
+  // The workspace: one slice's f32 logits, then the forward's row states and losses or the backward's dlogits,
+  // f32 grad_hidden accumulator and gradient scale.
+  struct Layout {
+    std::size_t logits, state, row_loss, dlogits, acc, scale, bytes;
+  };
+  Layout layout(const Params& p, TensorList t) const {
+    const Sizes s = sizes(t);
+    const std::size_t es = dtype_size(t[hidden_index()].spec.dtype());
+    const auto round = [](std::size_t b) { return (b + 255) / 256 * 256; };
+    const std::size_t slice = std::size_t(s.tokens * p.get("chunk"));
+    Layout w{};
+    w.logits = 0;
+    std::size_t at = round(slice * 4);
+    if (!backward_) {
+      w.state = at;
+      at += round(std::size_t(s.tokens) * 16);
+      w.row_loss = at;
+      at += round(std::size_t(s.tokens) * 4);
+    } else {
+      w.dlogits = at;
+      at += round(slice * es);
+      w.acc = at;
+      at += round(std::size_t(s.tokens * s.hidden) * 4);
+      w.scale = at;
+      at += 256;
+    }
+    w.bytes = at;
+    return w;
+  }
+
+  // n values in ±[0.01, 0.3] (never zero): logits of a few units.
+  static std::vector<float> test_values(std::int64_t n, std::uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> mag(0.01f, 0.3f);
+    std::vector<float> v(std::size_t(std::max<std::int64_t>(n, 0)));
+    for (float& x : v) x = rng() % 2 ? mag(rng) : -mag(rng);
+    return v;
+  }
+};
+
+}  // namespace
+
+const OpDef& linear_cross_entropy_op() {
+  static const LinearCrossEntropy op(false);
+  return op;
+}
+const OpDef& linear_cross_entropy_backward_op() {
+  static const LinearCrossEntropy op(true);
+  return op;
+}
+
+}  // namespace mojo

@@ -1,0 +1,128 @@
+// The fused linear cross-entropy: its plan runs once per vocabulary slice in
+// a workspace of one slice; the loss and gradients by hand on a case small
+// enough to work out; against the reference through a KernelHandle (the
+// packed launches of every slice) and twice in a row; errors and the debug
+// check. check_op_test.cpp runs both ops at odd shapes, every dtype, both paths.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "op_test_util.hpp"
+
+using namespace mojo;
+using namespace mojo::op_test;
+using test::error_of;
+using test::GpuTensor;
+
+TEST(LinearCrossEntropyOp, SlicesTheVocabularyAndKeepsTheWorkspaceSmall) {
+  const OpDef& fwd = find_op("linear_cross_entropy");
+  const OpDef& bwd = find_op("linear_cross_entropy_backward");
+  // Qwen3-8B training: 8192 tokens, hidden 4096, vocab 151936.
+  for (const OpDef* op : {&fwd, &bwd}) {
+    const std::vector<Tensor> t = example(*op, DType::bf16, "hidden=8192x4096 weight=151936x4096");
+    const Params p = op->specialize(t, {}, kSm90);
+    EXPECT_EQ(p.get("chunk"), 8192) << "256 MB of f32 logits per slice";
+    EXPECT_EQ(op->repeats(p, t), 19);
+    const double unfused = 8192.0 * 151936 * (2 + 4);  // torch: bf16 logits and their f32 softmax, at least
+    EXPECT_LT(double(op->workspace_bytes(p, t)), unfused / 8) << op->name();
+  }
+  const std::vector<Tensor> t = example(fwd, DType::bf16, "hidden=16x64 weight=1000x64");
+  EXPECT_EQ(fwd.repeats(fwd.specialize(t, {{"vocab_chunk", 128}}, kSm90), t), 8) << "1000 = 7 x 128 + 104";
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              fwd.specialize(t, {{"vocab_chunk", 100}}, kSm90);
+            }),
+            "linear_cross_entropy: vocab_chunk is 100; expected a multiple of 64 (0: chosen)");
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              fwd.specialize(t, {{"reduction", 3}}, kSm90);
+            }),
+            "linear_cross_entropy: reduction is 3; expected 0 (none), 1 (mean) or 2 (sum)");
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              fwd.specialize(t, {{"label_smoothing", 1.5}}, kSm90);
+            }),
+            "linear_cross_entropy: label_smoothing is 1.5; expected 0 to 1");
+  EXPECT_EQ(error_of<ShapeError>([&] {
+              fwd.specialize(t, {{"reduction", 0}}, kSm90);
+            }),
+            "linear_cross_entropy: loss is f32[1]; expected a contiguous [16]");
+}
+
+struct LinearCrossEntropyGpu : GpuOps {};
+
+// Two tokens, hidden 1, vocab 3: logits are hidden * weight = [0, 1, 2] and [0, -1, -2].
+// Token 0's label 2, token 1's ignored: the mean is token 0's loss, lse(0, 1, 2) - 2, and
+// d loss / d hidden_0 = sum_j (p_j - [j = 2]) w_j = p_1 + 2 p_2 - 2.
+TEST_P(LinearCrossEntropyGpu, ByHand) {
+  const TensorSpec h(DType::f32, {2, 1}), w(DType::f32, {3, 1}), y(DType::i64, {2}), one(DType::f32, {1}),
+      rows(DType::f32, {2});
+  GpuTensor hidden(h, reference::encode(DType::f32, {1.f, -1.f})), weight(w, reference::encode(DType::f32, {0, 1, 2})),
+      labels(y, test::index_bytes(DType::i64, {2, -100})), loss(one), lse(rows);
+  rt->launch("linear_cross_entropy", {loss, lse, hidden, weight, labels}, {{"vocab_chunk", 64}});
+  sync();
+  const double z = std::exp(0.0) + std::exp(1.0) + std::exp(2.0);
+  EXPECT_NEAR(reference::decode(DType::f32, loss.read())[0], std::log(z) - 2, 1e-5);
+  EXPECT_NEAR(reference::decode(DType::f32, lse.read())[1], std::log(1 + std::exp(-1.0) + std::exp(-2.0)), 1e-5);
+
+  GpuTensor grad_hidden(h), grad_weight(w), grad_loss(one, reference::encode(DType::f32, {1.f}));
+  rt->launch("linear_cross_entropy_backward", {grad_hidden, grad_weight, grad_loss, hidden, weight, labels, lse});
+  sync();
+  const double p1 = std::exp(1.0) / z, p2 = std::exp(2.0) / z;
+  const std::vector<float> gh = reference::decode(DType::f32, grad_hidden.read());
+  EXPECT_NEAR(gh[0], p1 + 2 * p2 - 2, 1e-5);
+  EXPECT_EQ(gh[1], 0.f) << "an ignored token has no gradient";
+  // d loss / d w_j = (p_j - [j = 2]) * hidden_0.
+  const std::vector<float> gw = reference::decode(DType::f32, grad_weight.read());
+  EXPECT_NEAR(gw[0], 1 / z, 1e-5);
+  EXPECT_NEAR(gw[1], p1, 1e-5);
+  EXPECT_NEAR(gw[2], p2 - 1, 1e-5);
+}
+
+// Many slices through a KernelHandle (its launches packed once, for every slice), twice: the same bits.
+TEST_P(LinearCrossEntropyGpu, EverySliceThroughAHandleTwice) {
+  const OpDef& op = find_op("linear_cross_entropy_backward");
+  const DType d = DType::bf16;
+  const std::vector<TensorSpec> specs = op.specs_from_shapes(d, parse_shapes(op, "hidden=33x64 weight=700x64"));
+  const std::vector<ScalarArg> scalars = {{"vocab_chunk", 128}, {"label_smoothing", 0.1}, {"softcap", 30.0}};
+  std::vector<std::vector<std::uint8_t>> host(specs.size());
+  std::vector<std::unique_ptr<GpuTensor>> owned;
+  std::vector<Tensor> tensors;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    if (op.tensor_args()[i].role != std::string_view("out")) host[i] = op.random_data(i, specs, 5);
+    owned.push_back(host[i].empty() ? std::make_unique<GpuTensor>(specs[i])
+                                    : std::make_unique<GpuTensor>(specs[i], host[i]));
+    tensors.push_back(*owned.back());
+  }
+  const KernelHandle kernel = rt->get_kernel(op.name(), tensors, scalars);
+  kernel.launch(tensors, scalars);
+  sync();
+  const std::vector<std::uint8_t> first_hidden = owned[0]->read(), first_weight = owned[1]->read();
+  std::vector<std::vector<std::uint8_t>> want = host;
+  want[0].resize(specs[0].nbytes());
+  want[1].resize(specs[1].nbytes());
+  op.reference(specs, want, scalars);
+  test::expect_close(d, first_hidden, want[0], "grad_hidden", op.tolerance(d, specs, scalars));
+  test::expect_close(d, first_weight, want[1], "grad_weight", op.tolerance(d, specs, scalars));
+  owned[0]->poison();
+  owned[1]->poison();
+  kernel.launch(tensors, scalars);
+  sync();
+  EXPECT_EQ(owned[0]->read(), first_hidden) << "deterministic: no atomics anywhere";
+  EXPECT_EQ(owned[1]->read(), first_weight);
+}
+
+TEST_P(LinearCrossEntropyGpu, DebugChecksNameALabelPastTheVocabulary) {
+  RuntimeOptions o = options();
+  o.debug_checks = true;
+  Runtime checked(o);
+  const TensorSpec h(DType::f32, {3, 8}), w(DType::f32, {10, 8}), y(DType::i32, {3}), one(DType::f32, {1});
+  GpuTensor hidden(h, random_tensor(DType::f32, h.numel(), 1)), weight(w, random_tensor(DType::f32, w.numel(), 2)),
+      labels(y, test::index_bytes(DType::i32, {1, 10, 2})), loss(one);
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              checked.launch("linear_cross_entropy", {loss, Tensor{}, hidden, weight, labels});
+            }),
+            "linear_cross_entropy: labels[1] = 10 is out of range: expected a label < 10 (the vocabulary) or "
+            "ignore_index");
+}
+
+INSTANTIATE_TEST_SUITE_P(Compilers, LinearCrossEntropyGpu, ::testing::ValuesIn(test::compilers()),
+                         [](const auto& info) { return test::compiler_test_name(info.param); });
