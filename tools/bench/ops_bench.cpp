@@ -87,6 +87,12 @@ std::vector<Case> sampling_moe_cases() {
   return out;
 }
 
+// The fused linear cross-entropy at Qwen3-8B's LM head in training: 8192 tokens, hidden 4096, vocab 151,936.
+std::vector<Case> loss_cases() {
+  return {{"linear_cross_entropy", "hidden=8192x4096 weight=151936x4096"},
+          {"linear_cross_entropy_backward", "hidden=8192x4096 weight=151936x4096"}};
+}
+
 // 2 M N K of a gemm or linear case: out is [.., M, N] and a (or x) [.., M, K].
 double flops(const std::vector<mojo::TensorSpec>& specs) {
   const mojo::TensorSpec &out = specs[0], &a = specs[1];
@@ -173,6 +179,7 @@ std::int64_t index_bound(const mojo::OpDef& op, const std::vector<mojo::TensorSp
   if (op.name() == "reject_sample") return spec_named(op, specs, "target_probs").dim(2);
   if (op.name() == "moe_dispatch") return spec_named(op, specs, "expert_offsets").numel() - 1;
   if (op.name() == "moe_combine") return spec_named(op, specs, "expert_out").dim(0);
+  if (op.name().starts_with("linear_cross_entropy")) return spec_named(op, specs, "weight").dim(0);  // labels
   const mojo::TensorSpec& cache = spec_named(op, specs, "k_cache");
   return cache.dim(0) * cache.dim(1);
 }
@@ -332,7 +339,8 @@ void bench_ops(mojo::Runtime& rt, const Options& options) {
     rows.push_back({{"op", c.op}, {"dtype", mojo::dtype_name(dtype)}, {"shapes", c.shapes}, {"us", r.us},
                     {"bytes", r.bytes}, {"flops", r.flops}});
   }
-  fmt::print("\n## Sampling (f32 logits, vocab 151936) and MoE routing (bf16, 4096 tokens, 128 experts, top 8)\n\n");
+  fmt::print("\n## Sampling (f32 logits, vocab 151936) and MoE routing (bf16, 4096 tokens, 128 experts, top 8; "
+             "moe_dispatch with x: the gather too)\n\n");
   fmt::print("| op | shapes | MB moved | µs | GB/s | % of measured copy |\n|---|---|---:|---:|---:|---:|\n");
   for (const Case& c : sampling_moe_cases()) {
     Result r = time_case(rt, c, c.dtype, options.quick);
@@ -341,6 +349,28 @@ void bench_ops(mojo::Runtime& rt, const Options& options) {
                100 * gbs / copy_gbs);
     rows.push_back({{"op", c.op}, {"dtype", mojo::dtype_name(c.dtype)}, {"shapes", c.shapes}, {"us", r.us},
                     {"bytes", r.bytes}});
+  }
+  fmt::print("\n## Fused linear cross-entropy (bf16; TFLOP/s of its products: 2 N V H forward, 6 N V H backward, "
+             "which recomputes the logits; % of the {:.0f} TFLOP/s cuBLAS reaches on bf16 4096^3)\n\n",
+             kCublasTflops);
+  fmt::print("| op | shapes | slices | µs | TFLOP/s | % of cuBLAS 4096^3 | workspace MB |\n"
+             "|---|---|---:|---:|---:|---:|---:|\n");
+  for (const Case& c : loss_cases()) {
+    Result r = time_case(rt, c, dtype, options.quick);
+    const mojo::OpDef& op = mojo::find_op(c.op);
+    std::vector<mojo::Tensor> tensors;
+    for (const mojo::TensorSpec& s : op.specs_from_shapes(dtype, mojo::parse_shapes(op, c.shapes)))
+      tensors.push_back({s, 0});
+    const double n = double(tensors[op.name().ends_with("backward") ? 3 : 2].spec.dim(0)),
+                 h = double(tensors[op.name().ends_with("backward") ? 3 : 2].spec.dim(1)),
+                 v = double(tensors[op.name().ends_with("backward") ? 4 : 3].spec.dim(0));
+    const double flops = (op.name().ends_with("backward") ? 6 : 2) * n * v * h,
+                 tflops = flops / (r.us * 1e-6) * 1e-12;
+    const double workspace_mb = double(op.workspace_bytes(r.params, tensors)) * 1e-6;
+    fmt::print("| {} | {} | {} | {:.0f} | {:.1f} | {:.0f}% | {:.0f} |\n", c.op, c.shapes, op.repeats(r.params, tensors),
+               r.us, tflops, 100 * tflops / kCublasTflops, workspace_mb);
+    rows.push_back({{"op", c.op}, {"dtype", mojo::dtype_name(dtype)}, {"shapes", c.shapes}, {"us", r.us},
+                    {"bytes", r.bytes}, {"flops", flops}, {"workspace", workspace_mb * 1e6}});
   }
   if (!options.json.empty()) {
     nlohmann::json doc = {{"device", rt.device().name()}, {"copy_gbs", copy_gbs}, {"launch_floor_us", floor_us},

@@ -127,7 +127,73 @@ def case(op, s, dt, activation=0, trans_b=0):
             shape_q, shape_kv, causal = (1, heads, tokens, d), (1, kv_heads, tokens, d), True
         return (lambda g: (rand(shape_q, dt, g), rand(shape_kv, dt, g), rand(shape_kv, dt, g)),
                 lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True))
-    raise KeyError(op)
+    if op == "apply_penalties_temperature":
+        b, v = s["logits"]
+        length = s["token_ids"][1]
+
+        def penalties(logits, ids, counts, rep, pres, freq, temp):
+            logits.div_(temp[:, None])
+            seen = logits.gather(1, ids)
+            seen = torch.where(seen > 0, seen / rep[:, None], seen * rep[:, None])
+            seen -= (freq[:, None] * counts + pres[:, None] * (counts > 0)) / temp[:, None]
+            return logits.scatter_(1, ids, seen)
+        floats = lambda g: torch.rand((b,), generator=g, device="cuda") + 1  # noqa: E731
+        return (lambda g: (rand((b, v), dt, g), torch.stack([perm(v, length, g) for _ in range(b)]),
+                           torch.randint(0, 4, (b, length), generator=g, device="cuda").to(dt),
+                           floats(g), floats(g) - 1, floats(g) - 1, floats(g)), penalties)
+    if op == "sample":
+        # The sort-based sampler (vLLM's PyTorch path): softmax, sort, top-k and top-p masks, multinomial.
+        b, v = s["logits"]
+
+        def sample(logits, k, p):
+            probs, idx = torch.softmax(logits.float(), dim=-1).sort(dim=-1, descending=True)
+            ranks = torch.arange(v, device="cuda")[None, :]
+            cum = probs.cumsum(dim=-1)
+            probs = probs.masked_fill((ranks >= k[:, None]) | (cum - probs > p[:, None]), 0)
+            return idx.gather(1, torch.multinomial(probs, 1))
+        return (lambda g: (rand((b, v), dt, g), torch.full((b,), 50, device="cuda"),
+                           torch.full((b,), 0.9, device="cuda")), sample)
+    if op == "moe_gate":
+        tokens, experts = s["logits"]
+        top_k = s["ids"][1]
+
+        def gate(logits):
+            w, ids = torch.softmax(logits.float(), dim=-1).topk(top_k, dim=-1)
+            return w / w.sum(dim=-1, keepdim=True), ids
+        return (lambda g: (rand((tokens, experts), dt, g),), gate)
+    if op == "moe_dispatch":
+        tokens, top_k = s["ids"]
+        experts = s["expert_offsets"][0] - 1
+
+        def dispatch(ids, *x):
+            order = ids.flatten().argsort(stable=True)
+            offsets = torch.bincount(ids.flatten(), minlength=experts).cumsum(0)
+            return (order, offsets, x[0][order // top_k]) if x else (order, offsets)
+        ids = lambda g: torch.randint(0, experts, (tokens, top_k), generator=g, device="cuda")  # noqa: E731
+        if "x" in s:
+            return lambda g: (ids(g), rand(s["x"], dt, g)), dispatch
+        return lambda g: (ids(g),), dispatch
+    if op == "moe_combine":
+        tokens, top_k = s["positions"]
+        rows = s["expert_out"][0]
+        return (lambda g: (rand(s["expert_out"], dt, g), perm(rows, tokens * top_k, g).view(tokens, top_k),
+                           torch.rand((tokens, top_k), generator=g, device="cuda")),
+                lambda out, pos, w: (out[pos].float() * w[..., None]).sum(1).to(dt))
+    if op in ("linear_cross_entropy", "linear_cross_entropy_backward"):
+        # The unfused computation: the [N, V] logits, then cross-entropy in f32; the backward row: forward and
+        # backward together (autograd), against mojo-jit's forward row plus its backward row.
+        n, h = s["hidden"]
+        v = s["weight"][0]
+
+        def loss(hidden, weight, labels):
+            return F.cross_entropy(F.linear(hidden, weight).float(), labels)
+
+        def loss_and_grads(hidden, weight, labels):
+            return torch.autograd.grad(loss(hidden, weight, labels), (hidden, weight))
+        make = lambda g: (rand((n, h), dt, g).requires_grad_(), rand((v, h), dt, g).requires_grad_(),  # noqa: E731
+                          torch.randint(0, v, (n,), generator=g, device="cuda"))
+        return make, (loss if op == "linear_cross_entropy" else loss_and_grads)
+    return None
 
 
 def time_us(fn, input_sets, reps=10):
@@ -175,9 +241,14 @@ def main():
           f"(ratio > 1: mojo-jit is faster; launch floor {bench['launch_floor_us']:.2f} µs)\n")
     print("| op | dtype | shapes | mojo µs | eager µs | torch.compile µs | eager / mojo | compile / mojo |")
     print("|---|---|---|---:|---:|---:|---:|---:|")
+    peaks = []  # (op, torch's peak MB, mojo-jit's workspace MB) of the loss rows
     for row in bench["ops"]:
         op, dt, mojo_us = row["op"], DTYPES[row["dtype"]], row["us"]
-        make, fn = case(op, parse_shapes(row["shapes"]), dt, row.get("activation", 0), row.get("trans_b", 0))
+        made = case(op, parse_shapes(row["shapes"]), dt, row.get("activation", 0), row.get("trans_b", 0))
+        if made is None:  # no PyTorch counterpart written (reject_sample)
+            print(f"| {op} | {row['dtype']} | {row['shapes']} | {mojo_us:.2f} | - | - | - | - |", flush=True)
+            continue
+        make, fn = made
         sets = input_sets(make, row["bytes"])
         cells = []
         for f in (fn, torch.compile(fn, dynamic=False)):
@@ -191,8 +262,18 @@ def main():
         shapes += " trans_b=1" if row.get("trans_b") else ""
         print(f"| {op} | {row['dtype']} | {shapes} | {mojo_us:.2f} | {eager:.2f} | {compiled:.2f} | "
               f"{eager / mojo_us:.2f} | {compiled / mojo_us:.2f} |", flush=True)
+        if op.startswith("linear_cross_entropy"):
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            fn(*sets[0])
+            torch.cuda.synchronize()
+            peaks.append((op, (torch.cuda.max_memory_allocated() - base) / 1e6, row.get("workspace", 0) / 1e6))
         del sets
         torch.cuda.empty_cache()
+    if peaks:
+        print("\n| loss op | PyTorch eager peak MB above its inputs | mojo-jit workspace MB |\n|---|---:|---:|")
+        for op, torch_mb, mojo_mb in peaks:
+            print(f"| {op} | {torch_mb:.0f} | {mojo_mb:.0f} |")
 
 
 if __name__ == "__main__":
