@@ -320,15 +320,18 @@ class LinearCrossEntropy final : public OpDef {
         args.push(smoothing);
         args.push(z);
         return;
-      case kReduce:
-        checks::expect_pointer(name(), "loss", t[0].data, 4);
-        args.push(t[0].data);
-        args.push(workspace + w.row_loss);
+      case kReduce:  // reduce(loss, row_loss, ...) and count(scale, grad_loss, ...) take the same arguments
+      case kCount: {
+        const bool reduce = p.get("step") == kReduce;
+        if (reduce) checks::expect_pointer(name(), "loss", t[0].data, 4);
+        args.push(reduce ? t[0].data : workspace + w.scale);
+        args.push(reduce ? workspace + w.row_loss : t[2].data);
         args.push(labels_ptr);
         args.push(static_cast<long long>(s.tokens));
         args.push(ignore);
         args.push(mean);
         return;
+      }
       case kZero:
       case kConvert:
         if (p.get("step") == kConvert) {
@@ -337,14 +340,6 @@ class LinearCrossEntropy final : public OpDef {
         }
         args.push(workspace + w.acc);
         args.push(static_cast<long long>(s.tokens * s.hidden));
-        return;
-      case kCount:
-        args.push(workspace + w.scale);
-        args.push(t[2].data);
-        args.push(labels_ptr);
-        args.push(static_cast<long long>(s.tokens));
-        args.push(ignore);
-        args.push(mean);
         return;
       case kGrad:
         args.push(workspace + w.dlogits);
