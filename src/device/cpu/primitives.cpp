@@ -382,10 +382,14 @@ void wgmma_commit() {
   });
 }
 
+// Bit for bit: operands may hold NaN (rows past a group's end, computed and never stored), which == calls changed.
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 void complete(Block& b, Warpgroup& wg, const WgmmaOp& op) {
-  // Bit for bit: operands may hold NaN (rows past a group's end, computed and never stored), which == calls changed.
-  const std::vector<float> now = gather(b, op);
-  if (std::memcmp(now.data(), op.operands.data(), now.size() * sizeof(float)) != 0)
+  // The gathered copy is a temporary, gone before fail() leaves this fiber for good.
+  if (!same_bits(gather(b, op), op.operands))
     b.fail(
         "the shared memory a wgmma.mma_async reads changed before its wgmma.wait_group (a stage released or "
         "overwritten while the MMA was in flight)");
