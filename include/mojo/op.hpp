@@ -298,6 +298,8 @@ class OpDef {
   virtual std::string entry_macro(const Params& params) const;
   // Value of a scalar argument by name, or its declared default.
   double scalar(ScalarList scalars, std::string_view name) const;
+  // The same for one that must be a whole number (a count, a code, an index); InvalidArgumentError otherwise.
+  std::int64_t whole_scalar(ScalarList scalars, std::string_view name) const;
   // Throws InvalidArgumentError for a scalar name this op does not declare.
   void check_scalar_names(ScalarList scalars) const;
   // Throws ShapeError naming this op's tensors unless one is called `tensor`.

@@ -122,7 +122,7 @@ class LinearCrossEntropy final : public OpDef {
     const std::int64_t vocab = w.dim(0);
     checks::expect_exact(name(), "weight", w, {vocab, hidden}, same);
     checks::expect_exact(name(), "labels", y, {tokens}, indices::kTypes);
-    const std::int64_t reduction = whole(scalars, "reduction");
+    const std::int64_t reduction = whole_scalar(scalars, "reduction");
     if (reduction < 0 || reduction > 2)
       throw InvalidArgumentError(fmt::format("{}: reduction is {}; expected 0 (none), 1 (mean) or 2 (sum)", name(),
                                              scalar(scalars, "reduction")));
@@ -142,7 +142,7 @@ class LinearCrossEntropy final : public OpDef {
       throw InvalidArgumentError(fmt::format("{}: label_smoothing is {}; expected 0 to 1", name(), smoothing));
     if (!(z >= 0)) throw InvalidArgumentError(fmt::format("{}: z_loss is {}; expected >= 0", name(), z));
     if (!(cap >= 0)) throw InvalidArgumentError(fmt::format("{}: softcap is {}; expected >= 0", name(), cap));
-    const std::int64_t chunk_wanted = whole(scalars, "vocab_chunk");
+    const std::int64_t chunk_wanted = whole_scalar(scalars, "vocab_chunk");
     if (chunk_wanted < 0 || chunk_wanted % 64 != 0)
       throw InvalidArgumentError(
           fmt::format("{}: vocab_chunk is {}; expected a multiple of 64 (0: chosen)", name(), chunk_wanted));
@@ -275,7 +275,7 @@ class LinearCrossEntropy final : public OpDef {
     const DevicePtr logits = workspace + w.logits, hidden = t[hidden_index()].data, weight = t[hidden_index() + 1].data,
                     labels_ptr = labels(t).data;
     const std::size_t es = dtype_size(t[hidden_index()].spec.dtype());
-    const long long ld = p.get("chunk"), ignore = whole(scalars, "ignore_index");
+    const long long ld = p.get("chunk"), ignore = whole_scalar(scalars, "ignore_index");
     const float smoothing = float(scalar(scalars, "label_smoothing")), z = float(scalar(scalars, "z_loss")),
                 cap = float(scalar(scalars, "softcap"));
     const int mean = p.get_or("reduction", 0) == 1 ? 1 : 0;
@@ -407,7 +407,7 @@ class LinearCrossEntropy final : public OpDef {
                                .hidden = h.dim(1),
                                .vocab = specs[hi + 1].dim(0),
                                .reduction = int(scalar(scalars, "reduction")),
-                               .ignore_index = std::int64_t(scalar(scalars, "ignore_index")),
+                               .ignore_index = whole_scalar(scalars, "ignore_index"),
                                .smoothing = scalar(scalars, "label_smoothing"),
                                .z_loss = scalar(scalars, "z_loss"),
                                .softcap = scalar(scalars, "softcap")};
@@ -475,13 +475,6 @@ class LinearCrossEntropy final : public OpDef {
   bool backward_;
 
   static bool is_product(Step s) { return s == kLogits || s == kGradWeight || s == kGradHidden; }
-
-  std::int64_t whole(ScalarList scalars, std::string_view what) const {
-    const double v = scalar(scalars, what);
-    if (v != std::floor(v) || std::abs(v) > 1e15)
-      throw InvalidArgumentError(fmt::format("{}: {} is {}; expected a whole number", name(), what, v));
-    return std::int64_t(v);
-  }
 
   // One gemm.cu product of the plan: [m, n] = op(a) [m, k] x op(b) [k, n], with its tile for these sizes.
   static Params product(const Params& p, Step step, std::int64_t m, std::int64_t n, std::int64_t k, int ta, int tb,

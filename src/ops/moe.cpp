@@ -63,8 +63,7 @@ class MoeGate final : public OpDef {
   MoeGate() : OpDef(kGate) {}
 
   reference::MoeGate config(std::span<const TensorSpec> specs, ScalarList scalars) const {
-    const std::int64_t groups = std::int64_t(scalar(scalars, "groups")),
-                       top = std::int64_t(scalar(scalars, "top_groups"));
+    const std::int64_t groups = whole_scalar(scalars, "groups"), top = whole_scalar(scalars, "top_groups");
     return {.experts = specs[2].dim(1),
             .top_k = specs[1].dim(1),
             .softmax = scalar(scalars, "sigmoid") == 0,

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <sstream>
@@ -117,6 +118,13 @@ double OpDef::scalar(ScalarList scalars, std::string_view name) const {
   for (const ScalarArgInfo& info : scalar_args())
     if (info.name == name) return info.default_value;
   throw Error(fmt::format("internal error: {} has no scalar '{}'", this->name(), name));
+}
+
+std::int64_t OpDef::whole_scalar(ScalarList scalars, std::string_view name) const {
+  const double v = scalar(scalars, name);
+  if (v != std::floor(v) || std::abs(v) > 1e15)  // NaN fails the first test
+    throw InvalidArgumentError(fmt::format("{}: {} is {}; expected a whole number", this->name(), name, v));
+  return std::int64_t(v);
 }
 
 void OpDef::check_scalar_names(ScalarList scalars) const {

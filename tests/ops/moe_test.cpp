@@ -26,6 +26,10 @@ TEST(MoeOp, ParamsAndErrors) {
               gate.specialize(t, {{"groups", 7}}, kSm90);
             }),
             "moe_gate: groups = 7; expected a divisor of the 256 experts, 1 to 32");
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              gate.specialize(t, {{"groups", 1e300}}, kSm90);
+            }),
+            "moe_gate: groups is 1e+300; expected a whole number");
   const std::vector<Tensor> nine = example(gate, DType::f32, "logits=16x256 ids=16x9");
   EXPECT_EQ(error_of<ShapeError>([&] {
               gate.specialize(nine, {{"groups", 32}, {"top_groups", 1}}, kSm90);
