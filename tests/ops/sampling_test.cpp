@@ -210,6 +210,37 @@ TEST_P(SamplingGpu, DrawsFollowTheFilteredDistribution) {
   }
 }
 
+// Captured once in a CUDA graph, each replay draws the next token of every request: the kernel advances the
+// offsets on the device, so nothing on the host changes between replays.
+TEST_P(SamplingGpu, EachGraphReplayDrawsTheNextNumbers) {
+  SampleBatch b;
+  b.vocab = 500;
+  for (int r = 0; r < 4; ++r) b.add(normal_logits(b.vocab, 40 + r), 0, 1.f, 0.f, 7 + r, 100);
+  const std::int64_t n = b.batch();
+  const TensorSpec ints(DType::i64, {n}), floats(DType::f32, {n});
+  GpuTensor tokens(ints), logits(TensorSpec(DType::f32, {n, b.vocab}), reference::encode(DType::f32, b.logits)),
+      k(ints, test::index_bytes(DType::i64, b.top_k)), p(floats, reference::encode(DType::f32, b.top_p)),
+      mp(floats, reference::encode(DType::f32, b.min_p)), seed(ints, test::index_bytes(DType::i64, b.seed)),
+      offset(ints, test::index_bytes(DType::i64, b.offset));
+  Stream stream;
+  Graph g = Graph::capture(stream, [&] {
+    rt->launch("sample", {tokens, Tensor{}, logits, k, p, mp, seed, offset}, {}, stream);
+  });
+  for (std::int64_t replay = 0; replay < 3; ++replay) {
+    g.launch(stream);
+    stream.synchronize();
+    const std::vector<std::int64_t> got = indices::decode(DType::i64, tokens.read());
+    for (std::size_t r = 0; r < std::size_t(n); ++r) {
+      const std::vector<float> row(b.logits.begin() + std::int64_t(r) * b.vocab,
+                                   b.logits.begin() + std::int64_t(r + 1) * b.vocab);
+      const auto w = reference::sampling_weights(row, 0, 1.0, 0.0);
+      EXPECT_EQ(got[r], reference::inverse_cdf(w, reference::random24(b.seed[r], 100 + replay, 0), false))
+          << "replay " << replay << " row " << r;
+    }
+  }
+  EXPECT_EQ(indices::decode(DType::i64, offset.read()), (std::vector<std::int64_t>(std::size_t(n), 103)));
+}
+
 TEST_P(SamplingGpu, LogprobsAreTheLogSoftmaxAtTheToken) {
   SampleBatch b;
   b.vocab = 3000;
