@@ -417,16 +417,20 @@ struct TensorMapKey {
 
 // The descriptors this thread encoded last, so that launching on the same
 // tensors again encodes nothing: a small direct-mapped table, no lock, no allocation.
+// 4-way set associative: the few maps a hot loop alternates between (two
+// operands, a couple of tensor sets) never evict each other, whatever their
+// addresses hash to (direct-mapped, two of four collided about one time in five).
 struct TensorMapMemo {
-  static constexpr std::size_t kSlots = 32;
-  std::array<TensorMapKey, kSlots> keys{};
-  std::array<TensorMap, kSlots> maps{};
-  std::array<bool, kSlots> used{};
-  static std::size_t slot(const TensorMapKey& k) noexcept {
+  static constexpr std::size_t kSets = 8, kWays = 4;
+  std::array<TensorMapKey, kSets * kWays> keys{};
+  std::array<TensorMap, kSets * kWays> maps{};
+  std::array<bool, kSets * kWays> used{};
+  std::array<std::uint8_t, kSets> next{};  // the way a miss replaces, round robin
+  static std::size_t set(const TensorMapKey& k) noexcept {
     std::uint64_t h = k.base ^ std::uint64_t(k.rows) * 0x9E3779B97F4A7C15ull ^ std::uint64_t(k.cols) << 17 ^
                       std::uint64_t(k.box_rows) << 40 ^ std::uint64_t(k.batches) << 7;
     h ^= h >> 29;
-    return std::size_t(h * 0xBF58476D1CE4E5B9ull >> 59) % kSlots;
+    return std::size_t(h * 0xBF58476D1CE4E5B9ull >> 59) % kSets;
   }
 };
 thread_local TensorMapMemo t_tensor_maps;
@@ -442,10 +446,13 @@ TensorMap tile_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::i
   const TensorMapKey key{base, std::int64_t(dtype), cols, rows, batches, row_stride, batch_stride, box_cols, box_rows,
                          cpu::t_current.cpu ? nullptr : static_cast<const void*>(cpu::t_current.context)};
   TensorMapMemo& memo = t_tensor_maps;
-  const std::size_t i = TensorMapMemo::slot(key);
-  if (memo.used[i] && memo.keys[i] == key) return memo.maps[i];
+  const std::size_t set = TensorMapMemo::set(key), first = set * TensorMapMemo::kWays;
+  for (std::size_t i = first; i < first + TensorMapMemo::kWays; ++i)
+    if (memo.used[i] && memo.keys[i] == key) return memo.maps[i];
   const TensorMap map = encode_tile_tensor_map(base, dtype, cols, rows, batches, row_stride, batch_stride, box_cols,
                                                box_rows);
+  const std::size_t i = first + memo.next[set];
+  memo.next[set] = std::uint8_t((memo.next[set] + 1) % TensorMapMemo::kWays);
   memo.keys[i] = key;
   memo.maps[i] = map;
   memo.used[i] = true;
