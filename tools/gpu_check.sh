@@ -1,81 +1,167 @@
 #!/usr/bin/env bash
-# Verifies the whole library on a machine with a GPU, in one command:
-#   1. every test (the GPU ones included) -> OUT/tests.txt, OUT/tests.xml, and the
-#      conformance of the CPU device's emulation with the GPU -> OUT/conformance.txt
-#   2. the GPU tests under compute-sanitizer memcheck -> OUT/memcheck.txt, one
-#      shape per gemm path under racecheck -> OUT/racecheck.txt, and the SASS of
-#      both gemm paths (HMMA / HGMMA, no local memory) -> OUT/sass.txt
-#   3. the benchmark -> OUT/bench.md (and its op table as OUT/ops.json)
-#   4. PyTorch eager and torch.compile on the same ops, when torch is there -> OUT/torch.md
-# Exits non-zero if any step failed. Run it from the repository root after
-# `bash tools/setup.sh` (or, on the lent GPU machine, `bash .gpu/run bash tools/gpu_check.sh $OUT`).
+# Verifies the whole library on a machine with a GPU, step by step, within a time budget:
+#
+#   tools/gpu_check.sh OUT_DIR [STEP...]        (no STEP: all of them, in this order)
+#
+#   tests        every test, in gtest shards run at once (one per core)   -> OUT/tests-*.txt|xml
+#   conformance  the CPU device's emulation of each prelude primitive vs the GPU -> OUT/conformance.txt
+#   example      the Qwen3-8B decoder layer at full size, checked step by step -> OUT/example.txt
+#   sass         both gemm paths' SASS: HMMA / HGMMA, no local memory    -> OUT/sass.txt
+#   memcheck synccheck initcheck   the GPU tests under compute-sanitizer, sharded -> OUT/<tool>-*.txt
+#   racecheck    one test per kernel family under compute-sanitizer racecheck (slow: shared memory)
+#   bench        mojo-bench, every table                                   -> OUT/bench.md, OUT/ops.json
+#   torch        PyTorch eager and torch.compile on the benchmarked ops    -> OUT/torch.md
+#
+# Each step runs under `timeout` with what is left of the budget (GPU_CHECK_BUDGET seconds, default 560:
+# the lent machine's commands stop at 600), so a hung kernel costs one step, not the run; a hung shard's
+# last "[ RUN ]" line names the test. OUT/summary.md gets a line per step as it ends. Exits non-zero if
+# any step failed. Environment: GPU_CHECK_BUILD (default build), GPU_CHECK_JOBS (default: cores).
+# On the lent GPU machine (see ../shared/gpu/README.md), in three calls of at most 10 minutes:
+#   bash .gpu/run bash tools/gpu_check.sh $OUT tests conformance example sass
+#   bash .gpu/run bash tools/gpu_check.sh $OUT memcheck racecheck synccheck initcheck
+#   bash .gpu/run bash tools/gpu_check.sh $OUT bench torch
 set -uo pipefail
-out=${1:?usage: tools/gpu_check.sh OUT_DIR [BUILD_DIR]}
-build=${2:-build}
+out=${1:?usage: tools/gpu_check.sh OUT_DIR [tests conformance example sass memcheck racecheck synccheck initcheck bench torch]}
+shift
+steps=("$@")
+((${#steps[@]})) || steps=(tests conformance example sass memcheck racecheck synccheck initcheck bench torch)
+build=${GPU_CHECK_BUILD:-build}
+export PATH=$PATH:${CUDA_HOME:-/usr/local/cuda}/bin  # cuobjdump, compute-sanitizer
+jobs=${GPU_CHECK_JOBS:-$(nproc)}
+deadline=$((SECONDS + ${GPU_CHECK_BUDGET:-560}))
+tests="$build/tests/mojo_tests"
 mkdir -p "$out"
+# One fresh cache for what uses the default one (the CLI, the bench, the example); each GPU test has its own.
 export MOJO_JIT_CACHE_DIR=${MOJO_JIT_CACHE_DIR:-$(mktemp -d)}
 failed=()
-
 nvidia-smi -L >"$out/device.txt" 2>&1 || true
-echo "== tests"
-"$build/tests/mojo_tests" --gtest_output="xml:$out/tests.xml" >"$out/tests.txt" 2>&1 || failed+=(tests)
-tail -n 3 "$out/tests.txt"
+[ -f "$out/summary.md" ] || printf '| step | result | seconds | detail |\n|---|---|---:|---|\n' >"$out/summary.md"
 
-echo "== the CPU device's emulation of each prelude primitive against the GPU"
-"$build/tests/mojo_tests" --gtest_filter='Conformance.*' >"$out/conformance.txt" 2>&1 || failed+=(conformance)
-grep -E "^\[ *(OK|FAILED|SKIPPED) *\]" "$out/conformance.txt"
+left() { echo $((deadline - SECONDS > 10 ? deadline - SECONDS - 5 : 5)); }
+# The last test a shard started, for a shard that timed out.
+last_test() { grep -h '^\[ RUN' "$1" | tail -n 1 | sed 's/^\[ RUN *\] //'; }
 
-echo "== compute-sanitizer memcheck on the GPU tests"
-if command -v compute-sanitizer >/dev/null; then
-  compute-sanitizer --tool memcheck --error-exitcode 1 "$build/tests/mojo_tests" --gtest_filter='*Gpu*' \
-    >"$out/memcheck.txt" 2>&1 || failed+=(memcheck)
-  grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/memcheck.txt" | tail -n 3
-else
-  echo "compute-sanitizer not found" | tee "$out/memcheck.txt"
-  failed+=(memcheck)
-fi
+# sharded NAME CMD...: CMD (a gtest binary, maybe under a tool) in $jobs shards at once, each into
+# OUT/NAME-i.txt; prints the failed tests and any timed-out shard, returns non-zero if any.
+sharded() {
+  local name=$1 limit i status bad=0
+  shift
+  limit=$(left)
+  local pids=()
+  for ((i = 0; i < jobs; i++)); do
+    GTEST_TOTAL_SHARDS=$jobs GTEST_SHARD_INDEX=$i GTEST_OUTPUT="xml:$out/$name-$i.xml" timeout -k 10 "$limit" "$@" >"$out/$name-$i.txt" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}"
+    status=$?
+    if ((status == 124 || status == 137)); then
+      echo "shard $i timed out after ${limit}s in $(last_test "$out/$name-$i.txt")"
+      bad=1
+    elif ((status)); then
+      bad=1
+    fi
+  done
+  grep -h '^\[  FAILED  \] [A-Za-z]' "$out/$name"-*.txt | grep -v ' listed below' | sort -u
+  awk '/^\[  PASSED  \]/ {p += $4} /^\[  SKIPPED \] [0-9]/ {s += $4} END {printf "%d passed, %d skipped\n", p, s}' \
+    "$out/$name"-*.txt
+  return $bad
+}
 
-echo "== compute-sanitizer racecheck on one shape per gemm path and the attention kernels"
-if command -v compute-sanitizer >/dev/null; then
-  compute-sanitizer --tool racecheck --error-exitcode 1 "$build/tests/mojo_tests" \
-    --gtest_filter='*GpuGemm.HopperPathOneShape/Nvrtc:*GpuGemm.LinearResidualMayBeTheOutputItself/Nvrtc:*AttentionGpu.HopperPrefillMatchesTheReference/Nvrtc:*AttentionGpu.PagedDecodeSplitsTheKeysAndMerges/Nvrtc' \
-    >"$out/racecheck.txt" 2>&1 || failed+=(racecheck)
-  grep -E "RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED" "$out/racecheck.txt" | tail -n 3
-fi
+# sanitizer TOOL FILTER: the tests of FILTER under compute-sanitizer TOOL, sharded.
+sanitizer() {
+  command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer not found"; return 1; }
+  local tool=$1 status
+  sharded "$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$tests" --gtest_filter="$2"
+  status=$?
+  grep -h "ERROR SUMMARY: [1-9]" "$out/$tool"-*.txt | sort | uniq -c
+  return $status
+}
 
-echo "== SASS of both gemm paths (tensor-core instructions, no local memory)"
-cli="$build/tools/mojo-jit"
-if command -v cuobjdump >/dev/null; then
-  sass_check() {  # NAME INSTRUCTION ARGS...
-    local name=$1 instruction=$2
-    shift 2
-    "$cli" --emit=cubin "$@" -o "$out/$name.cubin" && cuobjdump --dump-sass "$out/$name.cubin" >"$out/$name.sass" ||
-      { failed+=(sass); return; }
-    local count local_ops
-    count=$(grep -c "$instruction" "$out/$name.sass" || true)
-    local_ops=$(grep -cE "\b(LDL|STL)\b" "$out/$name.sass" || true)
-    echo "$name: $count $instruction, $local_ops local loads/stores" | tee -a "$out/sass.txt"
-    { [ "$count" -gt 0 ] && [ "$local_ops" -eq 0 ]; } || failed+=(sass)
-  }
-  : >"$out/sass.txt"
-  sass_check gemm_sm80 HMMA gemm --dtype bf16 --shape a=4096x4096 --shape b=4096x4096 --arch sm_80
-  sass_check linear_sm90a HGMMA linear --dtype bf16 --shape x=4096x4096 --shape weight=4096x4096 --arch sm_90a
-else
-  echo "cuobjdump not found" | tee "$out/sass.txt"
-fi
+sass_check() {  # NAME INSTRUCTION CLI-ARGS...
+  local name=$1 instruction=$2 count local_ops
+  shift 2
+  "$build/tools/mojo-jit" --emit=cubin "$@" -o "$out/$name.cubin" &&
+    cuobjdump --dump-sass "$out/$name.cubin" >"$out/$name.sass" || return 1
+  count=$(grep -c "$instruction" "$out/$name.sass" || true)
+  local_ops=$(grep -cE "\b(LDL|STL)\b" "$out/$name.sass" || true)
+  echo "$name: $count $instruction, $local_ops local loads/stores" | tee -a "$out/sass.txt"
+  [ "$count" -gt 0 ] && [ "$local_ops" -eq 0 ]
+}
 
-echo "== benchmark"
-"$build/tools/mojo-bench" --json "$out/ops.json" >"$out/bench.md" 2>&1 || failed+=(bench)
-cat "$out/bench.md"
+# One test per kernel family that uses shared memory: racecheck is slow.
+racecheck_tests=(
+  'Compilers/GpuGemm.HopperPathOneShape/Nvrtc' 'Compilers/GpuGemm.LinearResidualMayBeTheOutputItself/Nvrtc'
+  'Compilers/AttentionGpu.HopperPrefillMatchesTheReference/Nvrtc'
+  'Compilers/AttentionGpu.PagedDecodeSplitsTheKeysAndMerges/Nvrtc'
+  'Compilers/RmsNormGpu.AddRmsNormUpdatesResidualInPlace/Nvrtc' 'Compilers/SoftmaxGpu.SoftmaxAndLogSoftmax/Nvrtc'
+  'Compilers/LayerNormGpu.LayerNormBackwardIsCorrectAndDeterministic/Nvrtc'
+  'Compilers/SamplingGpu.TokensMatchTheSortingReference/Nvrtc' 'Compilers/MoeGpu.RoutedExpertMlpEqualsTheDenseComputation/Nvrtc'
+  'Compilers/LinearCrossEntropyGpu.ByHand/Nvrtc'
+)
 
-echo "== PyTorch on the same ops"
-if [ -f "$out/ops.json" ] && python3 -c "import torch" 2>/dev/null; then
-  python3 "$(dirname "$0")/bench/torch_compare.py" "$out/ops.json" >"$out/torch.md" 2>"$out/torch.log" || failed+=(torch)
-  cat "$out/torch.md"
-else
-  echo "skipped: no ops.json or no PyTorch" | tee "$out/torch.md"
-fi
+run_step() {  # STEP: prints what it found, returns non-zero on a failure
+  case $1 in
+    tests) sharded tests "$tests" ;;
+    conformance)
+      timeout -k 10 "$(left)" "$tests" --gtest_filter='Conformance.*' >"$out/conformance.txt" 2>&1
+      local status=$?
+      grep -E "^\[ *(OK|FAILED|SKIPPED) *\]" "$out/conformance.txt"
+      return $status ;;
+    example)
+      timeout -k 10 "$(left)" "$build/examples/decoder_layer" >"$out/example.txt" 2>&1
+      local status=$?
+      tail -n 5 "$out/example.txt"
+      return $status ;;
+    sass)
+      command -v cuobjdump >/dev/null || { echo "cuobjdump not found"; return 1; }
+      : >"$out/sass.txt"
+      local bad=0
+      sass_check gemm_sm80 HMMA gemm --dtype bf16 --shape a=4096x4096 --shape b=4096x4096 --arch sm_80 || bad=1
+      sass_check linear_sm90a HGMMA linear --dtype bf16 --shape x=4096x4096 --shape weight=4096x4096 --arch sm_90a ||
+        bad=1
+      return $bad ;;
+    memcheck | synccheck | initcheck) sanitizer "$1" '*Gpu*' ;;
+    racecheck)
+      local IFS=:
+      sanitizer racecheck "${racecheck_tests[*]}" ;;
+    bench)
+      timeout -k 10 "$(left)" "$build/tools/mojo-bench" --json "$out/ops.json" >"$out/bench.md" 2>&1
+      local status=$?
+      cat "$out/bench.md"
+      return $status ;;
+    torch)
+      [ -f "$out/ops.json" ] || { echo "no $out/ops.json: run the bench step first"; return 1; }
+      python3 -c "import torch" 2>/dev/null || { echo "no PyTorch here"; return 1; }
+      # Rows are printed as they are timed: a timeout keeps those done.
+      timeout -k 10 "$(left)" python3 "$(dirname "$0")/bench/torch_compare.py" "$out/ops.json" \
+        >"$out/torch.md" 2>"$out/torch.log"
+      local status=$?
+      cat "$out/torch.md"
+      return $status ;;
+    *) echo "unknown step '$1'"; return 2 ;;
+  esac
+}
 
+for step in "${steps[@]}"; do
+  if ((deadline - SECONDS < 15)); then
+    echo "== $step: skipped, the budget is spent"
+    printf '| %s | skipped: no time left | 0 | |\n' "$step" >>"$out/summary.md"
+    failed+=("$step")
+    continue
+  fi
+  echo "== $step"
+  start=$SECONDS
+  run_step "$step" 2>&1 | tee "$out/$step.log"
+  status=${PIPESTATUS[0]}
+  result=passed
+  ((status == 0)) || { result=FAILED; failed+=("$step"); }
+  detail=$(grep -E 'passed,|timed out|FAILED|not found|ERROR SUMMARY|: [0-9]+ (HMMA|HGMMA)' "$out/$step.log" | head -n 6 |
+    tr '\n' ';' | sed 's/|/\\|/g')
+  printf '| %s | %s | %d | %s |\n' "$step" "$result" $((SECONDS - start)) "$detail" >>"$out/summary.md"
+done
+
+cat "$out/summary.md"
 if ((${#failed[@]})); then
   echo "gpu_check: FAILED: ${failed[*]}"
   exit 1
