@@ -15,11 +15,15 @@
 # Each step runs under `timeout` with what is left of the budget (GPU_CHECK_BUDGET seconds, default 560:
 # the lent machine's commands stop at 600), so a hung kernel costs one step, not the run; a hung shard's
 # last "[ RUN ]" line names the test. OUT/summary.md gets a line per step as it ends. Exits non-zero if
-# any step failed. Environment: GPU_CHECK_BUILD (default build), GPU_CHECK_JOBS (default: cores).
-# On the lent GPU machine (see ../shared/gpu/README.md), in three calls of at most 10 minutes:
+# any step failed. Environment: GPU_CHECK_BUILD (default build), GPU_CHECK_JOBS (default: cores),
+# the torch step's GPU_CHECK_OPS_JSON (default OUT/ops.json, from the bench step) and GPU_CHECK_TORCH_ROWS
+# (a slice of its rows, e.g. 0:45; default all ~90, each compiled anew by torch.compile).
+# On the lent GPU machine (see ../shared/gpu/README.md), in calls of at most 10 minutes, most needed first:
 #   bash .gpu/run bash tools/gpu_check.sh $OUT tests conformance example sass
 #   bash .gpu/run bash tools/gpu_check.sh $OUT memcheck racecheck synccheck initcheck
-#   bash .gpu/run bash tools/gpu_check.sh $OUT bench torch
+#   bash .gpu/run bash tools/gpu_check.sh $OUT bench
+# then copy the ops.json that came back into the working tree (untracked files travel) and
+#   GPU_CHECK_OPS_JSON=ops.json GPU_CHECK_TORCH_ROWS=0:45 bash .gpu/run bash tools/gpu_check.sh $OUT torch
 set -uo pipefail
 out=${1:?usage: tools/gpu_check.sh OUT_DIR [tests conformance example sass memcheck racecheck synccheck initcheck bench torch]}
 shift
@@ -32,7 +36,11 @@ deadline=$((SECONDS + ${GPU_CHECK_BUDGET:-560}))
 tests="$build/tests/mojo_tests"
 mkdir -p "$out"
 # One fresh cache for what uses the default one (the CLI, the bench, the example); each GPU test has its own.
-export MOJO_JIT_CACHE_DIR=${MOJO_JIT_CACHE_DIR:-$(mktemp -d)}
+if [ -z "${MOJO_JIT_CACHE_DIR:-}" ]; then
+  MOJO_JIT_CACHE_DIR=$(mktemp -d)
+  trap 'rm -rf "$MOJO_JIT_CACHE_DIR"' EXIT
+  export MOJO_JIT_CACHE_DIR
+fi
 failed=()
 nvidia-smi -L >"$out/device.txt" 2>&1 || true
 [ -f "$out/summary.md" ] || printf '| step | result | seconds | detail |\n|---|---|---:|---|\n' >"$out/summary.md"
@@ -131,10 +139,11 @@ run_step() {  # STEP: prints what it found, returns non-zero on a failure
       cat "$out/bench.md"
       return $status ;;
     torch)
-      [ -f "$out/ops.json" ] || { echo "no $out/ops.json: run the bench step first"; return 1; }
+      local ops_json=${GPU_CHECK_OPS_JSON:-$out/ops.json}
+      [ -f "$ops_json" ] || { echo "no $ops_json: run the bench step first"; return 1; }
       python3 -c "import torch" 2>/dev/null || { echo "no PyTorch here"; return 1; }
       # Rows are printed as they are timed: a timeout keeps those done.
-      timeout -k 10 "$(left)" python3 "$(dirname "$0")/bench/torch_compare.py" "$out/ops.json" \
+      timeout -k 10 "$(left)" python3 "$(dirname "$0")/bench/torch_compare.py" "$ops_json" "${GPU_CHECK_TORCH_ROWS:-:}" \
         >"$out/torch.md" 2>"$out/torch.log"
       local status=$?
       cat "$out/torch.md"
@@ -157,7 +166,9 @@ for step in "${steps[@]}"; do
   result=passed
   ((status == 0)) || { result=FAILED; failed+=("$step"); }
   detail=$(grep -E 'passed,|timed out|FAILED|not found|ERROR SUMMARY|: [0-9]+ (HMMA|HGMMA)' "$out/$step.log" | head -n 6 |
-    tr '\n' ';' | sed 's/|/\\|/g')
+    tr '\n' ';')
+  [ -n "$detail" ] || ((status == 0)) || detail=$(tail -n 1 "$out/$step.log")
+  detail=${detail//|/\\|}
   printf '| %s | %s | %d | %s |\n' "$step" "$result" $((SECONDS - start)) "$detail" >>"$out/summary.md"
 done
 

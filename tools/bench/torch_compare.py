@@ -2,7 +2,10 @@
 """PyTorch eager and torch.compile on the computations of mojo-bench's op table.
 
     build/tools/mojo-bench --only ops --json ops.json
-    python3 tools/bench/torch_compare.py ops.json
+    python3 tools/bench/torch_compare.py ops.json [FIRST:END]
+
+FIRST:END (a Python slice of the op table's rows, e.g. 0:40) splits the table
+over several runs: torch.compile compiles each row anew, ~90 rows in all.
 
 Each op runs at the same shapes and dtype (gemm and linear: torch.matmul and
 F.linear, i.e. cuBLAS, plus a separate activation kernel in eager mode),
@@ -232,24 +235,31 @@ def input_sets(make, bytes_moved):
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
     with open(sys.argv[1]) as f:
         bench = json.load(f)
+    first, _, end = (sys.argv[2] if len(sys.argv) == 3 else ":").partition(":")
+    rows = bench["ops"][int(first) if first else None : int(end) if end else None]
     torch.backends.cuda.matmul.allow_tf32 = True
     print(f"\n## mojo-jit vs PyTorch {torch.__version__} on {torch.cuda.get_device_name()} "
           f"(ratio > 1: mojo-jit is faster; launch floor {bench['launch_floor_us']:.2f} µs)\n")
     print("| op | dtype | shapes | mojo µs | eager µs | torch.compile µs | eager / mojo | compile / mojo |")
     print("|---|---|---|---:|---:|---:|---:|---:|")
     peaks = []  # (op, torch's peak MB, mojo-jit's workspace MB) of the loss rows
-    for row in bench["ops"]:
+    for row in rows:
         op, dt, mojo_us = row["op"], DTYPES[row["dtype"]], row["us"]
-        made = case(op, parse_shapes(row["shapes"]), dt, row.get("activation", 0), row.get("trans_b", 0))
-        if made is None:  # no PyTorch counterpart written (reject_sample)
-            print(f"| {op} | {row['dtype']} | {row['shapes']} | {mojo_us:.2f} | - | - | - | - |", flush=True)
+        try:  # a counterpart that fails to build costs its row, not the table
+            made = case(op, parse_shapes(row["shapes"]), dt, row.get("activation", 0), row.get("trans_b", 0))
+            if made is None:  # no PyTorch counterpart written (reject_sample)
+                print(f"| {op} | {row['dtype']} | {row['shapes']} | {mojo_us:.2f} | - | - | - | - |", flush=True)
+                continue
+            make, fn = made
+            sets = input_sets(make, row["bytes"])
+        except Exception as e:
+            print(f"| {op} | {row['dtype']} | {row['shapes']} | {mojo_us:.2f} | inputs failed: {type(e).__name__}: "
+                  f"{e} | - | - | - |".replace("\n", " "), flush=True)
             continue
-        make, fn = made
-        sets = input_sets(make, row["bytes"])
         cells = []
         for f in (fn, torch.compile(fn, dynamic=False)):
             try:

@@ -1,0 +1,20 @@
+# tools/gpu_check.sh's plumbing, where CI can run it: a step that passes and an unknown one, in a fresh
+# OUT folder. The script must fail (a step failed), keep going after the failure, and write one summary
+# line per step; the conformance step runs its emulated side here (no GPU) and passes.
+file(REMOVE_RECURSE "${WORK_DIR}")
+execute_process(COMMAND bash "${SOURCE_DIR}/tools/gpu_check.sh" "${WORK_DIR}" conformance no_such_step conformance
+                WORKING_DIRECTORY "${SOURCE_DIR}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
+if(rc EQUAL 0)
+  message(FATAL_ERROR "gpu_check.sh passed with an unknown step")
+endif()
+file(READ "${WORK_DIR}/summary.md" summary)
+string(REGEX MATCHALL "\\| conformance \\| passed \\|" passed "${summary}")
+list(LENGTH passed passed_count)
+if(NOT passed_count EQUAL 2 OR NOT summary MATCHES "\\| no_such_step \\| FAILED \\| 0 \\| unknown step 'no_such_step' \\|")
+  message(FATAL_ERROR "unexpected summary:\n${summary}")
+endif()
+if(NOT EXISTS "${WORK_DIR}/conformance.txt" OR NOT out MATCHES "gpu_check: FAILED: no_such_step\n")
+  message(FATAL_ERROR "missing the conformance log or the final verdict")
+endif()
+file(REMOVE_RECURSE "${WORK_DIR}")
