@@ -42,7 +42,22 @@ if [ -z "${MOJO_JIT_CACHE_DIR:-}" ]; then
   export MOJO_JIT_CACHE_DIR
 fi
 failed=()
-nvidia-smi -L >"$out/device.txt" 2>&1 || true
+# The toolkit's libraries (NVRTC, nvJitLink) for the compiler plugins, wherever this machine keeps them.
+for d in "${CUDA_HOME:-/usr/local/cuda}"/{lib64,lib,targets/x86_64-linux/lib}; do
+  [ -d "$d" ] && LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
+done
+export LD_LIBRARY_PATH
+# What this machine has, and what the build cannot find on it: read this first when everything fails.
+{
+  nvidia-smi -L 2>/dev/null || echo "no nvidia-smi"
+  for f in "$build"/libmojo_jit*.so* "$tests" "$build/tools/mojo-jit"; do
+    ldd "$f" 2>&1 | grep "not found" | sed "s|^|missing for $f: |"
+  done
+  # The CPU-device tests build kernels with the host compiler this build was configured with (c++ here).
+  command -v "${MOJO_JIT_HOST_CXX:-c++}" >/dev/null || echo "no host C++ compiler: the CPU-device tests will fail"
+  for tool in compute-sanitizer cuobjdump python3; do command -v $tool >/dev/null || echo "no $tool"; done
+} >"$out/device.txt" 2>&1
+cat "$out/device.txt"
 [ -f "$out/summary.md" ] || printf '| step | result | seconds | detail |\n|---|---|---:|---|\n' >"$out/summary.md"
 
 left() { echo $((deadline - SECONDS > 10 ? deadline - SECONDS - 5 : 5)); }
