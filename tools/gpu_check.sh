@@ -18,7 +18,8 @@
 # any step failed. Environment: GPU_CHECK_BUILD (default build), GPU_CHECK_JOBS (default: cores),
 # the torch step's GPU_CHECK_OPS_JSON (default OUT/ops.json, from the bench step) and GPU_CHECK_TORCH_ROWS
 # (a slice of its rows, e.g. 0:45; default all ~90, each compiled anew by torch.compile).
-# On the lent GPU machine (see ../shared/gpu/README.md), in calls of at most 10 minutes, most needed first:
+# On the lent GPU machine (see ../shared/gpu/README.md): `bash tools/gpu_pack.sh` here, then carry .gpu in
+# calls of at most 10 minutes, most needed first:
 #   bash .gpu/run bash tools/gpu_check.sh $OUT tests conformance example sass
 #   bash .gpu/run bash tools/gpu_check.sh $OUT memcheck racecheck synccheck initcheck
 #   bash .gpu/run bash tools/gpu_check.sh $OUT bench
