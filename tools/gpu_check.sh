@@ -7,7 +7,7 @@
 #   conformance  the CPU device's emulation of each prelude primitive vs the GPU -> OUT/conformance.txt
 #   example      the Qwen3-8B decoder layer at full size, checked step by step -> OUT/example.txt
 #   sass         both gemm paths' SASS: HMMA / HGMMA, no local memory    -> OUT/sass.txt
-#   memcheck synccheck initcheck   the GPU tests under compute-sanitizer, sharded -> OUT/<tool>-*.txt
+#   memcheck synccheck initcheck   the GPU tests and CheckOp under compute-sanitizer, sharded -> OUT/<tool>-*.txt
 #   racecheck    one test per kernel family under compute-sanitizer racecheck (slow: shared memory)
 #   bench        mojo-bench, every table                                   -> OUT/bench.md, OUT/ops.json
 #   torch        PyTorch eager and torch.compile on the benchmarked ops    -> OUT/torch.md
@@ -145,7 +145,7 @@ run_step() {  # STEP: prints what it found, returns non-zero on a failure
       sass_check linear_sm90a HGMMA linear --dtype bf16 --shape x=4096x4096 --shape weight=4096x4096 --arch sm_90a ||
         bad=1
       return $bad ;;
-    memcheck | synccheck | initcheck) sanitizer "$1" '*Gpu*' ;;
+    memcheck | synccheck | initcheck) sanitizer "$1" '*Gpu*:CheckOp.*' ;;  # CheckOp: every op at odd shapes
     racecheck)
       local IFS=:
       sanitizer racecheck "${racecheck_tests[*]}" ;;
