@@ -84,7 +84,7 @@ __device__ __forceinline__ void for_each(const T* row, F f) {
 struct Shared {
   float reduce[32];
   u64 bins[256];
-  u64 lane_sums[32];
+  u64 lane_sums[32];  // select_threshold: per lane of warp 0; draw: per warp's segment
   unsigned prefix;
   u64 want;
   long long chosen;
@@ -155,32 +155,69 @@ __device__ unsigned select_threshold(const T* row, unsigned floor, u64 want, flo
 
 // Index i drawn with probability weight(i) / sum of weights, by the inverse
 // CDF in index order at r / 2^24 (greedy: the first index of nonzero
-// weight); -1 when every weight is 0. Each thread sums a contiguous chunk,
-// a block prefix sum places the chunks, and the one thread whose chunk holds
-// the point walks it.
+// weight); -1 when every weight is 0. Two levels, so that the whole row is
+// read with coalesced loads (lane l of a warp reads index base + l: one
+// 128-byte line a warp load, where a chunk per thread made each warp load
+// touch 32 lines): each warp sums one contiguous segment of the row, one
+// thread finds the segment that holds the point, then the block sums that
+// segment in a chunk per thread, a block prefix sum places the chunks, and
+// the one thread whose chunk holds the point walks it. Integer weights: the
+// same sums, hence the same index, whatever the partition.
 template <int VOCAB, int THREADS, class W>
 __device__ long long draw(W weight, unsigned r24, bool greedy, u64* scan, Shared& s) {
-  constexpr int CHUNK = (VOCAB + THREADS - 1) / THREADS;
-  const int tid = int(mojo::thread_x());
-  const int begin = tid * CHUNK, end = begin + CHUNK < VOCAB ? begin + CHUNK : VOCAB;
-  u64 mine = 0;
-  for (int i = begin; i < end; ++i) mine += weight(i);
+  constexpr int WARPS = THREADS / 32;
+  constexpr int SEGMENT = (VOCAB + WARPS - 1) / WARPS;
+  constexpr int CHUNK = (SEGMENT + THREADS - 1) / THREADS;
+  static_assert(THREADS % 32 == 0 && WARPS <= 32, "draw needs whole warps, at most 32");
+  const int tid = int(mojo::thread_x()), lane = tid % 32, warp = tid / 32;
+  if (tid < WARPS) s.lane_sums[tid] = 0;  // each warp's segment sum
   if (tid == 0) s.chosen = -1;
-  u64 total;
-  const u64 before = mojo::block_exclusive_sum<THREADS>(mine, scan, total);
-  const u64 point = greedy ? 0 : scale(total, r24);
-  if (total > 0 && before <= point && point < before + mine) {
-    u64 acc = before;
-    for (int i = begin; i < end; ++i) {
-      acc += weight(i);
-      if (acc > point) {
-        s.chosen = i;
+  mojo::sync_block();
+  const int segment_end = warp * SEGMENT + SEGMENT < VOCAB ? warp * SEGMENT + SEGMENT : VOCAB;
+  u64 mine = 0;
+  for (int i = warp * SEGMENT + lane; i < segment_end; i += 32) mine += weight(i);
+  if (mine != 0) mojo::shared_add(&s.lane_sums[warp], mine);
+  mojo::sync_block();
+  if (tid == 0) {  // the segment that holds the point, and the point within it
+    u64 total = 0;
+    for (int w = 0; w < WARPS; ++w) total += s.lane_sums[w];
+    const u64 point = greedy ? 0 : scale(total, r24);
+    s.prefix = WARPS;  // none: every weight is 0
+    u64 before = 0;
+    for (int w = 0; total > 0 && w < WARPS; ++w) {
+      if (point < before + s.lane_sums[w]) {
+        s.prefix = unsigned(w);
+        s.want = point - before;
         break;
       }
+      before += s.lane_sums[w];
     }
   }
   mojo::sync_block();
-  return s.chosen;
+  const int segment = int(s.prefix);
+  const u64 point = s.want;
+  if (segment < WARPS) {  // the same for every thread
+    const int end = segment * SEGMENT + SEGMENT < VOCAB ? segment * SEGMENT + SEGMENT : VOCAB;
+    const int begin = segment * SEGMENT + tid * CHUNK, stop = begin + CHUNK < end ? begin + CHUNK : end;
+    u64 chunk = 0;
+    for (int i = begin; i < stop; ++i) chunk += weight(i);
+    u64 total;
+    const u64 before = mojo::block_exclusive_sum<THREADS>(chunk, scan, total);
+    if (before <= point && point < before + chunk) {
+      u64 acc = before;
+      for (int i = begin; i < stop; ++i) {
+        acc += weight(i);
+        if (acc > point) {
+          s.chosen = i;
+          break;
+        }
+      }
+    }
+    mojo::sync_block();
+  }
+  const long long chosen = s.chosen;
+  mojo::sync_block();  // every thread has read s before the caller's next use of it
+  return chosen;
 }
 
 template <class T, class I, int VOCAB, int VEC, int THREADS>
