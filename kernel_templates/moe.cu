@@ -19,10 +19,11 @@
 //   routed rows); positions[i] = the sorted row of pair i (-1 when its id is
 //   outside [0, EXPERTS): a negative id skips the pair, as expert
 //   parallelism masks the experts of other ranks).
-//   Step 0, one block per expert: each thread counts, over a contiguous
-//   chunk of the ids, the pairs of this expert and of the experts before
-//   it; block prefix sums give every pair its row. No atomics, so the same
-//   order every run. Optional step 1 (GATHER): sorted_x[r] = x[sorted_ids[r]]
+//   Step 0, one block per expert: the block counts the pairs of this expert
+//   and of the experts before it, then walks the ids in tiles (each loaded
+//   coalesced into shared memory, a thread then taking a contiguous run of
+//   it, so a block prefix sum gives each thread its first row). No atomics,
+//   so the same order every run. Optional step 1 (GATHER): sorted_x[r] = x[sorted_ids[r]]
 //   (embedding.cu's gather; zeros past the routed rows).
 //   args, step 0: (I* offsets, I* sorted_ids, I* positions, const I* ids, long long pairs)
 //   geometry: block = THREADS, grid = EXPERTS.
@@ -149,39 +150,63 @@ __device__ __forceinline__ void gate(float* __restrict__ weights, I* __restrict_
   }
 }
 
+// The counting reads the ids with lane-consecutive loads; the placement goes
+// through a tile of one byte a pair in shared memory (kRouted: to this
+// expert, kNowhere: to none), because the stable order wants each thread on
+// a contiguous run, and a run per thread read straight from global memory
+// made every warp load touch 32 lines.
+enum : unsigned char { kElsewhere = 0, kRouted = 1, kNowhere = 2 };
+
 template <class I, int EXPERTS, int TOP_K, int THREADS>
 __device__ __forceinline__ void dispatch(I* __restrict__ offsets, I* __restrict__ sorted_ids,
                                          I* __restrict__ positions, const I* __restrict__ ids, long long pairs) {
+  constexpr int PER = 16, TILE = PER * THREADS;  // PER: one 16-byte shared load a thread
   __shared__ unsigned long long scan[2 * THREADS];
+  __shared__ mojo::Pack<unsigned char, PER> tile[THREADS];  // thread t's run: tile[t]
   const int e = int(mojo::block_x());
-  const long long chunk = (pairs + THREADS - 1) / THREADS, begin = mojo::thread_x() * chunk;
-  const long long end = begin + chunk < pairs ? begin + chunk : pairs;
+  const int tid = int(mojo::thread_x());
   unsigned long long mine = 0, below = 0;
-  for (long long i = begin; i < end; ++i) {
+  for (long long i = tid; i < pairs; i += THREADS) {
     const long long id = (long long)ids[i];
     mine += id == e;
     below += id >= 0 && id < e;
   }
   unsigned long long routed_here, routed_below;
-  long long row = (long long)mojo::block_exclusive_sum<THREADS>(mine, scan, routed_here);
+  mojo::block_exclusive_sum<THREADS>(mine, scan, routed_here);
   mojo::block_exclusive_sum<THREADS>(below, scan, routed_below);
-  row += (long long)routed_below;
-  if (mojo::thread_x() == 0) {
+  if (tid == 0) {
     offsets[e] = I(routed_below);
     if (e == EXPERTS - 1) offsets[EXPERTS] = I(routed_below + routed_here);
   }
-  for (long long i = begin; i < end; ++i) {
-    const long long id = (long long)ids[i];
-    if (id == e) {
-      sorted_ids[row] = I(i / TOP_K);
-      positions[i] = I(row++);
-    } else if (e == 0 && (id < 0 || id >= EXPERTS)) {
-      positions[i] = I(-1);
+  long long row = (long long)routed_below;  // the next row of this expert
+  for (long long first = 0; first < pairs; first += TILE) {
+    for (int j = tid; j < TILE; j += THREADS) {
+      const long long i = first + j;
+      const long long id = i < pairs ? (long long)ids[i] : 0;
+      tile[j / PER].v[j % PER] = i >= pairs ? kElsewhere : id == e ? kRouted : (id < 0 || id >= EXPERTS) ? kNowhere : kElsewhere;
     }
+    mojo::sync_block();
+    const mojo::Pack<unsigned char, PER> run = tile[tid];
+    unsigned long long count = 0;
+#pragma unroll
+    for (int k = 0; k < PER; ++k) count += run.v[k] == kRouted;
+    unsigned long long in_tile;
+    long long r = row + (long long)mojo::block_exclusive_sum<THREADS>(count, scan, in_tile);
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const long long i = first + tid * PER + k;
+      if (run.v[k] == kRouted) {
+        sorted_ids[r] = I(i / TOP_K);
+        positions[i] = I(r++);
+      } else if (run.v[k] == kNowhere && e == 0) {
+        positions[i] = I(-1);
+      }
+    }
+    row += (long long)in_tile;
+    mojo::sync_block();  // every run is read before the next tile overwrites it
   }
   if (e == EXPERTS - 1)  // the rows past the routed ones: no token
-    for (long long r = (long long)(routed_below + routed_here) + mojo::thread_x(); r < pairs; r += THREADS)
-      sorted_ids[r] = I(-1);
+    for (long long r = (long long)(routed_below + routed_here) + tid; r < pairs; r += THREADS) sorted_ids[r] = I(-1);
 }
 
 template <class T, class I, int HIDDEN, int VEC, int THREADS, int ROWS, int TOP_K>

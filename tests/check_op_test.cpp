@@ -53,6 +53,7 @@ const OddCase kCases[] = {
      {{"sigmoid", 1}, {"groups", 8}, {"top_groups", 4}, {"routed_scaling", 2.5}}},
     {"moe_dispatch", "expert_offsets=129 ids=100x8 x=100x72"},
     {"moe_dispatch", "expert_offsets=5 ids=1x3"},
+    {"moe_dispatch", "expert_offsets=9 ids=1100x8"},  // 8800 pairs: two whole tiles of 4096 and part of a third
     {"moe_combine", "expert_out=800x72 positions=100x8"},
     {"moe_mlp", "x=33x72 ids=33x2 w13=4x80x72"},
     {"linear_cross_entropy", "hidden=17x72 weight=300x72"},
