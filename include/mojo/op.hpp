@@ -263,7 +263,7 @@ class OpDef {
   // this before a launch: ops that index memory with data (token ids,
   // positions, slots) read those to the host and throw InvalidArgumentError
   // for a value out of range, instead of the kernel skipping it.
-  virtual void check_data(TensorList /*tensors*/, StreamHandle /*stream*/) const {}
+  virtual void check_data(TensorList /*tensors*/, ScalarList /*scalars*/, StreamHandle /*stream*/) const {}
   // The most dynamic shared memory a launch of this specialization uses; the
   // Runtime opts the function in at load when it exceeds the default 48 KB.
   virtual unsigned max_dynamic_smem(const Params& /*params*/) const { return 0; }

@@ -58,7 +58,7 @@ class AttentionOp final : public OpDef {
                  KernelArgs& args) const override;
 
   // Debug checks: the lengths agree with each other and the tensors, block table entries are pages.
-  void check_data(TensorList t, StreamHandle stream) const override;
+  void check_data(TensorList t, ScalarList, StreamHandle stream) const override;
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override;
 

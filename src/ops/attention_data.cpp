@@ -17,7 +17,7 @@
 namespace mojo::attention {
 
 // Debug checks: the lengths agree with each other and the tensors, block table entries are pages.
-void AttentionOp::check_data(TensorList t, StreamHandle stream) const {
+void AttentionOp::check_data(TensorList t, ScalarList, StreamHandle stream) const {
   const Shape s = shape(t);
   std::vector<std::int64_t> q_counts(std::size_t(s.batch), s.q_len);
   if (present(t, slots_.cu_q)) q_counts = lengths("cu_seqlens_q", t[std::size_t(slots_.cu_q)], s.tokens, stream);

@@ -386,17 +386,14 @@ class LinearCrossEntropy final : public OpDef {
     }
   }
 
-  void check_data(TensorList t, StreamHandle stream) const override {
-    const std::int64_t vocab = sizes(t).vocab;
+  void check_data(TensorList t, ScalarList scalars, StreamHandle stream) const override {
+    const std::int64_t vocab = sizes(t).vocab, ignore = whole_scalar(scalars, "ignore_index");
     const std::vector<std::int64_t> y = indices::read(labels(t), stream);
-    // The ignore_index is a scalar: check_data sees the tensors only, so any negative label passes here and
-    // one in [vocab, ...) must be the ignore_index to pass (it is then the only such value).
     for (std::size_t i = 0; i < y.size(); ++i)
-      if (y[i] >= vocab)
-        throw InvalidArgumentError(
-            fmt::format("{}: labels[{}] = {} is out of range: expected a label < {} (the "
-                        "vocabulary) or ignore_index",
-                        name(), i, y[i], vocab));
+      if ((y[i] < 0 || y[i] >= vocab) && y[i] != ignore)
+        throw InvalidArgumentError(fmt::format(
+            "{}: labels[{}] = {} is out of range: expected a label in [0, {}) (the vocabulary) or the ignore_index {}",
+            name(), i, y[i], vocab, ignore));
   }
 
   void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,

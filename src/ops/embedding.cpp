@@ -76,7 +76,7 @@ class Embedding final : public OpDef {
     args.push(static_cast<long long>(t[2].spec.dim(0)));
   }
 
-  void check_data(TensorList t, StreamHandle stream) const override {
+  void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
     indices::check_range(name(), "ids", t[1], t[2].spec.dim(0), false, stream);
   }
 

@@ -124,7 +124,7 @@ class GroupGemm final : public TileOp {
   // Offsets decide which rows the kernel touches (it clamps them to x): with
   // debug checks on they are read back and must be a non-decreasing range
   // within the rows of x.
-  void check_data(TensorList t, StreamHandle stream) const override {
+  void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
     const Dims d = dims(t, {}, false);
     const std::vector<std::int64_t> off = indices::read(t[3], stream);
     for (std::size_t g = 0; g + 1 < off.size(); ++g)

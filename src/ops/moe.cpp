@@ -300,7 +300,7 @@ class MoeDispatch final : public OpDef {
     args.push(static_cast<long long>(t[3].spec.numel()));
   }
 
-  void check_data(TensorList t, StreamHandle stream) const override {
+  void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
     indices::check_range(name(), "ids", t[3], t[0].spec.numel() - 1, true, stream);
   }
 
@@ -390,7 +390,7 @@ class MoeCombine final : public OpDef {
     args.push(static_cast<long long>(t[2].spec.dim(0)));
   }
 
-  void check_data(TensorList t, StreamHandle stream) const override {
+  void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
     indices::check_range(name(), "positions", t[2], t[1].spec.dim(0), true, stream);
   }
 

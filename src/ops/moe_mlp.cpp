@@ -306,7 +306,7 @@ class MoeMlp final : public OpDef {
     }
   }
 
-  void check_data(TensorList t, StreamHandle stream) const override {
+  void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
     indices::check_range(name(), "ids", t[2], t[4].spec.dim(0), true, stream);
   }
 

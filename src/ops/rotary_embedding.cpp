@@ -113,7 +113,7 @@ class RotaryEmbedding final : public OpDef {
     args.push(static_cast<long long>(t[3].spec.dim(0)));
   }
 
-  void check_data(TensorList t, StreamHandle stream) const override {
+  void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
     indices::check_range(name(), "positions", t[2], t[3].spec.dim(0), false, stream);
   }
 

@@ -203,7 +203,7 @@ class ApplyPenaltiesTemperature final : public OpDef {
     for (std::size_t i = 3; i < 7; ++i) args.push(t[i].data);
   }
 
-  void check_data(TensorList t, StreamHandle stream) const override {
+  void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
     const std::int64_t vocab = t[0].spec.dim(1), len = t[1].spec.dim(1);
     indices::check_range(name(), "token_ids", t[1], vocab, true, stream);
     const std::vector<std::int64_t> ids = indices::read(t[1], stream), counts = indices::read(t[2], stream);
@@ -343,7 +343,7 @@ class Sample final : public OpDef {
     for (std::size_t i = 3; i < 8; ++i) args.push(t[i].data);
   }
 
-  void check_data(TensorList t, StreamHandle stream) const override {
+  void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
     const std::vector<std::int64_t> k = indices::read(t[3], stream);
     for (std::size_t r = 0; r < k.size(); ++r)
       if (k[r] < 0)
@@ -497,7 +497,7 @@ class RejectSample final : public OpDef {
     }
   }
 
-  void check_data(TensorList t, StreamHandle stream) const override {
+  void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
     indices::check_range(name(), "draft_tokens", t[2], t[4].spec.dim(2), false, stream);
   }
 

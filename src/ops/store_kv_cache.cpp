@@ -97,7 +97,7 @@ class StoreKvCache final : public OpDef {
     args.push(static_cast<long long>(rows::token_stride(name(), "v", t[3].spec)));
   }
 
-  void check_data(TensorList t, StreamHandle stream) const override {
+  void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
     indices::check_range(name(), "slot_mapping", t[4], t[0].spec.dim(0) * t[0].spec.dim(1), true, stream);
   }
 

@@ -139,7 +139,7 @@ void for_each_launch(const OpDef& op, const LoadedKernel& kernel, TensorList ten
 void launch_plan(const OpDef& op, const LoadedKernel& kernel, TensorList tensors, ScalarList scalars,
                  StreamHandle stream, DevicePtr workspace, const PackedStep* packed = nullptr) {
   kernel.device->ensure_current();  // before pack_args: TMA descriptors are encoded by the current device
-  if (kernel.debug_checks) op.check_data(tensors, stream);
+  if (kernel.debug_checks) op.check_data(tensors, scalars, stream);
   std::size_t i = 0;
   for_each_launch(op, kernel, tensors, [&](const LoadedKernel::Step& step, const Params& params) {
     const PackedStep* mine = packed ? &packed[i++] : nullptr;

@@ -110,18 +110,38 @@ TEST_P(LinearCrossEntropyGpu, EverySliceThroughAHandleTwice) {
   EXPECT_EQ(owned[1]->read(), first_weight);
 }
 
-TEST_P(LinearCrossEntropyGpu, DebugChecksNameALabelPastTheVocabulary) {
+// The debug checks know the ignore_index: a label outside [0, vocab) is an error unless it is that value.
+TEST_P(LinearCrossEntropyGpu, DebugChecksNameALabelOutsideTheVocabulary) {
   RuntimeOptions o = options();
   o.debug_checks = true;
   Runtime checked(o);
   const TensorSpec h(DType::f32, {3, 8}), w(DType::f32, {10, 8}), y(DType::i32, {3}), one(DType::f32, {1});
   GpuTensor hidden(h, random_tensor(DType::f32, h.numel(), 1)), weight(w, random_tensor(DType::f32, w.numel(), 2)),
-      labels(y, test::index_bytes(DType::i32, {1, 10, 2})), loss(one);
-  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
-              checked.launch("linear_cross_entropy", {loss, Tensor{}, hidden, weight, labels});
-            }),
-            "linear_cross_entropy: labels[1] = 10 is out of range: expected a label < 10 (the vocabulary) or "
-            "ignore_index");
+      loss(one);
+  const auto launch = [&](std::vector<std::int64_t> y_values, ScalarList scalars) {
+    GpuTensor labels(y, test::index_bytes(DType::i32, y_values));
+    checked.launch("linear_cross_entropy", {loss, Tensor{}, hidden, weight, labels}, scalars);
+  };
+  const auto error = [&](std::vector<std::int64_t> y_values, ScalarList scalars = {}) {
+    return error_of<InvalidArgumentError>([&] { launch(y_values, scalars); });
+  };
+  const auto finite_loss = [&](std::vector<std::int64_t> y_values, ScalarList scalars = {}) {
+    loss.poison();
+    launch(y_values, scalars);
+    return std::isfinite(reference::decode(DType::f32, loss.read())[0]);
+  };
+  EXPECT_EQ(error({1, 10, 2}),
+            "linear_cross_entropy: labels[1] = 10 is out of range: expected a label in [0, 10) (the vocabulary) or "
+            "the ignore_index -100");
+  EXPECT_EQ(error({1, 2, -5}),
+            "linear_cross_entropy: labels[2] = -5 is out of range: expected a label in [0, 10) (the vocabulary) or "
+            "the ignore_index -100");
+  EXPECT_TRUE(finite_loss({-5, 2, 3}, {{"ignore_index", -5}})) << "the ignore_index given passes";
+  EXPECT_EQ(error({-100, 10, 3}, {{"ignore_index", 10}}),
+            "linear_cross_entropy: labels[0] = -100 is out of range: expected a label in [0, 10) (the vocabulary) "
+            "or the ignore_index 10")
+      << "-100 is only the default";
+  EXPECT_TRUE(finite_loss({-100, 9, 0})) << "the default ignore_index passes";
 }
 
 INSTANTIATE_TEST_SUITE_P(Compilers, LinearCrossEntropyGpu, ::testing::ValuesIn(test::compilers()),
