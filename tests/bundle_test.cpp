@@ -94,6 +94,22 @@ TEST(Bundle, AliasToAMissingBundleIsAMissNotAnError) {
   EXPECT_EQ(cache.load(kernel, Emit::cubin), "module bytes");
 }
 
+// Aliases that name each other (a damaged or hand-edited cache): a bad entry, never a loop.
+TEST(Bundle, AliasToAnAliasIsABadEntry) {
+  test::TempDir dir;
+  DiskCache cache(dir.path());
+  KernelKey a = compute_key(KeyInputs{"a", "a", "", "sm_90", "c", Emit::cubin});
+  KernelKey b = compute_key(KeyInputs{"b", "b", "", "sm_90", "c", Emit::cubin});
+  cache.store_alias(a, Emit::cubin, b, "");
+  cache.store_alias(b, Emit::cubin, a, "");
+  std::string problem;
+  EXPECT_FALSE(cache.load(a, Emit::cubin, &problem).has_value());
+  EXPECT_NE(problem.find("an alias where a bundle should be; removed"), std::string::npos) << problem;
+  EXPECT_FALSE(std::filesystem::exists(cache.entry_path(b, Emit::cubin))) << "the alias at the bundle's key is removed";
+  cache.store(b, Emit::cubin, "", "module bytes");
+  EXPECT_EQ(cache.load(a, Emit::cubin), "module bytes") << "a's alias is fine once b holds a module";
+}
+
 TEST(Bundle, CliCompileAll) {
   test::TempDir dir;
   test::write_file(dir.path() / "m.toml", kManifest);

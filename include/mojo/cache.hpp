@@ -166,6 +166,8 @@ class DiskCache {
   std::size_t clear() const;
 
  private:
+  std::optional<std::string> load_entry(const KernelKey& key, EntryKind kind, std::string* problem, bool remove_bad,
+                                        bool alias_allowed) const;
   void write_entry(const KernelKey& key, EntryKind kind, std::uint32_t kind_code, std::string_view meta,
                    std::string_view payload) const;
   std::filesystem::path dir_;

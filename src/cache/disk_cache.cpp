@@ -131,6 +131,11 @@ fs::path DiskCache::entry_path(const KernelKey& key, EntryKind kind) const {
 
 std::optional<std::string> DiskCache::load(const KernelKey& key, EntryKind kind, std::string* problem,
                                            bool remove_bad) const {
+  return load_entry(key, kind, problem, remove_bad, /*alias_allowed=*/true);
+}
+
+std::optional<std::string> DiskCache::load_entry(const KernelKey& key, EntryKind kind, std::string* problem,
+                                                 bool remove_bad, bool alias_allowed) const {
   fs::path path = entry_path(key, kind);
   std::string error;
   std::optional<std::string> file = read_file(path, &error);
@@ -143,7 +148,8 @@ std::optional<std::string> DiskCache::load(const KernelKey& key, EntryKind kind,
   std::optional<KernelKey> bundle;
   if (bad.empty() && entry::is_alias(h)) {
     bundle = KernelKey::from_hex(entry::payload_of(*file, h));
-    if (!bundle || *bundle == key) bad = "an alias that names no valid bundle key";
+    if (!alias_allowed) bad = "an alias where a bundle should be";
+    else if (!bundle || *bundle == key) bad = "an alias that names no valid bundle key";
   }
   if (!bad.empty()) {
     std::error_code ec;
@@ -153,9 +159,9 @@ std::optional<std::string> DiskCache::load(const KernelKey& key, EntryKind kind,
   }
   if (!bundle) return std::string(entry::payload_of(*file, h));
   // The kernel lives in a bundle: its module is the answer. An alias never
-  // leads to another alias; a missing bundle is a plain miss.
-  std::optional<std::string> module = load(*bundle, kind, problem, remove_bad);
-  return module;
+  // leads to another alias (so a damaged cache cannot loop); a missing
+  // bundle is a plain miss.
+  return load_entry(*bundle, kind, problem, remove_bad, /*alias_allowed=*/false);
 }
 
 void DiskCache::store(const KernelKey& key, EntryKind kind, std::string_view meta, std::string_view payload) const {
