@@ -202,6 +202,44 @@ TEST_F(RedisServer, PushFillsTheRemoteTierFromADirectory) {
   EXPECT_NE(down.output.find("mojo-jit: error: cache push: the remote tier"), std::string::npos) << down.output;
 }
 
+// compile-all's one module reaches the fleet: each kernel's alias goes to the remote tier beside the
+// bundle, and a machine with an empty disk is served the kernel through it (then keeps both on its disk).
+TEST_F(RedisServer, AKernelOfABundleIsServedThroughItsAlias) {
+  test::write_file(dir.path() / "m.toml", R"([[kernel]]
+op = "rms_norm"
+dtypes = ["bf16", "f32"]
+shapes = [{ x = [1, 4096] }, { x = [1, 1000] }]
+)");
+  const auto all = test::run_command(fmt::format(
+      "MOJO_JIT_REMOTE={} {} compile-all --manifest {} --arch sm_90 --emit ptx --cache-dir {} -o {}", url,
+      MOJO_TEST_CLI, (dir.path() / "m.toml").string(), (dir.path() / "a").string(), (dir.path() / "all.ptx").string()));
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  const std::string served = cli("b");  // rms_norm bf16 x=1x4096: one of the bundle's kernels
+  EXPECT_NE(served.find("1 remote hits, 0 compiles"), std::string::npos) << served;
+  const std::string again = cli("b");
+  EXPECT_NE(again.find("1 disk hits, 0 remote hits, 0 compiles"), std::string::npos) << again;
+  std::size_t aliases = 0, bundles = 0;
+  for (const DiskEntryInfo& e : DiskCache(dir.path() / "b").list()) (e.alias ? aliases : bundles) += 1;
+  EXPECT_EQ(aliases, 1u);
+  EXPECT_EQ(bundles, 1u) << "the bundle, kept beside the alias";
+
+  // push and pull copy aliases and bundles alike: a pulled directory serves offline.
+  test::run_command(fmt::format("redis-cli -p {} flushall", port));
+  const auto pushed = test::run_command(
+      fmt::format("{} cache push --remote {} --cache-dir {}", MOJO_TEST_CLI, url, (dir.path() / "a").string()));
+  EXPECT_NE(pushed.output.find("pushed 5 entries from"), std::string::npos) << pushed.output;  // 4 aliases + 1
+  const auto pulled = test::run_command(
+      fmt::format("{} cache pull --remote {} --cache-dir {}", MOJO_TEST_CLI, url, (dir.path() / "c").string()));
+  EXPECT_NE(pulled.output.find("pulled 5 entries into"), std::string::npos) << pulled.output;
+  const std::string offline =
+      test::run_command(
+          fmt::format("MOJO_JIT_OFFLINE=1 {} --emit=ptx rms_norm --dtype f32 --shape x=1x1000 --arch sm_90 --stats "
+                      "--cache-dir {} >/dev/null",
+                      MOJO_TEST_CLI, (dir.path() / "c").string()))
+          .output;
+  EXPECT_NE(offline.find("1 disk hits, 0 remote hits, 0 compiles"), std::string::npos) << offline;
+}
+
 TEST(RemoteCacheUrl, AMalformedUrlIsAnErrorNamingIt) {
   EXPECT_EQ(test::error_of<InvalidArgumentError>([] { RemoteCache("http://x:1"); }),
             "remote cache 'http://x:1': not a redis:// URL; expected redis://HOST:PORT[/DB]");

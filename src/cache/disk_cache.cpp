@@ -147,9 +147,9 @@ std::optional<std::string> DiskCache::load_entry(const KernelKey& key, EntryKind
   std::string bad = entry::check(*file, &key, &kind, &h);
   std::optional<KernelKey> bundle;
   if (bad.empty() && entry::is_alias(h)) {
-    bundle = KernelKey::from_hex(entry::payload_of(*file, h));
+    bundle = entry::alias_target(*file, h);
     if (!alias_allowed) bad = "an alias where a bundle should be";
-    else if (!bundle || *bundle == key) bad = "an alias that names no valid bundle key";
+    else if (!bundle) bad = "an alias that names no valid bundle key";
   }
   if (!bad.empty()) {
     std::error_code ec;

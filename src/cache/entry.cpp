@@ -39,12 +39,29 @@ Header make_header(const KernelKey& key, std::uint32_t kind, std::string_view me
   return h;
 }
 
-std::string encode(const KernelKey& key, EntryKind kind, std::string_view meta, std::string_view payload) {
-  const Header h = make_header(key, kind, meta, payload);
+namespace {
+std::string encode_entry(const KernelKey& key, std::uint32_t kind_code, std::string_view meta,
+                         std::string_view payload) {
+  const Header h = make_header(key, kind_code, meta, payload);
   std::string out(reinterpret_cast<const char*>(&h), sizeof h);
   out.append(meta);
   out.append(payload);
   return out;
+}
+}  // namespace
+
+std::string encode(const KernelKey& key, EntryKind kind, std::string_view meta, std::string_view payload) {
+  return encode_entry(key, kind.code(), meta, payload);
+}
+
+std::string encode_alias(const KernelKey& key, EntryKind kind, std::string_view meta, const KernelKey& bundle) {
+  return encode_entry(key, kind.code() | kAliasFlag, meta, bundle.hex());
+}
+
+std::optional<KernelKey> alias_target(std::string_view file, const Header& h) {
+  const std::optional<KernelKey> bundle = KernelKey::from_hex(payload_of(file, h));
+  if (!bundle || (bundle->high == h.key_high && bundle->low == h.key_low)) return std::nullopt;
+  return bundle;
 }
 
 void seal(Header& h) { h.header_checksum = header_checksum(h); }

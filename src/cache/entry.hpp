@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -34,9 +35,13 @@ inline Header make_header(const KernelKey& key, EntryKind kind, std::string_view
 }
 // A whole entry (header, meta, payload): what a disk entry holds, and a remote cache's value.
 std::string encode(const KernelKey& key, EntryKind kind, std::string_view meta, std::string_view payload);
+// A whole alias entry: at a kernel's key, naming (as its payload, in hex) the bundle whose module holds it.
+std::string encode_alias(const KernelKey& key, EntryKind kind, std::string_view meta, const KernelKey& bundle);
 // The kind of a checked entry (check() rejects codes no kind has).
 inline EntryKind kind_of(const Header& h) { return *EntryKind::from_code(h.kind & ~kAliasFlag); }
 inline bool is_alias(const Header& h) { return (h.kind & kAliasFlag) != 0; }
+// The bundle a checked alias entry names; nullopt when its payload is no key or its own key.
+std::optional<KernelKey> alias_target(std::string_view file, const Header& h);
 // Recomputes the header checksum after a field was changed (tests, tools).
 void seal(Header& h);
 

@@ -135,7 +135,9 @@ KernelCache::Binary KernelCache::lookup_remote(const CacheRequest& request) {
   if (!value) return nullptr;
   entry::Header h{};
   std::string problem = entry::check(*value, &request.key, &request.kind, &h);
-  if (problem.empty() && entry::is_alias(h)) problem = "an alias (bundles are not shared)";
+  std::optional<KernelKey> bundle;
+  if (problem.empty() && entry::is_alias(h) && !(bundle = entry::alias_target(*value, h)))
+    problem = "an alias that names no valid bundle key";
   if (!problem.empty()) {
     ++bad_entries_;
     log::warn(fmt::format("unusable entry in the remote cache for {}: {}; deleted, recompiling", request.description,
@@ -143,10 +145,41 @@ KernelCache::Binary KernelCache::lookup_remote(const CacheRequest& request) {
     remote_->remove(request.key, request.kind);
     return nullptr;
   }
+  if (bundle) return lookup_remote_bundle(request, *bundle, entry::meta_of(*value, h));
   ++remote_hits_;
   log::debug(fmt::format("remote hit for {}", request.description));
   auto payload = std::make_shared<const std::string>(entry::payload_of(*value, h));
   store(request, *payload);  // the next process on this machine finds it on disk
+  return payload;
+}
+
+// The kernel of `request` lives in `bundle`'s module (a remote alias named it): that module, stored here with
+// the alias so the next process on this machine finds both on disk. A missing bundle is a plain miss.
+KernelCache::Binary KernelCache::lookup_remote_bundle(const CacheRequest& request, const KernelKey& bundle,
+                                                      std::string_view alias_meta) {
+  std::optional<std::string> value = remote_->get(bundle, request.kind);
+  if (!value) return nullptr;
+  entry::Header h{};
+  std::string problem = entry::check(*value, &bundle, &request.kind, &h);
+  if (problem.empty() && entry::is_alias(h)) problem = "an alias where a bundle should be";
+  if (!problem.empty()) {
+    ++bad_entries_;
+    log::warn(fmt::format("unusable bundle {} in the remote cache for {}: {}; deleted, recompiling", bundle.hex(),
+                          request.description, problem));
+    remote_->remove(bundle, request.kind);
+    return nullptr;
+  }
+  ++remote_hits_;
+  log::debug(fmt::format("remote hit for {} in bundle {}", request.description, bundle.hex()));
+  auto payload = std::make_shared<const std::string>(entry::payload_of(*value, h));
+  if (auto d = disk()) {
+    try {
+      d->store(bundle, request.kind, entry::meta_of(*value, h), *payload);
+      d->store_alias(request.key, request.kind, bundle, alias_meta);
+    } catch (const Error& e) {
+      disable_disk(e.what());
+    }
+  }
   return payload;
 }
 
@@ -282,6 +315,7 @@ void KernelCache::alias(const KernelKey& kernel_key, EntryKind kind, const Kerne
       disable_disk(e.what());
     }
   }
+  if (remote_) remote_->put(kernel_key, kind, entry::encode_alias(kernel_key, kind, meta, bundle_key));
 }
 
 CacheStats KernelCache::stats() const {

@@ -56,7 +56,8 @@ class KernelCache {
   std::shared_ptr<const std::string> get(const CacheRequest& request, const std::function<std::string()>& compile,
                                          bool* compiled);
   // Records that the kernel with `kernel_key` lives in `bundle` (already in
-  // the cache under `bundle_key`): later lookups of the kernel get the bundle.
+  // the cache under `bundle_key`): later lookups of the kernel get the bundle,
+  // here and, through the remote tier, on the fleet's other machines.
   void alias(const KernelKey& kernel_key, EntryKind kind, const KernelKey& bundle_key, const Binary& bundle,
              std::string_view meta);
   CacheStats stats() const;
@@ -71,8 +72,9 @@ class KernelCache {
 
   Binary lookup_disk(const CacheRequest& request, std::string* problem);
   // The remote tier's entry, checked; stored in the local layers on a hit. A corrupt value is reported,
-  // deleted, and recompiled (then written again).
+  // deleted, and recompiled (then written again). An alias there is followed to its bundle.
   Binary lookup_remote(const CacheRequest& request);
+  Binary lookup_remote_bundle(const CacheRequest& request, const KernelKey& bundle, std::string_view alias_meta);
   std::string compile_cause(const CacheRequest& request, const std::string& problem) const;
   void remember_components(const CacheRequest& request) const;
   // Compiles under the key's cross-process lock, unless another process

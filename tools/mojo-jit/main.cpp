@@ -456,8 +456,8 @@ int run_compile_all(int argc, char** argv) {
   return 0;
 }
 
-// cache push: every valid, whole entry of `cache` to the remote tier (an alias names a bundle on this disk
-// only: skipped). Returns (copied, skipped).
+// cache push: every valid, whole entry of `cache` to the remote tier (bundles and their aliases too).
+// Returns (copied, skipped).
 std::pair<std::size_t, std::size_t> push(const mojo::DiskCache& cache, const std::string& url) {
   mojo::RemoteCache remote(url);
   std::size_t copied = 0, skipped = 0;
@@ -465,7 +465,7 @@ std::pair<std::size_t, std::size_t> push(const mojo::DiskCache& cache, const std
     std::ifstream in(e.path, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     mojo::entry::Header h{};
-    if (e.alias || !mojo::entry::check(bytes, &e.key, &e.kind, &h).empty()) {
+    if (!mojo::entry::check(bytes, &e.key, &e.kind, &h).empty()) {
       ++skipped;
       continue;
     }
@@ -485,17 +485,20 @@ std::pair<std::size_t, std::size_t> pull(const mojo::DiskCache& cache, const std
   for (const std::string& name : names) {
     const std::optional<std::string> value = remote.get_named(name);
     mojo::entry::Header h{};
-    if (!value || !mojo::entry::check(*value, nullptr, nullptr, &h).empty() || mojo::entry::is_alias(h)) {
+    if (!value || !mojo::entry::check(*value, nullptr, nullptr, &h).empty()) {
       ++skipped;
       continue;
     }
     const mojo::KernelKey key{h.key_high, h.key_low};
     const mojo::EntryKind kind = mojo::entry::kind_of(h);
-    if (mojo::RemoteCache::key_of(key, kind) != name) {
+    const std::optional<mojo::KernelKey> bundle =
+        mojo::entry::is_alias(h) ? mojo::entry::alias_target(*value, h) : std::nullopt;
+    if (mojo::RemoteCache::key_of(key, kind) != name || (mojo::entry::is_alias(h) && !bundle)) {
       ++skipped;
       continue;
     }
-    cache.store(key, kind, mojo::entry::meta_of(*value, h), mojo::entry::payload_of(*value, h));
+    if (bundle) cache.store_alias(key, kind, *bundle, mojo::entry::meta_of(*value, h));
+    else cache.store(key, kind, mojo::entry::meta_of(*value, h), mojo::entry::payload_of(*value, h));
     ++copied;
   }
   return {copied, skipped};
