@@ -1,8 +1,10 @@
 // Sampling: what a server runs on the logits every decode step.
 //
-// apply_penalties_temperature (in place, one block per request):
-//   logits[r, :] /= temperature[r]   (0: left as they are; greedy requests use top_k = 1)
-//   then, for each listed token id of the request with count c:
+// apply_penalties_temperature (in place), a plan of two kernels:
+//   step 0 (BLOCKS blocks a request, so that a batch of one still spreads
+//   over the GPU): logits[r, :] /= temperature[r]   (0: left as they are;
+//   greedy requests use top_k = 1);
+//   step 1 (one block per request): for each listed token id of the request with count c:
 //     repetition:  l = l > 0 ? l / repetition[r] : l * repetition[r]
 //     presence and frequency:  l -= (frequency[r] * c + (c > 0 ? presence[r] : 0)) / temperature[r]
 //   A token listed with count 0 (seen in the prompt only) gets the repetition
@@ -34,9 +36,11 @@
 // on every run and in every order.
 //
 // Params: T (logits or probabilities), I (token ids, top_k: int or long
-// long), VOCAB, VEC (elements per load), THREADS, and SPEC for
-// reject_sample. Geometry: block = THREADS, grid = rows. Kernel args:
-//   apply_penalties_temperature: (T* logits, long long stride, const I* ids, const I* counts,
+// long), VOCAB, VEC (elements per load), THREADS, BLOCKS for the
+// temperature step and SPEC for reject_sample. Geometry: block = THREADS,
+// grid = rows (the temperature step: rows * BLOCKS). Kernel args:
+//   apply_penalties_temperature, step 0: (T* logits, long long stride, const float* temperature)
+//     step 1: (T* logits, long long stride, const I* ids, const I* counts,
 //       long long max_len, const float* repetition, const float* presence, const float* frequency,
 //       const float* temperature)
 //   sample: (long long* tokens, float* logprobs (or null), const T* logits, long long stride,
@@ -272,28 +276,35 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
   }
 }
 
-template <class T, class I, int VOCAB, int VEC, int THREADS>
-__device__ __forceinline__ void apply_penalties_temperature(T* __restrict__ logits, long long stride,
-                                                            const I* __restrict__ ids, const I* __restrict__ counts,
-                                                            long long max_len, const float* __restrict__ repetition,
-                                                            const float* __restrict__ presence,
-                                                            const float* __restrict__ frequency,
-                                                            const float* __restrict__ temperature) {
-  constexpr int NV = VOCAB / VEC;
+template <class T, int VOCAB, int VEC, int THREADS, int BLOCKS>
+__device__ __forceinline__ void scale_by_temperature(T* __restrict__ logits, long long stride,
+                                                     const float* __restrict__ temperature) {
+  constexpr int NV = VOCAB / VEC, PER_BLOCK = (NV + BLOCKS - 1) / BLOCKS;
+  const long long b = mojo::block_x(), r = b / BLOCKS;
+  const float t = temperature[r], inv_t = t > 0.f ? 1.f / t : 1.f;
+  if (inv_t == 1.f) return;
+  T* row = logits + r * stride;
+  const int first = int(b % BLOCKS) * PER_BLOCK, end = first + PER_BLOCK < NV ? first + PER_BLOCK : NV;
+#pragma unroll 4
+  for (int v = first + int(mojo::thread_x()); v < end; v += THREADS) {
+    mojo::Pack<T, VEC> x = mojo::load<T, VEC>(row + v * VEC);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) x.v[j] = mojo::from_float<T>(mojo::to_float(x.v[j]) * inv_t);
+    mojo::store<T, VEC>(row + v * VEC, x);
+  }
+}
+
+template <class T, class I, int VOCAB, int THREADS>
+__device__ __forceinline__ void apply_penalties(T* __restrict__ logits, long long stride, const I* __restrict__ ids,
+                                                const I* __restrict__ counts, long long max_len,
+                                                const float* __restrict__ repetition,
+                                                const float* __restrict__ presence,
+                                                const float* __restrict__ frequency,
+                                                const float* __restrict__ temperature) {
   const unsigned tid = mojo::thread_x();
   const long long r = mojo::block_x();
-  T* row = logits + r * stride;
+  T* row = logits + r * stride;  // already scaled by step 0
   const float t = temperature[r], inv_t = t > 0.f ? 1.f / t : 1.f;
-  if (inv_t != 1.f) {
-#pragma unroll 4
-    for (int v = int(tid); v < NV; v += THREADS) {
-      mojo::Pack<T, VEC> x = mojo::load<T, VEC>(row + v * VEC);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) x.v[j] = mojo::from_float<T>(mojo::to_float(x.v[j]) * inv_t);
-      mojo::store<T, VEC>(row + v * VEC, x);
-    }
-  }
-  mojo::sync_block();  // the scaled logits are what the penalties read
   const float rep = repetition[r], pres = presence[r], freq = frequency[r];
   for (long long j = tid; j < max_len; j += THREADS) {
     const long long id = (long long)ids[r * max_len + j];
@@ -360,14 +371,21 @@ __device__ __forceinline__ void reject_sample(long long* __restrict__ out, long 
                                                                             top_p, min_p, seed, offset);             \
   }
 
+#define MOJO_KERNEL_apply_temperature(NAME, P)                                                                       \
+  extern "C" __global__ void __launch_bounds__(P::threads)                                                          \
+      NAME(P::dtype* __restrict__ logits, long long stride, const float* __restrict__ temperature) {                \
+    mojo_sampling::scale_by_temperature<P::dtype, P::vocab, P::vec, P::threads, P::blocks>(logits, stride,          \
+                                                                                           temperature);            \
+  }
 #define MOJO_KERNEL_apply_penalties_temperature(NAME, P)                                                             \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                          \
       NAME(P::dtype* __restrict__ logits, long long stride, const P::index* __restrict__ ids,                       \
            const P::index* __restrict__ counts, long long max_len, const float* __restrict__ repetition,            \
            const float* __restrict__ presence, const float* __restrict__ frequency,                                 \
            const float* __restrict__ temperature) {                                                                 \
-    mojo_sampling::apply_penalties_temperature<P::dtype, P::index, P::vocab, P::vec, P::threads>(                   \
-        logits, stride, ids, counts, max_len, repetition, presence, frequency, temperature);                        \
+    mojo_sampling::apply_penalties<P::dtype, P::index, P::vocab, P::threads>(logits, stride, ids, counts, max_len,  \
+                                                                             repetition, presence, frequency,       \
+                                                                             temperature);                          \
   }
 
 #define MOJO_KERNEL_reject_sample(NAME, P)                                                                           \

@@ -44,6 +44,7 @@ const OddCase kCases[] = {
     {"group_gemm", "x=100x72 weight=4x136x72 offsets=5"},
     {"group_gemm", "x=100x72 weight=4x136x72 offsets=5 out=100x68", {{"gated_activation", 3}}},
     {"apply_penalties_temperature", "logits=17x1000 token_ids=17x40"},
+    {"apply_penalties_temperature", "logits=3x151936 token_ids=3x50"},  // the temperature over 5-10 blocks a row
     {"sample", "logits=17x1000"},
     {"sample", "logits=3x4097"},
     {"reject_sample", "target_probs=9x4x1000"},

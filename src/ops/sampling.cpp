@@ -112,6 +112,8 @@ constexpr OpInfo kPenalties{
     .example_shapes = "logits=256x151936 token_ids=256x1024",
 };
 
+constexpr std::int64_t kScaleLoads = 4;
+
 class ApplyPenaltiesTemperature final : public OpDef {
  public:
   ApplyPenaltiesTemperature() : OpDef(kPenalties) {}
@@ -184,11 +186,30 @@ class ApplyPenaltiesTemperature final : public OpDef {
     p.add_dtype("dtype", logits.dtype());
     p.add_dtype("index", ids.dtype());
     add_row_params(p, logits.dim(1), logits.dtype(), {t[0]});
+    // The temperature step's blocks a row: kScaleLoads vector loads a thread each.
+    const std::int64_t per_block = p.get("threads") * kScaleLoads;
+    const std::int64_t blocks = (p.get("vocab") / p.get("vec") + per_block - 1) / per_block;
+    if (batch > INT32_MAX / blocks)
+      throw ShapeError(fmt::format("{}: logits has more rows than the grid can take", name()));
+    p.add("blocks", blocks);
     return p;
   }
 
+  // Two kernels: the temperature over all of every row (many blocks a row), then the penalties (one block a row).
+  std::vector<Params> plan(const Params& p) const override {
+    Params scale = p, penalize = p;
+    scale.add("step", 0);
+    penalize.add("step", 1);
+    return {scale, penalize};
+  }
+  std::string entry_macro(const Params& p) const override {
+    return p.get("step") == 0 ? "MOJO_KERNEL_apply_temperature" : OpDef::entry_macro(p);
+  }
+
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
-    return one_block_per_row(t[0].spec.dim(0), p);
+    LaunchGeometry g = one_block_per_row(t[0].spec.dim(0), p);
+    if (p.get("step") == 0) g.grid.x *= unsigned(p.get("blocks"));
+    return g;
   }
 
   void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
@@ -197,6 +218,10 @@ class ApplyPenaltiesTemperature final : public OpDef {
       checks::expect_pointer(name(), kPenaltyTensors[i].name, t[i].data, unsigned(dtype_size(t[i].spec.dtype())));
     args.push(t[0].data);
     args.push(static_cast<long long>(t[0].spec.stride(0)));
+    if (p.get("step") == 0) {
+      args.push(t[6].data);
+      return;
+    }
     args.push(t[1].data);
     args.push(t[2].data);
     args.push(static_cast<long long>(t[1].spec.dim(1)));

@@ -113,7 +113,10 @@ TEST(SampleOp, ParamsAndShapeErrors) {
   EXPECT_EQ(params("sample", DType::bf16, "logits=256x151936").str(),
             "dtype=bf16 index=i64 vocab=151936 vec=8 threads=1024");
   EXPECT_EQ(params("apply_penalties_temperature", DType::f32, "logits=4x1000 token_ids=4x16").str(),
-            "dtype=f32 index=i64 vocab=1000 vec=4 threads=64");
+            "dtype=f32 index=i64 vocab=1000 vec=4 threads=64 blocks=1");
+  // A batch of one still spreads its temperature step over 10 blocks; the penalties take one.
+  EXPECT_EQ(params("apply_penalties_temperature", DType::f32, "logits=1x151936 token_ids=1x1024").str(),
+            "dtype=f32 index=i64 vocab=151936 vec=4 threads=1024 blocks=10");
   EXPECT_EQ(params("reject_sample", DType::f32, "target_probs=4x3x1000").str(),
             "dtype=f32 index=i64 vocab=1000 vec=4 threads=64 spec=2");
   const OpDef& op = find_op("sample");
