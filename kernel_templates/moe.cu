@@ -182,8 +182,12 @@ __device__ __forceinline__ void dispatch(I* __restrict__ offsets, I* __restrict_
   for (long long first = 0; first < pairs; first += TILE) {
     for (int j = tid; j < TILE; j += THREADS) {
       const long long i = first + j;
-      const long long id = i < pairs ? (long long)ids[i] : 0;
-      tile[j / PER].v[j % PER] = i >= pairs ? kElsewhere : id == e ? kRouted : (id < 0 || id >= EXPERTS) ? kNowhere : kElsewhere;
+      unsigned char flag = kElsewhere;  // also past the last pair
+      if (i < pairs) {
+        const long long id = (long long)ids[i];
+        flag = id == e ? kRouted : (id < 0 || id >= EXPERTS) ? kNowhere : kElsewhere;
+      }
+      tile[j / PER].v[j % PER] = flag;
     }
     mojo::sync_block();
     const mojo::Pack<unsigned char, PER> run = tile[tid];

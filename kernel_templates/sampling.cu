@@ -276,12 +276,15 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
   }
 }
 
+// What a request's logits are multiplied by: 1 / temperature, or 1 (left as they are) for a temperature of 0.
+__device__ __forceinline__ float inverse_temperature(float t) { return t > 0.f ? 1.f / t : 1.f; }
+
 template <class T, int VOCAB, int VEC, int THREADS, int BLOCKS>
 __device__ __forceinline__ void scale_by_temperature(T* __restrict__ logits, long long stride,
                                                      const float* __restrict__ temperature) {
   constexpr int NV = VOCAB / VEC, PER_BLOCK = (NV + BLOCKS - 1) / BLOCKS;
   const long long b = mojo::block_x(), r = b / BLOCKS;
-  const float t = temperature[r], inv_t = t > 0.f ? 1.f / t : 1.f;
+  const float inv_t = inverse_temperature(temperature[r]);
   if (inv_t == 1.f) return;
   T* row = logits + r * stride;
   const int first = int(b % BLOCKS) * PER_BLOCK, end = first + PER_BLOCK < NV ? first + PER_BLOCK : NV;
@@ -304,7 +307,7 @@ __device__ __forceinline__ void apply_penalties(T* __restrict__ logits, long lon
   const unsigned tid = mojo::thread_x();
   const long long r = mojo::block_x();
   T* row = logits + r * stride;  // already scaled by step 0
-  const float t = temperature[r], inv_t = t > 0.f ? 1.f / t : 1.f;
+  const float inv_t = inverse_temperature(temperature[r]);
   const float rep = repetition[r], pres = presence[r], freq = frequency[r];
   for (long long j = tid; j < max_len; j += THREADS) {
     const long long id = (long long)ids[r * max_len + j];

@@ -81,11 +81,15 @@ TEST(Bundle, PtxBundleIsAcceptedByPtxas) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
+namespace {
+// A cubin entry's key for a made-up source `name`.
+KernelKey key_named(const char* name) { return compute_key(KeyInputs{name, name, "", "sm_90", "c", Emit::cubin}); }
+}  // namespace
+
 TEST(Bundle, AliasToAMissingBundleIsAMissNotAnError) {
   test::TempDir dir;
   DiskCache cache(dir.path());
-  KernelKey kernel = compute_key(KeyInputs{"k", "k", "", "sm_90", "c", Emit::cubin});
-  KernelKey bundle = compute_key(KeyInputs{"b", "b", "", "sm_90", "c", Emit::cubin});
+  KernelKey kernel = key_named("k"), bundle = key_named("b");
   cache.store_alias(kernel, Emit::cubin, bundle, "");
   std::string problem;
   EXPECT_FALSE(cache.load(kernel, Emit::cubin, &problem).has_value());
@@ -98,8 +102,7 @@ TEST(Bundle, AliasToAMissingBundleIsAMissNotAnError) {
 TEST(Bundle, AliasToAnAliasIsABadEntry) {
   test::TempDir dir;
   DiskCache cache(dir.path());
-  KernelKey a = compute_key(KeyInputs{"a", "a", "", "sm_90", "c", Emit::cubin});
-  KernelKey b = compute_key(KeyInputs{"b", "b", "", "sm_90", "c", Emit::cubin});
+  KernelKey a = key_named("a"), b = key_named("b");
   cache.store_alias(a, Emit::cubin, b, "");
   cache.store_alias(b, Emit::cubin, a, "");
   std::string problem;
