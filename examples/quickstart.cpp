@@ -1,7 +1,8 @@
 // The main job: compile rms_norm for this machine's GPU (or sm_90 when there
 // is none), show where the cache is and what it holds, then launch it — on
 // the GPU, or where there is none on the CPU device (the same template built
-// for the host and emulated) — and check it against the CPU reference.
+// for the host and emulated: that build is what runs, and the output says so)
+// — and check it against the CPU reference.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,13 +21,23 @@ int main() try {
   mojo::RuntimeOptions options;
   if (!gpu && std::getenv("MOJO_JIT_DEVICE") == nullptr) options.device = "cpu";
   mojo::Runtime rt(options);
-  const mojo::Target target = rt.device().is_cpu() ? mojo::Target::parse("sm_90") : rt.device().target();
+  const bool on_cpu = rt.device().is_cpu();
+  const mojo::Target target = on_cpu ? mojo::Target::parse("sm_90") : rt.device().target();
   std::printf("device:  %s\n", rt.device().name().c_str());
 
   // 1. Compile (or find in the cache) the specialization, no GPU needed.
   mojo::Artifact a = rt.compile("rms_norm", {{x_spec}, {x_spec}, {w_spec}}, {}, target, mojo::Emit::cubin);
-  std::printf("kernel:  %s for %s (%s, %zu bytes of cubin)\n", a.kernel_name.c_str(), target.sm_name().c_str(),
-              a.compiled ? "compiled now" : "found in the cache", a.binary->size());
+  std::printf("kernel:  %s for %s (%s, %zu bytes of cubin)%s\n", a.kernel_name.c_str(), target.sm_name().c_str(),
+              a.compiled ? "compiled now" : "found in the cache", a.binary->size(),
+              on_cpu ? ": what a GPU would run, not what the CPU device launches" : "");
+  // The CPU device runs the same template built for the host, for the GPU it emulates: that build is launched below.
+  if (on_cpu) {
+    mojo::Artifact h =
+        rt.compile("rms_norm", {{x_spec}, {x_spec}, {w_spec}}, {}, rt.device().target(), mojo::Emit::host);
+    std::printf("kernel:  %s for %s (%s, %zu bytes of host shared object): what the launch below runs\n",
+                h.kernel_name.c_str(), rt.device().name().c_str(), h.compiled ? "compiled now" : "found in the cache",
+                h.binary->size());
+  }
 
   // 2. The cache: where it is and what it holds.
   mojo::DiskCache cache(rt.cache_dir());
@@ -63,8 +74,8 @@ int main() try {
     max_err = std::max(max_err, err);
     if (!(err <= 1e-2 + 1e-2 * std::abs(r))) ++bad;  // bf16: one rounding of 2^-8 relative, plus slack
   }
-  std::printf("launch:  %lldx%lld bf16 on %s (kernel %s): max |device - reference| = %.3g, %zu elements off -> %s\n",
-              (long long)rows, (long long)hidden, rt.device().name().c_str(),
+  std::printf("launch:  %lldx%lld bf16 on %s (%s %s): max |device - reference| = %.3g, %zu elements off -> %s\n",
+              (long long)rows, (long long)hidden, rt.device().name().c_str(), on_cpu ? "host build" : "cubin",
               launch_compiled ? "compiled now" : "found in the cache", max_err, bad, bad == 0 ? "PASS" : "FAIL");
   return bad == 0 ? 0 : 1;
 } catch (const std::exception& e) {

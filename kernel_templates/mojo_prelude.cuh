@@ -312,9 +312,12 @@ __device__ __forceinline__ float row_reduce(float v, float* scratch, Op op = Op(
 #if defined(MOJO_CPU)
 __device__ __forceinline__ unsigned smem_address(const void* p) { return cpu::api().smem_address(p); }
 // A block's threads are fibers of one OS thread on the CPU device, switched
-// only at barriers and shuffles: a plain add is atomic within the block.
-__device__ __forceinline__ void shared_add(unsigned* p, unsigned v) { *p += v; }
-__device__ __forceinline__ void shared_add(unsigned long long* p, unsigned long long v) { *p += v; }
+// only at primitives; the add is still atomic (relaxed, as red.shared is) so
+// that the TSan build's race detector knows it for one.
+__device__ __forceinline__ void shared_add(unsigned* p, unsigned v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+__device__ __forceinline__ void shared_add(unsigned long long* p, unsigned long long v) {
+  __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
 #else
 // The 32-bit shared-window address of a generic pointer into shared memory.
 __device__ __forceinline__ unsigned smem_address(const void* p) {

@@ -244,3 +244,64 @@ TEST_F(Cli, RunFailsOnAMismatchAndOnBadInput) {
   EXPECT_TRUE(one_line(r.output)) << r.output;
   EXPECT_NE(r.output.find("path = 90 (TMA + wgmma) cannot take these tensors on sm_80"), std::string::npos) << r.output;
 }
+
+// gemm's c, left out, is inferred with the transposes the params give (a [K, M] with trans_a, b [N, K] with trans_b).
+TEST_F(Cli, GemmOutputShapeHonoursTheTransposes) {
+  auto r = run("describe gemm --dtype bf16 --shape a=64x128 --shape b=64x128 --param trans_b=1 --arch sm_90");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(" ta=0 tb=1 "), std::string::npos) << r.output;
+  r = run("describe gemm_batched --dtype bf16 --shape a=2x128x64 --shape b=2x32x128 --param trans_a=1 --param "
+          "trans_b=1 --arch sm_90");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(" ta=1 tb=1 "), std::string::npos) << r.output;
+  // A c given is taken as given, and a wrong one is still an error saying what it should be.
+  r = run("describe gemm --dtype bf16 --shape a=64x128 --shape b=64x128 --shape c=64x128 --param trans_b=1 --arch sm_90");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output, "mojo-jit: error: gemm: c is bf16[64, 128]; expected [64, 64]\n");
+  // Launched against the reference: a stored [K, M] = [40, 24], b stored [N, K] = [16, 40], so c is [24, 16].
+  r = run("run gemm --dtype f16 --shape a=40x24 --shape b=16x40 --param trans_a=1 --param trans_b=1 --device cpu");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("  c            f16        384 elements: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\nPASS\n"), std::string::npos) << r.output;
+}
+
+// A bad MOJO_JIT_* value is one error line naming the variable and what it takes, from the CLI and from a
+// program using the library (the quickstart), never an abort.
+TEST_F(Cli, ABadVariableIsOneLineNamingIt) {
+  const std::string ptx = "--emit=ptx rms_norm --dtype f32 --shape x=4x64 --arch sm_80";
+  auto r = run("MOJO_JIT_LOG=loud", ptx);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output, "mojo-jit: error: MOJO_JIT_LOG='loud': expected one of error, warn, info, debug\n");
+  r = run("MOJO_JIT_COMPILER=gcc", ptx);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output, "mojo-jit: error: MOJO_JIT_COMPILER='gcc': expected one of nvrtc, llvm\n");
+  r = run("MOJO_JIT_DEVICE=tpu", "run rms_norm --dtype f32 --shape x=3x64");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output,
+            "mojo-jit: error: MOJO_JIT_DEVICE='tpu': expected cuda, cuda:N, cpu or cpu:ARCH (e.g. cpu:sm_90a)\n");
+  r = run("MOJO_JIT_REMOTE=http://cache:6379", "cache push");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output,
+            "mojo-jit: error: MOJO_JIT_REMOTE='http://cache:6379': remote cache 'http://cache:6379': not a redis:// "
+            "URL; expected redis://HOST:PORT[/DB]\n");
+
+  r = mojo::test::run_command("MOJO_JIT_LOG=loud MOJO_JIT_CACHE_DIR=" + cache.str() + " " + MOJO_TEST_QUICKSTART);
+  EXPECT_EQ(r.exit_code, 1) << "not 134 (terminate)\n" << r.output;
+  EXPECT_EQ(r.output, "quickstart: error: MOJO_JIT_LOG='loud': expected one of error, warn, info, debug\n");
+}
+
+// On the CPU device the quickstart says what it built for the device that runs it: the sm_90 cubin is what a GPU
+// would run, the host build for the emulated GPU is what it launches.
+TEST_F(Cli, QuickstartOnTheCpuDeviceNamesTheHostBuildItRuns) {
+  auto r = mojo::test::run_command("MOJO_JIT_DEVICE=cpu MOJO_JIT_CACHE_DIR=" + cache.str() + " " + MOJO_TEST_QUICKSTART);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("device:  cpu (emulating sm_80)\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" for sm_90 (compiled now, "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" bytes of cubin): what a GPU would run, not what the CPU device launches\n"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(" for cpu (emulating sm_80) (compiled now, "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" bytes of host shared object): what the launch below runs\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bf16 on cpu (emulating sm_80) (host build found in the cache): "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("-> PASS\n"), std::string::npos) << r.output;
+}

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "core/config.hpp"
+#include "core/log.hpp"
 #include "mojo/error.hpp"
 #include "mojo/runtime.hpp"
 #include "test_util.hpp"
@@ -81,4 +82,60 @@ TEST(Config, TheRuntimeRejectsABadValue) {
   EXPECT_EQ(error_of<InvalidArgumentError>([] { Runtime rt; }),
             "MOJO_JIT_CACHE_MAX_BYTES='1GB': expected a positive number of bytes, a whole number from 1 to "
             "18446744073709551615");
+}
+
+// A bad MOJO_JIT_LOG is the Runtime's InvalidArgumentError, never a termination from a noexcept logging path;
+// logging itself goes on (at warn) whatever the value.
+TEST(Config, ABadLogLevelIsAnErrorFromTheRuntime) {
+  ScopedEnv e("MOJO_JIT_LOG", "loud");
+  EXPECT_EQ(error_of<InvalidArgumentError>([] { mojo::log::check_config(); }),
+            "MOJO_JIT_LOG='loud': expected one of error, warn, info, debug");
+  EXPECT_EQ(error_of<InvalidArgumentError>([] { Runtime rt; }),
+            "MOJO_JIT_LOG='loud': expected one of error, warn, info, debug");
+  (void)mojo::log::level();  // noexcept: returns
+  mojo::log::debug("not shown");
+}
+
+// Every variable the Runtime reads names itself and what it accepts when its value is bad.
+TEST(Config, EveryBadValueNamesTheVariableAndWhatItTakes) {
+  const struct {
+    const char *name, *value, *message;
+  } cases[] = {
+      {"MOJO_JIT_COMPILER", "gcc", "MOJO_JIT_COMPILER='gcc': expected one of nvrtc, llvm"},
+      {"MOJO_JIT_DEVICE", "tpu", "MOJO_JIT_DEVICE='tpu': expected cuda, cuda:N, cpu or cpu:ARCH (e.g. cpu:sm_90a)"},
+      {"MOJO_JIT_DEVICE", "cuda:x", "MOJO_JIT_DEVICE='cuda:x': expected cuda, cuda:N, cpu or cpu:ARCH (e.g. cpu:sm_90a)"},
+      {"MOJO_JIT_DEVICE", "cpu:sm9",
+       "MOJO_JIT_DEVICE='cpu:sm9': bad arch 'sm9': expected sm_XY or sm_XYa with compute capability X.Y (e.g. sm_80, "
+       "sm_90, sm_90a)"},
+      {"MOJO_JIT_REMOTE", "http://cache:6379",
+       "MOJO_JIT_REMOTE='http://cache:6379': remote cache 'http://cache:6379': not a redis:// URL; expected "
+       "redis://HOST:PORT[/DB]"},
+      {"MOJO_JIT_LOCK_TIMEOUT_MS", "soon",
+       "MOJO_JIT_LOCK_TIMEOUT_MS='soon': expected milliseconds, a whole number from 0 to 86400000"},
+      {"MOJO_JIT_DISABLE_DISK_CACHE", "2",
+       "MOJO_JIT_DISABLE_DISK_CACHE='2': expected 1, true, yes or on, or 0, false, no or off"},
+      {"MOJO_JIT_DEBUG_CHECKS", "y", "MOJO_JIT_DEBUG_CHECKS='y': expected 1, true, yes or on, or 0, false, no or off"},
+  };
+  test::TempDir dir;
+  for (const auto& c : cases) {
+    ScopedEnv e(c.name, c.value);
+    EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+                RuntimeOptions o;
+                o.cache_dir = dir.path();
+                Runtime rt(o);
+              }),
+              c.message)
+        << c.name << "=" << c.value;
+  }
+  // The good values pass the same reader.
+  for (const char* good : {"cuda", "cuda:1", "cpu", "cpu:sm_90a"}) {
+    ScopedEnv e("MOJO_JIT_DEVICE", good);
+    EXPECT_EQ(config::device("MOJO_JIT_DEVICE"), good);
+  }
+  // An option set in RuntimeOptions wins: the variable is not read.
+  ScopedEnv e("MOJO_JIT_COMPILER", "gcc");
+  RuntimeOptions o;
+  o.cache_dir = dir.path();
+  o.compiler = "nvrtc";
+  EXPECT_NO_THROW({ Runtime rt(o); });
 }

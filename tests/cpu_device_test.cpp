@@ -5,9 +5,14 @@
 // orders reproducible). Runs everywhere: no GPU is involved.
 #include <fmt/format.h>
 #include <cstring>
+#include <filesystem>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include "device/cpu/executor.hpp"
+#include "device/cpu/fiber.hpp"
+#include "device/cpu/memory.hpp"
 #include "gpu_util.hpp"
 #include "mojo/error.hpp"
 #include "mojo/templates.hpp"
@@ -177,6 +182,58 @@ TEST_F(DeliberateBugs, ReadOnePastTheRow) {
   const Variant v{"rms_norm.cu", "      P p = mojo::load<T, VEC>(xr + v * VEC);",
                   "      P p = mojo::load<T, VEC>(xr + v * VEC + 1);"};
   expect_caught(rms_norm(*runtime("sm_80", &v), 3, 64 * 8 + 1));
+}
+
+TEST_F(DeliberateBugs, StoreOneVectorPastTheRow) {
+#if MOJO_ASAN
+  GTEST_SKIP() << "under ASan the guard zones are poisoned for ASan, which reports such a store itself";
+#else
+  // Every vector lands one vector further on: the last row's last one past the buffer's end.
+  const Variant v{"rms_norm.cu", "      mojo::store<T, VEC>(outr + v * VEC, o);",
+                  "      mojo::store<T, VEC>(outr + v * VEC + VEC, o);"};
+  const TensorSpec x(DType::bf16, {3, 512}), w(DType::bf16, {512});
+  for (const Variant* variant : {static_cast<const Variant*>(nullptr), &v}) {
+    const auto rt = runtime("sm_80", variant);
+    DeviceBuffer out(x.nbytes()), xd(x.nbytes()), wd(w.nbytes());  // exactly their tensors' bytes
+    const auto xh = reference::encode(DType::bf16, test::random_values(3 * 512, 1));
+    const auto wh = reference::encode(DType::bf16, test::random_values(512, 2));
+    xd.copy_from_host(xh.data(), xh.size());
+    wd.copy_from_host(wh.data(), wh.size());
+    std::string error;
+    try {
+      rt->launch("rms_norm", {out.as(x), xd.as(x), wd.as(w)}, {{"eps", 1e-6f}});
+    } catch (const DeviceError& e) {
+      error = e.what();
+    }
+    if (variant == nullptr) {
+      EXPECT_EQ(error, "") << "the real template";
+      continue;
+    }
+    EXPECT_NE(error.find("wrote past the end of the 3072-byte buffer"), std::string::npos) << error;
+    EXPECT_NE(error.find("kernel rms_norm_bf16_hidden_512"), std::string::npos) << error;
+  }
+#endif
+}
+
+TEST_F(DeliberateBugs, ProductWithBetaZeroReadsC) {
+  // BLAS never reads C when beta is 0 (0 x NaN is NaN): c is fresh device memory, NaN bytes on the CPU device.
+  const Variant v{"gemm.cu", "  if constexpr (BETA) v += p.beta * mojo::to_float(p.c[(long long)row * p.ldc + col]);",
+                  "  v += p.beta * mojo::to_float(p.c[(long long)row * p.ldc + col]);"};
+  const TensorSpec a(DType::bf16, {64, 64}), c(DType::bf16, {64, 64});
+  for (const Variant* variant : {static_cast<const Variant*>(nullptr), &v}) {
+    const auto rt = runtime("sm_80", variant);
+    DeviceBuffer ad(a.nbytes()), bd(a.nbytes()), cd(c.nbytes());
+    const auto ah = reference::encode(DType::bf16, test::random_values(64 * 64, 3));
+    ad.copy_from_host(ah.data(), ah.size());
+    bd.copy_from_host(ah.data(), ah.size());
+    rt->launch("gemm", {cd.as(c), ad.as(a), bd.as(a)}, {{"trans_b", 1}, {"path", 80}});
+    std::vector<std::uint8_t> got(c.nbytes()), want(c.nbytes());
+    cd.copy_to_host(got.data(), got.size());
+    reference::gemm(DType::bf16, DType::bf16, ah.data(), ah.data(), want.data(), 1, 64, 64, 64, 1, 0, false, true);
+    const std::size_t wrong = test::mismatches(DType::bf16, got, want, test::tolerance(DType::bf16));
+    if (variant == nullptr) EXPECT_EQ(wrong, 0u) << "the real template";
+    else EXPECT_EQ(wrong, std::size_t(64 * 64)) << "every element read NaN from c";
+  }
 }
 
 // ---- the device API with kernels of its own ---------------------------------------------
@@ -416,6 +473,94 @@ TEST(CpuDevice, BlocksOnSeveralOsThreadsGiveTheSameBytes) {
   EXPECT_EQ(run("3"), one);
   EXPECT_EQ(test::error_of<InvalidArgumentError>([&] { run("many"); }),
             "MOJO_JIT_CPU_THREADS='many': expected a number of OS threads, a whole number from 1 to 256");
+}
+
+TEST(CpuDevice, FreshMemoryIsPoisoned) {
+  const Device cpu = Device::cpu(Target::parse("sm_80"));
+  auto bytes_of = [](std::size_t n) {
+    DeviceBuffer b(n);
+    std::vector<std::uint8_t> h(n);
+    b.copy_to_host(h.data(), n);
+    return h;
+  };
+  if (std::getenv("MOJO_JIT_CPU_POISON") == nullptr)
+    EXPECT_EQ(bytes_of(100), std::vector<std::uint8_t>(100, 0xff)) << "NaN bytes by default";
+  cpu::set_poison(cpu::Poison::zero);
+  EXPECT_EQ(bytes_of(100), std::vector<std::uint8_t>(100, 0));
+  cpu::set_poison(cpu::Poison::random);
+  const auto r1 = bytes_of(4096), r2 = bytes_of(4096);
+  EXPECT_NE(r1, r2) << "each allocation its own random bytes";
+  EXPECT_GT(std::count(r1.begin(), r1.end(), 0xff), 0);
+  EXPECT_LT(std::count(r1.begin(), r1.end(), 0xff), 100);
+  cpu::set_poison(std::nullopt);
+}
+
+// Kernels written here that race, each in a child process of this test
+// binary under the TSan build (whose report ends the process), and the same
+// kernels with their barrier, which must not race.
+class CpuRaces : public CpuKernels {
+ protected:
+  // A block of two warps shares `stage` (64 floats, filled from `in` before a barrier). Warp 0 sums it into
+  // `out`; warp 1 then refills it with the same values, for the next round of a ring. Without the barrier
+  // between the two, warp 1 writes what warp 0 may still read (WAR): the values stay right in every order.
+  static std::string ring_kernel(bool barrier) {
+    return fmt::format(R"(extern "C" __global__ void refill_ring(float* out, const float* in) {{
+  float* stage = reinterpret_cast<float*>(mojo::cpu::api().dynamic_smem());
+  const unsigned tid = mojo::cpu::api().self()->tid;
+  stage[tid] = in[tid];
+  mojo::cpu::api().barrier(0, 0);
+  if (tid < 32) out[tid] = stage[tid] + stage[tid + 32];
+  {}
+  if (tid >= 32) stage[tid - 32] = in[tid - 32];
+}})",
+                       barrier ? "mojo::cpu::api().barrier(0, 0);" : "");
+  }
+  void run_ring(bool barrier) {
+    Module m = build(ring_kernel(barrier), {"refill_ring"});
+    const auto in = reference::encode(DType::f32, test::random_values(64, 9));
+    DeviceBuffer out(32 * 4), input(64 * 4);
+    input.copy_from_host(in.data(), in.size());
+    DevicePtr o = out.ptr(), i = input.ptr();
+    void* args[] = {&o, &i};
+    m.function("refill_ring").set_max_dynamic_shared(256);
+    launch(m.function("refill_ring"), {1, 1, 1}, {64, 1, 1}, 256, nullptr, args);
+    std::vector<float> got(32);
+    out.copy_to_host(got.data(), 128);
+    const auto* x = reinterpret_cast<const float*>(in.data());
+    for (int t = 0; t < 32; ++t) EXPECT_EQ(got[std::size_t(t)], x[t] + x[t + 32]) << "the values are right either way";
+  }
+};
+
+// The races only the TSan build sees: a child process runs the kernel; its report names the race.
+std::string child_report(const std::string& test) {
+  const test::TempDir dir;
+  const std::string log = (dir.path() / "tsan.txt").string();
+  const std::string command = fmt::format(
+      "TSAN_OPTIONS='halt_on_error=1 exitcode=66 log_path={}' /proc/{}/exe --gtest_also_run_disabled_tests "
+      "--gtest_filter='{}' >/dev/null 2>&1",
+      log, getpid(), test);
+  const int status = std::system(command.c_str());
+  std::string report;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) report += test::read_file(entry.path());
+  return fmt::format("exit {}\n{}", WIFEXITED(status) ? WEXITSTATUS(status) : -1, report);
+}
+
+TEST_F(CpuRaces, DISABLED_RingRefilledWithoutItsBarrier) { run_ring(false); }
+TEST_F(CpuRaces, DISABLED_RingRefilledAfterItsBarrier) { run_ring(true); }
+
+TEST_F(CpuRaces, TheRaceDetectorSeesAWarRaceThatLeavesTheValuesRight) {
+#if !MOJO_TSAN
+  run_ring(false);  // right values: only the TSan build can tell
+  GTEST_SKIP() << "the race detector is the TSan build's (cmake --preset tsan)";
+#else
+  const std::string racy = child_report("CpuRaces.DISABLED_RingRefilledWithoutItsBarrier");
+  EXPECT_NE(racy.find("exit 66"), std::string::npos) << racy;
+  EXPECT_NE(racy.find("ThreadSanitizer: data race"), std::string::npos) << racy;
+  EXPECT_NE(racy.find("refill_ring"), std::string::npos) << "the report names the kernel: " << racy;
+  EXPECT_NE(racy.find("GPU thread"), std::string::npos) << "the report names the GPU threads: " << racy;
+  const std::string clean = child_report("CpuRaces.DISABLED_RingRefilledAfterItsBarrier");
+  EXPECT_NE(clean.find("exit 0"), std::string::npos) << clean;
+#endif
 }
 
 TEST(CpuDevice, GraphsReplayWhatTheStreamRecorded) {

@@ -44,6 +44,23 @@ Tolerance tolerance(DType d) {
 
 struct GpuFixture : test::GpuTest {};
 
+// The first rows * hidden elements of `got` against the reference rms_norm of x and w.
+void expect_matches_reference(DType dtype, const std::vector<std::uint8_t>& got, const std::vector<std::uint8_t>& x,
+                              const std::vector<std::uint8_t>& w, std::int64_t rows, std::int64_t hidden, float eps) {
+  const std::size_t n = std::size_t(rows * hidden);
+  std::vector<std::uint8_t> want(x.size());
+  reference::rms_norm(dtype, x.data(), w.data(), want.data(), rows, hidden, eps);
+  const Tolerance tol = tolerance(dtype);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    double g = reference::load(dtype, got.data(), i), r = reference::load(dtype, want.data(), i);
+    if (!(std::abs(g - r) <= tol.atol + tol.rtol * std::abs(r)) && bad++ < 5)
+      ADD_FAILURE() << dtype_name(dtype) << " [" << rows << ", " << hidden << "] element " << i << " (row "
+                    << i / std::size_t(hidden) << "): gpu " << g << " vs cpu " << r;
+  }
+  EXPECT_EQ(bad, 0u) << "elements outside tolerance";
+}
+
 // Runs rms_norm on [rows, hidden] with x starting `x_offset` bytes into its
 // buffer, checks every element against the reference and that no byte
 // outside `out` was touched.
@@ -62,19 +79,34 @@ void check_rms_norm(Runtime& rt, DType dtype, std::int64_t rows, std::int64_t hi
   rt.launch("rms_norm", {out.as(x_spec), x.as(x_spec, x_offset), w.as(w_spec)}, {{"eps", eps}});
   rt.device().synchronize();
 
-  std::vector<std::uint8_t> got(out.size()), want(x_host.size());
+  std::vector<std::uint8_t> got(out.size());
   out.copy_to_host(got.data(), got.size());
-  reference::rms_norm(dtype, x_host.data(), w_host.data(), want.data(), rows, hidden, eps);
-  const Tolerance tol = tolerance(dtype);
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    double g = reference::load(dtype, got.data(), i), r = reference::load(dtype, want.data(), i);
-    if (!(std::abs(g - r) <= tol.atol + tol.rtol * std::abs(r)) && bad++ < 5)
-      ADD_FAILURE() << dtype_name(dtype) << " [" << rows << ", " << hidden << "] element " << i << " (row "
-                    << i / std::size_t(hidden) << "): gpu " << g << " vs cpu " << r;
-  }
-  EXPECT_EQ(bad, 0u) << "elements outside tolerance";
+  expect_matches_reference(dtype, got, x_host, w_host, rows, hidden, eps);
   for (std::size_t i = n * es; i < got.size(); ++i) ASSERT_EQ(got[i], 0xff) << "wrote past the end at byte " << i;
+}
+
+// Host copies of an rms_norm's inputs, x [rows, hidden] and w [hidden]: random (seeded, never zero).
+struct RmsInputs {
+  std::vector<std::uint8_t> x, w;
+};
+
+// Writes random inputs into x and w before a launch reads them (a kernel must never read memory nothing
+// wrote: compute-sanitizer initcheck), and returns them for the reference.
+RmsInputs write_random_inputs(DType dtype, std::int64_t rows, std::int64_t hidden, DeviceBuffer& x, DeviceBuffer& w,
+                              std::uint32_t seed) {
+  RmsInputs in{reference::encode(dtype, test::random_values(std::size_t(rows * hidden), seed)),
+               reference::encode(dtype, test::random_values(std::size_t(hidden), seed + 1))};
+  x.copy_from_host(in.x.data(), in.x.size());
+  w.copy_from_host(in.w.data(), in.w.size());
+  return in;
+}
+
+// The [rows, hidden] output in `out` (after a synchronize) against the reference for `in`.
+void expect_output_matches(DType dtype, const DeviceBuffer& out, const RmsInputs& in, std::int64_t rows,
+                           std::int64_t hidden, float eps) {
+  std::vector<std::uint8_t> got(in.x.size());
+  out.copy_to_host(got.data(), got.size());
+  expect_matches_reference(dtype, got, in.x, in.w, rows, hidden, eps);
 }
 
 }  // namespace
@@ -110,6 +142,8 @@ TEST_F(GpuFixture, GpuWideRowsReadTwiceStillMatch) {
 TEST_F(GpuFixture, GpuKernelHandleLaunchesAndRejectsOtherShapes) {
   const TensorSpec x(DType::f16, {8, 256}), w(DType::f16, {256});
   DeviceBuffer xb(x.nbytes()), wb(w.nbytes()), ob(x.nbytes());
+  const RmsInputs in = write_random_inputs(DType::f16, 8, 256, xb, wb, 11);
+  ob.fill_bytes(0xff);  // NaN: an element the launch does not write fails the check
   KernelHandle h = rt->get_kernel("rms_norm", {ob.as(x), xb.as(x), wb.as(w)});
   EXPECT_EQ(h.kernel_name(), "rms_norm_f16_hidden_256_vec_8_threads_32_rows_4");
   if (!rt->device().is_cpu()) EXPECT_GT(h.function().num_registers(), 0);  // the emulator has no registers
@@ -118,6 +152,7 @@ TEST_F(GpuFixture, GpuKernelHandleLaunchesAndRejectsOtherShapes) {
   std::string msg = test::error_of<InvalidArgumentError>([&] { h.launch({ob.as(x2), xb.as(x2), wb.as(w2)}); });
   EXPECT_NE(msg.find("this handle runs {dtype=f16 hidden=256"), std::string::npos) << msg;
   rt->device().synchronize();
+  expect_output_matches(DType::f16, ob, in, 8, 256, 1e-6f);  // the rejected launch left it as the first wrote it
 }
 
 TEST_F(GpuFixture, GpuEmptyTensorLaunchesNothing) {
@@ -135,6 +170,8 @@ TEST_F(GpuFixture, GpuNullPointerIsAPointerErrorNotAFault) {
 TEST_F(GpuFixture, GpuCacheHitLaunchDoesNotAllocate) {
   const TensorSpec x(DType::bf16, {32, 4096}), w(DType::bf16, {4096});
   DeviceBuffer xb(x.nbytes()), wb(w.nbytes()), ob(x.nbytes());
+  const RmsInputs inputs = write_random_inputs(DType::bf16, 32, 4096, xb, wb, 21);
+  ob.fill_bytes(0xff);
   const Tensor out = ob.as(x), in = xb.as(x), weight = wb.as(w);
   rt->launch("rms_norm", {out, in, weight}, {{"eps", 1e-6f}});  // compiles
   KernelHandle h = rt->get_kernel("rms_norm", {out, in, weight});
@@ -147,6 +184,7 @@ TEST_F(GpuFixture, GpuCacheHitLaunchDoesNotAllocate) {
   EXPECT_GE(rt->stats().memory_hits, 100u);
   EXPECT_EQ(rt->stats().compiles, 1u);
   rt->device().synchronize();
+  expect_output_matches(DType::bf16, ob, inputs, 32, 4096, 1e-6f);
 }
 
 // The launches a sink took: each one's first argument (every op's output pointer).
@@ -224,8 +262,12 @@ TEST(HotPath, ReusesTheBindingWithoutAllocationOrDriverCallAndPacksTheTensorsGiv
 TEST_F(GpuFixture, GpuSecondProcessFindsTheKernelOnDisk) {
   const TensorSpec x(DType::bf16, {2, 4096}), w(DType::bf16, {4096});
   DeviceBuffer xb(x.nbytes()), wb(w.nbytes()), ob(x.nbytes());
-  rt->launch("rms_norm", {ob.as(x), xb.as(x), wb.as(w)});
+  const RmsInputs in = write_random_inputs(DType::bf16, 2, 4096, xb, wb, 31);
+  ob.fill_bytes(0xff);
+  rt->launch("rms_norm", {ob.as(x), xb.as(x), wb.as(w)});  // eps: its default, 1e-6
   EXPECT_EQ(rt->stats().compiles, 1u);
+  rt->device().synchronize();
+  expect_output_matches(DType::bf16, ob, in, 2, 4096, 1e-6f);
   // The quickstart runs the same specialization (bf16, hidden 4096) in a new process.
   auto r = test::run_command("MOJO_JIT_CACHE_DIR=" + cache.str() + " MOJO_JIT_DEVICE=" + test::test_device() + " " +
                              MOJO_TEST_QUICKSTART);

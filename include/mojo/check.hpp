@@ -19,6 +19,10 @@ struct CheckReport {
     std::string name;
     DType dtype = DType::f32;
     std::size_t elements = 0, wrong = 0;  // wrong: outside the tolerance
+    // Elements that differ (bit for bit) between two launches whose output
+    // (and, on the cpu device, workspace) memory held two poisons: read
+    // before written, or never written. Not counted for "inout" tensors.
+    std::size_t poison_dependent = 0;
     double max_abs = 0, max_rel = 0;      // |device - reference|, and relative to |reference|
     Tolerance tolerance{};
   };
@@ -27,14 +31,16 @@ struct CheckReport {
   double kernel_ms = 0;         // the checked launch, between two events (on the cpu device, emulation time)
   bool pass() const noexcept {
     for (const Output& o : outputs)
-      if (o.wrong != 0) return false;
+      if (o.wrong != 0 || o.poison_dependent != 0) return false;
     return true;
   }
 };
 
-// Launches `op` once on random inputs (seeded; the op's random_data) with
-// its outputs poisoned (0xff: NaN in every float type), and compares every
-// tensor it writes with OpDef::reference. `specs` are contiguous, in
+// Launches `op` on random inputs (seeded; the op's random_data) with its
+// outputs poisoned (0xff: NaN in every float type), and compares every
+// tensor it writes with OpDef::reference; then launches it again with zeros
+// in its outputs (and its workspace, on the cpu device) on another stream,
+// and requires the same bits in every "out" tensor. `specs` are contiguous, in
 // tensor_args() order; a rank-0 spec is an absent optional tensor.
 CheckReport check_op(Runtime& rt, std::string_view op, std::span<const TensorSpec> specs, ScalarList scalars,
                      std::uint32_t seed = 0);

@@ -7,8 +7,13 @@
 //    a chosen GPU target (src/device/cpu/), in stream order (each launch
 //    completes before it returns). For checking kernels where no GPU is.
 // Like a CUDA context, the device made current on a thread (Device::open,
-// make_current) decides where the Streams, Events and buffers that thread
-// creates next live; each object remembers its device.
+// make_current) decides where the Streams, Events, buffers and modules that
+// thread creates next live; each object remembers its device and makes its
+// context current on whichever thread uses it. On a thread where nothing is
+// current, the first such object makes the default device current (as the
+// CUDA runtime does lazily): a context the application made current through
+// the driver if there is one, else the device of the last Runtime made
+// (Device::set_default), else GPU 0.
 #pragma once
 
 #include <cstddef>
@@ -53,6 +58,9 @@ class Device {
   static Device open(std::string_view spec);
   // The CPU device emulating `target`, made current on this thread.
   static Device cpu(const Target& target);
+  // The device (a spec as open() takes) that objects made on a thread with
+  // nothing current go to; a Runtime sets its own. Opened on first need.
+  static void set_default(std::string_view spec);
 
   bool is_cpu() const noexcept { return cpu_; }
   int ordinal() const noexcept { return ordinal_; }
@@ -98,6 +106,7 @@ class Stream {
  private:
   StreamHandle stream_ = nullptr;
   bool cpu_ = false;
+  CUctx_st* context_ = nullptr;  // the CUDA context it lives in
 };
 
 class Event {
@@ -117,6 +126,7 @@ class Event {
  private:
   CUevent_st* event_ = nullptr;
   bool cpu_ = false;
+  CUctx_st* context_ = nullptr;
   std::int64_t cpu_ns_ = 0;  // when a cpu event was recorded
 };
 
@@ -145,6 +155,7 @@ class DeviceBuffer {
   DevicePtr ptr_ = 0;
   std::size_t size_ = 0;
   bool cpu_ = false;
+  CUctx_st* context_ = nullptr;
 };
 
 class Function;
@@ -166,6 +177,7 @@ class Module {
  private:
   Module() = default;
   CUmod_st* module_ = nullptr;
+  CUctx_st* context_ = nullptr;
   std::unique_ptr<cpu::Library> cpu_;
 };
 

@@ -93,6 +93,8 @@ HostCompiler::HostCompiler() {
             "-DMOJO_CPU=1"};
   std::istringstream sanitize(MOJO_JIT_HOST_SANITIZE);
   for (std::string f; sanitize >> f;) flags_.push_back(f);
+  // A sanitizer's report (a race, an overflow) names the template's lines.
+  if (std::string_view(MOJO_JIT_HOST_SANITIZE).find("sanitize=") != std::string_view::npos) flags_.push_back("-g1");
   ScratchDir dir;
   std::string version;
   const int status = run({cxx_, "--version"}, dir.path / "version.txt");

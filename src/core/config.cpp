@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "mojo/error.hpp"
+#include "mojo/target.hpp"
 
 extern char** environ;
 
@@ -54,6 +55,26 @@ std::optional<std::string> choice(const char* name, std::initializer_list<std::s
   const std::optional<std::string> v = text(name);
   if (!v || std::find(choices.begin(), choices.end(), *v) != choices.end()) return v;
   throw InvalidArgumentError(fmt::format("{}='{}': expected one of {}", name, *v, fmt::join(choices, ", ")));
+}
+
+std::optional<std::string> device(const char* name) {
+  const std::optional<std::string> v = text(name);
+  if (!v) return v;
+  const std::string_view s = *v;
+  const auto ordinal = [](std::string_view n) {
+    return !n.empty() && n.size() <= 9 && std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (s == "cuda" || s == "cpu" || (s.starts_with("cuda:") && ordinal(s.substr(5)))) return v;
+  if (s.starts_with("cpu:")) {
+    try {
+      (void)Target::parse(s.substr(4));
+      return v;
+    } catch (const InvalidArgumentError& e) {
+      throw InvalidArgumentError(fmt::format("{}='{}': {}", name, s, e.what()));
+    }
+  }
+  throw InvalidArgumentError(
+      fmt::format("{}='{}': expected cuda, cuda:N, cpu or cpu:ARCH (e.g. cpu:sm_90a)", name, s));
 }
 
 std::vector<std::string> unknown_variables() {

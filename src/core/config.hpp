@@ -19,7 +19,7 @@ namespace mojo::config {
 // list is reported once, so that a misspelt one is not silently ignored).
 inline constexpr std::string_view kVariables[] = {
     "MOJO_JIT_AUTOTUNE",      "MOJO_JIT_CACHE_DIR",        "MOJO_JIT_CACHE_MAX_BYTES",   "MOJO_JIT_CACHE_READONLY_DIRS",
-    "MOJO_JIT_CACHE_TRUST",   "MOJO_JIT_COMPILER",         "MOJO_JIT_CPU_SCHEDULE",      "MOJO_JIT_CPU_THREADS",
+    "MOJO_JIT_CACHE_TRUST",   "MOJO_JIT_COMPILER",         "MOJO_JIT_CPU_POISON",        "MOJO_JIT_CPU_SCHEDULE",      "MOJO_JIT_CPU_THREADS",
     "MOJO_JIT_DEBUG_CHECKS",  "MOJO_JIT_DEVICE",           "MOJO_JIT_DISABLE_DISK_CACHE", "MOJO_JIT_DUMP",
     "MOJO_JIT_HOST_CXX",      "MOJO_JIT_LOCK_TIMEOUT_MS",  "MOJO_JIT_LOG",               "MOJO_JIT_OFFLINE",
     "MOJO_JIT_REMOTE",        "MOJO_JIT_TEMPLATE_PATH", "MOJO_JIT_TEST_DEVICE",
@@ -35,6 +35,11 @@ std::optional<std::uint64_t> number(const char* name, std::uint64_t min, std::ui
 std::vector<std::filesystem::path> paths(const char* name);
 // One of `choices`.
 std::optional<std::string> choice(const char* name, std::initializer_list<std::string_view> choices);
+
+// A device as Device::open takes it: cuda, cuda:N, cpu or cpu:ARCH (ARCH a
+// target such as sm_90a). Checked when read, so that a bad value is an error
+// naming the variable before any device is opened.
+std::optional<std::string> device(const char* name);
 
 // The MOJO_JIT_* variables set in this environment that kVariables lacks.
 std::vector<std::string> unknown_variables();

@@ -8,16 +8,29 @@
 
 namespace mojo::log {
 
+namespace {
+// MOJO_JIT_LOG now: InvalidArgumentError for a value that is not a level.
+Level configured() {
+  const std::string v = config::choice("MOJO_JIT_LOG", {"error", "warn", "info", "debug"}).value_or("warn");
+  if (v == "error") return Level::error;
+  if (v == "info") return Level::info;
+  if (v == "debug") return Level::debug;
+  return Level::warn;
+}
+}  // namespace
+
 Level level() noexcept {
-  static const Level l = [] {
-    const std::string v = config::choice("MOJO_JIT_LOG", {"error", "warn", "info", "debug"}).value_or("warn");
-    if (v == "error") return Level::error;
-    if (v == "info") return Level::info;
-    if (v == "debug") return Level::debug;
-    return Level::warn;
+  static const Level l = []() noexcept {
+    try {
+      return configured();
+    } catch (...) {  // reported by check_config(); a log line is no place to throw
+      return Level::warn;
+    }
   }();
   return l;
 }
+
+void check_config() { (void)configured(); }
 
 void write(Level l, std::string_view message) {
   if (!enabled(l)) return;

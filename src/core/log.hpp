@@ -12,7 +12,14 @@ namespace mojo::log {
 
 enum class Level { error = 0, warn = 1, info = 2, debug = 3 };
 
-Level level() noexcept;  // read from MOJO_JIT_LOG once
+// MOJO_JIT_LOG's level, read once. Never throws (logging happens on paths
+// that must not): a value that names no level logs as warn here, and is an
+// error from check_config().
+Level level() noexcept;
+// Throws InvalidArgumentError naming MOJO_JIT_LOG and the levels it takes
+// when its value is none of them. The Runtime's constructor and the CLI call
+// it first, so that a bad value reaches the caller as that error.
+void check_config();
 inline bool enabled(Level l) noexcept { return l <= level(); }
 void write(Level l, std::string_view message);
 

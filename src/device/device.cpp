@@ -9,11 +9,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <utility>
 #include <vector>
 
 #include "device/cpu/executor.hpp"
 #include "device/cpu/library.hpp"
+#include "device/cpu/memory.hpp"
 #include "device/driver.hpp"
 #include "device/hooks.hpp"
 #include "mojo/error.hpp"
@@ -59,7 +62,10 @@ std::function<void()> recorded_launch(const Kernel& k, Dim3 grid, Dim3 block, un
     copy->pointers.push_back(p);
   }
   const Kernel* kernel = &k;
-  return [=] { run(Launch{kernel, grid, block, smem, copy->pointers.data()}, limits, schedule); };
+  return [=] {
+    run(Launch{kernel, grid, block, smem, copy->pointers.data()}, limits, schedule);
+    check_guards(kernel->name);
+  };
 }
 
 }  // namespace cpu
@@ -151,6 +157,57 @@ Device Device::open(int ordinal) {
   return d;
 }
 
+namespace {
+std::mutex g_default_mutex;
+std::string g_default_spec = "cuda";
+
+// Makes a device current on a thread where none is, as the CUDA runtime makes
+// a primary context current on first use: the context the application made
+// current through the driver, else the default device.
+void ensure_a_device() {
+  cpu::Current& c = cpu::t_current;
+  if (c.cpu || c.context != nullptr) return;
+  std::string spec;
+  {
+    std::lock_guard lock(g_default_mutex);
+    spec = g_default_spec;
+  }
+  if (!spec.starts_with("cpu")) {
+    CUcontext current = nullptr;
+    MOJO_CU(cuCtxGetCurrent(&current));
+    if (current != nullptr) {
+      c.context = current;
+      return;
+    }
+  }
+  // Opened once per spec and kept for the process, like the runtime's primary context.
+  static std::mutex opened_mutex;
+  static std::map<std::string, Device*, std::less<>> opened;
+  std::lock_guard lock(opened_mutex);
+  Device*& d = opened[spec];
+  if (d == nullptr) d = new Device(Device::open(spec));
+  else d->make_current();
+}
+
+// Makes `context` current on this thread for an object that lives in it
+// (the thread's own choice of device for new objects stays as it was).
+void use_context(CUcontext context) {
+  if (cpu::t_current.context == context) return;
+  MOJO_CU(cuCtxSetCurrent(context));
+  cpu::t_current.context = context;
+}
+// The same for a destructor: never throws.
+void use_context_noexcept(CUcontext context) noexcept {
+  if (cpu::t_current.context == context) return;
+  if (driver::api().cuCtxSetCurrent(context) == CUDA_SUCCESS) cpu::t_current.context = context;
+}
+}  // namespace
+
+void Device::set_default(std::string_view spec) {
+  std::lock_guard lock(g_default_mutex);
+  g_default_spec = spec;
+}
+
 void Device::make_current() const {
   cpu::t_current.cpu = cpu_;
   if (cpu_) {
@@ -182,24 +239,34 @@ void Device::synchronize() const {
 
 // ---- Stream / Event -------------------------------------------------------
 
-Stream::Stream() : cpu_(cpu::t_current.cpu) {
+Stream::Stream() {
+  ensure_a_device();
+  cpu_ = cpu::t_current.cpu;
+  context_ = cpu::t_current.context;
   if (cpu_) stream_ = reinterpret_cast<StreamHandle>(new cpu::Stream());
   else MOJO_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
 }
 Stream::~Stream() {
   if (stream_ == nullptr) return;
-  if (cpu_) delete cpu::stream_of(stream_);
-  else driver::api().cuStreamDestroy(stream_);
+  if (cpu_) {
+    delete cpu::stream_of(stream_);
+    return;
+  }
+  use_context_noexcept(context_);
+  driver::api().cuStreamDestroy(stream_);
 }
 Stream::Stream(Stream&& other) noexcept
-    : stream_(std::exchange(other.stream_, nullptr)), cpu_(other.cpu_) {}
+    : stream_(std::exchange(other.stream_, nullptr)), cpu_(other.cpu_), context_(other.context_) {}
 Stream& Stream::operator=(Stream&& other) noexcept {
   std::swap(stream_, other.stream_);
   std::swap(cpu_, other.cpu_);
+  std::swap(context_, other.context_);
   return *this;
 }
 void Stream::synchronize() const {
-  if (!cpu_) MOJO_CU(cuStreamSynchronize(stream_));
+  if (cpu_) return;
+  use_context(context_);
+  MOJO_CU(cuStreamSynchronize(stream_));
 }
 
 namespace {
@@ -208,27 +275,39 @@ std::int64_t now_ns() {
 }
 }  // namespace
 
-Event::Event() : cpu_(cpu::t_current.cpu) {
+Event::Event() {
+  ensure_a_device();
+  cpu_ = cpu::t_current.cpu;
+  context_ = cpu::t_current.context;
   if (!cpu_) MOJO_CU(cuEventCreate(&event_, CU_EVENT_DEFAULT));
 }
 Event::~Event() {
-  if (event_ != nullptr) driver::api().cuEventDestroy(event_);
+  if (event_ == nullptr) return;
+  use_context_noexcept(context_);
+  driver::api().cuEventDestroy(event_);
 }
 Event::Event(Event&& other) noexcept
-    : event_(std::exchange(other.event_, nullptr)), cpu_(other.cpu_), cpu_ns_(other.cpu_ns_) {}
+    : event_(std::exchange(other.event_, nullptr)), cpu_(other.cpu_), context_(other.context_), cpu_ns_(other.cpu_ns_) {}
 Event& Event::operator=(Event&& other) noexcept {
   std::swap(event_, other.event_);
   std::swap(cpu_, other.cpu_);
+  std::swap(context_, other.context_);
   std::swap(cpu_ns_, other.cpu_ns_);
   return *this;
 }
 // On the cpu device, work before the record has completed when it is recorded.
 void Event::record(StreamHandle stream) {
-  if (cpu_) cpu_ns_ = now_ns();
-  else MOJO_CU(cuEventRecord(event_, stream));
+  if (cpu_) {
+    cpu_ns_ = now_ns();
+    return;
+  }
+  use_context(context_);
+  MOJO_CU(cuEventRecord(event_, stream));
 }
 void Event::synchronize() const {
-  if (!cpu_) MOJO_CU(cuEventSynchronize(event_));
+  if (cpu_) return;
+  use_context(context_);
+  MOJO_CU(cuEventSynchronize(event_));
 }
 float Event::elapsed_ms(const Event& start, const Event& end) {
   if (start.cpu_ || end.cpu_) {
@@ -242,30 +321,35 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
 
 // ---- DeviceBuffer ---------------------------------------------------------
 
-DeviceBuffer::DeviceBuffer(std::size_t bytes) : size_(bytes), cpu_(cpu::t_current.cpu) {
+DeviceBuffer::DeviceBuffer(std::size_t bytes) : size_(bytes) {
   if (bytes == 0) return;
+  ensure_a_device();
+  cpu_ = cpu::t_current.cpu;
+  context_ = cpu::t_current.context;
   if (!cpu_) {
     MOJO_CU(cuMemAlloc(&ptr_, bytes));
     return;
   }
   device_hooks::count_driver_call();  // cuMemAlloc on a GPU
-  // Exactly `bytes`, so that ASan sees a kernel reading past the end. 256-byte aligned, as cuMemAlloc's.
-  void* p = nullptr;
-  if (posix_memalign(&p, 256, bytes) != 0)
-    throw DeviceError(fmt::format("cpu device: out of memory allocating {} bytes", bytes));
-  ptr_ = reinterpret_cast<DevicePtr>(p);
+  ptr_ = reinterpret_cast<DevicePtr>(cpu::allocate(bytes));
 }
 DeviceBuffer::~DeviceBuffer() {
   if (ptr_ == 0) return;
-  if (cpu_) std::free(reinterpret_cast<void*>(ptr_));
-  else driver::api().cuMemFree(ptr_);
+  if (cpu_) {
+    cpu::release(reinterpret_cast<void*>(ptr_));
+    return;
+  }
+  use_context_noexcept(context_);
+  driver::api().cuMemFree(ptr_);
 }
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : ptr_(std::exchange(other.ptr_, 0)), size_(std::exchange(other.size_, 0)), cpu_(other.cpu_) {}
+    : ptr_(std::exchange(other.ptr_, 0)), size_(std::exchange(other.size_, 0)), cpu_(other.cpu_),
+      context_(other.context_) {}
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   std::swap(ptr_, other.ptr_);
   std::swap(size_, other.size_);
   std::swap(cpu_, other.cpu_);
+  std::swap(context_, other.context_);
   return *this;
 }
 
@@ -288,25 +372,39 @@ Tensor DeviceBuffer::as(const TensorSpec& spec, std::size_t byte_offset) const {
 void DeviceBuffer::copy_from_host(const void* src, std::size_t bytes, std::size_t offset) {
   check_range(offset, bytes, size_, "DeviceBuffer::copy_from_host");
   if (bytes == 0) return;
-  if (cpu_) std::memcpy(reinterpret_cast<void*>(ptr_ + offset), src, bytes);
-  else MOJO_CU(cuMemcpyHtoD(ptr_ + offset, src, bytes));
+  if (cpu_) {
+    std::memcpy(reinterpret_cast<void*>(ptr_ + offset), src, bytes);
+    return;
+  }
+  use_context(context_);
+  MOJO_CU(cuMemcpyHtoD(ptr_ + offset, src, bytes));
 }
 void DeviceBuffer::copy_to_host(void* dst, std::size_t bytes, std::size_t offset) const {
   check_range(offset, bytes, size_, "DeviceBuffer::copy_to_host");
   if (bytes == 0) return;
-  if (cpu_) std::memcpy(dst, reinterpret_cast<const void*>(ptr_ + offset), bytes);
-  else MOJO_CU(cuMemcpyDtoH(dst, ptr_ + offset, bytes));
+  if (cpu_) {
+    std::memcpy(dst, reinterpret_cast<const void*>(ptr_ + offset), bytes);
+    return;
+  }
+  use_context(context_);
+  MOJO_CU(cuMemcpyDtoH(dst, ptr_ + offset, bytes));
 }
 void DeviceBuffer::fill_bytes(std::uint8_t value) {
   if (size_ == 0) return;
-  if (cpu_) std::memset(reinterpret_cast<void*>(ptr_), value, size_);
-  else MOJO_CU(cuMemsetD8(ptr_, value, size_));
+  if (cpu_) {
+    std::memset(reinterpret_cast<void*>(ptr_), value, size_);
+    return;
+  }
+  use_context(context_);
+  MOJO_CU(cuMemsetD8(ptr_, value, size_));
 }
 
 // ---- Module / Function / launch -------------------------------------------
 
 Module Module::load(std::string_view image) {
+  ensure_a_device();
   Module m;
+  m.context_ = cpu::t_current.context;
   if (cpu::t_current.cpu) {
     device_hooks::count_driver_call();  // cuModuleLoadData on a GPU
     m.cpu_ = cpu::Library::load(image);
@@ -315,11 +413,15 @@ Module Module::load(std::string_view image) {
   return m;
 }
 Module::~Module() {
-  if (module_ != nullptr) driver::api().cuModuleUnload(module_);
+  if (module_ == nullptr) return;
+  use_context_noexcept(context_);
+  driver::api().cuModuleUnload(module_);
 }
-Module::Module(Module&& other) noexcept : module_(std::exchange(other.module_, nullptr)), cpu_(std::move(other.cpu_)) {}
+Module::Module(Module&& other) noexcept
+    : module_(std::exchange(other.module_, nullptr)), context_(other.context_), cpu_(std::move(other.cpu_)) {}
 Module& Module::operator=(Module&& other) noexcept {
   std::swap(module_, other.module_);
+  std::swap(context_, other.context_);
   std::swap(cpu_, other.cpu_);
   return *this;
 }
@@ -384,6 +486,7 @@ void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, Str
       return;
     }
     cpu::run(cpu::Launch{k, grid, block, dynamic_smem, args}, cpu::t_current.limits, schedule);
+    cpu::check_guards(k->name);
     return;
   }
   MOJO_CU(cuLaunchKernel(f.handle(), grid.x, grid.y, grid.z, block.x, block.y, block.z, dynamic_smem,

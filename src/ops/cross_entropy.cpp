@@ -439,6 +439,8 @@ class LinearCrossEntropy final : public OpDef {
       return host_data::index_bytes(s.dtype(), y);
     }
     if (backward_ && i == 6) {  // the forward's lse for these inputs
+      const double work = double(specs[hi].dim(0)) * double(specs[hi].dim(1)) * double(specs[hi + 1].dim(0));
+      if (work > kExactLseWork) return estimated_lse(specs, seed);
       std::vector<std::vector<std::uint8_t>> d(specs.size());
       for (std::size_t j : {hi, hi + 1, hi + 2}) d[j] = random_data(j, specs, seed);
       const LinearCrossEntropy& forward = static_cast<const LinearCrossEntropy&>(linear_cross_entropy_op());
@@ -535,6 +537,40 @@ class LinearCrossEntropy final : public OpDef {
     }
     w.bytes = at;
     return w;
+  }
+
+  // Above this many multiply-adds (tokens x hidden x vocab), random_data's lse is estimated, not the float64
+  // forward: at hidden=8192x4096 weight=151936x4096 that reference is 5e12 multiply-adds on one core and a
+  // 10 GB logits buffer (hours: a benchmark's data never got to the launches).
+  static constexpr double kExactLseWork = double(std::int64_t(1) << 30);
+
+  // Each row's lse from evenly spaced vocabulary rows (as many as kExactLseWork allows, at least 16):
+  // log(vocab / sampled) + the lse of their logits (float64, no soft-cap, like the exact path). Close to the
+  // forward's (logits of a few units), so the softmax the backward forms stays finite and near 1 in sum.
+  std::vector<std::uint8_t> estimated_lse(std::span<const TensorSpec> specs, std::uint32_t seed) const {
+    const std::size_t hi = hidden_index();
+    const std::int64_t tokens = specs[hi].dim(0), hidden = specs[hi].dim(1), vocab = specs[hi + 1].dim(0);
+    const std::int64_t per_column = std::max<std::int64_t>(1, tokens * hidden);
+    const std::int64_t sampled = std::min(vocab, std::max<std::int64_t>(16, std::int64_t(kExactLseWork) / per_column));
+    const std::vector<float> h = host_data::floats(specs[hi], random_data(hi, specs, seed)),
+                             w = host_data::floats(specs[hi + 1], random_data(hi + 1, specs, seed));
+    std::vector<float> lse(std::size_t(std::max<std::int64_t>(tokens, 0)));
+    std::vector<double> logits(static_cast<std::size_t>(sampled));
+    for (std::int64_t r = 0; r < tokens; ++r) {
+      double max = -INFINITY;
+      for (std::int64_t c = 0; c < sampled; ++c) {
+        const std::int64_t j = c * vocab / sampled;
+        double dot = 0;
+        for (std::int64_t k = 0; k < hidden; ++k)
+          dot += double(h[std::size_t(r * hidden + k)]) * w[std::size_t(j * hidden + k)];
+        logits[std::size_t(c)] = dot;
+        max = std::max(max, dot);
+      }
+      double sum = 0;
+      for (double x : logits) sum += std::exp(x - max);
+      lse[std::size_t(r)] = float(max + std::log(sum) + std::log(double(vocab) / double(sampled)));
+    }
+    return reference::encode(DType::f32, lse);
   }
 
   // n values in ±[0.01, 0.3] (never zero): logits of a few units.

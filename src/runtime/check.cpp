@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <optional>
 
+#include "device/cpu/memory.hpp"
 #include "mojo/error.hpp"
 #include "reference/reference.hpp"
 
@@ -64,19 +67,59 @@ CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const Tens
   stop.record(stream);
   stop.synchronize();
   report.kernel_ms = Event::elapsed_ms(start, stop);
+  std::vector<std::vector<std::uint8_t>> first(specs.size());
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    if (infos[i].role == std::string_view("in") || specs[i].rank() == 0) continue;
+    first[i].resize(host[i].size());
+    buffers[i].copy_to_host(first[i].data(), first[i].size());
+  }
+
+  // Again with the other poison: zeros in the outputs and, on the cpu device, in the workspace (a new
+  // stream's, allocated by this launch). An output that depends on which poison it met read memory
+  // nothing wrote, or left some unwritten.
+  std::vector<std::vector<std::uint8_t>> second(specs.size());
+  {
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      if (infos[i].role == std::string_view("in") || specs[i].rank() == 0) continue;
+      const std::vector<std::uint8_t> fill = infos[i].role == std::string_view("out")
+                                                 ? std::vector<std::uint8_t>(host[i].size(), 0)
+                                                 : host[i];
+      buffers[i].copy_from_host(fill.data(), fill.size());
+    }
+    const bool cpu = rt.device().is_cpu();
+    if (cpu) cpu::set_poison(cpu::Poison::zero);
+    try {
+      Stream other;
+      kernel.launch(tensors, scalars, other);
+      other.synchronize();
+    } catch (...) {
+      if (cpu) cpu::set_poison(std::nullopt);
+      throw;
+    }
+    if (cpu) cpu::set_poison(std::nullopt);
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      if (infos[i].role == std::string_view("in") || specs[i].rank() == 0) continue;
+      second[i].resize(host[i].size());
+      buffers[i].copy_to_host(second[i].data(), second[i].size());
+    }
+  }
 
   std::vector<std::vector<std::uint8_t>> want = host;
   op.reference(specs, want, scalars);
   for (std::size_t i = 0; i < specs.size(); ++i) {
     if (infos[i].role == std::string_view("in") || specs[i].rank() == 0) continue;
-    std::vector<std::uint8_t> got(host[i].size());
-    buffers[i].copy_to_host(got.data(), got.size());
+    const std::vector<std::uint8_t>& got = first[i];
     CheckReport::Output out;
     out.name = std::string(infos[i].name);
     out.dtype = specs[i].dtype();
     out.elements = std::size_t(specs[i].numel());
     out.tolerance = op.tolerance(out.dtype, specs, scalars);
     out.wrong = mismatches(out.dtype, got, want[i], out.tolerance);
+    if (infos[i].role == std::string_view("out")) {
+      const std::size_t size = dtype_size(out.dtype);
+      for (std::size_t e = 0; e < out.elements; ++e)
+        out.poison_dependent += std::memcmp(got.data() + e * size, second[i].data() + e * size, size) != 0;
+    }
     for (std::size_t e = 0; e < out.elements; ++e) {
       const double g = reference::load(out.dtype, got.data(), e), r = reference::load(out.dtype, want[i].data(), e);
       if (!std::isfinite(r)) continue;

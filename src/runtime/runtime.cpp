@@ -27,6 +27,7 @@
 #include <unordered_map>
 
 #include "cache/kernel_cache.hpp"
+#include "cache/remote.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "mojo/error.hpp"
@@ -81,7 +82,18 @@ CacheOptions cache_options(const RuntimeOptions& o) {
   c.readonly_dirs = o.readonly_cache_dirs;
   for (fs::path& p : config::paths("MOJO_JIT_CACHE_READONLY_DIRS")) c.readonly_dirs.push_back(std::move(p));
   c.offline = o.offline || config::flag("MOJO_JIT_OFFLINE");
-  c.remote = !o.remote_cache.empty() ? o.remote_cache : config::text("MOJO_JIT_REMOTE").value_or("");
+  c.remote = o.remote_cache;
+  if (c.remote.empty()) {
+    c.remote = config::text("MOJO_JIT_REMOTE").value_or("");
+    // Parsed now (it connects on first use) so that a bad URL names the variable it came from.
+    if (!c.remote.empty()) {
+      try {
+        RemoteCache parsed(c.remote);
+      } catch (const InvalidArgumentError& e) {
+        throw InvalidArgumentError(fmt::format("MOJO_JIT_REMOTE='{}': {}", c.remote, e.what()));
+      }
+    }
+  }
   c.trust_any_dir = o.trust_cache_dir || config::flag("MOJO_JIT_CACHE_TRUST");
   if (o.cache_max_bytes > 0)
     c.max_bytes = o.cache_max_bytes;
@@ -94,12 +106,27 @@ CacheOptions cache_options(const RuntimeOptions& o) {
 
 std::string device_spec(const RuntimeOptions& options) {
   if (!options.device.empty()) return options.device;
-  return config::text("MOJO_JIT_DEVICE").value_or("cuda");
+  return config::device("MOJO_JIT_DEVICE").value_or("cuda");
 }
 
-std::string compiler_name(const RuntimeOptions& options) {
-  if (!options.compiler.empty()) return options.compiler;
-  return config::text("MOJO_JIT_COMPILER").value_or("nvrtc");
+// The options with MOJO_JIT_LOG and MOJO_JIT_DEVICE checked first, so that a bad value is an
+// InvalidArgumentError naming its variable from the constructor, before anything logs or opens.
+RuntimeOptions checked_options(RuntimeOptions o) {
+  log::check_config();
+  o.device = device_spec(o);
+  return o;
+}
+
+// The compiler the options name, else MOJO_JIT_COMPILER's (an error from that names the variable), else NVRTC.
+std::unique_ptr<Compiler> make_runtime_compiler(const RuntimeOptions& options) {
+  if (!options.compiler.empty()) return make_compiler(options.compiler);
+  const std::optional<std::string> name = config::choice("MOJO_JIT_COMPILER", {"nvrtc", "llvm"});
+  if (!name) return make_compiler("nvrtc");
+  try {
+    return make_compiler(*name);
+  } catch (const InvalidArgumentError& e) {  // llvm in a build without it
+    throw InvalidArgumentError(fmt::format("MOJO_JIT_COMPILER='{}': {}", *name, e.what()));
+  }
 }
 
 // A MOJO_JIT_* variable no part reads is most likely misspelt: said once per process.
@@ -294,9 +321,9 @@ struct Runtime::Impl {
   WorkspaceArena workspace;
 
   explicit Impl(RuntimeOptions o)
-      : options(std::move(o)),
+      : options(checked_options(std::move(o))),
         templates(options.template_paths),
-        compiler(make_compiler(compiler_name(options))),
+        compiler(make_runtime_compiler(options)),
         cache(cache_options(options)),
         dump_dir(!options.dump_dir.empty() ? options.dump_dir : fs::path(config::text("MOJO_JIT_DUMP").value_or(""))),
         debug_checks(options.debug_checks || config::flag("MOJO_JIT_DEBUG_CHECKS")),
@@ -456,6 +483,8 @@ Params Runtime::Impl::tuned(const OpDef& op, const Params& params, TensorList te
 }
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
+  // Buffers and streams made on a thread with no device current go to this Runtime's device.
+  Device::set_default(device_spec(impl_->options));
   // The cpu device costs nothing to open: it is current at once, so the buffers made next live on it.
   if (device_spec(impl_->options).starts_with("cpu")) impl_->open_device();
 }

@@ -60,19 +60,20 @@ void bench_cache(const Options& options) {
     const mojo::KernelKey key = mojo::compute_key(mojo::KeyInputs{"hit", "k", "", "sm_90", "", mojo::Emit::cubin});
     cache.store(key, mojo::Emit::cubin, "op=bench\n", payload);
     std::vector<double> us;
-    for (int i = 0; i < 2000; ++i) {
+    for (int i = 0; i < (options.smoke ? 200 : 2000); ++i) {
       auto t = Clock::now();
       auto got = cache.load(key, mojo::Emit::cubin);
       us.push_back(ms_since(t) * 1e3);
       if (!got || got->size() != payload.size()) throw mojo::Error("bench: disk hit returned the wrong bytes");
     }
     std::sort(us.begin(), us.end());
-    fmt::print("| disk hit of a 100 KB entry (read + verify), median of 2000 | {:.1f} µs |\n", us[us.size() / 2]);
+    fmt::print("| disk hit of a 100 KB entry (read + verify), median of {} | {:.1f} µs |\n", us.size(),
+               us[us.size() / 2]);
   }
 
   // verify of 10,000 entries of 8 KB.
   {
-    const int n = quick ? 2000 : 10000;
+    const int n = options.smoke ? 200 : quick ? 2000 : 10000;
     mojo::DiskCache cache(dir / "verify");
     const std::string payload = random_bytes(8 * 1024, 2);
     for (int i = 0; i < n; ++i) {
@@ -95,13 +96,14 @@ void bench_cache(const Options& options) {
 
   // Processes racing cold on one directory vs one process alone.
   {
-    const int specs = quick ? 12 : 50, processes = 8;
+    const int specs = options.smoke ? 2 : quick ? 12 : 50, processes = options.smoke ? 2 : 8;
     std::filesystem::path manifest = dir / "race.toml";
     std::string hidden;
     for (int k = 1; k <= specs; ++k) hidden += fmt::format("{}{{ x = [1, {}] }}", k > 1 ? ", " : "", 64 * k);
     std::ofstream(manifest) << fmt::format("targets = [\"sm_90\"]\n[[kernel]]\nop = \"rms_norm\"\ndtypes = [\"f32\"]\n"
                                            "shapes = [{}]\n", hidden);
     const std::filesystem::path cli = self_dir / "mojo-jit";
+    if (!std::filesystem::exists(cli)) throw mojo::Error(fmt::format("bench: no {} (the race runs the CLI)", cli.string()));
     auto [alone_s, alone_compiled] = race_prewarm(cli, manifest, dir / "alone", 1);
     auto [race_s, race_compiled] = race_prewarm(cli, manifest, dir / "race", processes);
     std::vector<std::string> problems;
@@ -109,6 +111,9 @@ void bench_cache(const Options& options) {
     fmt::print("| one process prewarming {} specializations | {:.2f} s ({} compiled) |\n", specs, alone_s, alone_compiled);
     fmt::print("| {} processes racing cold on the same {} | {:.2f} s = {:.2f}x ({} compiled, {} entries, {} corrupt) |\n",
                processes, specs, race_s, race_s / alone_s, race_compiled, entries, problems.size());
+    if (alone_compiled != specs || entries != std::size_t(specs) || !problems.empty() || race_compiled < specs)
+      fail(fmt::format("cache: prewarm of {} specializations: {} compiled alone, {} racing, {} entries, {} corrupt",
+                       specs, alone_compiled, race_compiled, entries, problems.size()));
   }
   std::filesystem::remove_all(dir);
 }

@@ -61,7 +61,7 @@ Timing time_mode(Mode mode, const std::string& compiler, mojo::Emit emit, int jo
 
 }  // namespace
 
-void bench_compile(const mojo::Target& target) {
+void bench_compile(const mojo::Target& target, const Options&) {
   auto dir = fresh_dir("compile");
   mojo::RuntimeOptions o;
   o.cache_dir = dir;
@@ -86,11 +86,14 @@ void bench_compile(const mojo::Target& target) {
 }
 
 void bench_compile_modes(const mojo::Target& target, const Options& options) {
-  const std::vector<mojo::PrewarmItem> items = mojo::Manifest::examples().items({target});
+  // --smoke: rms_norm's three dtypes only (every op's example shapes take minutes on 2 cores).
+  const std::vector<mojo::PrewarmItem> items =
+      (options.smoke ? mojo::Manifest::examples({"rms_norm"}) : mojo::Manifest::examples()).items({target});
+  const int tries = options.smoke || options.quick ? 1 : 3;
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   const double n = double(items.size());
-  fmt::print("\n## Compile modes: every op x dtype at its example shapes = {} kernels, {}, {} cores, fastest of 3\n\n", items.size(),
-             target.sm_name(), cores);
+  fmt::print("\n## Compile modes: {} at its example shapes = {} kernels, {}, {} cores, fastest of {}\n\n",
+             options.smoke ? "rms_norm x dtype" : "every op x dtype", items.size(), target.sm_name(), cores, tries);
   fmt::print("| mode | compiler | output | wall ms | CPU ms | ms per kernel (wall) |\n|---|---|---|---:|---:|---:|\n");
   auto row = [&](const char* mode, const std::string& compiler, mojo::Emit emit, Timing t) {
     fmt::print("| {} | {} | {} | {:.0f} | {:.0f} | {:.1f} |\n", mode, compiler, mojo::emit_name(emit), t.wall_ms,
@@ -103,7 +106,7 @@ void bench_compile_modes(const mojo::Target& target, const Options& options) {
       // The fastest of three runs of each: on a shared VM single runs vary by 30%.
       auto best = [&](Mode mode, int jobs) {
         Timing fastest = time_mode(mode, compiler, emit, jobs, items, target);
-        for (int i = 1; i < (options.quick ? 1 : 3); ++i) {
+        for (int i = 1; i < tries; ++i) {
           Timing t = time_mode(mode, compiler, emit, jobs, items, target);
           if (t.wall_ms < fastest.wall_ms) fastest = t;
         }
@@ -136,10 +139,10 @@ void bench_compile_modes(const mojo::Target& target, const Options& options) {
   // The first compile of a process: loading the shared libraries, initialising
   // the compiler and compiling, timed from outside (exec to exit).
   fmt::print("\n| first compile in a new process (rms_norm to PTX, median of {}) | process wall ms | of which in main() | "
-             "process CPU ms |\n|---|---:|---:|---:|\n", options.quick ? 1 : 3);
+             "process CPU ms |\n|---|---:|---:|---:|\n", tries);
   for (const std::string& compiler : available_compilers()) {
     std::vector<double> wall, in_main, cpu;
-    for (int i = 0; i < (options.quick ? 1 : 3); ++i) {
+    for (int i = 0; i < tries; ++i) {
       const std::string cmd = fmt::format("{} --first-compile-child {} {}", options.self.string(), compiler, target.sm_name());
       rusage before{}, after{};
       ::getrusage(RUSAGE_CHILDREN, &before);
@@ -155,7 +158,10 @@ void bench_compile_modes(const mojo::Target& target, const Options& options) {
       in_main.push_back(m);
       cpu.push_back(rusage_ms(after) - rusage_ms(before));
     }
-    if (wall.empty()) fmt::print("| {} | failed | | |\n", compiler);
+    if (wall.empty()) {
+      fmt::print("| {} | failed | | |\n", compiler);
+      fail(fmt::format("modes: the first-compile child process failed with {}", compiler));
+    }
     else fmt::print("| {} | {:.0f} | {:.0f} | {:.0f} |\n", compiler, median(wall), median(in_main), median(cpu));
   }
 }

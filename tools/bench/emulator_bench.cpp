@@ -11,7 +11,7 @@ namespace bench {
 namespace {
 
 struct EmulatedCase {
-  const char* what;
+  std::string what;
   const char* device;
   const char* op;
   std::vector<mojo::TensorSpec> specs;
@@ -23,40 +23,47 @@ struct EmulatedCase {
 void bench_emulator(const Options& options) {
   using mojo::DType;
   using mojo::TensorSpec;
-  const TensorSpec x(DType::bf16, {64, 4096}), w(DType::bf16, {4096}), m(DType::bf16, {256, 256});
+  const bool smoke = options.smoke;
+  const TensorSpec x(DType::bf16, {smoke ? 4 : 64, smoke ? 256 : 4096}), w(DType::bf16, {smoke ? 256 : 4096}),
+      m(DType::bf16, {smoke ? 64 : 256, smoke ? 64 : 256});
+  const std::string gemm = smoke ? "gemm bf16 64^3" : "gemm bf16 256^3";
   const std::vector<EmulatedCase> cases = {
-      {"rms_norm bf16 64x4096", "cpu", "rms_norm", {x, x, w}, {}},
-      {"gemm bf16 256^3, sm_80 path", "cpu", "gemm", {m, m, m}, {{"path", 80}}},
-      {"gemm bf16 256^3, sm_90a path", "cpu:sm_90a", "gemm", {m, m, m}, {{"path", 90}}},
+      {smoke ? "rms_norm bf16 4x256" : "rms_norm bf16 64x4096", "cpu", "rms_norm", {x, x, w}, {}},
+      {gemm + ", sm_80 path", "cpu", "gemm", {m, m, m}, {{"path", 80}}},
+      {gemm + ", sm_90a path", "cpu:sm_90a", "gemm", {m, m, m}, {{"path", 90}}},
   };
+  const int runs = smoke ? 1 : options.quick ? 3 : 7;
   fmt::print(
-      "\n## The CPU device: emulation time (one core)\n\n"
+      "\n## The CPU device: emulation time (one core; random inputs)\n\n"
       "| kernel | device | kernel name | host compile ms | emulation ms (median of {}) |\n"
       "|---|---|---|---:|---:|\n",
-      options.quick ? 3 : 7);
+      runs);
   for (const EmulatedCase& c : cases) {
     mojo::RuntimeOptions o;
     o.device = c.device;
     o.cache_dir = fresh_dir("emulator");
     mojo::Runtime rt(o);
+    use_device(rt);  // the buffers below are the CPU device's, whatever an earlier table left current
+    const mojo::OpDef& op = mojo::find_op(c.op);
     std::vector<mojo::DeviceBuffer> buffers;
     std::vector<mojo::Tensor> tensors;
-    for (const TensorSpec& s : c.specs) {
-      buffers.emplace_back(s.nbytes());
-      buffers.back().fill_bytes(0x3c);  // 1.1 in bf16
-      tensors.push_back(buffers.back().as(s));
+    for (std::size_t i = 0; i < c.specs.size(); ++i) {
+      const std::vector<std::uint8_t> data = op.random_data(i, c.specs, 5);
+      buffers.emplace_back(c.specs[i].nbytes());
+      buffers.back().copy_from_host(data.data(), std::min(data.size(), c.specs[i].nbytes()));
+      tensors.push_back(buffers.back().as(c.specs[i]));
     }
     const auto compile_start = Clock::now();
     const mojo::KernelHandle h = rt.get_kernel(c.op, tensors, c.scalars);
     const double compile_ms = ms_since(compile_start);
-    std::vector<double> runs;
-    for (int i = 0; i < (options.quick ? 3 : 7); ++i) {
+    std::vector<double> times;
+    for (int i = 0; i < runs; ++i) {
       const auto start = Clock::now();
       h.launch(tensors, c.scalars);
-      runs.push_back(ms_since(start));
+      times.push_back(ms_since(start));
     }
     fmt::print("| {} | {} | `{}` | {:.0f} | {:.1f} |\n", c.what, rt.device().name(), h.kernel_name(), compile_ms,
-               median(runs));
+               median(times));
     std::filesystem::remove_all(o.cache_dir);
   }
 }

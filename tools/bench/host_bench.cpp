@@ -4,6 +4,13 @@
 // reached the device layer; heap allocations are counted by this binary's
 // operator new. Goal (issue 15): at most 100 ns by handle and 400 ns by name
 // on a 2-core CI machine, no allocation, no driver call besides the launch.
+//
+// Everything here is on the CPU device, even where there is a GPU: the
+// Runtime, the buffers (its device is made current before they are
+// allocated) and so every launch the sink takes. The sink is removed on the
+// way out, exception or not, and a launch of a GPU function reaching it is an
+// error; the CPU device is left current, so the tables after this one make
+// their own device current before allocating (bench::use_device).
 #include <fmt/format.h>
 
 #include <atomic>
@@ -16,9 +23,19 @@
 namespace {
 std::atomic<std::uint64_t> g_allocations{0};
 std::atomic<std::uint64_t> g_launches{0};
-void count_launch(const mojo::Function&, mojo::Dim3, mojo::Dim3, unsigned, mojo::StreamHandle, void**) {
+std::atomic<std::uint64_t> g_gpu_launches{0};  // launches of a function that is not the CPU device's
+void count_launch(const mojo::Function& f, mojo::Dim3, mojo::Dim3, unsigned, mojo::StreamHandle, void**) {
   g_launches.fetch_add(1, std::memory_order_relaxed);
+  if (f.cpu_kernel() == nullptr) g_gpu_launches.fetch_add(1, std::memory_order_relaxed);
 }
+
+// The sink for a scope: removed however the scope ends, so no later launch is swallowed.
+struct SinkScope {
+  SinkScope() { mojo::device_hooks::set_launch_sink(count_launch); }
+  ~SinkScope() { mojo::device_hooks::set_launch_sink(nullptr); }
+  SinkScope(const SinkScope&) = delete;
+  SinkScope& operator=(const SinkScope&) = delete;
+};
 }  // namespace
 
 void* operator new(std::size_t n) {
@@ -68,6 +85,7 @@ void bench_host(const Options& options) {
   mojo::RuntimeOptions o;
   o.device = "cpu:sm_90a";  // both GEMM paths; nothing here runs a kernel
   mojo::Runtime rt(o);
+  if (!use_device(rt).is_cpu()) throw mojo::Error("bench: the host table's Runtime is not on the CPU device");
   const std::vector<HostCase> cases = {
       {"rms_norm bf16 1x4096", "rms_norm",
        {TensorSpec(DType::bf16, {1, 4096}), TensorSpec(DType::bf16, {1, 4096}), TensorSpec(DType::bf16, {4096})},
@@ -77,14 +95,16 @@ void bench_host(const Options& options) {
         TensorSpec(), TensorSpec()},
        {{"path", 90}}},
   };
-  const int n = options.quick ? 100000 : 1000000;
+  const int n = options.smoke ? 20000 : options.quick ? 100000 : 1000000;
   fmt::print("\n## Host overhead per launch, cache hit (cpu device, launches taken by a sink; {} calls, median of "
              "10000-call batches)\n\n",
              n);
   fmt::print("| op | path | ns / launch | heap allocations / launch | driver calls / launch | launches |\n");
   fmt::print("|---|---|---:|---:|---:|---:|\n");
-  mojo::device_hooks::set_launch_sink(count_launch);
+  const std::uint64_t gpu_launches = g_gpu_launches;
+  SinkScope sink;
   for (const HostCase& c : cases) {
+    rt.device().make_current();  // the buffers are the CPU device's: nothing the sink takes points at a GPU
     // Two sets of buffers of the same shapes: the same tensors again, or others like them.
     std::vector<mojo::DeviceBuffer> buffers;
     std::vector<mojo::Tensor> first, second;
@@ -103,11 +123,15 @@ void bench_host(const Options& options) {
         {"Runtime::launch, same tensors", measure(n, [&] { rt.launch(c.op, first, c.scalars); })},
         {"Runtime::launch, other buffers", measure(n, [&] { rt.launch(c.op, other(), c.scalars); })},
     };
-    for (const auto& [path, r] : rows)
+    for (const auto& [path, r] : rows) {
       fmt::print("| {} | {} | {:.0f} | {:.2f} | {:.2f} | {:.2f} |\n", c.what, path, r.ns, r.allocations, r.driver_calls,
                  r.launches);
+      if (r.launches < 1) fail(fmt::format("host: {} {}: {:.2f} launches per call reached the sink", c.what, path, r.launches));
+    }
   }
-  mojo::device_hooks::set_launch_sink(nullptr);
+  if (g_gpu_launches != gpu_launches)
+    throw mojo::Error(fmt::format("bench: {} launches of a GPU function reached the host table's sink",
+                                  std::uint64_t(g_gpu_launches) - gpu_launches));
 }
 
 }  // namespace bench

@@ -24,6 +24,7 @@
 #include "cache/entry.hpp"
 #include "cache/remote.hpp"
 #include "core/config.hpp"
+#include "core/log.hpp"
 #include "mojo/mojo.hpp"
 
 namespace {
@@ -111,8 +112,34 @@ struct SpecOptions {
 
   std::vector<mojo::Tensor> tensors(const mojo::OpDef& op) const {
     const mojo::ShapeMap named = mojo::parse_shapes(op, shapes);
+    const mojo::DType dt = mojo::parse_dtype(dtype);
+    std::vector<mojo::TensorSpec> specs = op.specs_from_shapes(dt, named);
+    // A scalar trans_X (gemm's trans_a, trans_b) says tensor X is stored with its last two dims swapped, while the
+    // op infers the tensors left out (gemm's c) from the untransposed layout: those are inferred from X's dims
+    // swapped back, then given with X as stored.
+    std::vector<std::string> storage;
+    mojo::ShapeMap untransposed = named;
+    bool transposed = false;
+    for (const mojo::ScalarArg& s : scalars(storage)) {
+      if (!s.name.starts_with("trans_") || s.value.as_double() == 0) continue;
+      const auto it = untransposed.find(s.name.substr(6));
+      if (it == untransposed.end() || it->second.size() < 2) continue;
+      std::swap(it->second[it->second.size() - 2], it->second[it->second.size() - 1]);
+      transposed = true;
+    }
+    if (transposed) {
+      const std::vector<mojo::TensorSpec> inferred = op.specs_from_shapes(dt, untransposed);
+      const auto args = op.tensor_args();
+      mojo::ShapeMap complete = named;
+      for (std::size_t i = 0; i < args.size() && i < inferred.size(); ++i)
+        if (!named.contains(args[i].name) && inferred[i].rank() > 0) {
+          const auto dims = inferred[i].shape();
+          complete.emplace(std::string(args[i].name), std::vector<std::int64_t>(dims.begin(), dims.end()));
+        }
+      specs = op.specs_from_shapes(dt, complete);
+    }
     std::vector<mojo::Tensor> out;
-    for (const mojo::TensorSpec& spec : op.specs_from_shapes(mojo::parse_dtype(dtype), named)) out.push_back({spec, 0});
+    for (const mojo::TensorSpec& spec : specs) out.push_back({spec, 0});
     return out;
   }
 
@@ -155,7 +182,7 @@ int run_check(int argc, char** argv) {
   MOJO_CLI_PARSE(app, argc, argv);
 
   mojo::RuntimeOptions o = spec.runtime_options();
-  if (device.empty()) device = mojo::config::text("MOJO_JIT_DEVICE").value_or("");
+  if (device.empty()) device = mojo::config::device("MOJO_JIT_DEVICE").value_or("");
   if (device.empty()) device = mojo::device_available() ? "cuda" : "cpu";
   if (device.starts_with("cpu") && !spec.arch.empty()) {
     if (device != "cpu")
@@ -544,8 +571,16 @@ int run_cache(int argc, char** argv) {
     text = fmt::format("evicted {} least-recently-used entries; {} entries, {} bytes remain (cap {})", n, u.entries,
                        u.bytes, max_bytes);
   } else if (action == "push" || action == "pull") {
-    if (remote.empty()) remote = mojo::config::text("MOJO_JIT_REMOTE").value_or("");
-    if (remote.empty()) throw mojo::InvalidArgumentError(fmt::format("cache {}: give --remote or MOJO_JIT_REMOTE", action));
+    if (remote.empty()) {
+      remote = mojo::config::text("MOJO_JIT_REMOTE").value_or("");
+      if (remote.empty())
+        throw mojo::InvalidArgumentError(fmt::format("cache {}: give --remote or MOJO_JIT_REMOTE", action));
+      try {  // a bad URL names the variable it came from
+        mojo::RemoteCache parsed(remote);
+      } catch (const mojo::InvalidArgumentError& e) {
+        throw mojo::InvalidArgumentError(fmt::format("MOJO_JIT_REMOTE='{}': {}", remote, e.what()));
+      }
+    }
     const auto [copied, skipped] = action == "push" ? push(cache, remote) : pull(cache, remote);
     j["copied"] = copied;
     j["skipped"] = skipped;
@@ -606,6 +641,7 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   try {
+    mojo::log::check_config();  // a bad MOJO_JIT_LOG is one error line, like any other bad input
     std::string_view command = argv[1];
     if (command == "list") return run_list(argc - 1, argv + 1);
     if (command == "describe") return run_describe(argc - 1, argv + 1, false);

@@ -14,6 +14,7 @@
 #include "../../../kernel_templates/mojo_cpu_abi.h"
 #include "device/cpu/executor.hpp"
 #include "device/cpu/fiber.hpp"
+#include "device/cpu/race.hpp"
 
 namespace mojo::cpu {
 
@@ -33,6 +34,7 @@ struct Thread {
   Wait wait = Wait::none;
   const char* wait_what = nullptr;                 // the collective's name
   unsigned wait_id = 0, wait_arg = 0;              // barrier id and count, or mbarrier address and parity
+  int quiet = 0;                                   // Quiet scopes open (race.hpp)
   std::vector<AsyncCopy> open_copies;              // since the last commit
   std::deque<std::vector<AsyncCopy>> copy_groups;  // committed, oldest first
 };
@@ -40,6 +42,7 @@ struct Thread {
 // A rendezvous of the lanes of one warp (32) or warpgroup (128).
 struct Rendezvous {
   int arrived = 0;
+  unsigned phase = 0;  // completed rounds
   const char* what = nullptr;
   void* lanes[128] = {};
 };
@@ -93,6 +96,7 @@ class Block {
   unsigned smem_bytes = 0;
   struct Barrier {
     int arrived = 0, threads = 0;
+    unsigned phase = 0;  // completed rounds
   } barriers[16];
   std::vector<Rendezvous> warps, warpgroups;
   std::vector<int> exited_in_warp;
@@ -100,6 +104,8 @@ class Block {
   std::vector<Warpgroup> wgmma;
   int current = -1;
   std::string error;  // the first failure; the block stops
+  // TSan: the scheduler releases start before the threads run, and each thread releases end when it stops.
+  char start_sync = 0, end_sync = 0;
 
   Thread& self() { return threads[std::size_t(current)]; }
   int tid() const { return current; }
@@ -133,6 +139,23 @@ class Block {
 // The block the calling OS thread is running.
 Block& current_block();
 
+// Keeps the emulator's own bookkeeping, shared by every thread of the block,
+// out of TSan's sight while a primitive runs (race.hpp). Counted per thread,
+// so that a thread that fails closes the scopes it leaves open.
+class Quiet {
+ public:
+  Quiet() {
+    race::quiet_begin();
+    ++current_block().self().quiet;
+  }
+  ~Quiet() {
+    --current_block().self().quiet;
+    race::quiet_end();
+  }
+  Quiet(const Quiet&) = delete;
+  Quiet& operator=(const Quiet&) = delete;
+};
+
 template <class F>
 void Block::collective(bool warpgroup, const char* what, void* mine, F&& complete) {
   const int size = warpgroup ? 128 : 32, group = current / size, lane = current % size;
@@ -146,12 +169,19 @@ void Block::collective(bool warpgroup, const char* what, void* mine, F&& complet
          " waits at " + r.what + " (every lane must execute the same collective)");
   r.what = what;
   r.lanes[lane] = mine;
+  // The lanes of a collective are ordered with each other (as __syncwarp orders them).
+  const void* sync = race::phase_sync(&r, r.phase);
+  race::release(sync);
   if (++r.arrived < lanes_of(warpgroup, group)) {
     wait(warpgroup ? Wait::warpgroup : Wait::warp, what, unsigned(group));
+    race::acquire(sync);
     return;
   }
   r.arrived = 0;
+  race::acquire(sync);
   complete(r.lanes);
+  race::release(sync);
+  ++r.phase;
   for (int i = group * size; i < group * size + size && i < int(threads.size()); ++i)
     if (i != current && threads[std::size_t(i)].state == Thread::waiting &&
         threads[std::size_t(i)].wait == (warpgroup ? Wait::warpgroup : Wait::warp))

@@ -44,9 +44,16 @@ thread_local Block* t_running = nullptr;
 
 void thread_main(void* arg) {
   auto* t = static_cast<Thread*>(arg);
+  race::quiet_begin();
   Block& b = *t_running;
+  race::quiet_end();
+  race::acquire(&b.start_sync);  // what the scheduler did before the block began
   b.launch->kernel->entry(b.args);
-  b.exit_thread();
+  {
+    Quiet quiet;
+    b.exit_thread();
+  }
+  race::release(&b.end_sync);
   t->fiber->suspend(true);
 }
 
@@ -143,10 +150,22 @@ void run_block(Block& b, Worker& w, const Launch& l, const Schedule& schedule, u
     t.fiber = w.fibers[i].get();
     t.state = Thread::runnable;
     t.wait = Wait::none;
+    t.quiet = 0;
+#if MOJO_TSAN
+    t.fiber->name(fmt::format("GPU thread {} of block ({}, {}, {})", i, x, y, z).c_str());
+#endif
     t.open_copies.clear();
     t.copy_groups.clear();
     t.fiber->start(&thread_main, &t);
   }
+  // TSan: the block's threads see what the scheduler did so far; the
+  // scheduler sees what they did once they stop (the next block on this OS
+  // thread reuses its shared memory; blocks on other OS threads stay unordered).
+  race::release(&b.start_sync);
+  struct End {
+    Block& b;
+    ~End() { race::acquire(&b.end_sync); }
+  } end{b};
   std::vector<int>& order = w.order;
   order.resize(n);
   std::iota(order.begin(), order.end(), 0);
@@ -190,6 +209,8 @@ void Block::fail(std::string message) {
   Thread& t = self();
   t.state = Thread::waiting;
   t.wait = Wait::none;
+  race::release(&end_sync);
+  for (; t.quiet > 0; --t.quiet) race::quiet_end();  // the thread never returns to close them
   t.fiber->suspend(true);
   __builtin_unreachable();
 }
@@ -220,11 +241,16 @@ void Block::barrier(int id, int count) {
                      bar.threads));
   bar.threads = count;
   ++bar.arrived;
+  const void* sync = race::phase_sync(&bar, bar.phase);
+  race::release(sync);
   if (bar.arrived < (count != 0 ? count : live)) {
     wait(Wait::barrier, nullptr, unsigned(id), unsigned(count));
+    race::acquire(sync);
     return;
   }
   bar.arrived = 0;
+  ++bar.phase;
+  race::acquire(sync);
   for (Thread& t : threads)
     if (t.state == Thread::waiting && t.wait == Wait::barrier && t.wait_id == unsigned(id)) wake(t);
 }
@@ -244,6 +270,7 @@ void Block::exit_thread() {
   Barrier& all = barriers[0];
   if (all.arrived > 0 && all.threads == 0 && all.arrived >= live) {
     all.arrived = 0;
+    ++all.phase;
     for (Thread& t : threads)
       if (t.state == Thread::waiting && t.wait == Wait::barrier && t.wait_id == 0) wake(t);
   }

@@ -111,6 +111,14 @@ void Fiber::start(Entry entry, void* arg) {
   sp_ = sp;
 }
 
+void Fiber::name(const char* text) {
+#if MOJO_TSAN
+  __tsan_set_fiber_name(tsan_fiber_, text);
+#else
+  static_cast<void>(text);
+#endif
+}
+
 void Fiber::begin(void* self) {
   auto* f = static_cast<Fiber*>(self);
 #if MOJO_ASAN
@@ -126,8 +134,10 @@ void Fiber::resume() {
   __sanitizer_start_switch_fiber(&fake, static_cast<char*>(stack_) + kGuard, mapped_ - kGuard);
 #endif
 #if MOJO_TSAN
+  // Without synchronisation: GPU threads are ordered only by what the kernel
+  // synchronises (race.hpp), so TSan sees the races a GPU could run into.
   tsan_scheduler_ = __tsan_get_current_fiber();
-  __tsan_switch_to_fiber(tsan_fiber_, 0);
+  __tsan_switch_to_fiber(tsan_fiber_, __tsan_switch_to_fiber_no_sync);
 #endif
   mojo_cpu_switch(&scheduler_sp_, sp_);
 #if MOJO_ASAN
@@ -142,7 +152,7 @@ void Fiber::suspend(bool final) {
   static_cast<void>(final);
 #endif
 #if MOJO_TSAN
-  __tsan_switch_to_fiber(tsan_scheduler_, 0);
+  __tsan_switch_to_fiber(tsan_scheduler_, __tsan_switch_to_fiber_no_sync);
 #endif
   mojo_cpu_switch(&sp_, scheduler_sp_);
 #if MOJO_ASAN

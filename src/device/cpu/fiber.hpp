@@ -40,6 +40,8 @@ class Fiber {
   // From inside the fiber: back to the scheduler that resumed it. `final`
   // says the fiber will not be resumed again before its next start().
   void suspend(bool final = false);
+  // How TSan's reports name the fiber (the TSan build; a no-op otherwise).
+  void name(const char* text);
 
  private:
   static void begin(void* self);

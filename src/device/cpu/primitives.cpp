@@ -27,11 +27,18 @@ float half_to_float(unsigned short bits, int type) {
 
 // ---- threads, barriers, shuffles, shared memory ------------------------------------
 
-const mojo_cpu_thread* self() { return &block().self().regs; }
+const mojo_cpu_thread* self() {
+  Quiet quiet;
+  return &block().self().regs;
+}
 
-void barrier(int id, int threads) { block().barrier(id, threads); }
+void barrier(int id, int threads) {
+  Quiet quiet;
+  block().barrier(id, threads);
+}
 
 unsigned shfl_bfly(unsigned value, int lane_mask) {
+  Quiet quiet;
   struct Lane {
     unsigned in, out;
     int mask;
@@ -48,9 +55,13 @@ unsigned shfl_bfly(unsigned value, int lane_mask) {
   return me.out;
 }
 
-unsigned char* dynamic_smem() { return block().smem; }
+unsigned char* dynamic_smem() {
+  Quiet quiet;
+  return block().smem;
+}
 
 unsigned smem_address(const void* generic) {
+  Quiet quiet;
   Block& b = block();
   const auto* p = static_cast<const unsigned char*>(generic);
   if (p < b.smem || p > b.smem + b.smem_bytes)
@@ -61,6 +72,7 @@ unsigned smem_address(const void* generic) {
 }
 
 const void* param(int index) {
+  Quiet quiet;
   Block& b = block();
   const unsigned count = b.launch->kernel->params[0];
   if (index < 0 || unsigned(index) >= count)
@@ -71,25 +83,32 @@ const void* param(int index) {
 // ---- cp.async ----------------------------------------------------------------------
 
 void cp_async(unsigned dst, const void* src, int src_bytes) {
+  Quiet quiet;
   Block& b = block();
   if (src_bytes < 0 || src_bytes > 16)
     b.fail(fmt::format("cp.async.cg of 16 bytes with src-size {} (0 to 16 allowed)", src_bytes));
-  std::memset(b.shared(dst, 16, 16, "cp.async"), 0xff, 16);  // lands at its wait_group
+  unsigned char* d = b.shared(dst, 16, 16, "cp.async");
+  std::memset(d, 0xff, 16);  // lands at its wait_group
+  race::write(d, 16);
   b.self().open_copies.push_back({dst, static_cast<const unsigned char*>(src), src_bytes});
 }
 
 void cp_async_commit() {
+  Quiet quiet;
   Thread& t = block().self();
   t.copy_groups.push_back(std::move(t.open_copies));
   t.open_copies.clear();
 }
 
 void cp_async_wait(int pending) {
+  Quiet quiet;
   Block& b = block();
   Thread& t = b.self();
   while (int(t.copy_groups.size()) > pending) {
     for (const AsyncCopy& c : t.copy_groups.front()) {
       unsigned char* d = b.shared(c.dst, 16, 16, "cp.async");
+      race::read(c.src, std::size_t(c.bytes));
+      race::write(d, 16);
       if (c.bytes > 0) std::memcpy(d, c.src, std::size_t(c.bytes));
       std::memset(d + c.bytes, 0, std::size_t(16 - c.bytes));
     }
@@ -100,6 +119,7 @@ void cp_async_wait(int pending) {
 // ---- ldmatrix and mma.sync ------------------------------------------------------------
 
 void ldmatrix_x4(unsigned* r, unsigned address, int trans) {
+  Quiet quiet;
   struct Lane {
     unsigned address;
     unsigned* r;
@@ -107,7 +127,10 @@ void ldmatrix_x4(unsigned* r, unsigned address, int trans) {
   auto complete = [trans](void** lanes) {
     // Lane i gives the address of row i % 8 of matrix i / 8: eight 16-bit elements.
     const unsigned char* rows[32];
-    for (int i = 0; i < 32; ++i) rows[i] = block().shared(static_cast<Lane*>(lanes[i])->address, 16, 16, "ldmatrix");
+    for (int i = 0; i < 32; ++i) {
+      rows[i] = block().shared(static_cast<Lane*>(lanes[i])->address, 16, 16, "ldmatrix");
+      race::read(rows[i], 16);
+    }
     auto element = [&](int matrix, int row, int col) {
       std::uint16_t v;
       std::memcpy(&v, rows[matrix * 8 + row] + 2 * col, 2);
@@ -128,6 +151,7 @@ void ldmatrix_x4(unsigned* r, unsigned address, int trans) {
 }
 
 void mma(float* d, const unsigned* a, const unsigned* b, int type) {
+  Quiet quiet;
   struct Lane {
     float* d;
     const unsigned* a;
@@ -187,6 +211,7 @@ void mma(float* d, const unsigned* a, const unsigned* b, int type) {
 // ---- mbarriers and TMA -------------------------------------------------------------------
 
 void mbarrier_init(unsigned bar, unsigned arrivals) {
+  Quiet quiet;
   Block& b = block();
   std::memset(b.shared(bar, 8, 8, "mbarrier.init"), 0, 8);
   if (arrivals == 0 || arrivals >= (1u << 20))
@@ -194,6 +219,11 @@ void mbarrier_init(unsigned bar, unsigned arrivals) {
   for (const Mbarrier& m : b.mbarriers)
     if (m.address == bar) b.fail(fmt::format("mbarrier.init on 0x{:x}, which already holds an mbarrier", bar));
   b.mbarriers.push_back(Mbarrier{bar, arrivals, arrivals, 0, 0, {}});
+}
+
+// TSan's synchronisation object of an mbarrier's phase: the mbarrier's own bytes.
+const void* phase_sync(Block& b, const Mbarrier& m, unsigned phase) {
+  return race::phase_sync(b.smem + (m.address - Block::kWindowBase), phase);
 }
 
 // Completes the phase when every arrival and every announced byte is in.
@@ -210,6 +240,7 @@ void try_complete(Block& b, Mbarrier& m) {
 }
 
 void mbarrier_arrive(unsigned bar, unsigned expect_tx_bytes) {
+  Quiet quiet;
   Block& b = block();
   Mbarrier& m = b.mbarrier(bar, "mbarrier.arrive");
   if (m.pending == 0)
@@ -217,6 +248,7 @@ void mbarrier_arrive(unsigned bar, unsigned expect_tx_bytes) {
   m.tx += expect_tx_bytes;
   --m.pending;
   const unsigned phase = m.phase;
+  race::release(phase_sync(b, m, phase));
   try_complete(b, m);
   // A released thread runs before the releasing one goes on, as it may on a GPU: an arrive that comes
   // too early (a stage freed while its MMAs still read it) then meets the copies that overwrite it.
@@ -251,6 +283,7 @@ void perform(Block& b, const TmaCopy& c) {
 }
 
 void tma_load_3d(unsigned dst, const void* map_address, unsigned bar, int c0, int c1, int c2) {
+  Quiet quiet;
   Block& b = block();
   TmaCopy c{dst, {}, {c0, c1, c2}};
   std::memcpy(&c.map, map_address, sizeof c.map);
@@ -259,16 +292,25 @@ void tma_load_3d(unsigned dst, const void* map_address, unsigned bar, int c0, in
   const unsigned bytes = box_bytes(c.map);
   // The swizzle pattern repeats every 8 rows of 128 bytes, from an aligned start.
   const unsigned align = c.map.swizzle_bytes != 0 ? c.map.swizzle_bytes * 8 : 128;
-  std::memset(b.shared(dst, bytes, align, "cp.async.bulk.tensor"), 0xff, bytes);  // lands when waited for
-  b.mbarrier(bar, "cp.async.bulk.tensor").copies.push_back(c);
+  unsigned char* d = b.shared(dst, bytes, align, "cp.async.bulk.tensor");
+  std::memset(d, 0xff, bytes);  // lands when waited for
+  Mbarrier& m = b.mbarrier(bar, "cp.async.bulk.tensor");
+  m.copies.push_back(c);
+  // TSan: the box is written now, by the issuing thread, and its completion is the phase's.
+  race::write(d, bytes);
+  race::release(phase_sync(b, m, m.phase));
 }
 
 void mbarrier_wait(unsigned bar, unsigned parity) {
+  Quiet quiet;
   Block& b = block();
   for (;;) {
     Mbarrier& m = b.mbarrier(bar, "mbarrier.try_wait");
     // Parity P is done when the phase with that parity completed: the current (incomplete) phase has the other parity.
-    if ((m.phase & 1u) != (parity & 1u)) return;
+    if ((m.phase & 1u) != (parity & 1u)) {
+      race::acquire(phase_sync(b, m, parity));
+      return;
+    }
     if (!m.copies.empty()) {  // a thread waits: the copies it waits for land now, as late as possible
       const std::vector<TmaCopy> copies = std::move(m.copies);
       m.copies.clear();
@@ -295,13 +337,15 @@ struct WgmmaLane {
 // gives: 128-byte swizzled, K-major (rows of 64 k along M/N, 8-row atoms the
 // stride offset apart) or MN-major (rows of 64 m/n along K, 8-row atoms the
 // stride offset apart, the next 64 m/n the leading offset further).
-float operand(Block& b, unsigned long long desc, int mn, int k, bool mn_major, int type) {
+float operand(Block& b, unsigned long long desc, int mn, int k, bool mn_major, int type, bool issue) {
   const unsigned start = unsigned(desc & 0x3fff) << 4, lbo = unsigned((desc >> 16) & 0x3fff) << 4;
   const unsigned sbo = unsigned((desc >> 32) & 0x3fff) << 4;
   unsigned address = mn_major ? start + (mn % 64) * 2 + (mn / 64) * lbo + (k % 8) * 128 + (k / 8) * sbo
                               : start + (mn % 8) * 128 + (mn / 8) * sbo + 2 * k;
   std::uint16_t v;
-  std::memcpy(&v, b.shared(swizzle(address, 128), 2, 2, "wgmma operand"), 2);
+  const unsigned char* p = b.shared(swizzle(address, 128), 2, 2, "wgmma operand");
+  if (issue) race::read(p, 2);  // the MMA reads its operands at issue (the wait only checks them)
+  std::memcpy(&v, p, 2);
   return half_to_float(v, type);
 }
 
@@ -314,25 +358,27 @@ void check_descriptor(Block& b, unsigned long long desc, const char* which) {
   if (((desc >> 49) & 7) != 0) b.fail(fmt::format("wgmma {} descriptor 0x{:x}: base offset is not 0", which, desc));
 }
 
-// A (64 x 16) then B (n x 16), as the descriptors read them now.
-std::vector<float> gather(Block& b, const WgmmaOp& op) {
+// A (64 x 16) then B (n x 16), as the descriptors read them now (`issue`: by the wgmma itself).
+std::vector<float> gather(Block& b, const WgmmaOp& op, bool issue) {
   std::vector<float> v(std::size_t(64 + op.n) * 16);
   for (int m = 0; m < 64; ++m)
-    for (int k = 0; k < 16; ++k) v[std::size_t(m * 16 + k)] = operand(b, op.a_desc, m, k, op.mn_major_a, op.type);
+    for (int k = 0; k < 16; ++k) v[std::size_t(m * 16 + k)] = operand(b, op.a_desc, m, k, op.mn_major_a, op.type, issue);
   for (int n = 0; n < op.n; ++n)
     for (int k = 0; k < 16; ++k)
-      v[std::size_t((64 + n) * 16 + k)] = operand(b, op.b_desc, n, k, op.mn_major_b, op.type);
+      v[std::size_t((64 + n) * 16 + k)] = operand(b, op.b_desc, n, k, op.mn_major_b, op.type, issue);
   return v;
 }
 
 Warpgroup& my_warpgroup(Block& b) { return b.wgmma[std::size_t(b.tid() / 128)]; }
 
 void wgmma_fence() {
+  Quiet quiet;
   block().collective(true, "wgmma.fence", nullptr, [](void**) { my_warpgroup(block()).fenced = true; });
 }
 
 void wgmma(float* d, int n, unsigned long long a_desc, unsigned long long b_desc, int scale_d, int mn_major_a,
            int mn_major_b, int type) {
+  Quiet quiet;
   WgmmaLane me{d, n, scale_d, mn_major_a, mn_major_b, type, a_desc, b_desc};
   if (block().lanes_of(true, block().tid() / 128) != 128) block().fail("wgmma needs a whole warpgroup (128 threads)");
   block().collective(true, "wgmma.mma_async", &me, [](void** lanes) {
@@ -354,7 +400,7 @@ void wgmma(float* d, int n, unsigned long long a_desc, unsigned long long b_desc
     WgmmaOp op{first.a_desc, first.b_desc, first.n, first.scale_d, first.mn_major_a, first.mn_major_b,
                first.type,   {},           {}};
     for (int t = 0; t < 128; ++t) op.d[t] = static_cast<WgmmaLane*>(lanes[t])->d;
-    op.operands = gather(b, op);
+    op.operands = gather(b, op, true);
     // The accumulators now belong to the MMA: their values move here, the registers read NaN until the wait.
     Warpgroup::InFlight* f = nullptr;
     for (auto& x : wg.in_flight)
@@ -375,6 +421,7 @@ void wgmma(float* d, int n, unsigned long long a_desc, unsigned long long b_desc
 }
 
 void wgmma_commit() {
+  Quiet quiet;
   block().collective(true, "wgmma.commit_group", nullptr, [](void**) {
     Warpgroup& wg = my_warpgroup(block());
     wg.groups.push_back(std::move(wg.open));
@@ -389,7 +436,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 void complete(Block& b, Warpgroup& wg, const WgmmaOp& op) {
   // The gathered copy is a temporary, gone before fail() leaves this fiber for good.
-  if (!same_bits(gather(b, op), op.operands))
+  if (!same_bits(gather(b, op, false), op.operands))
     b.fail(
         "the shared memory a wgmma.mma_async reads changed before its wgmma.wait_group (a stage released or "
         "overwritten while the MMA was in flight)");
@@ -416,6 +463,7 @@ void complete(Block& b, Warpgroup& wg, const WgmmaOp& op) {
 }
 
 void wgmma_wait(int pending) {
+  Quiet quiet;
   block().collective(true, "wgmma.wait_group", &pending, [](void** lanes) {
     Block& b = block();
     Warpgroup& wg = my_warpgroup(b);
