@@ -24,6 +24,15 @@
 // Set by the emulator when it loads this library.
 extern "C" __attribute__((visibility("default"))) const mojo_cpu_api* mojo_cpu_api_table = nullptr;
 
+// Called by the emulator on an OS thread before each block: the library's
+// thread-local block (its static __shared__ arrays) is allocated on the
+// thread's first call, by the scheduler, not by whichever GPU thread touches
+// it first (which the TSan build would see racing with the others).
+extern "C" __attribute__((visibility("default"))) void mojo_cpu_tls_touch() {
+  static thread_local char touch;
+  asm volatile("" : : "r"(&touch) : "memory");
+}
+
 namespace mojo::cpu {
 
 inline const mojo_cpu_api& api() { return *mojo_cpu_api_table; }

@@ -76,6 +76,11 @@ void expect_pass(Runtime& rt, const char* op_name, const char* shapes, DType dty
     EXPECT_EQ(out.wrong, 0u) << fmt::format(
         "{} {} {}: {} of {} elements of {} outside rtol {} atol {} (max abs err {})", op_name, dtype_name(dtype),
         shapes, out.wrong, out.elements, out.name, out.tolerance.rtol, out.tolerance.atol, out.max_abs);
+  for (const auto& out : r.outputs)
+    EXPECT_EQ(out.poison_dependent, 0u) << fmt::format(
+        "{} {} {}: {} of {} elements of {} differ between a launch on NaN-poisoned and one on zeroed output and "
+        "workspace memory (read before written, or never written)",
+        op_name, dtype_name(dtype), shapes, out.poison_dependent, out.elements, out.name);
 }
 
 RuntimeOptions options(const test::TempDir& cache, std::string device) {

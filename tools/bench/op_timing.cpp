@@ -3,11 +3,9 @@
 // Inputs: every tensor the op reads holds the op's own random_data (one seed),
 // so index tensors are in range whatever the op names them, and float
 // operands are random (constant operands draw less power and let the clock
-// run higher than real data does). Two exceptions, both seeded: attention's
+// run higher than real data does). One exception, seeded: attention's
 // lengths and block tables are full length (every sequence as long as its
-// table allows), so that the FLOPs and K/V bytes are those of the shapes; and
-// linear_cross_entropy_backward's lse at large sizes, whose random_data runs
-// the forward's float64 reference on the host, is log(vocab) plus noise.
+// table allows), so that the FLOPs and K/V bytes are those of the shapes.
 //
 // Traffic: each tensor read once and each written once (an in-out tensor
 // both), except what an op touches only in part, counted from the data: the
@@ -171,18 +169,6 @@ Bytes bench_data(const OpDef& op, const std::vector<TensorSpec>& specs, std::siz
   const TensorSpec& s = specs[i];
   if (is_attention(op.name()) && is_index(s.dtype()))
     if (auto v = attention_indices(op, specs, i, seed)) return encode_indices(s.dtype(), *v);
-  if (op.name() == "linear_cross_entropy_backward" && op.tensor_args()[i].name == "lse") {
-    const TensorSpec &hidden = named(op, specs, "hidden"), &weight = named(op, specs, "weight");
-    if (double(hidden.numel()) * double(weight.dim(0)) > 1e8) {  // N H V multiply-adds on the host otherwise
-      std::mt19937 rng(seed * 7919u + std::uint32_t(i));
-      std::uniform_real_distribution<float> noise(0.f, 1.f);
-      std::vector<float> v(static_cast<std::size_t>(s.numel()));
-      for (float& x : v) x = std::log(float(weight.dim(0))) + noise(rng);
-      Bytes out(s.nbytes());
-      std::memcpy(out.data(), v.data(), std::min(out.size(), v.size() * sizeof(float)));
-      return out;
-    }
-  }
   Bytes d = op.random_data(i, specs, seed);
   if (d.size() != s.nbytes())
     throw mojo::Error(fmt::format("bench: {}'s random_data gave {} bytes for {} ({}); expected {}", op.name(), d.size(),

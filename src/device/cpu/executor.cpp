@@ -12,6 +12,7 @@
 #include <numeric>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "device/cpu/block.hpp"
 #include "core/config.hpp"
@@ -49,12 +50,13 @@ void thread_main(void* arg) {
   race::quiet_end();
   race::acquire(&b.start_sync);  // what the scheduler did before the block began
   b.launch->kernel->entry(b.args);
+  Fiber* fiber = t->fiber;  // read before the release: the scheduler reuses `t` once it acquires
   {
     Quiet quiet;
     b.exit_thread();
   }
   race::release(&b.end_sync);
-  t->fiber->suspend(true);
+  fiber->suspend(true);
 }
 
 std::string describe_wait(const Block& b, const Thread& t) {
@@ -161,6 +163,7 @@ void run_block(Block& b, Worker& w, const Launch& l, const Schedule& schedule, u
   // TSan: the block's threads see what the scheduler did so far; the
   // scheduler sees what they did once they stop (the next block on this OS
   // thread reuses its shared memory; blocks on other OS threads stay unordered).
+  if (l.kernel->tls_touch != nullptr) l.kernel->tls_touch();
   race::release(&b.start_sync);
   struct End {
     Block& b;
@@ -209,9 +212,11 @@ void Block::fail(std::string message) {
   Thread& t = self();
   t.state = Thread::waiting;
   t.wait = Wait::none;
+  Fiber* fiber = t.fiber;
+  const int quiet = std::exchange(t.quiet, 0);
   race::release(&end_sync);
-  for (; t.quiet > 0; --t.quiet) race::quiet_end();  // the thread never returns to close them
-  t.fiber->suspend(true);
+  for (int i = 0; i < quiet; ++i) race::quiet_end();  // the thread never returns to close them
+  fiber->suspend(true);
   __builtin_unreachable();
 }
 

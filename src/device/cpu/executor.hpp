@@ -20,6 +20,7 @@ struct Kernel {
   void (*entry)(void** args) = nullptr;   // runs one GPU thread
   const unsigned* params = nullptr;       // parameter count, then each parameter's size
   unsigned max_dynamic_smem = 48 * 1024;  // raised by Function::set_max_dynamic_shared, as on the GPU
+  void (*tls_touch)() = nullptr;          // allocates the library's thread-local block on the calling OS thread
 };
 
 // What the emulated GPU allows, from its target.

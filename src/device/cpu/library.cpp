@@ -13,10 +13,17 @@
 #include <iterator>
 #include <vector>
 
+#include "device/cpu/fiber.hpp"
 #include "device/cpu/primitives.hpp"
 #include "mojo/error.hpp"
 
 namespace mojo::cpu {
+
+#if MOJO_ASAN || MOJO_TSAN
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
 
 std::unique_ptr<Library> Library::load(std::string_view image) {
   if (image.size() < 20 ||
@@ -27,7 +34,8 @@ std::unique_ptr<Library> Library::load(std::string_view image) {
       image[16] != 3 /* ET_DYN */)
     throw DeviceError("cpu device: the module is not a host shared object (PTX or cubin is for the cuda device)");
   // dlopen needs a file and tells libraries apart by path: a new name each
-  // time, unlinked as soon as it is mapped.
+  // time, unlinked as soon as it is mapped (in sanitized builds when it is
+  // unloaded, so that a report can read the kernel's symbols and lines).
   static std::atomic<unsigned> counter{0};
   const std::string path = (std::filesystem::temp_directory_path() /
                             fmt::format("mojo-jit-kernels-{}-{}.so", ::getpid(), counter.fetch_add(1)))
@@ -49,7 +57,8 @@ std::unique_ptr<Library> Library::load(std::string_view image) {
   }
   std::unique_ptr<Library> lib(new Library());
   lib->handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  ::unlink(path.c_str());
+  if (kSanitized && lib->handle_ != nullptr) lib->path_ = path;
+  else ::unlink(path.c_str());
   if (lib->handle_ == nullptr)
     throw DeviceError(fmt::format("cpu device: cannot load the kernel library: {}", dlerror()));
   void* handle = lib->handle_;
@@ -62,6 +71,7 @@ std::unique_ptr<Library> Library::load(std::string_view image) {
 
 Library::~Library() {
   if (handle_ != nullptr) dlclose(handle_);
+  if (!path_.empty()) ::unlink(path_.c_str());
 }
 
 Kernel* Library::kernel(const std::string& name) {
@@ -71,7 +81,8 @@ Kernel* Library::kernel(const std::string& name) {
   auto* params = static_cast<const unsigned* const*>(dlsym(handle_, (name + "_mojo_cpu_params").c_str()));
   if (entry == nullptr || params == nullptr)
     throw DeviceError(fmt::format("the loaded module has no kernel named '{}'", name));
-  kernels_.push_back(std::make_unique<Kernel>(Kernel{name, entry, *params}));
+  auto touch = reinterpret_cast<void (*)()>(dlsym(handle_, "mojo_cpu_tls_touch"));
+  kernels_.push_back(std::make_unique<Kernel>(Kernel{name, entry, *params, 48 * 1024, touch}));
   return kernels_.back().get();
 }
 

@@ -27,6 +27,7 @@ class Library {
  private:
   Library() = default;
   void* handle_ = nullptr;
+  std::string path_;  // kept until unloaded (sanitized builds)
   std::vector<std::unique_ptr<Kernel>> kernels_;
 };
 
