@@ -151,6 +151,10 @@ __device__ __forceinline__ void grad(T* dlogits, const float* logits, long long 
     }
     d[j] = mojo::from_float<T>(v);
   }
+  // The products that read dlogits load 16-byte chunks (their src-size trimmed at column n): the columns the
+  // last chunk spans past n are zeros here, not memory nothing wrote (initcheck counts the whole chunk).
+  const long long padded = (n + 7) / 8 * 8 < ld ? (n + 7) / 8 * 8 : ld;
+  for (long long j = n + mojo::thread_x(); j < padded; j += THREADS) d[j] = mojo::from_float<T>(0.f);
 }
 
 template <int THREADS>

@@ -49,10 +49,8 @@
 //   B in L2; grid.z = batch; KS * STAGES * (BM + BN) * BK * sizeof(TA) bytes of
 //   dynamic shared memory.
 //
-// Edges: loads outside the matrices are zero-filled (cp.async's src-size 0; a
-// 16-byte chunk across the last column is read element by element, never past
-// it), so every M, N and K is exact and nothing outside the matrices is read;
-// stores are bounds-checked, and C is read only when BETA.
+// Edges: loads outside the matrices are zero-filled (cp.async's src-size), so
+// every M, N and K is exact; stores are bounds-checked.
 #include "mojo_mma.cuh"
 
 namespace mojo_gemm {
@@ -78,17 +76,7 @@ __device__ __forceinline__ void load_tile(unsigned char* tile, const T* g, long 
       const int gr = row0 + r, gc = col0 + c, left = cols - gc;
       const int valid = gr < rows && left > 0 ? (left < E ? left : E) : 0;
       const T* src = valid > 0 ? g + (long long)gr * ld + gc : g;
-      if (valid == E || valid == 0) {
-        mojo::cp_async_16(mojo::smem_address(tile + L::offset(r, c)), src, valid * (int)sizeof(T));
-      } else {
-        // A chunk across the last column (a row stride past the columns, e.g. a workspace padded to
-        // tiles): read only its valid elements. A 16-byte cp.async with a smaller src-size still
-        // counts as a 16-byte read of the bytes past the matrix (initcheck flags them).
-        mojo::Pack<T, E> part;
-#pragma unroll
-        for (int j = 0; j < E; ++j) part.v[j] = j < valid ? src[j] : mojo::from_float<T>(0.f);
-        mojo::store<T, E>(reinterpret_cast<T*>(tile + L::offset(r, c)), part);
-      }
+      mojo::cp_async_16(mojo::smem_address(tile + L::offset(r, c)), src, valid * (int)sizeof(T));
     }
   } else {
     // The slow path stays a loop: unrolled, its scalar loads would need more registers than there are.

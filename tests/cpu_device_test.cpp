@@ -549,7 +549,7 @@ std::string child_report(const std::string& test) {
 // Split paged decode (head_dim 64, 8 query heads a KV head, the keys over 8 blocks: the shape the H100's
 // racecheck flagged), with or without the barrier before its groups' rows meet in shared memory. Without
 // it, a group that finished its keys writes maxima and sums over group 0's K/V ring while group 0 still
-// reads it; the CPU device's fiber order leaves the values right.
+// reads it (whether the values show it depends on the order the CPU device runs its fibers in).
 void paged_decode(bool barrier) {
   test::TempDir cache, templates;
   RuntimeOptions o;
@@ -567,22 +567,22 @@ void paged_decode(bool barrier) {
   const auto specs =
       op.specs_from_shapes(DType::bf16, parse_shapes(op, "q=1x8x64 k_cache=300x16x1x64 block_tables=1x257"));
   const CheckReport r = check_op(rt, "paged_decode_gqa", specs, {});
-  EXPECT_TRUE(r.pass()) << r.kernel;
   EXPECT_NE(r.kernel.find("splits_8"), std::string::npos) << r.kernel;
+  if (barrier) EXPECT_TRUE(r.pass()) << r.kernel;
 }
 
-TEST(CpuRaces, DISABLED_PagedDecodeWithoutTheBarrierBeforeItsGroupsMeet) { paged_decode(false); }
-TEST(CpuRaces, DISABLED_PagedDecodeSplitOverTheKeys) { paged_decode(true); }
+TEST(CpuRacesInTemplates, DISABLED_PagedDecodeWithoutTheBarrierBeforeItsGroupsMeet) { paged_decode(false); }
+TEST(CpuRacesInTemplates, DISABLED_PagedDecodeSplitOverTheKeys) { paged_decode(true); }
 
-TEST(CpuRaces, TheRaceDetectorSeesSplitPagedDecodeWithoutItsBarrier) {
+TEST(CpuRacesInTemplates, TheRaceDetectorSeesSplitPagedDecodeWithoutItsBarrier) {
 #if !MOJO_TSAN
-  paged_decode(false);  // right values: only the TSan build can tell
+  paged_decode(false);  // whatever the values: only the TSan build can tell a race for certain
   GTEST_SKIP() << "the race detector is the TSan build's (cmake --preset tsan)";
 #else
-  const std::string racy = child_report("CpuRaces.DISABLED_PagedDecodeWithoutTheBarrierBeforeItsGroupsMeet");
+  const std::string racy = child_report("CpuRacesInTemplates.DISABLED_PagedDecodeWithoutTheBarrierBeforeItsGroupsMeet");
   EXPECT_NE(racy.find("ThreadSanitizer: data race"), std::string::npos) << racy;
   EXPECT_NE(racy.find("attention.cu"), std::string::npos) << "the report names the template's lines: " << racy;
-  const std::string clean = child_report("CpuRaces.DISABLED_PagedDecodeSplitOverTheKeys");
+  const std::string clean = child_report("CpuRacesInTemplates.DISABLED_PagedDecodeSplitOverTheKeys");
   EXPECT_NE(clean.find("exit 0"), std::string::npos) << "the real template races: " << clean;
 #endif
 }

@@ -133,7 +133,9 @@ run_step() {  # STEP: prints what it found, returns non-zero on a failure
       grep -E "^\[ *(OK|FAILED|SKIPPED) *\]" "$out/conformance.txt"
       return $status ;;
     example)
-      timeout -k 10 "$(left)" "$build/examples/decoder_layer" >"$out/example.txt" 2>&1
+      # The README's C++ block as written (built by the tests), then the full-size decoder layer.
+      timeout -k 10 "$(left)" "$build/tests/readme_api_example" >"$out/example.txt" 2>&1 &&
+        timeout -k 10 "$(left)" "$build/examples/decoder_layer" >>"$out/example.txt" 2>&1
       local status=$?
       tail -n 5 "$out/example.txt"
       return $status ;;

@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "mojo/device.hpp"
@@ -320,6 +321,9 @@ class OpDef {
 ShapeMap parse_shapes(const OpDef& op, std::span<const std::string> items);
 // The same for one space-separated string, such as OpDef::example_shapes().
 ShapeMap parse_shapes(const OpDef& op, std::string_view items);
+
+// Parses a "NAME=NUMBER" scalar ("eps=1e-5"); InvalidArgumentError otherwise.
+std::pair<std::string, double> parse_param(std::string_view item);
 
 // "x=1x2 k=3" as command-line options: "--shape x=1x2 --shape k=3".
 std::string shapes_as_options(std::string_view items);

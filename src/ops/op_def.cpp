@@ -197,6 +197,20 @@ std::string shapes_as_options(std::string_view items) {
   return out;
 }
 
+std::pair<std::string, double> parse_param(std::string_view item) {
+  const std::string text(item);
+  const auto eq = text.find('=');
+  double value = 0;
+  std::size_t used = 0;
+  try {
+    if (eq != std::string::npos) value = std::stod(text.substr(eq + 1), &used);
+  } catch (const std::exception&) {
+  }
+  if (eq == std::string::npos || eq == 0 || used == 0 || used != text.size() - eq - 1)
+    throw InvalidArgumentError(fmt::format("bad --param '{}': expected NAME=NUMBER, e.g. eps=1e-5", text));
+  return {text.substr(0, eq), value};
+}
+
 ShapeMap parse_shapes(const OpDef& op, std::string_view items) {
   std::vector<std::string> list;
   std::stringstream in{std::string(items)};

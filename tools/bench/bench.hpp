@@ -134,7 +134,6 @@ struct Roofline {
 Roofline roofline(const OpCase& c, const OpTiming& t, double copy_gbs = kNominalCopyGBs);
 
 // "NAME=VALUE" (a number) as a scalar argument; InvalidArgumentError otherwise.
-std::pair<std::string, double> parse_param(const std::string& text);
 
 // ---- the tables ----------------------------------------------------------------
 

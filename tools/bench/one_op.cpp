@@ -61,7 +61,7 @@ int bench_one_op(int argc, char** argv) {
     } else if (a == "--shape" && has_value) {
       shapes.push_back(argv[++i]);
     } else if (a == "--param" && has_value) {
-      c.params.push_back(parse_param(argv[++i]));
+      c.params.push_back(mojo::parse_param(argv[++i]));
     } else if (a == "--device" && has_value) {
       device = argv[++i];
     } else if (a == "--batches" && has_value) {

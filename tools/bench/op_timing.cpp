@@ -45,19 +45,6 @@ std::string OpCase::label() const {
   return p.empty() ? shapes : shapes + " " + p;
 }
 
-std::pair<std::string, double> parse_param(const std::string& text) {
-  const auto eq = text.find('=');
-  double value = 0;
-  std::size_t used = 0;
-  try {
-    if (eq != std::string::npos) value = std::stod(text.substr(eq + 1), &used);
-  } catch (const std::exception&) {
-  }
-  if (eq == std::string::npos || eq == 0 || used == 0 || used != text.size() - eq - 1)
-    throw mojo::InvalidArgumentError(fmt::format("bad --param '{}': expected NAME=NUMBER, e.g. eps=1e-5", text));
-  return {text.substr(0, eq), value};
-}
-
 Repetitions repetitions(const Options& options, bool cpu_device) {
   if (options.smoke) return {2, 1, 0, 10};
   if (cpu_device) return {options.quick ? 2 : 3, 1, 0, 30};

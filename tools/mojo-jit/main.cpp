@@ -148,16 +148,8 @@ struct SpecOptions {
     std::vector<mojo::ScalarArg> out;
     storage.reserve(params.size());
     for (const std::string& p : params) {
-      auto eq = p.find('=');
-      double value = 0;
-      std::size_t used = 0;
-      try {
-        if (eq != std::string::npos) value = std::stod(p.substr(eq + 1), &used);
-      } catch (const std::exception&) {
-      }
-      if (eq == std::string::npos || eq == 0 || used == 0 || used != p.size() - eq - 1)
-        throw mojo::InvalidArgumentError(fmt::format("bad --param '{}': expected NAME=NUMBER, e.g. eps=1e-5", p));
-      storage.push_back(p.substr(0, eq));
+      auto [name, value] = mojo::parse_param(p);
+      storage.push_back(std::move(name));
       out.push_back({storage.back(), mojo::Scalar(value)});
     }
     return out;
