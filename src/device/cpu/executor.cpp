@@ -154,7 +154,9 @@ void run_block(Block& b, Worker& w, const Launch& l, const Schedule& schedule, u
     t.wait = Wait::none;
     t.quiet = 0;
 #if MOJO_TSAN
-    t.fiber->name(fmt::format("GPU thread {} of block ({}, {}, {})", i, x, y, z).c_str());
+    char name[64];  // on the stack: a cache-hit launch allocates nothing, in this build too
+    *fmt::format_to_n(name, sizeof name - 1, "GPU thread {} of block ({}, {}, {})", i, x, y, z).out = '\0';
+    t.fiber->name(name);
 #endif
     t.open_copies.clear();
     t.copy_groups.clear();
