@@ -103,8 +103,15 @@ void* allocate(std::size_t bytes) {
   auto* base = static_cast<unsigned char*>(p);
   arm(base, kGuard);
   arm(base + kGuard + bytes, rear);
+  Poison poison;
+  std::uint64_t seed;
+  {
+    std::lock_guard lock(g_mutex);
+    poison = g_poison.value_or(from_env);
+    seed = ++g_allocations;
+  }
+  fill_poison(base + kGuard, bytes, poison, seed);  // outside the lock: other threads' launches check guards
   std::lock_guard lock(g_mutex);
-  fill_poison(base + kGuard, bytes, g_poison.value_or(from_env), ++g_allocations);
   g_live.emplace(reinterpret_cast<std::uintptr_t>(base + kGuard), Allocation{bytes, rear});
   return base + kGuard;
 }
