@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -59,6 +60,7 @@ struct Options {
   std::string device;          // where launch and ops run: "cuda", "cuda:N", "cpu", "cpu:sm_90a"
   std::filesystem::path self;  // this executable
   std::filesystem::path json;  // --json FILE: the op table as JSON, for tools/bench/torch_compare.py
+  std::set<std::string> compilers;  // --compilers nvrtc,llvm: the compile tables' compilers (empty: all built)
 };
 
 // A check inside a table that failed without an exception (a child process,

@@ -16,12 +16,16 @@ std::vector<mojo::Tensor> rms_specs(mojo::DType d, std::int64_t rows, std::int64
   return {{x}, {x}, {w}};
 }
 
-std::vector<std::string> available_compilers() {
-  std::vector<std::string> out{"nvrtc"};
-  try {
-    mojo::make_compiler("llvm");
-    out.push_back("llvm");
-  } catch (const mojo::Error&) {  // a build without LLVM
+// The compilers this build has, of those --compilers names (all by default).
+std::vector<std::string> available_compilers(const Options& options) {
+  std::vector<std::string> out;
+  for (const char* name : {"nvrtc", "llvm"}) {
+    if (!options.compilers.empty() && !options.compilers.count(name)) continue;
+    try {
+      mojo::make_compiler(name);
+      out.push_back(name);
+    } catch (const mojo::Error&) {  // a build without LLVM
+    }
   }
   return out;
 }
@@ -101,7 +105,7 @@ void bench_compile_modes(const mojo::Target& target, const Options& options) {
   };
   std::vector<std::string> summary;
   double nvrtc_ptx_per_kernel = 0;
-  for (const std::string& compiler : available_compilers()) {
+  for (const std::string& compiler : available_compilers(options)) {
     for (mojo::Emit emit : {mojo::Emit::ptx, mojo::Emit::cubin}) {
       // The fastest of three runs of each: on a shared VM single runs vary by 30%.
       auto best = [&](Mode mode, int jobs) {
@@ -140,7 +144,7 @@ void bench_compile_modes(const mojo::Target& target, const Options& options) {
   // the compiler and compiling, timed from outside (exec to exit).
   fmt::print("\n| first compile in a new process (rms_norm to PTX, median of {}) | process wall ms | of which in main() | "
              "process CPU ms |\n|---|---:|---:|---:|\n", tries);
-  for (const std::string& compiler : available_compilers()) {
+  for (const std::string& compiler : available_compilers(options)) {
     std::vector<double> wall, in_main, cpu;
     for (int i = 0; i < tries; ++i) {
       const std::string cmd = fmt::format("{} --first-compile-child {} {}", options.self.string(), compiler, target.sm_name());

@@ -8,6 +8,7 @@
 //   mojo-bench --smoke              every table end to end at tiny shapes, one or two repetitions, on the
 //                                   CPU device where there is no GPU; exits 1 on any failure (CTest: Tools.bench_smoke)
 //   mojo-bench --device cpu         launch and ops on the CPU device (the emulator; slow at full shapes)
+//   mojo-bench --compilers nvrtc    the compile tables with these compilers only (default: every one built)
 //   mojo-bench --json FILE          also the op table as JSON (tools/bench/torch_compare.py)
 //   mojo-bench --op OP --dtype DT --shape NAME=DIMS... [--param N=V]... [--json [FILE]]
 //                                   one op at any shape (one_op.cpp)
@@ -53,7 +54,7 @@ void fail(const std::string& what) {
 int main(int argc, char** argv) try {
   const char* usage =
       "usage: mojo-bench [--quick | --smoke] [--only compile,modes,cache,emulator,host,launch,ops] [--device D]\n"
-      "                  [--json FILE]\n"
+      "                  [--compilers nvrtc,llvm] [--json FILE]\n"
       "       mojo-bench --op OP [--dtype DT] [--shape NAME=DIMS]... [--param NAME=VALUE]... [--json [FILE]] "
       "(--op --help)\n"
       "  compile, modes, cache, emulator and host (the CPU device) run anywhere; launch and ops run on --device:\n"
@@ -79,6 +80,15 @@ int main(int argc, char** argv) try {
       options.json = argv[++i];
     } else if (a == "--device" && i + 1 < argc) {
       options.device = argv[++i];
+    } else if (a == "--compilers" && i + 1 < argc) {
+      std::stringstream ss(argv[++i]);
+      for (std::string s; std::getline(ss, s, ',');) {
+        if (s != "nvrtc" && s != "llvm") {
+          std::fprintf(stderr, "mojo-bench: unknown compiler '%s' (nvrtc, llvm)\n%s\n", s.c_str(), usage);
+          return 2;
+        }
+        options.compilers.insert(s);
+      }
     } else if (a == "--only" && i + 1 < argc) {
       std::stringstream ss(argv[++i]);
       for (std::string s; std::getline(ss, s, ',');) {
