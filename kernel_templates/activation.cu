@@ -7,10 +7,11 @@
 // gelu(a) * b.
 //
 // Params (P::dtype, P::act, P::d, P::vec by name in the entry macros at the end): T, ACT (a
-// mojo::Act code, mojo_activation.h), GATED (0/1), D (the output's last dim when gated, else 0), VEC. Kernel args: (T* out,
-// const T* x, long long n) with n the number of output elements, both
-// contiguous. Geometry: 256 threads, one vector of VEC outputs each.
+// mojo::Act code, mojo_activation.h), GATED (0/1), D (the output's last dim when gated, else 0), VEC.
+// Kernel args: MOJO_ACTIVATION_ARGS (activation_args.h).
+// Geometry: 256 threads, one vector of VEC outputs each.
 #include "mojo_prelude.cuh"
+#include "activation_args.h"
 
 namespace mojo_activation {
 
@@ -43,7 +44,7 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ x
 
 #define MOJO_ACTIVATION_KERNEL(NAME, T, ACT, GATED, D, VEC)                                              \
   extern "C" __global__ void __launch_bounds__(256)                                                      \
-      NAME(T* __restrict__ out, const T* __restrict__ x, long long n) {                                  \
+      NAME(MOJO_ARG_PARAMS(MOJO_ACTIVATION_ARGS, T)) {                                                   \
     mojo_activation::run<T, ACT, GATED, D, VEC>(out, x, n);                                              \
   }
 #define MOJO_KERNEL_silu(NAME, P) MOJO_ACTIVATION_KERNEL(NAME, P::dtype, int(mojo::Act::silu), 0, 0, P::vec)

@@ -37,12 +37,7 @@
 // [0, kv_tokens) (kv_tokens: the number of pages when paged) read as zeros
 // (the runtime's debug checks report them).
 //
-// Kernel args: (T* out, const T* q, const T* k, const T* v, const int* cu_q,
-//   const int* kv_info, const int* block_table, const float* sinks,
-//   float* lse, float* workspace, long long q_stride, long long k_stride,
-//   long long v_stride, int batch, int q_tokens, int kv_tokens, int heads,
-//   int kv_heads, int max_blocks, int q_len, int chunk, float scale,
-//   float softcap, int window)
+// Kernel args: MOJO_ATTENTION_ARGS (attention_args.h), for every kernel here,
 // with strides in elements per token (k/v: contiguous path only; the paged
 // cache is contiguous [pages, page, kv_heads, D]); out is [q_tokens, heads, D].
 // Geometry (step 0): grid (row tiles, kv_heads, SPLITS), 32 * WM * WN threads,
@@ -50,6 +45,7 @@
 // sequences, so grid.x is an upper bound and spare blocks exit.
 // Merge: grid ceil(q_tokens * heads / 4), 128 threads (a warp per row).
 #include "mojo_mma.cuh"
+#include "attention_args.h"
 
 namespace mojo_attention {
 
@@ -61,7 +57,7 @@ __device__ __forceinline__ int max_i(int a, int b) { return a > b ? a : b; }
 // bytes; after the loop the same bytes hold the f32 O tile and the row
 // statistics, BM * DP * 4 + 4 * WN * BM * 4 bytes; the larger of the two.
 
-struct Args {
+struct Batch {
   const int* cu_q;
   const int* kv_info;
   const int* block_table;
@@ -73,7 +69,7 @@ struct Args {
 struct Sequence {
   int q_start, q_count, kv_start, kv_len;
 };
-__device__ __forceinline__ Sequence sequence(const Args& a, int s) {
+__device__ __forceinline__ Sequence sequence(const Batch& a, int s) {
   Sequence q;
   if (a.cu_q != nullptr) {
     q.q_start = a.cu_q[s];
@@ -110,7 +106,7 @@ struct Work {
   int row0, offset, lo, hi, tile_begin, kv_tiles;
 };
 template <int BM, int BN, int G, bool CAUSAL, bool WINDOW>
-__device__ __forceinline__ bool find_work(const Args& a, int split, int chunk, int window, Work& w) {
+__device__ __forceinline__ bool find_work(const Batch& a, int split, int chunk, int window, Work& w) {
   int tile = (int)mojo::block_x();
   for (w.seq = 0;; ++w.seq) {
     if (w.seq == a.batch) return false;
@@ -158,7 +154,7 @@ __device__ __forceinline__ float tanh_f(float x) { return 1.f - 2.f / (mojo::exp
 
 template <class T, class P>
 __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k,
-                                    const T* __restrict__ v, const Args& a, const float* __restrict__ sinks,
+                                    const T* __restrict__ v, const Batch& a, const float* __restrict__ sinks,
                                     float* __restrict__ lse, float* __restrict__ workspace, long long q_stride,
                                     long long k_stride, long long v_stride, int heads, int kv_heads, int chunk,
                                     float scale, float softcap, int window) {
@@ -436,35 +432,30 @@ __device__ __forceinline__ void merge(T* __restrict__ out, const float* __restri
 
 }  // namespace mojo_attention
 
-// The sm_90a prefill; it uses Args, Work, find_work, visible and finish from above.
+// The sm_90a prefill; it uses Batch, Work, find_work, visible and finish from above.
 #include "attention_sm90.cuh"
 
-// Every attention kernel takes these (the sm_90a one two TMA descriptors more).
-#define MOJO_ATTENTION_PARAMS(T)                                                                              \
-  T *__restrict__ out, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,            \
-      const int *cu_q, const int *kv_info, const int *block_table, const float *__restrict__ sinks,           \
-      float *__restrict__ lse, float *__restrict__ workspace, long long q_stride, long long k_stride,         \
-      long long v_stride, int batch, int q_tokens, int kv_tokens, int heads, int kv_heads, int max_blocks,   \
-      int q_len, int chunk, float scale, float softcap, int window
-#define MOJO_ATTENTION_ARGS(P) \
-  mojo_attention::Args { cu_q, kv_info, block_table, batch, q_tokens, kv_tokens, max_blocks, q_len, P::paged != 0 }
+// Every attention kernel takes MOJO_ATTENTION_ARGS (the sm_90a one two TMA descriptors more).
+#define MOJO_ATTENTION_BATCH(P) \
+  mojo_attention::Batch { cu_q, kv_info, block_table, batch, q_tokens, kv_tokens, max_blocks, q_len, P::paged != 0 }
 
-#define MOJO_ATTENTION(NAME, P)                                                                                  \
-  extern "C" __global__ void __launch_bounds__(32 * P::wm * P::wn) NAME(MOJO_ATTENTION_PARAMS(P::dtype)) {      \
-    mojo_attention::run<P::dtype, P>(out, q, k, v, MOJO_ATTENTION_ARGS(P), sinks, lse, workspace, q_stride,      \
-                                     k_stride, v_stride, heads, kv_heads, chunk, scale, softcap, window);        \
+#define MOJO_ATTENTION(NAME, P)                                                                                        \
+  extern "C" __global__ void __launch_bounds__(32 * P::wm * P::wn)                                                     \
+      NAME(MOJO_ARG_PARAMS(MOJO_ATTENTION_ARGS, P::dtype)) {                                                           \
+    mojo_attention::run<P::dtype, P>(out, q, k, v, MOJO_ATTENTION_BATCH(P), sinks, lse, workspace, q_stride,           \
+                                     k_stride, v_stride, heads, kv_heads, chunk, scale, softcap, window);              \
   }
-#define MOJO_ATTENTION_MERGE(NAME, P)                                                                        \
-  extern "C" __global__ void __launch_bounds__(128) NAME(MOJO_ATTENTION_PARAMS(P::dtype)) {                  \
-    mojo_attention::merge<P::dtype, P>(out, sinks, lse, workspace, q_tokens, heads);                         \
+#define MOJO_ATTENTION_MERGE(NAME, P)                                                                                  \
+  extern "C" __global__ void __launch_bounds__(128) NAME(MOJO_ARG_PARAMS(MOJO_ATTENTION_ARGS, P::dtype)) {             \
+    mojo_attention::merge<P::dtype, P>(out, sinks, lse, workspace, q_tokens, heads);                                   \
   }
 // K and V through TMA: the descriptors are params 24 and 25.
-#define MOJO_ATTENTION_SM90(NAME, P)                                                                             \
-  extern "C" __global__ void __launch_bounds__(384, 1)                                                          \
-      NAME(MOJO_ATTENTION_PARAMS(P::dtype), const mojo::TensorMap, const mojo::TensorMap) {                     \
-    mojo_attention::run_sm90<P::dtype, P>(out, q, MOJO_ATTENTION_ARGS(P), sinks, lse, q_stride, heads, kv_heads, \
-                                          scale, softcap, window, MOJO_PARAM_ADDRESS(NAME, 24),                  \
-                                          MOJO_PARAM_ADDRESS(NAME, 25));                                         \
+#define MOJO_ATTENTION_SM90(NAME, P)                                                                                   \
+  extern "C" __global__ void __launch_bounds__(384, 1)                                                                 \
+      NAME(MOJO_ARG_PARAMS(MOJO_ATTENTION_ARGS, P::dtype), const mojo::TensorMap, const mojo::TensorMap) {             \
+    mojo_attention::run_sm90<P::dtype, P>(out, q, MOJO_ATTENTION_BATCH(P), sinks, lse, q_stride, heads, kv_heads,      \
+                                          scale, softcap, window, MOJO_PARAM_ADDRESS(NAME, 24),                        \
+                                          MOJO_PARAM_ADDRESS(NAME, 25));                                               \
   }
 #define MOJO_KERNEL_sdpa(NAME, P) MOJO_ATTENTION(NAME, P)
 #define MOJO_KERNEL_paged_prefill_gqa(NAME, P) MOJO_ATTENTION(NAME, P)

@@ -14,9 +14,10 @@
 // two consumers interleave on the tensor cores: one's softmax runs under the
 // other's matmuls. The producer gives up registers to the consumers.
 //
-// Kernel args: attention.cu's, then the TMA descriptors of k and v as 3-D
-// tensors (head_dim, rows, kv_heads): rows are the packed tokens (boxes of
-// 64 x 128 x 1) or the cache's slots (boxes of 64 x block_size x 1).
+// Kernel args: attention.cu's (MOJO_ATTENTION_ARGS), then the TMA descriptors
+// of k and v as 3-D tensors (head_dim, rows, kv_heads): rows are the packed
+// tokens (boxes of 64 x 128 x 1) or the cache's slots (boxes of 64 x
+// block_size x 1).
 // Geometry: 384 threads; grid as the sm_80 path's with 128-row tiles; dynamic
 // shared memory: 1024 (alignment) + Q 32 KB + STAGES x 64 KB + P 32 KB + barriers.
 #pragma once
@@ -35,7 +36,7 @@ template <int ROWS> __device__ __forceinline__ unsigned swizzled(int row, int co
 }
 
 template <class T, class P>
-__device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restrict__ q, const Args& a,
+__device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restrict__ q, const Batch& a,
                                          const float* __restrict__ sinks, float* __restrict__ lse, long long q_stride,
                                          int heads, int kv_heads, float scale, float softcap, int window,
                                          const mojo::TensorMap* k_map, const mojo::TensorMap* v_map) {

@@ -21,8 +21,10 @@
 // outside [0, V) otherwise gives NaN (the debug checks name it). The mean
 // divides by the rows not ignored. Row work: one block of THREADS per row,
 // float math, sums in a fixed order.
+// Kernel args: MOJO_CE_X_ARGS for row kernel MOJO_CE_X (cross_entropy_args.h).
 #include "gemm.cu"
 #include "mojo_prelude.cuh"
+#include "cross_entropy_args.h"
 
 namespace mojo_ce {
 
@@ -173,48 +175,42 @@ __device__ __forceinline__ void convert(T* out, const float* acc, long long n) {
 
 // One entry per row kernel; the products enter by gemm.cu's macros.
 #define MOJO_CE_INIT(NAME, P)                                                                        \
-  extern "C" __global__ void __launch_bounds__(P::threads) NAME(mojo_ce::State* state, long long rows) { \
+  extern "C" __global__ void __launch_bounds__(P::threads) NAME(MOJO_ARG_PARAMS(MOJO_CE_INIT_ARGS, )) { \
     mojo_ce::init<P::threads>(state, rows);                                                          \
   }
 #define MOJO_CE_UPDATE(NAME, P)                                                                              \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                   \
-      NAME(mojo_ce::State* state, const float* logits, long long ld, const P::index* labels, long long col0, int n, \
-           float cap) {                                                                                      \
+      NAME(MOJO_ARG_PARAMS(MOJO_CE_UPDATE_ARGS, P::index)) {                                                 \
     mojo_ce::update<P::index, P::threads>(state, logits, ld, labels, col0, n, cap);                         \
   }
 #define MOJO_CE_FINISH(NAME, P)                                                                              \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                   \
-      NAME(float* row_loss, float* lse, const mojo_ce::State* state, const P::index* labels, long long rows, \
-           long long vocab, long long ignore_index, float smoothing, float z_loss) {                         \
+      NAME(MOJO_ARG_PARAMS(MOJO_CE_FINISH_ARGS, P::index)) {                                                 \
     mojo_ce::finish<P::index, P::threads>(row_loss, lse, state, labels, rows, vocab, ignore_index, smoothing, \
                                           z_loss);                                                           \
   }
 #define MOJO_CE_REDUCE(NAME, P)                                                                             \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                  \
-      NAME(float* loss, const float* row_loss, const P::index* labels, long long rows, long long ignore_index, \
-           int mean) {                                                                                      \
+      NAME(MOJO_ARG_PARAMS(MOJO_CE_REDUCE_ARGS, P::index)) {                                                \
     mojo_ce::reduce<P::index, P::threads>(loss, row_loss, labels, rows, ignore_index, mean);                \
   }
 #define MOJO_CE_COUNT(NAME, P)                                                                              \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                  \
-      NAME(float* scale, const float* grad_loss, const P::index* labels, long long rows, long long ignore_index, \
-           int mean) {                                                                                      \
+      NAME(MOJO_ARG_PARAMS(MOJO_CE_COUNT_ARGS, P::index)) {                                                 \
     mojo_ce::count<P::index, P::threads>(scale, grad_loss, labels, rows, ignore_index, mean);               \
   }
 #define MOJO_CE_GRAD(NAME, P)                                                                                     \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                        \
-      NAME(P::dtype* dlogits, const float* logits, long long ld, const float* lse, const P::index* labels,        \
-           const float* scale, const float* grad_loss, int per_row, long long col0, int n, long long vocab,       \
-           long long ignore_index, float smoothing, float z_loss, float cap) {                                    \
+      NAME(MOJO_ARG_PARAMS(MOJO_CE_GRAD_ARGS, P::dtype, P::index)) {                                              \
     mojo_ce::grad<P::dtype, P::index, P::threads>(dlogits, logits, ld, lse, labels, scale, grad_loss, per_row,   \
                                                   col0, n, vocab, ignore_index, smoothing, z_loss, cap);          \
   }
 #define MOJO_CE_ZERO(NAME, P)                                                                            \
-  extern "C" __global__ void __launch_bounds__(P::threads) NAME(float* acc, long long n) {               \
+  extern "C" __global__ void __launch_bounds__(P::threads) NAME(MOJO_ARG_PARAMS(MOJO_CE_ZERO_ARGS, )) {  \
     mojo_ce::zero<P::threads>(acc, n);                                                                   \
   }
 #define MOJO_CE_CONVERT(NAME, P)                                                                         \
   extern "C" __global__ void __launch_bounds__(P::threads)                                               \
-      NAME(P::dtype* out, const float* acc, long long n) {                                               \
+      NAME(MOJO_ARG_PARAMS(MOJO_CE_CONVERT_ARGS, P::dtype)) {                                            \
     mojo_ce::convert<P::dtype, P::threads>(out, acc, n);                                                 \
   }

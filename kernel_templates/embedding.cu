@@ -2,11 +2,11 @@
 //
 // Params: T (out, weight), I (ids: int or long long), HIDDEN, VEC, THREADS,
 // ROWS (as rms_norm.cu: THREADS lanes per row, ROWS rows per block). Kernel
-// args: (T* out, const I* ids, const T* weight, long long tokens,
-// long long vocab), contiguous. An id outside [0, vocab) gives a row of
-// zeros, never a read out of bounds (the runtime's debug checks report it).
+// args: MOJO_EMBEDDING_ARGS (embedding_args.h). An id outside [0, vocab) gives
+// a row of zeros, never a read out of bounds (the runtime's debug checks report it).
 // Geometry: block = THREADS * ROWS, grid = ceil(tokens / ROWS).
 #include "mojo_prelude.cuh"
+#include "embedding_args.h"
 
 namespace mojo_embedding {
 
@@ -39,8 +39,7 @@ __device__ __forceinline__ void run(T* __restrict__ out, const I* __restrict__ i
 
 #define MOJO_EMBEDDING_KERNEL(NAME, T, I, HIDDEN, VEC, THREADS, ROWS)                                          \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                                 \
-      NAME(T* __restrict__ out, const I* __restrict__ ids, const T* __restrict__ weight, long long tokens,     \
-           long long vocab) {                                                                                  \
+      NAME(MOJO_ARG_PARAMS(MOJO_EMBEDDING_ARGS, T, I)) {                                                       \
     mojo_embedding::run<T, I, HIDDEN, VEC, THREADS, ROWS>(out, ids, weight, tokens, vocab);                    \
   }
 #define MOJO_KERNEL_embedding(NAME, P) \

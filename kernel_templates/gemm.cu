@@ -35,11 +35,7 @@
 //                entered through the *_sm90 macro
 //   tf32         f32 inputs on tensor cores as tf32 (mma m16n8k8, inputs
 //                rounded to 10 mantissa bits); 0: f32 stays exact
-// Kernel args (the sm_80 path; gemm_sm90.cuh lists its own): (TC* c, const TA* a,
-//   const TA* b, const TC* bias, const TC* residual,
-//   float alpha, float beta, int m, int n, int k, long long lda, long long ldb,
-//   long long ldc, long long ldr, long long batch_a, long long batch_b, long long batch_c,
-//   const void* offsets, long long total_rows)
+// Kernel args (the sm_80 path; gemm_sm90.cuh lists its own): MOJO_GEMM_ARGS (gemm_args.h),
 //   with ld* the row strides in elements and batch_* the batch strides. For
 //   group_gemm, grid.z runs over the groups, group g's rows of a and c are
 //   [offsets[g], offsets[g + 1]) (clamped to total_rows), b advances by
@@ -52,6 +48,7 @@
 // Edges: loads outside the matrices are zero-filled (cp.async's src-size), so
 // every M, N and K is exact; stores are bounds-checked.
 #include "mojo_mma.cuh"
+#include "gemm_args.h"
 
 namespace mojo_gemm {
 
@@ -382,9 +379,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 #define MOJO_GEMM_KERNEL_1(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, BIAS,   \
                            ACT, RESIDUAL, OFFSETS, TF32)                                                               \
   extern "C" __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)                                                 \
-      NAME(TC* c, const TC* __restrict__ bias, const TC* residual, float alpha, float beta, int m, int n, int k,       \
-           long long ldc, long long ldr, long long batch_c, int batches, const void* offsets, long long total_rows,    \
-           const mojo::TensorMap, const mojo::TensorMap) {                                                             \
+      NAME(MOJO_ARG_PARAMS(MOJO_GEMM_SM90_ARGS, TC), const mojo::TensorMap, const mojo::TensorMap) {                   \
     mojo_gemm::run_sm90<TA, TC, BM, BN, BK, STAGES, SWIZZLE, TRANS_A, !TRANS_B, BETA, BIAS, ACT, RESIDUAL, OFFSETS>(   \
         c, bias, residual, alpha, beta, m, n, k, ldc, ldr, batch_c, batches, offsets, total_rows,                      \
         MOJO_PARAM_ADDRESS(NAME, 14), MOJO_PARAM_ADDRESS(NAME, 15));                                                   \
@@ -392,10 +387,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 #define MOJO_GEMM_KERNEL_0(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, BIAS,   \
                            ACT, RESIDUAL, OFFSETS, TF32)                                                               \
   extern "C" __global__ void __launch_bounds__(WM * WN * KS * 32, 1)                                                   \
-      NAME(TC* c, const TA* __restrict__ a, const TA* __restrict__ b, const TC* __restrict__ bias,                     \
-           const TC* residual, float alpha, float beta, int m, int n, int k, long long lda, long long ldb,             \
-           long long ldc, long long ldr, long long batch_a, long long batch_b, long long batch_c,                      \
-           const void* offsets, long long total_rows) {                                                                \
+      NAME(MOJO_ARG_PARAMS(MOJO_GEMM_ARGS, TA, TC)) {                                                                  \
     mojo_gemm::run<TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT,            \
                    RESIDUAL, OFFSETS, TF32>(c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr,         \
                                             batch_a, batch_b, batch_c, offsets, total_rows);                           \

@@ -17,10 +17,8 @@
 // outputs through the shared epilogue. The producer gives up registers
 // (setmaxnreg) so that the consumers can hold 64 x BN fp32 accumulators.
 //
-// Kernel args: (TC* c, const TC* bias, const TC* residual, float alpha,
-//   float beta, int m, int n, int k, long long ldc, long long ldr,
-//   long long batch_c, int batches, const void* offsets, long long total_rows,
-//   TensorMap a_map, TensorMap b_map): for group_gemm (OFFSETS 4 or 8) the
+// Kernel args: MOJO_GEMM_SM90_ARGS (gemm_args.h), then
+//   TensorMap a_map, TensorMap b_map: for group_gemm (OFFSETS 4 or 8) the
 //   batches are the groups, m covers the largest, tiles past a group's rows
 //   are skipped, a_map is x [total_rows, K] and b_map the weights; the
 //   maps cover the operands as stored ([batches, M, K] or [batches, K, M],

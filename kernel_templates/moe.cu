@@ -9,7 +9,7 @@
 //   part. The TOP_K best (ties: the lower expert) in order, each weighted by
 //   its score (no bias), renormalized to sum 1 when RENORMALIZE, times
 //   `scaling`.
-//   args: (float* weights, I* ids, const T* logits, const float* bias (or null), float scaling, long long tokens)
+//   args: MOJO_MOE_GATE_ARGS (moe_args.h)
 //   geometry: block = 32 * ROWS, grid = ceil(tokens / ROWS).
 //
 // moe_dispatch: the N = tokens * TOP_K (token, slot) pairs sorted by expert
@@ -25,15 +25,16 @@
 //   it, so a block prefix sum gives each thread its first row). No atomics,
 //   so the same order every run. Optional step 1 (GATHER): sorted_x[r] = x[sorted_ids[r]]
 //   (embedding.cu's gather; zeros past the routed rows).
-//   args, step 0: (I* offsets, I* sorted_ids, I* positions, const I* ids, long long pairs)
+//   args, step 0: MOJO_MOE_DISPATCH_ARGS (moe_args.h)
 //   geometry: block = THREADS, grid = EXPERTS.
 //
 // moe_combine: out[t] = sum over slots k of weights[t, k] * expert_out[positions[t, k]]
 //   (slots in order, float accumulation; a negative position adds nothing).
-//   args: (T* out, const T* expert_out, const I* positions, const float* weights, long long tokens)
+//   args: MOJO_MOE_COMBINE_ARGS (moe_args.h)
 //   geometry: rows op (as rms_norm.cu), block = THREADS * ROWS, grid = ceil(tokens / ROWS).
 #include "embedding.cu"
 #include "mojo_prelude.cuh"
+#include "moe_args.h"
 
 namespace mojo_moe {
 
@@ -243,16 +244,14 @@ __device__ __forceinline__ void combine(T* __restrict__ out, const T* __restrict
 
 #define MOJO_KERNEL_moe_gate(NAME, P)                                                                              \
   extern "C" __global__ void __launch_bounds__(32 * P::rows)                                                      \
-      NAME(float* __restrict__ weights, P::index* __restrict__ ids, const P::dtype* __restrict__ logits,          \
-           const float* __restrict__ bias, float scaling, long long tokens) {                                     \
+      NAME(MOJO_ARG_PARAMS(MOJO_MOE_GATE_ARGS, P::dtype, P::index)) {                                             \
     mojo_moe::gate<P::dtype, P::index, P::experts, P::top_k, P::softmax, P::groups, P::top_groups, P::renormalize, \
                    P::rows>(weights, ids, logits, bias, scaling, tokens);                                         \
   }
 
 #define MOJO_KERNEL_moe_dispatch(NAME, P)                                                                          \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                        \
-      NAME(P::index* __restrict__ offsets, P::index* __restrict__ sorted_ids, P::index* __restrict__ positions,    \
-           const P::index* __restrict__ ids, long long pairs) {                                                    \
+      NAME(MOJO_ARG_PARAMS(MOJO_MOE_DISPATCH_ARGS, P::index)) {                                                   \
     mojo_moe::dispatch<P::index, P::experts, P::top_k, P::threads>(offsets, sorted_ids, positions, ids, pairs);    \
   }
 #define MOJO_KERNEL_moe_dispatch_gather(NAME, P) \
@@ -260,8 +259,7 @@ __device__ __forceinline__ void combine(T* __restrict__ out, const T* __restrict
 
 #define MOJO_KERNEL_moe_combine(NAME, P)                                                                           \
   extern "C" __global__ void __launch_bounds__(P::threads * P::rows)                                              \
-      NAME(P::dtype* __restrict__ out, const P::dtype* __restrict__ expert_out,                                    \
-           const P::index* __restrict__ positions, const float* __restrict__ weights, long long tokens) {          \
+      NAME(MOJO_ARG_PARAMS(MOJO_MOE_COMBINE_ARGS, P::dtype, P::index)) {                                          \
     mojo_moe::combine<P::dtype, P::index, P::hidden, P::vec, P::threads, P::rows, P::top_k>(                       \
         out, expert_out, positions, weights, tokens);                                                              \
   }

@@ -308,6 +308,34 @@ __device__ __forceinline__ float row_reduce(float v, float* scratch, Op op = Op(
   }
 }
 
+// ---- the row tile of the row ops (norms, softmax) ------------------------------
+// A block of ROWS rows, THREADS threads each; a row is COLS elements in
+// vectors of VEC, ITEMS vectors per thread, kept in registers when there are
+// at most MAX_ITEMS of them. Threads past the last row (active false) still
+// take part in the row's reductions; their addresses use row 0.
+template <int COLS, int VEC, int THREADS, int ROWS, int MAX_ITEMS = 16>
+struct RowTile {
+  static_assert(COLS % VEC == 0, "VEC must divide the row length");
+  static_assert(ROWS == 1 || THREADS <= 32, "several rows per block need narrow rows");
+  enum : int {  // constants without storage (a static constexpr member would be a global in the PTX)
+    NV = COLS / VEC,                       // vectors per row
+    ITEMS = (NV + THREADS - 1) / THREADS,  // vectors per thread
+    IN_REGISTERS = ITEMS <= MAX_ITEMS,
+  };
+  int lane;        // this thread's place in its row
+  long long row;   // its row
+  bool active;     // row < rows
+  // row, or 0 past the last: for addresses.
+  __device__ __forceinline__ long long safe() const { return active ? row : 0; }
+
+  __device__ __forceinline__ explicit RowTile(long long rows) {
+    const unsigned tid = thread_x();
+    lane = int(tid % THREADS);
+    row = (long long)block_x() * ROWS + tid / THREADS;
+    active = row < rows;
+  }
+};
+
 // ---- shared memory: addresses, counters, a block-wide prefix sum ---------------
 #if defined(MOJO_CPU)
 __device__ __forceinline__ unsigned smem_address(const void* p) { return cpu::api().smem_address(p); }

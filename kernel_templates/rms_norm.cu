@@ -13,9 +13,7 @@
 //            HIDDEN allow, else smaller (1 for odd hidden sizes)
 //   THREADS  threads per row: a power of two <= 32, or a multiple of 32
 //   ROWS     rows per block; > 1 only when THREADS <= 32 (narrow rows)
-// Kernel args: (T* out, T* residual, const T* x, const T* weight, float eps,
-//               long long rows, long long out_stride, long long residual_stride,
-//               long long x_stride); residual is unused by rms_norm.
+// Kernel args: MOJO_RMS_NORM_ARGS (rms_norm_args.h).
 // Geometry: block = THREADS * ROWS threads, grid = ceil(rows / ROWS).
 //
 // Why this shape: the op moves 2 (add: 4) * rows * HIDDEN elements and does
@@ -24,6 +22,7 @@
 // reduction (rows of up to 16 vectors per thread); wider rows re-read the
 // row, which then hits L2.
 #include "mojo_prelude.cuh"
+#include "rms_norm_args.h"
 
 namespace mojo_rms_norm {
 
@@ -31,20 +30,16 @@ template <class T, int HIDDEN, int VEC, int THREADS, int ROWS, bool ADD>
 __device__ __forceinline__ void run(T* __restrict__ out, T* __restrict__ residual, const T* __restrict__ x,
                                     const T* __restrict__ weight, float eps, long long rows, long long out_stride,
                                     long long residual_stride, long long x_stride) {
-  static_assert(HIDDEN % VEC == 0, "VEC must divide HIDDEN");
-  static_assert(ROWS == 1 || THREADS <= 32, "several rows per block need narrow rows");
-  constexpr int NV = HIDDEN / VEC;                      // vectors per row
-  constexpr int ITEMS = (NV + THREADS - 1) / THREADS;  // vectors per thread
-  constexpr bool IN_REGISTERS = ITEMS <= 16;
+  using Tile = mojo::RowTile<HIDDEN, VEC, THREADS, ROWS>;
+  constexpr int NV = Tile::NV, ITEMS = Tile::ITEMS;
+  constexpr bool IN_REGISTERS = Tile::IN_REGISTERS;
   using P = mojo::Pack<T, VEC>;
   __shared__ float scratch[32];
 
-  const unsigned tid = mojo::thread_x();
-  const int lane = int(tid % THREADS);
-  const long long row = (long long)mojo::block_x() * ROWS + tid / THREADS;
-  // Threads past the last row still take part in the warp-wide shuffles.
-  const bool active = row < rows;
-  const long long r = active ? row : 0;
+  const Tile tile(rows);
+  const int lane = tile.lane;
+  const bool active = tile.active;
+  const long long r = tile.safe();
   const T* xr = x + r * x_stride;
   T* outr = out + r * out_stride;
   T* resr = ADD ? residual + r * residual_stride : nullptr;
@@ -98,9 +93,7 @@ __device__ __forceinline__ void run(T* __restrict__ out, T* __restrict__ residua
 
 #define MOJO_RMS_NORM_KERNEL(NAME, T, HIDDEN, VEC, THREADS, ROWS, ADD)                                    \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                            \
-      NAME(T* __restrict__ out, T* __restrict__ residual, const T* __restrict__ x,                        \
-           const T* __restrict__ weight, float eps, long long rows, long long out_stride,                 \
-           long long residual_stride, long long x_stride) {                                               \
+      NAME(MOJO_ARG_PARAMS(MOJO_RMS_NORM_ARGS, T)) {                                                     \
     mojo_rms_norm::run<T, HIDDEN, VEC, THREADS, ROWS, ADD>(out, residual, x, weight, eps, rows, out_stride, \
                                                            residual_stride, x_stride);                    \
   }

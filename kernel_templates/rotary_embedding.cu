@@ -9,13 +9,13 @@
 //
 // Params: T (q, k), C (cos_sin cache: float or T), I (positions: int or
 // long long), HEAD_DIM, ROT_DIM, HEADS, KV_HEADS, NEOX, THREADS. Kernel args:
-// (T* q, T* k, const I* positions, const C* cos_sin, long long tokens,
-// long long q_stride, long long k_stride, long long max_pos); the heads of a
+// MOJO_ROTARY_EMBEDDING_ARGS (rotary_embedding_args.h); the heads of a
 // token are contiguous, tokens are q_stride / k_stride elements apart (q and
 // k may be views of a fused qkv tensor). A position outside [0, max_pos) is
 // skipped (the runtime's debug checks report it).
 // Geometry: one block of THREADS threads per token.
 #include "mojo_prelude.cuh"
+#include "rotary_embedding_args.h"
 
 namespace mojo_rotary {
 
@@ -45,9 +45,7 @@ __device__ __forceinline__ void run(T* __restrict__ q, T* __restrict__ k, const 
 
 #define MOJO_ROTARY_KERNEL(NAME, T, C, I, HEAD_DIM, ROT_DIM, HEADS, KV_HEADS, NEOX, THREADS)                 \
   extern "C" __global__ void __launch_bounds__(THREADS)                                                      \
-      NAME(T* __restrict__ q, T* __restrict__ k, const I* __restrict__ positions,                            \
-           const C* __restrict__ cos_sin, long long tokens, long long q_stride, long long k_stride,          \
-           long long max_pos) {                                                                              \
+      NAME(MOJO_ARG_PARAMS(MOJO_ROTARY_EMBEDDING_ARGS, T, C, I)) {                                           \
     mojo_rotary::run<T, C, I, HEAD_DIM, ROT_DIM, HEADS, KV_HEADS, NEOX, THREADS>(q, k, positions, cos_sin,   \
                                                                                  q_stride, k_stride, max_pos); \
   }

@@ -38,17 +38,12 @@
 // Params: T (logits or probabilities), I (token ids, top_k: int or long
 // long), VOCAB, VEC (elements per load), THREADS, BLOCKS for the
 // temperature step and SPEC for reject_sample. Geometry: block = THREADS,
-// grid = rows (the temperature step: rows * BLOCKS). Kernel args:
-//   apply_penalties_temperature, step 0: (T* logits, long long stride, const float* temperature)
-//     step 1: (T* logits, long long stride, const I* ids, const I* counts,
-//       long long max_len, const float* repetition, const float* presence, const float* frequency,
-//       const float* temperature)
-//   sample: (long long* tokens, float* logprobs (or null), const T* logits, long long stride,
-//       const I* top_k, const float* top_p, const float* min_p, const long long* seed, long long* offset)
-//   reject_sample: (long long* out, long long* accepted, const I* draft_tokens, const T* draft_probs,
-//       const T* target_probs, const long long* seed, long long* offset)
+// grid = rows (the temperature step: rows * BLOCKS). Kernel args (sampling_args.h):
+//   apply_penalties_temperature, step 0: MOJO_SAMPLING_TEMPERATURE_ARGS; step 1: MOJO_SAMPLING_PENALTY_ARGS
+//   sample: MOJO_SAMPLING_SAMPLE_ARGS; reject_sample: MOJO_SAMPLING_REJECT_ARGS
 #include "mojo_prelude.cuh"
 #include "mojo_random.cuh"
+#include "sampling_args.h"
 
 namespace mojo_sampling {
 
@@ -367,25 +362,20 @@ __device__ __forceinline__ void reject_sample(long long* __restrict__ out, long 
 
 #define MOJO_KERNEL_sample(NAME, P)                                                                                  \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                          \
-      NAME(long long* __restrict__ tokens, float* __restrict__ logprobs, const P::dtype* __restrict__ logits,       \
-           long long stride, const P::index* __restrict__ top_k, const float* __restrict__ top_p,                   \
-           const float* __restrict__ min_p, const long long* __restrict__ seed, long long* __restrict__ offset) {   \
+      NAME(MOJO_ARG_PARAMS(MOJO_SAMPLING_SAMPLE_ARGS, P::dtype, P::index)) {                                        \
     mojo_sampling::sample<P::dtype, P::index, P::vocab, P::vec, P::threads>(tokens, logprobs, logits, stride, top_k, \
                                                                             top_p, min_p, seed, offset);             \
   }
 
 #define MOJO_KERNEL_apply_temperature(NAME, P)                                                                       \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                          \
-      NAME(P::dtype* __restrict__ logits, long long stride, const float* __restrict__ temperature) {                \
+      NAME(MOJO_ARG_PARAMS(MOJO_SAMPLING_TEMPERATURE_ARGS, P::dtype)) {                                             \
     mojo_sampling::scale_by_temperature<P::dtype, P::vocab, P::vec, P::threads, P::blocks>(logits, stride,          \
                                                                                            temperature);            \
   }
 #define MOJO_KERNEL_apply_penalties_temperature(NAME, P)                                                             \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                          \
-      NAME(P::dtype* __restrict__ logits, long long stride, const P::index* __restrict__ ids,                       \
-           const P::index* __restrict__ counts, long long max_len, const float* __restrict__ repetition,            \
-           const float* __restrict__ presence, const float* __restrict__ frequency,                                 \
-           const float* __restrict__ temperature) {                                                                 \
+      NAME(MOJO_ARG_PARAMS(MOJO_SAMPLING_PENALTY_ARGS, P::dtype, P::index)) {                                       \
     mojo_sampling::apply_penalties<P::dtype, P::index, P::vocab, P::threads>(logits, stride, ids, counts, max_len,  \
                                                                              repetition, presence, frequency,       \
                                                                              temperature);                          \
@@ -393,9 +383,7 @@ __device__ __forceinline__ void reject_sample(long long* __restrict__ out, long 
 
 #define MOJO_KERNEL_reject_sample(NAME, P)                                                                           \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                          \
-      NAME(long long* __restrict__ out, long long* __restrict__ accepted, const P::index* __restrict__ draft_tokens, \
-           const P::dtype* __restrict__ draft_probs, const P::dtype* __restrict__ target_probs,                     \
-           const long long* __restrict__ seed, long long* __restrict__ offset) {                                    \
+      NAME(MOJO_ARG_PARAMS(MOJO_SAMPLING_REJECT_ARGS, P::dtype, P::index)) {                                        \
     mojo_sampling::reject_sample<P::dtype, P::index, P::vocab, P::threads, P::spec>(                                \
         out, accepted, draft_tokens, draft_probs, target_probs, seed, offset);                                      \
   }

@@ -6,8 +6,8 @@
 //
 // Params: T, COLS, VEC, THREADS, ROWS (as rms_norm.cu), and for the forward
 // LOG (1: log_softmax). Kernel args:
-//   forward:  (T* out, const T* x, long long rows, long long out_stride, long long x_stride)
-//   backward: (T* grad_x, const T* grad_out, const T* out, long long rows), contiguous
+//   forward:  MOJO_SOFTMAX_ARGS (softmax_args.h)
+//   backward: MOJO_SOFTMAX_BACKWARD_ARGS (softmax_args.h), contiguous
 // Geometry: block = THREADS * ROWS threads, grid = ceil(rows / ROWS).
 //
 // A row up to 16 vectors per thread stays in registers: one read, the exact
@@ -16,25 +16,24 @@
 // and rescales the running sum, then a second pass that writes; the second
 // read of the row hits L2.
 #include "mojo_prelude.cuh"
+#include "softmax_args.h"
 
 namespace mojo_softmax {
 
 template <class T, int COLS, int VEC, int THREADS, int ROWS, bool LOG>
 __device__ __forceinline__ void forward(T* __restrict__ out, const T* __restrict__ x, long long rows,
                                         long long out_stride, long long x_stride) {
-  static_assert(COLS % VEC == 0, "VEC must divide COLS");
-  constexpr int NV = COLS / VEC;
-  constexpr int ITEMS = (NV + THREADS - 1) / THREADS;
-  constexpr bool IN_REGISTERS = ITEMS <= 16;
+  using Tile = mojo::RowTile<COLS, VEC, THREADS, ROWS>;
+  constexpr int NV = Tile::NV, ITEMS = Tile::ITEMS;
+  constexpr bool IN_REGISTERS = Tile::IN_REGISTERS;
   using P = mojo::Pack<T, VEC>;
   __shared__ float scratch[32];
 
-  const unsigned tid = mojo::thread_x();
-  const int lane = int(tid % THREADS);
-  const long long row = (long long)mojo::block_x() * ROWS + tid / THREADS;
-  const bool active = row < rows;
-  const T* xr = x + (active ? row : 0) * x_stride;
-  T* outr = out + (active ? row : 0) * out_stride;
+  const Tile tile(rows);
+  const int lane = tile.lane;
+  const bool active = tile.active;
+  const T* xr = x + tile.safe() * x_stride;
+  T* outr = out + tile.safe() * out_stride;
 
   float max = mojo::neg_inf(), sum = 0.f;
   P cached[IN_REGISTERS ? ITEMS : 1];
@@ -103,17 +102,16 @@ __device__ __forceinline__ void forward(T* __restrict__ out, const T* __restrict
 template <class T, int COLS, int VEC, int THREADS, int ROWS>
 __device__ __forceinline__ void backward(T* __restrict__ grad_x, const T* __restrict__ grad_out,
                                          const T* __restrict__ out, long long rows) {
-  constexpr int NV = COLS / VEC;
-  constexpr int ITEMS = (NV + THREADS - 1) / THREADS;
-  constexpr bool IN_REGISTERS = ITEMS <= 8;  // two packs per item
+  using Tile = mojo::RowTile<COLS, VEC, THREADS, ROWS, 8>;  // two packs per item
+  constexpr int NV = Tile::NV, ITEMS = Tile::ITEMS;
+  constexpr bool IN_REGISTERS = Tile::IN_REGISTERS;
   using P = mojo::Pack<T, VEC>;
   __shared__ float scratch[32];
 
-  const unsigned tid = mojo::thread_x();
-  const int lane = int(tid % THREADS);
-  const long long row = (long long)mojo::block_x() * ROWS + tid / THREADS;
-  const bool active = row < rows;
-  const long long offset = (active ? row : 0) * COLS;
+  const Tile tile(rows);
+  const int lane = tile.lane;
+  const bool active = tile.active;
+  const long long offset = tile.safe() * COLS;
 
   P dy_cached[IN_REGISTERS ? ITEMS : 1], y_cached[IN_REGISTERS ? ITEMS : 1];
   float dot = 0.f;
@@ -157,15 +155,13 @@ __device__ __forceinline__ void backward(T* __restrict__ grad_x, const T* __rest
 
 #define MOJO_SOFTMAX_KERNEL(NAME, T, COLS, VEC, THREADS, ROWS, LOG)                                        \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                             \
-      NAME(T* __restrict__ out, const T* __restrict__ x, long long rows, long long out_stride,              \
-           long long x_stride) {                                                                           \
+      NAME(MOJO_ARG_PARAMS(MOJO_SOFTMAX_ARGS, T)) {                                                        \
     mojo_softmax::forward<T, COLS, VEC, THREADS, ROWS, LOG != 0>(out, x, rows, out_stride, x_stride);      \
   }
 
 #define MOJO_SOFTMAX_BACKWARD_KERNEL(NAME, T, COLS, VEC, THREADS, ROWS)                                    \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                             \
-      NAME(T* __restrict__ grad_x, const T* __restrict__ grad_out, const T* __restrict__ out,              \
-           long long rows) {                                                                               \
+      NAME(MOJO_ARG_PARAMS(MOJO_SOFTMAX_BACKWARD_ARGS, T)) {                                               \
     mojo_softmax::backward<T, COLS, VEC, THREADS, ROWS>(grad_x, grad_out, out, rows);                     \
   }
 #define MOJO_KERNEL_softmax(NAME, P) MOJO_SOFTMAX_KERNEL(NAME, P::dtype, P::cols, P::vec, P::threads, P::rows, P::log)

@@ -4,14 +4,14 @@
 // where a row is kv_heads * head_dim elements; a slot < 0 (padding) is skipped.
 //
 // Params: T, I (slots: int or long long), ROW (kv_heads * head_dim), VEC,
-// THREADS, ROWS (tokens per block). Kernel args: (T* k_cache, T* v_cache,
-// const T* k, const T* v, const I* slots, long long tokens,
-// long long num_slots, long long k_stride, long long v_stride): caches
-// contiguous [num_blocks, block_size, kv_heads, head_dim]; k and v rows
-// k_stride / v_stride elements apart (views of a fused qkv tensor). A slot
-// >= num_slots is skipped (the runtime's debug checks report it).
+// THREADS, ROWS (tokens per block). Kernel args: MOJO_STORE_KV_CACHE_ARGS
+// (store_kv_cache_args.h): caches contiguous [num_blocks, block_size,
+// kv_heads, head_dim]; k and v rows k_stride / v_stride elements apart
+// (views of a fused qkv tensor). A slot >= num_slots is skipped (the
+// runtime's debug checks report it).
 // Geometry: block = THREADS * ROWS, grid = ceil(tokens / ROWS).
 #include "mojo_prelude.cuh"
+#include "store_kv_cache_args.h"
 
 namespace mojo_kv_cache {
 
@@ -41,9 +41,7 @@ __device__ __forceinline__ void run(T* __restrict__ k_cache, T* __restrict__ v_c
 
 #define MOJO_STORE_KV_CACHE_KERNEL(NAME, T, I, ROW, VEC, THREADS, ROWS)                                        \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                                 \
-      NAME(T* __restrict__ k_cache, T* __restrict__ v_cache, const T* __restrict__ k, const T* __restrict__ v, \
-           const I* __restrict__ slots, long long tokens, long long num_slots, long long k_stride,             \
-           long long v_stride) {                                                                               \
+      NAME(MOJO_ARG_PARAMS(MOJO_STORE_KV_CACHE_ARGS, T, I)) {                                                  \
     mojo_kv_cache::run<T, I, ROW, VEC, THREADS, ROWS>(k_cache, v_cache, k, v, slots, tokens, num_slots,        \
                                                       k_stride, v_stride);                                     \
   }

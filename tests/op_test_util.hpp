@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,5 +50,24 @@ struct Rows {
   std::int64_t rows, cols;
 };
 inline std::string str(Rows s) { return fmt::format("[{}, {}]", s.rows, s.cols); }
+
+// The Args struct an op filled (kernel_templates/<op>_args.h, with void
+// element types), read back from what pack_args pushed: one argument per
+// field, each of its field's size, then `descriptors` TMA descriptors.
+template <class A>
+A packed(const KernelArgs& args, int descriptors = 0) {
+  A a{};
+  int i = 0;
+  for_each_arg(a, [&](const auto& field) {
+    using Field = std::remove_cvref_t<decltype(field)>;
+    if (i < args.count() && args.size(i) == sizeof(Field))
+      std::memcpy(const_cast<Field*>(&field), args.data()[i], sizeof(Field));
+    else
+      ADD_FAILURE() << "argument " << i << " is not field " << i << " of this Args struct";
+    ++i;
+  });
+  EXPECT_EQ(args.count(), i + descriptors) << "arguments vs the Args struct's fields";
+  return a;
+}
 
 }  // namespace mojo::op_test

@@ -173,4 +173,16 @@ class DiskCache {
   std::filesystem::path dir_;
 };
 
+// Copies between a disk cache and a fleet's remote tier (redis://HOST:PORT[/DB],
+// README "Cache"): what `mojo-jit cache push|pull` does. Both throw
+// InvalidArgumentError for a URL this build cannot serve and Error when the
+// tier fails; an entry that fails its checks is skipped, never copied.
+struct CacheSyncResult {
+  std::size_t copied = 0, skipped = 0;
+};
+// Every valid, whole entry of `cache` to the remote tier (bundles and their aliases too).
+CacheSyncResult push_to_remote(const DiskCache& cache, const std::string& url);
+// Every entry of this format in the remote tier into `cache`, each checked (its name must be its key).
+CacheSyncResult pull_from_remote(const DiskCache& cache, const std::string& url);
+
 }  // namespace mojo

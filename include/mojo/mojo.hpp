@@ -5,6 +5,7 @@
 #include "mojo/check.hpp"
 #include "mojo/compiler.hpp"
 #include "mojo/device.hpp"
+#include "mojo/environment.hpp"
 #include "mojo/error.hpp"
 #include "mojo/op.hpp"
 #include "mojo/runtime.hpp"

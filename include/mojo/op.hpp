@@ -119,6 +119,8 @@ struct LaunchGeometry {
 };
 
 // The kernel's arguments in cuLaunchKernel's form, in a fixed inline buffer.
+// pack_args fills the kernel's Args struct (kernel_templates/<op>_args.h) and
+// pushes it with push_args, then any TMA descriptor the kernel reads in place.
 class KernelArgs {
  public:
   KernelArgs() = default;
@@ -134,6 +136,11 @@ class KernelArgs {
     alignments_[count_] = std::uint8_t(alignof(T));
     pointers_[count_++] = storage_ + used_;
     used_ += sizeof(T);
+  }
+  // An Args struct field by field, in the kernel's parameter order (its for_each_arg, found by ADL).
+  template <class A>
+  void push_args(const A& a) {
+    for_each_arg(a, [this](const auto& field) { push(field); });
   }
   void** data() noexcept { return pointers_.data(); }
   // For a launch, which reads the arguments and never writes them.
@@ -152,6 +159,17 @@ class KernelArgs {
   std::size_t used_ = 0;
   int count_ = 0;
 };
+
+// A device address as a pointer field of a kernel's Args: opaque (the
+// element-type fields, void on the host) or typed (ptr<float>(t)).
+template <class T = void>
+T* ptr(DevicePtr p) noexcept {
+  return reinterpret_cast<T*>(p);
+}
+template <class T = void>
+T* ptr(const Tensor& t) noexcept {
+  return ptr<T>(t.data);
+}
 
 // Tensor shapes by tensor name, as a user gives them on the command line or in
 // a manifest ({"x": [4096, 4096]}).
@@ -185,7 +203,7 @@ struct OpInfo {
   std::string_view name;
   std::string_view summary;
   std::span<const TensorArgInfo> tensors;  // in the order launches give them
-  std::span<const ScalarArgInfo> scalars;
+  std::span<const ScalarArgInfo> scalars = {};  // none by default
   std::span<const DType> dtypes;
   std::string_view template_file;  // the kernel_templates/ file it instantiates
   // Shapes for specs_from_shapes that make a typical specialization, in the

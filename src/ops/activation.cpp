@@ -2,6 +2,7 @@
 // Template: kernel_templates/activation.cu (params there).
 #include <fmt/format.h>
 
+#include "activation_args.h"
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
 #include "ops/host_data.hpp"
@@ -121,9 +122,11 @@ class Activation final : public OpDef {
     const unsigned bytes = checks::vector_bytes(p);
     checks::expect_pointer(name(), "out", t[0].data, bytes);
     checks::expect_pointer(name(), "x", t[1].data, bytes);
-    args.push(t[0].data);
-    args.push(t[1].data);
-    args.push(static_cast<long long>(t[0].spec.numel()));
+    args.push_args(mojo_activation::Args<void>{
+        .out = ptr(t[0]),
+        .x = ptr(t[1]),
+        .n = t[0].spec.numel(),
+    });
   }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <random>
 
+#include "attention_args.h"
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
 #include "ops/host_data.hpp"
@@ -208,32 +209,39 @@ void AttentionOp::pack_args(const Params& p, TensorList t, ScalarList scalars, D
     checks::expect_pointer(name(), infos[std::size_t(slot)].name, t[std::size_t(slot)].data, align);
     return t[std::size_t(slot)].data;
   };
-  for (int i = 0; i < 4; ++i) args.push(t[std::size_t(i)].data);
   const DevicePtr cu_q = optional(slots_.cu_q, 4);
   const DevicePtr kv_info = kind_ == Kind::sdpa ? (present(t, slots_.cu_k) ? optional(slots_.cu_k, 4) : cu_q)
                                                 : optional(slots_.context_lens, 4);
-  args.push(cu_q);
-  args.push(kv_info);
-  args.push(optional(slots_.block_tables, 4));
-  args.push(optional(slots_.sinks, 4));
-  args.push(optional(slots_.lse, 4));
+  const DevicePtr block_table = optional(slots_.block_tables, 4), sinks = optional(slots_.sinks, 4),
+                  lse = optional(slots_.lse, 4);
   if (p.get("splits") > 1 && workspace == 0) throw Error("internal error: a split attention plan without workspace");
-  args.push(workspace);
-  args.push(static_cast<long long>(s.q_stride));
-  args.push(static_cast<long long>(s.k_stride));
-  args.push(static_cast<long long>(s.v_stride));
-  args.push(int(s.batch));
-  args.push(int(s.tokens));
-  args.push(int(s.kv_tokens));
-  args.push(int(s.heads));
-  args.push(int(s.kv_heads));
-  args.push(int(s.max_blocks));
-  args.push(int(kind_ == Kind::paged_decode ? s.q_len : 0));
-  args.push(int(chunk(p, s)));
   const double scale = scalar(scalars, "scale");
-  args.push(float(scale != 0 ? scale : 1.0 / std::sqrt(double(s.head_dim))));
-  args.push(float(scalar(scalars, "softcap")));
-  args.push(int(std::max(scalar(scalars, "window"), -1.0)));
+  args.push_args(mojo_attention::Args<void>{
+      .out = ptr(t[0]),
+      .q = ptr(t[1]),
+      .k = ptr(t[2]),
+      .v = ptr(t[3]),
+      .cu_q = ptr<int>(cu_q),
+      .kv_info = ptr<int>(kv_info),
+      .block_table = ptr<int>(block_table),
+      .sinks = ptr<float>(sinks),
+      .lse = ptr<float>(lse),
+      .workspace = ptr<float>(workspace),
+      .q_stride = s.q_stride,
+      .k_stride = s.k_stride,
+      .v_stride = s.v_stride,
+      .batch = int(s.batch),
+      .q_tokens = int(s.tokens),
+      .kv_tokens = int(s.kv_tokens),
+      .heads = int(s.heads),
+      .kv_heads = int(s.kv_heads),
+      .max_blocks = int(s.max_blocks),
+      .q_len = int(kind_ == Kind::paged_decode ? s.q_len : 0),
+      .chunk = int(chunk(p, s)),
+      .scale = float(scale != 0 ? scale : 1.0 / std::sqrt(double(s.head_dim))),
+      .softcap = float(scalar(scalars, "softcap")),
+      .window = int(std::max(scalar(scalars, "window"), -1.0)),
+  });
   if (p.get("wgmma")) {
     // K and V as (head_dim, rows, kv_heads) for TMA: packed tokens in boxes of a key tile, or the cache's
     // slots in boxes of one block.

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <random>
 
+#include "cross_entropy_args.h"
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
 #include "ops/gemm_tile.hpp"
@@ -280,6 +281,7 @@ class LinearCrossEntropy final : public OpDef {
                 cap = float(scalar(scalars, "softcap"));
     const int mean = p.get_or("reduction", 0) == 1 ? 1 : 0;
     const DevicePtr weight_slice = weight + DevicePtr(slice.col0 * s.hidden) * es;
+    mojo_ce::State* const state = ptr<mojo_ce::State>(workspace + w.state);
     const auto product_args = [&](GemmArgs g) {
       checks::expect_pointer(name(), "hidden", hidden, p.get("vec") == 8 ? 16 : unsigned(es));
       checks::expect_pointer(name(), "weight", weight, p.get("vec") == 8 ? 16 : unsigned(es));
@@ -287,8 +289,7 @@ class LinearCrossEntropy final : public OpDef {
     };
     switch (Step(p.get("step"))) {
       case kInit:
-        args.push(workspace + w.state);
-        args.push(static_cast<long long>(s.tokens));
+        args.push_args(mojo_ce::InitArgs{.state = state, .rows = s.tokens});
         return;
       case kLogits:
         return product_args({.c = logits,
@@ -301,62 +302,79 @@ class LinearCrossEntropy final : public OpDef {
                              .ldb = s.hidden,
                              .ldc = ld});
       case kUpdate:
-        args.push(workspace + w.state);
-        args.push(logits);
-        args.push(ld);
-        args.push(labels_ptr);
-        args.push(static_cast<long long>(slice.col0));
-        args.push(int(slice.columns));
-        args.push(cap);
+        args.push_args(mojo_ce::UpdateArgs<void>{
+            .state = state,
+            .logits = ptr<float>(logits),
+            .ld = ld,
+            .labels = ptr(labels_ptr),
+            .col0 = slice.col0,
+            .n = int(slice.columns),
+            .cap = cap,
+        });
         return;
       case kFinish:
-        args.push(mean || p.get("reduction") == 2 ? workspace + w.row_loss : t[0].data);
-        args.push(t[1].spec.rank() == 0 ? DevicePtr(0) : t[1].data);
-        args.push(workspace + w.state);
-        args.push(labels_ptr);
-        args.push(static_cast<long long>(s.tokens));
-        args.push(static_cast<long long>(s.vocab));
-        args.push(ignore);
-        args.push(smoothing);
-        args.push(z);
+        args.push_args(mojo_ce::FinishArgs<void>{
+            .row_loss = ptr<float>(mean || p.get("reduction") == 2 ? workspace + w.row_loss : t[0].data),
+            .lse = t[1].spec.rank() == 0 ? nullptr : ptr<float>(t[1].data),
+            .state = state,
+            .labels = ptr(labels_ptr),
+            .rows = s.tokens,
+            .vocab = s.vocab,
+            .ignore_index = ignore,
+            .smoothing = smoothing,
+            .z_loss = z,
+        });
         return;
-      case kReduce:  // reduce(loss, row_loss, ...) and count(scale, grad_loss, ...) take the same arguments
-      case kCount: {
-        const bool reduce = p.get("step") == kReduce;
-        if (reduce) checks::expect_pointer(name(), "loss", t[0].data, 4);
-        args.push(reduce ? t[0].data : workspace + w.scale);
-        args.push(reduce ? workspace + w.row_loss : t[2].data);
-        args.push(labels_ptr);
-        args.push(static_cast<long long>(s.tokens));
-        args.push(ignore);
-        args.push(mean);
+      case kReduce:
+        checks::expect_pointer(name(), "loss", t[0].data, 4);
+        args.push_args(mojo_ce::ReduceArgs<void>{
+            .loss = ptr<float>(t[0].data),
+            .row_loss = ptr<float>(workspace + w.row_loss),
+            .labels = ptr(labels_ptr),
+            .rows = s.tokens,
+            .ignore_index = ignore,
+            .mean = mean,
+        });
         return;
-      }
+      case kCount:
+        args.push_args(mojo_ce::CountArgs<void>{
+            .scale = ptr<float>(workspace + w.scale),
+            .grad_loss = ptr<float>(t[2].data),
+            .labels = ptr(labels_ptr),
+            .rows = s.tokens,
+            .ignore_index = ignore,
+            .mean = mean,
+        });
+        return;
       case kZero:
+        args.push_args(mojo_ce::ZeroArgs{.acc = ptr<float>(workspace + w.acc), .n = s.tokens * s.hidden});
+        return;
       case kConvert:
-        if (p.get("step") == kConvert) {
-          checks::expect_pointer(name(), "grad_hidden", t[0].data, unsigned(es));
-          args.push(t[0].data);
-        }
-        args.push(workspace + w.acc);
-        args.push(static_cast<long long>(s.tokens * s.hidden));
+        checks::expect_pointer(name(), "grad_hidden", t[0].data, unsigned(es));
+        args.push_args(mojo_ce::ConvertArgs<void>{
+            .out = ptr(t[0]),
+            .acc = ptr<float>(workspace + w.acc),
+            .n = s.tokens * s.hidden,
+        });
         return;
       case kGrad:
-        args.push(workspace + w.dlogits);
-        args.push(logits);
-        args.push(ld);
-        args.push(t[6].data);
-        args.push(labels_ptr);
-        args.push(workspace + w.scale);
-        args.push(t[2].data);
-        args.push(int(p.get("reduction") == 0 ? 1 : 0));
-        args.push(static_cast<long long>(slice.col0));
-        args.push(int(slice.columns));
-        args.push(static_cast<long long>(s.vocab));
-        args.push(ignore);
-        args.push(smoothing);
-        args.push(z);
-        args.push(cap);
+        args.push_args(mojo_ce::GradArgs<void, void>{
+            .dlogits = ptr(workspace + w.dlogits),
+            .logits = ptr<float>(logits),
+            .ld = ld,
+            .lse = ptr<float>(t[6].data),
+            .labels = ptr(labels_ptr),
+            .scale = ptr<float>(workspace + w.scale),
+            .grad_loss = ptr<float>(t[2].data),
+            .per_row = p.get("reduction") == 0 ? 1 : 0,
+            .col0 = slice.col0,
+            .n = int(slice.columns),
+            .vocab = s.vocab,
+            .ignore_index = ignore,
+            .smoothing = smoothing,
+            .z_loss = z,
+            .cap = cap,
+        });
         return;
       case kGradWeight:
         checks::expect_pointer(name(), "grad_weight", t[1].data, p.get("vec") == 8 ? 16 : unsigned(es));

@@ -1,6 +1,7 @@
 // embedding: a gather of weight rows by token id (kernel_templates/embedding.cu, params there).
 #include <fmt/format.h>
 
+#include "embedding_args.h"
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
 #include "ops/host_data.hpp"
@@ -71,9 +72,13 @@ class Embedding final : public OpDef {
     checks::expect_pointer(name(), "out", t[0].data, bytes);
     checks::expect_pointer(name(), "ids", t[1].data, unsigned(dtype_size(t[1].spec.dtype())));
     checks::expect_pointer(name(), "weight", t[2].data, bytes);
-    for (int i = 0; i < 3; ++i) args.push(t[i].data);
-    args.push(static_cast<long long>(t[1].spec.numel()));
-    args.push(static_cast<long long>(t[2].spec.dim(0)));
+    args.push_args(mojo_embedding::Args<void, void>{
+        .out = ptr(t[0]),
+        .ids = ptr(t[1]),
+        .weight = ptr(t[2]),
+        .tokens = t[1].spec.numel(),
+        .vocab = t[2].spec.dim(0),
+    });
   }
 
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {

@@ -8,6 +8,7 @@
 #include <climits>
 #include <cmath>
 
+#include "gemm_args.h"
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
 
@@ -158,25 +159,47 @@ void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p) {
                                      : tile_tensor_map(g.a, dtype, g.k, a_rows, a_batches, g.lda, g.batch_a, bk, bm);
     const TensorMap b = g.mn_major_b ? tile_tensor_map(g.b, dtype, g.n, g.k, g.batches, g.ldb, g.batch_b, 64, bk)
                                      : tile_tensor_map(g.b, dtype, g.k, g.n, g.batches, g.ldb, g.batch_b, bk, bn);
-    for (DevicePtr ptr : {g.c, g.bias, g.residual}) args.push(ptr);
-    args.push(g.alpha);
-    args.push(g.beta);
-    for (std::int64_t v : {g.m, g.n, g.k}) args.push(int(v));
-    for (std::int64_t v : {g.ldc, g.ldr, g.batch_c}) args.push((long long)v);
-    args.push(int(g.batches));
-    args.push(g.offsets);
-    args.push((long long)g.total_rows);
+    args.push_args(mojo_gemm::Sm90Args<void>{
+        .c = ptr(g.c),
+        .bias = ptr(g.bias),
+        .residual = ptr(g.residual),
+        .alpha = g.alpha,
+        .beta = g.beta,
+        .m = int(g.m),  // checked_dim: they fit
+        .n = int(g.n),
+        .k = int(g.k),
+        .ldc = g.ldc,
+        .ldr = g.ldr,
+        .batch_c = g.batch_c,
+        .batches = int(g.batches),
+        .offsets = ptr(g.offsets),
+        .total_rows = g.total_rows,
+    });
     args.push(a);
     args.push(b);
     return;
   }
-  for (DevicePtr ptr : {g.c, g.a, g.b, g.bias, g.residual}) args.push(ptr);
-  args.push(g.alpha);
-  args.push(g.beta);
-  for (std::int64_t v : {g.m, g.n, g.k}) args.push(int(v));  // checked_dim: they fit
-  for (std::int64_t v : {g.lda, g.ldb, g.ldc, g.ldr, g.batch_a, g.batch_b, g.batch_c}) args.push((long long)v);
-  args.push(g.offsets);
-  args.push((long long)g.total_rows);
+  args.push_args(mojo_gemm::Args<void, void>{
+      .c = ptr(g.c),
+      .a = ptr(g.a),
+      .b = ptr(g.b),
+      .bias = ptr(g.bias),
+      .residual = ptr(g.residual),
+      .alpha = g.alpha,
+      .beta = g.beta,
+      .m = int(g.m),  // checked_dim: they fit
+      .n = int(g.n),
+      .k = int(g.k),
+      .lda = g.lda,
+      .ldb = g.ldb,
+      .ldc = g.ldc,
+      .ldr = g.ldr,
+      .batch_a = g.batch_a,
+      .batch_b = g.batch_b,
+      .batch_c = g.batch_c,
+      .offsets = ptr(g.offsets),
+      .total_rows = g.total_rows,
+  });
 }
 
 std::string shape_bucket(std::int64_t m, std::int64_t n, std::int64_t k) {

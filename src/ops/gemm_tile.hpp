@@ -85,8 +85,9 @@ struct GemmArgs {
   std::int64_t batches = 1;
   bool mn_major_a = false, mn_major_b = false;  // a stored [K, M], b stored [K, N] (gemm's layouts)
 };
-// gemm.cu's order for the sm_80 path; gemm_sm90.cuh's (with the two TMA
-// descriptors of the operands, from the device part) for the sm_90a one.
+// Pushes one struct (kernel_templates/gemm_args.h): mojo_gemm::Args for the
+// sm_80 path; mojo_gemm::Sm90Args, then the two TMA descriptors of the
+// operands (from the device part), for the sm_90a one.
 void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p);
 
 // How far a dot product of k terms in fp32 may be from float64.

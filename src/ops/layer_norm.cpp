@@ -1,6 +1,7 @@
 // layer_norm and layer_norm_backward (kernel_templates/layer_norm.cu, params there).
 #include <fmt/format.h>
 
+#include "layer_norm_args.h"
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
 #include "ops/host_data.hpp"
@@ -88,11 +89,18 @@ class LayerNorm final : public OpDef {
       checks::expect_pointer(name(), "mean", t[1].data, 4);
       checks::expect_pointer(name(), "rstd", t[2].data, 4);
     }
-    for (int i = 0; i < 6; ++i) args.push(t[i].data);
-    args.push(float(scalar(scalars, "eps")));
-    args.push(static_cast<long long>(t[3].spec.numel() / p.get("hidden")));
-    args.push(static_cast<long long>(rows::stride(name(), "out", t[0].spec)));
-    args.push(static_cast<long long>(rows::stride(name(), "x", t[3].spec)));
+    args.push_args(mojo_layer_norm::Args<void>{
+        .out = ptr(t[0]),
+        .mean = ptr<float>(t[1]),
+        .rstd = ptr<float>(t[2]),
+        .x = ptr(t[3]),
+        .weight = ptr(t[4]),
+        .bias = ptr(t[5]),
+        .eps = float(scalar(scalars, "eps")),
+        .rows = t[3].spec.numel() / p.get("hidden"),
+        .out_stride = rows::stride(name(), "out", t[0].spec),
+        .x_stride = rows::stride(name(), "x", t[3].spec),
+    });
   }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
@@ -174,8 +182,17 @@ class LayerNormBackward final : public OpDef {
       checks::expect_pointer(name(), kLayerNormBackwardTensors[i].name, t[i].data,
                              unsigned(dtype_size(p.dtype("dtype"))));
     for (std::size_t i : {6, 7}) checks::expect_pointer(name(), kLayerNormBackwardTensors[i].name, t[i].data, 4);
-    for (std::size_t i = 0; i < 8; ++i) args.push(t[i].data);
-    args.push(static_cast<long long>(t[4].spec.numel() / p.get("hidden")));
+    args.push_args(mojo_layer_norm::BackwardArgs<void>{
+        .grad_x = ptr(t[0]),
+        .grad_weight = ptr(t[1]),
+        .grad_bias = ptr(t[2]),
+        .grad_out = ptr(t[3]),
+        .x = ptr(t[4]),
+        .weight = ptr(t[5]),
+        .mean = ptr<float>(t[6]),
+        .rstd = ptr<float>(t[7]),
+        .rows = t[4].spec.numel() / p.get("hidden"),
+    });
   }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {

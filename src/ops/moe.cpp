@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <random>
 
+#include "embedding_args.h"
+#include "moe_args.h"
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
 #include "ops/host_data.hpp"
@@ -153,10 +155,14 @@ class MoeGate final : public OpDef {
     for (std::size_t i = 0; i < 3; ++i)
       checks::expect_pointer(name(), kGateTensors[i].name, t[i].data, unsigned(dtype_size(t[i].spec.dtype())));
     if (t[3].spec.rank() != 0) checks::expect_pointer(name(), "bias", t[3].data, 4);
-    for (std::size_t i = 0; i < 3; ++i) args.push(t[i].data);
-    args.push(t[3].spec.rank() == 0 ? DevicePtr(0) : t[3].data);
-    args.push(float(scalar(scalars, "routed_scaling")));
-    args.push(static_cast<long long>(t[2].spec.dim(0)));
+    args.push_args(mojo_moe::GateArgs<void, void>{
+        .weights = ptr<float>(t[0]),
+        .ids = ptr(t[1]),
+        .logits = ptr(t[2]),
+        .bias = t[3].spec.rank() == 0 ? nullptr : ptr<float>(t[3]),
+        .scaling = float(scalar(scalars, "routed_scaling")),
+        .tokens = t[2].spec.dim(0),
+    });
   }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
@@ -289,15 +295,22 @@ class MoeDispatch final : public OpDef {
       const unsigned bytes = checks::vector_bytes(p);
       checks::expect_pointer(name(), "sorted_x", t[4].data, bytes);
       checks::expect_pointer(name(), "x", t[5].data, bytes);
-      args.push(t[4].data);
-      args.push(t[1].data);
-      args.push(t[5].data);
-      args.push(static_cast<long long>(t[1].spec.numel()));
-      args.push(static_cast<long long>(t[5].spec.dim(0)));
+      args.push_args(mojo_embedding::Args<void, void>{
+          .out = ptr(t[4]),
+          .ids = ptr(t[1]),
+          .weight = ptr(t[5]),
+          .tokens = t[1].spec.numel(),
+          .vocab = t[5].spec.dim(0),
+      });
       return;
     }
-    for (std::size_t i = 0; i < 4; ++i) args.push(t[i].data);
-    args.push(static_cast<long long>(t[3].spec.numel()));
+    args.push_args(mojo_moe::DispatchArgs<void>{
+        .offsets = ptr(t[0]),
+        .sorted_ids = ptr(t[1]),
+        .positions = ptr(t[2]),
+        .ids = ptr(t[3]),
+        .pairs = t[3].spec.numel(),
+    });
   }
 
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
@@ -386,8 +399,13 @@ class MoeCombine final : public OpDef {
     checks::expect_pointer(name(), "expert_out", t[1].data, bytes);
     checks::expect_pointer(name(), "positions", t[2].data, unsigned(dtype_size(t[2].spec.dtype())));
     checks::expect_pointer(name(), "weights", t[3].data, 4);
-    for (std::size_t i = 0; i < 4; ++i) args.push(t[i].data);
-    args.push(static_cast<long long>(t[2].spec.dim(0)));
+    args.push_args(mojo_moe::CombineArgs<void, void>{
+        .out = ptr(t[0]),
+        .expert_out = ptr(t[1]),
+        .positions = ptr(t[2]),
+        .weights = ptr<float>(t[3]),
+        .tokens = t[2].spec.dim(0),
+    });
   }
 
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {

@@ -12,6 +12,8 @@
 #include <bit>
 #include <random>
 
+#include "embedding_args.h"
+#include "moe_args.h"
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
 #include "ops/gemm_tile.hpp"
@@ -266,14 +268,23 @@ class MoeMlp final : public OpDef {
     switch (p.get("step")) {
       case kSort:
         checks::expect_pointer(name(), "ids", t[2].data, unsigned(dtype_size(t[2].spec.dtype())));
-        for (DevicePtr v : {offsets, sorted_ids, positions, t[2].data}) args.push(v);
-        args.push(static_cast<long long>(pairs));
+        args.push_args(mojo_moe::DispatchArgs<void>{
+            .offsets = ptr(offsets),
+            .sorted_ids = ptr(sorted_ids),
+            .positions = ptr(positions),
+            .ids = ptr(t[2]),
+            .pairs = pairs,
+        });
         return;
       case kGather:
         checks::expect_pointer(name(), "x", t[1].data, checks::vector_bytes(p));
-        for (DevicePtr v : {sorted_x, sorted_ids, t[1].data}) args.push(v);
-        args.push(static_cast<long long>(pairs));
-        args.push(static_cast<long long>(tokens));
+        args.push_args(mojo_embedding::Args<void, void>{
+            .out = ptr(sorted_x),
+            .ids = ptr(sorted_ids),
+            .weight = ptr(t[1]),
+            .tokens = pairs,
+            .vocab = tokens,
+        });
         return;
       case kUp:
       case kDown: {
@@ -300,8 +311,13 @@ class MoeMlp final : public OpDef {
       default:
         checks::expect_pointer(name(), "out", t[0].data, checks::vector_bytes(p));
         checks::expect_pointer(name(), "weights", t[3].data, 4);
-        for (DevicePtr v : {t[0].data, expert_out, positions, t[3].data}) args.push(v);
-        args.push(static_cast<long long>(tokens));
+        args.push_args(mojo_moe::CombineArgs<void, void>{
+            .out = ptr(t[0]),
+            .expert_out = ptr(expert_out),
+            .positions = ptr(positions),
+            .weights = ptr<float>(t[3]),
+            .tokens = tokens,
+        });
         return;
     }
   }

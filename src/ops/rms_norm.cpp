@@ -8,6 +8,7 @@
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
 #include "reference/reference.hpp"
+#include "rms_norm_args.h"
 
 namespace mojo {
 namespace {
@@ -80,15 +81,17 @@ class RmsNorm final : public OpDef {
     const Tensor& x = t[x_index()];
     const Tensor& out = t[0];
     const Tensor& residual = add_ ? t[1] : x;
-    args.push(out.data);
-    args.push(add_ ? residual.data : DevicePtr(0));
-    args.push(x.data);
-    args.push(t[t.size() - 1].data);
-    args.push(float(scalar(scalars, "eps")));
-    args.push(static_cast<long long>(x.spec.numel() / p.get("hidden")));
-    args.push(static_cast<long long>(rows::stride(name(), "out", out.spec)));
-    args.push(static_cast<long long>(rows::stride(name(), "residual", residual.spec)));
-    args.push(static_cast<long long>(rows::stride(name(), "x", x.spec)));
+    args.push_args(mojo_rms_norm::Args<void>{
+        .out = ptr(out),
+        .residual = add_ ? ptr(residual) : nullptr,
+        .x = ptr(x),
+        .weight = ptr(t[t.size() - 1]),
+        .eps = float(scalar(scalars, "eps")),
+        .rows = x.spec.numel() / p.get("hidden"),
+        .out_stride = rows::stride(name(), "out", out.spec),
+        .residual_stride = rows::stride(name(), "residual", residual.spec),
+        .x_stride = rows::stride(name(), "x", x.spec),
+    });
   }
 
   void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,

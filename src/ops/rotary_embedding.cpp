@@ -12,6 +12,7 @@
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
 #include "reference/reference.hpp"
+#include "rotary_embedding_args.h"
 
 namespace mojo {
 namespace {
@@ -106,11 +107,16 @@ class RotaryEmbedding final : public OpDef {
     checks::expect_pointer(name(), "k", t[1].data, size);
     checks::expect_pointer(name(), "positions", t[2].data, unsigned(dtype_size(t[2].spec.dtype())));
     checks::expect_pointer(name(), "cos_sin_cache", t[3].data, unsigned(dtype_size(t[3].spec.dtype())));
-    for (int i = 0; i < 4; ++i) args.push(t[i].data);
-    args.push(static_cast<long long>(t[0].spec.dim(0)));
-    args.push(static_cast<long long>(rows::token_stride(name(), "q", t[0].spec)));
-    args.push(static_cast<long long>(rows::token_stride(name(), "k", t[1].spec)));
-    args.push(static_cast<long long>(t[3].spec.dim(0)));
+    args.push_args(mojo_rotary::Args<void, void, void>{
+        .q = ptr(t[0]),
+        .k = ptr(t[1]),
+        .positions = ptr(t[2]),
+        .cos_sin = ptr(t[3]),
+        .tokens = t[0].spec.dim(0),
+        .q_stride = rows::token_stride(name(), "q", t[0].spec),
+        .k_stride = rows::token_stride(name(), "k", t[1].spec),
+        .max_pos = t[3].spec.dim(0),
+    });
   }
 
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {

@@ -14,6 +14,7 @@
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
 #include "reference/reference.hpp"
+#include "sampling_args.h"
 
 namespace mojo {
 namespace {
@@ -216,16 +217,25 @@ class ApplyPenaltiesTemperature final : public OpDef {
     checks::expect_pointer(name(), "logits", t[0].data, checks::vector_bytes(p));
     for (std::size_t i = 1; i < 7; ++i)
       checks::expect_pointer(name(), kPenaltyTensors[i].name, t[i].data, unsigned(dtype_size(t[i].spec.dtype())));
-    args.push(t[0].data);
-    args.push(static_cast<long long>(t[0].spec.stride(0)));
     if (p.get("step") == 0) {
-      args.push(t[6].data);
+      args.push_args(mojo_sampling::TemperatureArgs<void>{
+          .logits = ptr(t[0]),
+          .stride = t[0].spec.stride(0),
+          .temperature = ptr<float>(t[6]),
+      });
       return;
     }
-    args.push(t[1].data);
-    args.push(t[2].data);
-    args.push(static_cast<long long>(t[1].spec.dim(1)));
-    for (std::size_t i = 3; i < 7; ++i) args.push(t[i].data);
+    args.push_args(mojo_sampling::PenaltyArgs<void, void>{
+        .logits = ptr(t[0]),
+        .stride = t[0].spec.stride(0),
+        .ids = ptr(t[1]),
+        .counts = ptr(t[2]),
+        .max_len = t[1].spec.dim(1),
+        .repetition = ptr<float>(t[3]),
+        .presence = ptr<float>(t[4]),
+        .frequency = ptr<float>(t[5]),
+        .temperature = ptr<float>(t[6]),
+    });
   }
 
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
@@ -361,11 +371,17 @@ class Sample final : public OpDef {
     for (std::size_t i = 0; i < t.size(); ++i)
       if (i != 2 && !(i == 1 && t[1].spec.rank() == 0))
         checks::expect_pointer(name(), kSampleTensors[i].name, t[i].data, unsigned(dtype_size(t[i].spec.dtype())));
-    args.push(t[0].data);
-    args.push(t[1].spec.rank() == 0 ? DevicePtr(0) : t[1].data);
-    args.push(t[2].data);
-    args.push(static_cast<long long>(t[2].spec.stride(0)));
-    for (std::size_t i = 3; i < 8; ++i) args.push(t[i].data);
+    args.push_args(mojo_sampling::SampleArgs<void, void>{
+        .tokens = static_cast<long long*>(ptr(t[0])),
+        .logprobs = t[1].spec.rank() == 0 ? nullptr : ptr<float>(t[1]),
+        .logits = ptr(t[2]),
+        .stride = t[2].spec.stride(0),
+        .top_k = ptr(t[3]),
+        .top_p = ptr<float>(t[4]),
+        .min_p = ptr<float>(t[5]),
+        .seed = static_cast<const long long*>(ptr(t[6])),
+        .offset = static_cast<long long*>(ptr(t[7])),
+    });
   }
 
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
@@ -516,10 +532,17 @@ class RejectSample final : public OpDef {
   }
 
   void pack_args(const Params&, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
-    for (std::size_t i = 0; i < t.size(); ++i) {
+    for (std::size_t i = 0; i < t.size(); ++i)
       checks::expect_pointer(name(), kRejectTensors[i].name, t[i].data, unsigned(dtype_size(t[i].spec.dtype())));
-      args.push(t[i].data);
-    }
+    args.push_args(mojo_sampling::RejectArgs<void, void>{
+        .out = static_cast<long long*>(ptr(t[0])),
+        .accepted = static_cast<long long*>(ptr(t[1])),
+        .draft_tokens = ptr(t[2]),
+        .draft_probs = ptr(t[3]),
+        .target_probs = ptr(t[4]),
+        .seed = static_cast<const long long*>(ptr(t[5])),
+        .offset = static_cast<long long*>(ptr(t[6])),
+    });
   }
 
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {

@@ -8,6 +8,7 @@
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
 #include "reference/reference.hpp"
+#include "softmax_args.h"
 
 namespace mojo {
 namespace {
@@ -72,11 +73,13 @@ class Softmax final : public OpDef {
     const unsigned bytes = checks::vector_bytes(p);
     checks::expect_pointer(name(), "out", t[0].data, bytes);
     checks::expect_pointer(name(), "x", t[1].data, bytes);
-    args.push(t[0].data);
-    args.push(t[1].data);
-    args.push(static_cast<long long>(t[1].spec.numel() / p.get("cols")));
-    args.push(static_cast<long long>(rows::stride(name(), "out", t[0].spec)));
-    args.push(static_cast<long long>(rows::stride(name(), "x", t[1].spec)));
+    args.push_args(mojo_softmax::Args<void>{
+        .out = ptr(t[0]),
+        .x = ptr(t[1]),
+        .rows = t[1].spec.numel() / p.get("cols"),
+        .out_stride = rows::stride(name(), "out", t[0].spec),
+        .x_stride = rows::stride(name(), "x", t[1].spec),
+    });
   }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
@@ -127,11 +130,13 @@ class SoftmaxBackward final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
-    for (std::size_t i = 0; i < 3; ++i) {
-      checks::expect_pointer(name(), kBackwardTensors[i].name, t[i].data, bytes);
-      args.push(t[i].data);
-    }
-    args.push(static_cast<long long>(t[2].spec.numel() / p.get("cols")));
+    for (std::size_t i = 0; i < 3; ++i) checks::expect_pointer(name(), kBackwardTensors[i].name, t[i].data, bytes);
+    args.push_args(mojo_softmax::BackwardArgs<void>{
+        .grad_x = ptr(t[0]),
+        .grad_out = ptr(t[1]),
+        .out = ptr(t[2]),
+        .rows = t[2].spec.numel() / p.get("cols"),
+    });
   }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {

@@ -9,6 +9,7 @@
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
 #include "reference/reference.hpp"
+#include "store_kv_cache_args.h"
 
 namespace mojo {
 namespace {
@@ -90,11 +91,17 @@ class StoreKvCache final : public OpDef {
     const unsigned bytes = checks::vector_bytes(p);
     for (std::size_t i = 0; i < 4; ++i) checks::expect_pointer(name(), kKvTensors[i].name, t[i].data, bytes);
     checks::expect_pointer(name(), "slot_mapping", t[4].data, unsigned(dtype_size(t[4].spec.dtype())));
-    for (int i = 0; i < 5; ++i) args.push(t[i].data);
-    args.push(static_cast<long long>(t[2].spec.dim(0)));
-    args.push(static_cast<long long>(t[0].spec.dim(0) * t[0].spec.dim(1)));
-    args.push(static_cast<long long>(rows::token_stride(name(), "k", t[2].spec)));
-    args.push(static_cast<long long>(rows::token_stride(name(), "v", t[3].spec)));
+    args.push_args(mojo_kv_cache::Args<void, void>{
+        .k_cache = ptr(t[0]),
+        .v_cache = ptr(t[1]),
+        .k = ptr(t[2]),
+        .v = ptr(t[3]),
+        .slots = ptr(t[4]),
+        .tokens = t[2].spec.dim(0),
+        .num_slots = t[0].spec.dim(0) * t[0].spec.dim(1),
+        .k_stride = rows::token_stride(name(), "k", t[2].spec),
+        .v_stride = rows::token_stride(name(), "v", t[3].spec),
+    });
   }
 
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {

@@ -30,6 +30,7 @@
 #include "cache/remote.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "mojo/environment.hpp"
 #include "mojo/error.hpp"
 #include "runtime/autotune.hpp"
 #include "runtime/workspace.hpp"
@@ -80,24 +81,13 @@ CacheOptions cache_options(const RuntimeOptions& o) {
   if (o.disk_cache && !config::flag("MOJO_JIT_DISABLE_DISK_CACHE"))
     c.dir = o.cache_dir.empty() ? DiskCache::default_dir() : o.cache_dir;
   c.readonly_dirs = o.readonly_cache_dirs;
-  for (fs::path& p : config::paths("MOJO_JIT_CACHE_READONLY_DIRS")) c.readonly_dirs.push_back(std::move(p));
+  for (fs::path& p : environment::readonly_cache_dirs()) c.readonly_dirs.push_back(std::move(p));
   c.offline = o.offline || config::flag("MOJO_JIT_OFFLINE");
-  c.remote = o.remote_cache;
-  if (c.remote.empty()) {
-    c.remote = config::text("MOJO_JIT_REMOTE").value_or("");
-    // Parsed now (it connects on first use) so that a bad URL names the variable it came from.
-    if (!c.remote.empty()) {
-      try {
-        RemoteCache parsed(c.remote);
-      } catch (const InvalidArgumentError& e) {
-        throw InvalidArgumentError(fmt::format("MOJO_JIT_REMOTE='{}': {}", c.remote, e.what()));
-      }
-    }
-  }
+  c.remote = !o.remote_cache.empty() ? o.remote_cache : environment::remote_cache().value_or("");
   c.trust_any_dir = o.trust_cache_dir || config::flag("MOJO_JIT_CACHE_TRUST");
   if (o.cache_max_bytes > 0)
     c.max_bytes = o.cache_max_bytes;
-  else if (auto n = config::number("MOJO_JIT_CACHE_MAX_BYTES", 1, UINT64_MAX, "a positive number of bytes"))
+  else if (auto n = environment::cache_max_bytes())
     c.max_bytes = *n;
   if (auto ms = config::number("MOJO_JIT_LOCK_TIMEOUT_MS", 0, 24 * 3600 * 1000, "milliseconds"))
     c.lock_timeout = std::chrono::milliseconds(*ms);
@@ -106,13 +96,13 @@ CacheOptions cache_options(const RuntimeOptions& o) {
 
 std::string device_spec(const RuntimeOptions& options) {
   if (!options.device.empty()) return options.device;
-  return config::device("MOJO_JIT_DEVICE").value_or("cuda");
+  return environment::device().value_or("cuda");
 }
 
 // The options with MOJO_JIT_LOG and MOJO_JIT_DEVICE checked first, so that a bad value is an
 // InvalidArgumentError naming its variable from the constructor, before anything logs or opens.
 RuntimeOptions checked_options(RuntimeOptions o) {
-  log::check_config();
+  environment::check_log();
   o.device = device_spec(o);
   return o;
 }

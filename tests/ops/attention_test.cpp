@@ -4,6 +4,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
+#include "attention_args.h"
 #include "mojo/check.hpp"
 #include "op_test_util.hpp"
 
@@ -34,6 +37,47 @@ TEST(AttentionOp, PrefillPacksTheGroupIntoRowsAndDecodeSplitsTheKeys) {
   const Params one = decode.specialize(big, {}, kSm90);
   EXPECT_EQ(decode.plan(one).size(), 1u);
   EXPECT_EQ(decode.workspace_bytes(one, big), 0u);
+}
+
+// Every kernel of a plan takes one mojo_attention::Args (attention_args.h): the split plan's merge too.
+TEST(AttentionOp, EveryKernelOfThePlanTakesOneArgsStruct) {
+  const OpDef& decode = find_op("paged_decode_gqa");
+  auto t = example(decode, DType::bf16, "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512");
+  for (std::size_t i = 0; i < t.size(); ++i)
+    if (t[i].spec.rank() != 0) t[i].data = DevicePtr(i + 1) << 20;  // distinct, aligned, never read
+  const std::vector<ScalarArg> scalars = {{"window", 100}};
+  const Params p = decode.specialize(t, scalars, kSm90);
+  const DevicePtr workspace = DevicePtr(1) << 30;
+  const std::vector<Params> plan = decode.plan(p);
+  ASSERT_EQ(plan.size(), 2u);
+  for (const Params& step : plan) {
+    SCOPED_TRACE(step.str());
+    KernelArgs args;
+    decode.pack_args(step, t, scalars, workspace, args);
+    const auto& a = packed<mojo_attention::Args<void>>(args);
+    EXPECT_EQ(a.out, ptr(t[0]));
+    EXPECT_EQ(a.q, ptr(t[1]));
+    EXPECT_EQ(a.k, ptr(t[2]));
+    EXPECT_EQ(a.v, ptr(t[3]));
+    EXPECT_EQ(a.cu_q, nullptr);
+    EXPECT_EQ(a.kv_info, ptr(t[5])) << "paged: the context lengths";
+    EXPECT_EQ(a.block_table, ptr(t[4]));
+    EXPECT_EQ(a.sinks, nullptr);
+    EXPECT_EQ(a.lse, nullptr);
+    EXPECT_EQ(a.workspace, ptr(workspace));
+    EXPECT_EQ(a.q_stride, 32 * 128);
+    EXPECT_EQ(a.batch, 32);
+    EXPECT_EQ(a.q_tokens, 32);
+    EXPECT_EQ(a.kv_tokens, 16384) << "paged: the number of pages";
+    EXPECT_EQ(a.heads, 32);
+    EXPECT_EQ(a.kv_heads, 8);
+    EXPECT_EQ(a.max_blocks, 512);
+    EXPECT_EQ(a.q_len, 1);
+    EXPECT_EQ(a.chunk, 512 * 16 / 2) << "keys per split";
+    EXPECT_FLOAT_EQ(a.scale, 1.f / std::sqrt(128.f)) << "1 / sqrt(head_dim) by default";
+    EXPECT_FLOAT_EQ(a.softcap, 0.f);
+    EXPECT_EQ(a.window, 100);
+  }
 }
 
 // The sm_90a prefill (TMA + wgmma) for head_dim 128 on sm_90a, its K/V tiles whole cache blocks; the sm_80

@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "cross_entropy_args.h"
 #include "op_test_util.hpp"
 
 using namespace mojo;
@@ -45,6 +46,30 @@ TEST(LinearCrossEntropyOp, SlicesTheVocabularyAndKeepsTheWorkspaceSmall) {
               fwd.specialize(t, {{"reduction", 0}}, kSm90);
             }),
             "linear_cross_entropy: loss is f32[1]; expected a contiguous [16]");
+}
+
+TEST(LinearCrossEntropyOp, FinishPacksOneArgsStruct) {
+  const OpDef& fwd = find_op("linear_cross_entropy");
+  std::vector<Tensor> t = example(fwd, DType::bf16, "hidden=16x64 weight=1000x64");
+  for (std::size_t i = 0; i < t.size(); ++i) t[i].data = DevicePtr(i + 1) << 20;
+  t[1] = Tensor{};  // no lse
+  const std::vector<ScalarArg> scalars = {{"reduction", 2}, {"ignore_index", -1}, {"z_loss", 1e-4}};
+  const Params p = fwd.specialize(t, scalars, kSm90);
+  int finishes = 0;
+  for (const Params& step : fwd.plan(p)) {
+    if (fwd.entry_macro(step) != "MOJO_CE_FINISH") continue;
+    ++finishes;
+    KernelArgs a;
+    fwd.pack_args(step, t, scalars, DevicePtr(1) << 30, a);
+    const auto& args = packed<mojo_ce::FinishArgs<void>>(a);
+    EXPECT_EQ(args.lse, nullptr) << "no lse wanted";
+    EXPECT_EQ(args.rows, 16);
+    EXPECT_EQ(args.vocab, 1000);
+    EXPECT_EQ(args.ignore_index, -1);
+    EXPECT_FLOAT_EQ(args.smoothing, 0.f);
+    EXPECT_FLOAT_EQ(args.z_loss, 1e-4f);
+  }
+  EXPECT_EQ(finishes, 1);
 }
 
 struct LinearCrossEntropyGpu : GpuOps {};

@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "gemm_args.h"
 #include "mojo/error.hpp"
 #include "mojo/runtime.hpp"
+#include "op_test_util.hpp"
 #include "reference/reference.hpp"
 #include "test_util.hpp"
 
@@ -514,23 +516,47 @@ TEST(GemmAutotune, CandidatesBucketsAndSafety) {
   }
 }
 
-// gemm.cu's kernels all take the same 19 arguments.
-TEST(Gemm, EveryOpPacksTheKernelsNineteenArguments) {
+// gemm.cu's sm_80 kernels all take one mojo_gemm::Args (gemm_args.h); every op fills it the same way.
+TEST(Gemm, EveryOpPacksOneArgsStruct) {
   const TensorSpec m(DType::bf16, {64, 64}), v(DType::bf16, {64}), w3(DType::bf16, {2, 64, 64}),
       b3(DType::bf16, {2, 64, 64}), off(DType::i64, {3});
-  const DevicePtr p = 0x10000;
+  const DevicePtr c = 0x10000, a = 0x20000, b = 0x30000, x = 0x40000, y = 0x50000;
   struct Case {
     const char* op;
     std::vector<Tensor> tensors;
   };
-  const Case cases[] = {{"gemm", {{m, p}, {m, p}, {m, p}}},
-                        {"gemm_batched", {{b3, p}, {b3, p}, {b3, p}}},
-                        {"linear", {{m, p}, {m, p}, {m, p}, {v, p}, {m, p}}},
-                        {"group_gemm", {{m, p}, {m, p}, {w3, p}, {off, p}}}};
-  for (const Case& c : cases) {
-    const OpDef& op = find_op(c.op);
+  const Case cases[] = {{"gemm", {{m, c}, {m, a}, {m, b}}},
+                        {"gemm_batched", {{b3, c}, {b3, a}, {b3, b}}},
+                        {"linear", {{m, c}, {m, a}, {m, b}, {v, x}, {m, y}}},
+                        {"group_gemm", {{m, c}, {m, a}, {w3, b}, {off, x}}}};
+  for (const Case& t : cases) {
+    SCOPED_TRACE(t.op);
+    const OpDef& op = find_op(t.op);
     KernelArgs args;
-    op.pack_args(op.specialize(c.tensors, {}, kSm90), c.tensors, {}, 0, args);
-    EXPECT_EQ(args.count(), 19) << c.op;
+    const Params p = op.specialize(t.tensors, {}, kSm90);
+    ASSERT_EQ(p.get("wgmma"), 0) << "sm_90 (not sm_90a): the sm_80 path";
+    op.pack_args(p, t.tensors, {}, 0, args);
+    const auto& g = op_test::packed<mojo_gemm::Args<void, void>>(args);
+    EXPECT_EQ(g.c, ptr(c));
+    EXPECT_EQ(g.a, ptr(a));
+    EXPECT_EQ(g.b, ptr(b));
+    EXPECT_FLOAT_EQ(g.alpha, 1.f);
+    EXPECT_FLOAT_EQ(g.beta, 0.f);
+    EXPECT_EQ(g.m, 64);
+    EXPECT_EQ(g.n, 64);
+    EXPECT_EQ(g.k, 64);
+    EXPECT_EQ(g.lda, 64);
+    EXPECT_EQ(g.ldb, 64);
+    EXPECT_EQ(g.ldc, 64);
+    const bool linear = t.op == std::string("linear"), group = t.op == std::string("group_gemm");
+    EXPECT_EQ(g.bias, linear ? ptr(x) : nullptr);
+    EXPECT_EQ(g.residual, linear ? ptr(y) : nullptr);
+    EXPECT_EQ(g.ldr, linear ? 64 : 0);
+    EXPECT_EQ(g.offsets, group ? ptr(x) : nullptr);
+    EXPECT_EQ(g.total_rows, group ? 64 : 0);
+    const bool batched = t.op == std::string("gemm_batched");
+    EXPECT_EQ(g.batch_a, batched ? 64 * 64 : 0);
+    EXPECT_EQ(g.batch_b, batched || group ? 64 * 64 : 0) << "group_gemm: one weight matrix per group";
+    EXPECT_EQ(g.batch_c, batched ? 64 * 64 : 0);
   }
 }

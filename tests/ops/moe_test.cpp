@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "moe_args.h"
 #include "op_test_util.hpp"
 
 using namespace mojo;
@@ -38,6 +39,27 @@ TEST(MoeOp, ParamsAndErrors) {
   const std::vector<Tensor> wide = example(gate, DType::f32, "logits=16x1024 ids=16x8");
   EXPECT_EQ(error_of<ShapeError>([&] { gate.specialize(wide, {}, kSm90); }),
             "moe_gate: logits is f32[16, 1024]; expected a contiguous [tokens, experts] with experts <= 512");
+}
+
+TEST(MoeOp, GatePacksOneArgsStruct) {
+  using Args = mojo_moe::GateArgs<void, void>;
+  const OpDef& gate = find_op("moe_gate");
+  std::vector<Tensor> t = example(gate, DType::f32, "logits=16x256 ids=16x8 bias=256");
+  for (std::size_t i = 0; i < t.size(); ++i) t[i].data = DevicePtr(i + 1) << 20;
+  KernelArgs a;
+  gate.pack_args(gate.specialize(t, {}, kSm90), t, {{"routed_scaling", 2.5}}, 0, a);
+  const auto& args = packed<Args>(a);
+  EXPECT_EQ(args.weights, ptr(DevicePtr(1) << 20));
+  EXPECT_EQ(args.ids, ptr(DevicePtr(2) << 20));
+  EXPECT_EQ(args.logits, ptr(DevicePtr(3) << 20));
+  EXPECT_EQ(args.bias, ptr(DevicePtr(4) << 20));
+  EXPECT_FLOAT_EQ(args.scaling, 2.5f);
+  EXPECT_EQ(args.tokens, 16);
+  t[3] = Tensor{};
+  KernelArgs b;
+  gate.pack_args(gate.specialize(t, {}, kSm90), t, {}, 0, b);
+  EXPECT_EQ(packed<Args>(b).bias, nullptr) << "no bias";
+  EXPECT_FLOAT_EQ(packed<Args>(b).scaling, 1.f) << "routed_scaling defaults to 1";
 }
 
 struct MoeGpu : GpuOps {

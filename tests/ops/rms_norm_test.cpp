@@ -6,6 +6,7 @@
 #include "mojo/op.hpp"
 #include "mojo/runtime.hpp"
 #include "op_test_util.hpp"
+#include "rms_norm_args.h"
 #include "test_util.hpp"
 
 using namespace mojo;
@@ -107,24 +108,23 @@ TEST(RmsNormOp, AnyRankFlattensLeadingDims) {
   EXPECT_EQ(std::int64_t(g.grid.x) * p.get("rows"), 32) << "30 rows, 4 per block -> 8 blocks";
 }
 
-TEST(RmsNormOp, PacksArgumentsInKernelOrder) {
+TEST(RmsNormOp, PacksOneArgsStruct) {
   auto t = args(DType::f16, 10, 256, 0x7000000);
   Params p = op().specialize(t, {}, kSm90);
   KernelArgs a;
   op().pack_args(p, t, {{"eps", 1e-5f}}, 0, a);
-  // (out, residual, x, weight, eps, rows, out_stride, residual_stride, x_stride)
-  ASSERT_EQ(a.count(), 9);
-  EXPECT_EQ(*static_cast<DevicePtr*>(a.data()[0]), 0x7000000u);
-  EXPECT_EQ(*static_cast<DevicePtr*>(a.data()[1]), 0u) << "rms_norm has no residual";
-  EXPECT_EQ(*static_cast<DevicePtr*>(a.data()[2]), 0x7100000u);
-  EXPECT_EQ(*static_cast<DevicePtr*>(a.data()[3]), 0x7200000u);
-  EXPECT_FLOAT_EQ(*static_cast<float*>(a.data()[4]), 1e-5f);
-  EXPECT_EQ(*static_cast<long long*>(a.data()[5]), 10);
-  EXPECT_EQ(*static_cast<long long*>(a.data()[6]), 256);
-  EXPECT_EQ(*static_cast<long long*>(a.data()[8]), 256);
+  const auto& args = packed<mojo_rms_norm::Args<void>>(a);
+  EXPECT_EQ(args.out, ptr(0x7000000));
+  EXPECT_EQ(args.residual, nullptr) << "rms_norm has no residual";
+  EXPECT_EQ(args.x, ptr(0x7100000));
+  EXPECT_EQ(args.weight, ptr(0x7200000));
+  EXPECT_FLOAT_EQ(args.eps, 1e-5f);
+  EXPECT_EQ(args.rows, 10);
+  EXPECT_EQ(args.out_stride, 256);
+  EXPECT_EQ(args.x_stride, 256);
   KernelArgs d;
   op().pack_args(p, t, {}, 0, d);
-  EXPECT_FLOAT_EQ(*static_cast<float*>(d.data()[4]), 1e-6f) << "eps defaults to 1e-6";
+  EXPECT_FLOAT_EQ(packed<mojo_rms_norm::Args<void>>(d).eps, 1e-6f) << "eps defaults to 1e-6";
 }
 
 TEST(RmsNormOp, DTypeErrors) {
@@ -159,8 +159,8 @@ TEST(RmsNormOp, StridedRowsAreTakenOverlappingOrScatteredAreNot) {
   Params p = op().specialize(t, {}, kSm90);
   KernelArgs a;
   op().pack_args(p, t, {}, 0, a);
-  EXPECT_EQ(*static_cast<long long*>(a.data()[6]), 64) << "out stride";
-  EXPECT_EQ(*static_cast<long long*>(a.data()[8]), 128) << "x stride";
+  EXPECT_EQ(packed<mojo_rms_norm::Args<void>>(a).out_stride, 64);
+  EXPECT_EQ(packed<mojo_rms_norm::Args<void>>(a).x_stride, 128);
   // A row stride of 66 floats leaves odd rows 8-byte aligned: vec 2, not 4.
   std::int64_t odd_strides[] = {66, 1};
   TensorSpec odd(DType::f32, shape, odd_strides);

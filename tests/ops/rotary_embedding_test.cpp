@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "op_test_util.hpp"
+#include "rotary_embedding_args.h"
 
 using namespace mojo;
 using namespace mojo::op_test;
@@ -21,8 +22,11 @@ TEST(RotaryOp, ViewsOfQkvAndPartialRotary) {
   EXPECT_EQ(p.str(), "dtype=bf16 cache=f32 pos=i32 head_dim=128 rot_dim=64 heads=32 kv_heads=8 neox=0 threads=512");
   KernelArgs a;
   op.pack_args(p, t, {}, 0, a);
-  EXPECT_EQ(*static_cast<long long*>(a.data()[5]), 48 * 128) << "q token stride";
-  EXPECT_EQ(*static_cast<long long*>(a.data()[7]), 4096) << "max_pos";
+  const auto& args = packed<mojo_rotary::Args<void, void, void>>(a);
+  EXPECT_EQ(args.k, ptr(0x10000 + 32 * 128 * 2)) << "k: a view into qkv";
+  EXPECT_EQ(args.q_stride, 48 * 128) << "q token stride";
+  EXPECT_EQ(args.k_stride, 48 * 128) << "k token stride";
+  EXPECT_EQ(args.max_pos, 4096);
   EXPECT_EQ(
       error_of<ShapeError>(
           [] { params("rotary_embedding", DType::bf16, "q=4x32x128 k=4x8x128 cos_sin_cache=64x130"); }),

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "op_test_util.hpp"
+#include "sampling_args.h"
 
 using namespace mojo;
 using namespace mojo::op_test;
@@ -132,6 +133,27 @@ TEST(SampleOp, ParamsAndShapeErrors) {
   t[6].spec = TensorSpec(DType::i64, {3});
   EXPECT_EQ(error_of<ShapeError>([&] { op.specialize(t, {}, kSm90); }),
             "sample: seed is i64[3]; expected a contiguous [4]");
+}
+
+TEST(SampleOp, PacksOneArgsStruct) {
+  using Args = mojo_sampling::SampleArgs<void, void>;
+  const OpDef& op = find_op("sample");
+  std::vector<Tensor> t = example(op, DType::f32, "logits=4x1000");
+  for (std::size_t i = 0; i < t.size(); ++i) t[i].data = DevicePtr(i + 1) << 20;
+  KernelArgs a;
+  op.pack_args(op.specialize(t, {}, kSm90), t, {}, 0, a);
+  const auto& args = packed<Args>(a);
+  EXPECT_EQ(args.tokens, ptr(DevicePtr(1) << 20));
+  EXPECT_EQ(args.logprobs, ptr(DevicePtr(2) << 20));
+  EXPECT_EQ(args.logits, ptr(DevicePtr(3) << 20));
+  EXPECT_EQ(args.stride, 1000);
+  EXPECT_EQ(args.top_k, ptr(DevicePtr(4) << 20));
+  EXPECT_EQ(args.seed, ptr(DevicePtr(7) << 20));
+  EXPECT_EQ(args.offset, ptr(DevicePtr(8) << 20));
+  t[1] = Tensor{};
+  KernelArgs b;
+  op.pack_args(op.specialize(t, {}, kSm90), t, {}, 0, b);
+  EXPECT_EQ(packed<Args>(b).logprobs, nullptr) << "no logprobs wanted";
 }
 
 struct SamplingGpu : GpuOps {};

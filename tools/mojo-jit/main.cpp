@@ -21,10 +21,6 @@
 #include <iostream>
 #include <map>
 
-#include "cache/entry.hpp"
-#include "cache/remote.hpp"
-#include "core/config.hpp"
-#include "core/log.hpp"
 #include "mojo/mojo.hpp"
 
 namespace {
@@ -174,7 +170,7 @@ int run_check(int argc, char** argv) {
   MOJO_CLI_PARSE(app, argc, argv);
 
   mojo::RuntimeOptions o = spec.runtime_options();
-  if (device.empty()) device = mojo::config::device("MOJO_JIT_DEVICE").value_or("");
+  if (device.empty()) device = mojo::environment::device().value_or("");
   if (device.empty()) device = mojo::device_available() ? "cuda" : "cpu";
   if (device.starts_with("cpu") && !spec.arch.empty()) {
     if (device != "cpu")
@@ -353,7 +349,7 @@ int run_describe(int argc, char** argv, bool explain) {
                  hit ? "present" : problem.empty() ? "absent" : "bad (" + problem + ")");
     };
     if (!rt.cache_dir().empty()) show(rt.cache_dir(), "cache:");
-    for (const std::filesystem::path& dir : mojo::config::paths("MOJO_JIT_CACHE_READONLY_DIRS")) show(dir, "readonly:");
+    for (const std::filesystem::path& dir : mojo::environment::readonly_cache_dirs()) show(dir, "readonly:");
   }
   return 0;
 }
@@ -475,54 +471,6 @@ int run_compile_all(int argc, char** argv) {
   return 0;
 }
 
-// cache push: every valid, whole entry of `cache` to the remote tier (bundles and their aliases too).
-// Returns (copied, skipped).
-std::pair<std::size_t, std::size_t> push(const mojo::DiskCache& cache, const std::string& url) {
-  mojo::RemoteCache remote(url);
-  std::size_t copied = 0, skipped = 0;
-  for (const mojo::DiskEntryInfo& e : cache.list()) {
-    std::ifstream in(e.path, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    mojo::entry::Header h{};
-    if (!mojo::entry::check(bytes, &e.key, &e.kind, &h).empty()) {
-      ++skipped;
-      continue;
-    }
-    remote.put(e.key, e.kind, bytes);
-    if (remote.off()) throw mojo::Error(fmt::format("cache push: the remote tier {} failed (see the warning)", url));
-    ++copied;
-  }
-  return {copied, skipped};
-}
-
-// cache pull: every entry of this format in the remote tier into `cache`, each checked (its name must be its key).
-std::pair<std::size_t, std::size_t> pull(const mojo::DiskCache& cache, const std::string& url) {
-  mojo::RemoteCache remote(url);
-  std::size_t copied = 0, skipped = 0;
-  const std::vector<std::string> names = remote.names();
-  if (remote.off()) throw mojo::Error(fmt::format("cache pull: the remote tier {} failed (see the warning)", url));
-  for (const std::string& name : names) {
-    const std::optional<std::string> value = remote.get_named(name);
-    mojo::entry::Header h{};
-    if (!value || !mojo::entry::check(*value, nullptr, nullptr, &h).empty()) {
-      ++skipped;
-      continue;
-    }
-    const mojo::KernelKey key{h.key_high, h.key_low};
-    const mojo::EntryKind kind = mojo::entry::kind_of(h);
-    const std::optional<mojo::KernelKey> bundle =
-        mojo::entry::is_alias(h) ? mojo::entry::alias_target(*value, h) : std::nullopt;
-    if (mojo::RemoteCache::key_of(key, kind) != name || (mojo::entry::is_alias(h) && !bundle)) {
-      ++skipped;
-      continue;
-    }
-    if (bundle) cache.store_alias(key, kind, *bundle, mojo::entry::meta_of(*value, h));
-    else cache.store(key, kind, mojo::entry::meta_of(*value, h), mojo::entry::payload_of(*value, h));
-    ++copied;
-  }
-  return {copied, skipped};
-}
-
 int run_cache(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "explain") return run_describe(argc - 1, argv + 1, true);
   CLI::App app{"Inspect and maintain the on-disk kernel cache", "mojo-jit cache"};
@@ -552,7 +500,7 @@ int run_cache(int argc, char** argv) {
     text = fmt::format("removed {} files from {}", n, cache.dir().string());
   } else if (action == "prune") {
     if (max_bytes == 0) {
-      max_bytes = mojo::config::number("MOJO_JIT_CACHE_MAX_BYTES", 1, UINT64_MAX, "a positive number of bytes")
+      max_bytes = mojo::environment::cache_max_bytes()
                       .value_or(std::uint64_t(1) << 30);
     }
     std::size_t n = cache.prune(max_bytes);
@@ -564,16 +512,13 @@ int run_cache(int argc, char** argv) {
                        u.bytes, max_bytes);
   } else if (action == "push" || action == "pull") {
     if (remote.empty()) {
-      remote = mojo::config::text("MOJO_JIT_REMOTE").value_or("");
+      remote = mojo::environment::remote_cache().value_or("");
       if (remote.empty())
         throw mojo::InvalidArgumentError(fmt::format("cache {}: give --remote or MOJO_JIT_REMOTE", action));
-      try {  // a bad URL names the variable it came from
-        mojo::RemoteCache parsed(remote);
-      } catch (const mojo::InvalidArgumentError& e) {
-        throw mojo::InvalidArgumentError(fmt::format("MOJO_JIT_REMOTE='{}': {}", remote, e.what()));
-      }
     }
-    const auto [copied, skipped] = action == "push" ? push(cache, remote) : pull(cache, remote);
+    const mojo::CacheSyncResult r =
+        action == "push" ? mojo::push_to_remote(cache, remote) : mojo::pull_from_remote(cache, remote);
+    const std::size_t copied = r.copied, skipped = r.skipped;
     j["copied"] = copied;
     j["skipped"] = skipped;
     text = fmt::format("{} {} entries {} {} ({} skipped: aliases into bundles, or not valid)",
@@ -633,7 +578,7 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   try {
-    mojo::log::check_config();  // a bad MOJO_JIT_LOG is one error line, like any other bad input
+    mojo::environment::check_log();  // a bad MOJO_JIT_LOG is one error line, like any other bad input
     std::string_view command = argv[1];
     if (command == "list") return run_list(argc - 1, argv + 1);
     if (command == "describe") return run_describe(argc - 1, argv + 1, false);

@@ -1,0 +1,47 @@
+// The runtime arguments of attention.cu's kernels (sdpa, paged_prefill_gqa,
+// paged_decode_gqa, the split plan's merge, and the sm_90a prefill of
+// attention_sm90.cuh, which takes the TMA descriptors of k and v after
+// them), written once (mojo_args.h): one list for all, the kernels'
+// parameters and the struct the op (src/ops/attention.cpp) fills.
+#pragma once
+
+#include "mojo_args.h"
+
+#define MOJO_ATTENTION_ARGS(T, ARG)                                                                               \
+  ARG(T* __restrict__, out) /* [q_tokens, heads, D], contiguous */                                                \
+  ARG(const T* __restrict__, q)                                                                                   \
+  ARG(const T* __restrict__, k) /* sdpa: [kv_tokens, kv_heads, D]; paged: the cache [pages, page, kv_heads, D] */ \
+  ARG(const T* __restrict__, v)                                                                                   \
+  ARG(const int*, cu_q) /* [batch + 1] cumulative query tokens, or null */                                        \
+  ARG(const int*, kv_info) /* paged: context lengths [batch]; else cumulative key tokens [batch + 1] or null */   \
+  ARG(const int*, block_table) /* paged: [batch, max_blocks]; else null */                                        \
+  ARG(const float* __restrict__, sinks) /* [heads], or null */                                                    \
+  ARG(float* __restrict__, lse) /* [heads, q_tokens], or null */                                                  \
+  ARG(float* __restrict__, workspace) /* split plans: the splits' O and lse; else unused */                       \
+  ARG(long long, q_stride) /* elements per token (k, v: the contiguous path only), as the next two */             \
+  ARG(long long, k_stride)                                                                                        \
+  ARG(long long, v_stride)                                                                                        \
+  ARG(int, batch)                                                                                                 \
+  ARG(int, q_tokens)                                                                                              \
+  ARG(int, kv_tokens) /* paged: the number of pages */                                                            \
+  ARG(int, heads)                                                                                                 \
+  ARG(int, kv_heads)                                                                                              \
+  ARG(int, max_blocks)                                                                                            \
+  ARG(int, q_len) /* > 0: that many query tokens per sequence (decode), else 0 */                                 \
+  ARG(int, chunk) /* keys per split */                                                                            \
+  ARG(float, scale)                                                                                               \
+  ARG(float, softcap) /* 0: none */                                                                               \
+  ARG(int, window) /* left window size; < 0: none */
+
+namespace mojo_attention {
+template <class T>
+struct Args {
+  MOJO_ATTENTION_ARGS(T, MOJO_ARG_FIELD)
+};
+#ifndef __CUDACC_RTC__  // host only: NVRTC compiles no host functions
+template <class T, class F>
+void for_each_arg(const Args<T>& a, F f) {
+  MOJO_ATTENTION_ARGS(T, MOJO_ARG_VISIT)
+}
+#endif
+}  // namespace mojo_attention
