@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -57,11 +58,13 @@ inline std::string str(Rows s) { return fmt::format("[{}, {}]", s.rows, s.cols);
 template <class A>
 A packed(const KernelArgs& args, int descriptors = 0) {
   A a{};
+  // Each field written through its offset: a __restrict__ pointer field's address will not convert to void*.
+  unsigned char* const bytes = reinterpret_cast<unsigned char*>(&a);
   int i = 0;
   for_each_arg(a, [&](const auto& field) {
-    using Field = std::remove_cvref_t<decltype(field)>;
-    if (i < args.count() && args.size(i) == sizeof(Field))
-      std::memcpy(const_cast<Field*>(&field), args.data()[i], sizeof(Field));
+    const std::size_t offset = reinterpret_cast<std::uintptr_t>(&field) - reinterpret_cast<std::uintptr_t>(&a);
+    if (i < args.count() && args.size(i) == sizeof(field))
+      std::memcpy(bytes + offset, args.data()[i], sizeof(field));
     else
       ADD_FAILURE() << "argument " << i << " is not field " << i << " of this Args struct";
     ++i;

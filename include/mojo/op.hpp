@@ -137,10 +137,11 @@ class KernelArgs {
     pointers_[count_++] = storage_ + used_;
     used_ += sizeof(T);
   }
-  // An Args struct field by field, in the kernel's parameter order (its for_each_arg, found by ADL).
+  // An Args struct field by field, in the kernel's parameter order (its for_each_arg, found by ADL). Each
+  // field is taken by value, which drops its __restrict__ (clang will not convert a pointer to it to void*).
   template <class A>
   void push_args(const A& a) {
-    for_each_arg(a, [this](const auto& field) { push(field); });
+    for_each_arg(a, [this](auto field) { push(field); });
   }
   void** data() noexcept { return pointers_.data(); }
   // For a launch, which reads the arguments and never writes them.
