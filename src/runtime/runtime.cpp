@@ -27,7 +27,6 @@
 #include <unordered_map>
 
 #include "cache/kernel_cache.hpp"
-#include "cache/remote.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "mojo/environment.hpp"
