@@ -8,6 +8,7 @@
 
 #include "device/cpu/fiber.hpp"
 #include "gpu_util.hpp"
+#include "mojo/error.hpp"
 
 using namespace mojo;
 
@@ -121,6 +122,21 @@ TEST(CheckOp, HopperPathAtOddShapes) {
     expect_pass(rt, "linear_cross_entropy_backward", "hidden=130x64 weight=300x64", dtype,
                 {{"path", 90}, {"vocab_chunk", 128}, {"softcap", 3.0}});
   }
+}
+
+// The check library covers every built-in op, each check for its own op; any other name is an UnknownOpError.
+TEST(CheckOp, EveryOpHasItsCheck) {
+  for (const OpDef* op : all_ops()) EXPECT_EQ(&find_check(op->name()).op(), op) << op->name();
+  EXPECT_THROW(
+      {
+        try {
+          find_check("rms_nrom");
+        } catch (const UnknownOpError& e) {
+          EXPECT_NE(std::string(e.what()).find("unknown op 'rms_nrom'"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      UnknownOpError);
 }
 
 TEST(CheckOp, ReportsAMismatch) {

@@ -90,7 +90,7 @@ class DeliberateBugs : public ::testing::Test {
     std::vector<std::uint8_t> want(c.nbytes());
     reference::gemm(DType::bf16, DType::bf16, ah.data(), bh.data(), want.data(), 1, m, n, k, 1, 0, false, trans_b);
     const std::vector<TensorSpec> specs = {c, a, b};
-    r.wrong = test::mismatches(DType::bf16, cd.read(), want, find_op("gemm").tolerance(DType::bf16, specs, {}));
+    r.wrong = test::mismatches(DType::bf16, cd.read(), want, find_check("gemm").tolerance(DType::bf16, specs, {}));
     return r;
   }
 

@@ -110,7 +110,7 @@ class GpuTensor {
   DeviceBuffer buffer_;
 };
 
-// The tolerances of mojo/op.hpp (default_tolerance) and the comparison of mojo/check.hpp.
+// The tolerances of mojo/check.hpp (default_tolerance) and the comparison of mojo/check.hpp.
 using mojo::Tolerance;
 inline Tolerance tolerance(DType d) { return default_tolerance(d); }
 using mojo::mismatches;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gpu_util.hpp"
+#include "mojo/check.hpp"
 #include "mojo/error.hpp"
 #include "mojo/op.hpp"
 #include "reference/reference.hpp"

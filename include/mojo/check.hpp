@@ -1,6 +1,12 @@
-// Checking one specialization against its op's CPU reference, on the device
-// a Runtime launches to (a GPU, or the cpu device anywhere): what
-// `mojo-jit run` prints and tests assert.
+// Checking ops against their CPU references: each op's float64 reference,
+// the random inputs it accepts and how far a device result may be from the
+// reference (OpCheck), and check_op, which launches one specialization on the
+// device a Runtime launches to (a GPU, or the cpu device anywhere) and
+// compares: what `mojo-jit run` prints and tests assert.
+//
+// This is the check library (libmojo_jit_check, src/check/ and
+// src/reference/): tests, tools and examples link it; the runtime library
+// (libmojo_jit) has none of it, so a serving process carries no reference code.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +19,52 @@
 #include "mojo/runtime.hpp"
 
 namespace mojo {
+
+// An element of a device result passes against its reference r when
+//   |device - r| <= rtol * |r| + atol * max|reference over the tensor|
+// (atol relative to the tensor's scale: softmax outputs are ~1e-6).
+struct Tolerance {
+  double rtol, atol;
+};
+// Kernels compute in float and round once to the storage type, the
+// reference in double: they may differ by what fp32 sums and the fast
+// approximations lose, and by a rounding of the storage type.
+Tolerance default_tolerance(DType dtype) noexcept;
+
+
+// How one op is checked (src/check/<op>.cpp). Host copies of contiguous
+// tensors: data[i] holds tensor i's bytes in tensor_args() order (empty for
+// an absent optional tensor).
+class OpCheck {
+ public:
+  explicit OpCheck(const OpDef& op) : op_(op) {}
+  virtual ~OpCheck() = default;
+  OpCheck(const OpCheck&) = delete;
+  OpCheck& operator=(const OpCheck&) = delete;
+
+  const OpDef& op() const noexcept { return op_; }
+  // Reads the inputs and writes the outputs and in-out tensors with the float64 reference.
+  virtual void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> data,
+                         ScalarList scalars) const = 0;
+  // Random contents for tensor i that the op accepts: values in ±[0.05, 2]
+  // (never zero); index tensors in range of the others (ops override).
+  virtual std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+                                                std::uint32_t seed) const;
+  // How far an output may be from the reference (reductions widen it).
+  virtual Tolerance tolerance(DType out, std::span<const TensorSpec> /*specs*/, ScalarList /*scalars*/) const {
+    return default_tolerance(out);
+  }
+
+ protected:
+  // The op's scalar by name, or its declared default.
+  double scalar(ScalarList scalars, std::string_view name) const { return op_.scalar(scalars, name); }
+
+ private:
+  const OpDef& op_;
+};
+
+// The check of a built-in op; UnknownOpError naming the known ops otherwise.
+const OpCheck& find_check(std::string_view op);
 
 struct CheckReport {
   struct Output {
@@ -36,9 +88,9 @@ struct CheckReport {
   }
 };
 
-// Launches `op` on random inputs (seeded; the op's random_data) with its
+// Launches `op` on random inputs (seeded; OpCheck::random_data) with its
 // outputs poisoned (0xff: NaN in every float type), and compares every
-// tensor it writes with OpDef::reference; then launches it again with zeros
+// tensor it writes with OpCheck::reference; then launches it again with zeros
 // in its outputs (and its workspace, on the cpu device) on another stream,
 // and requires the same bits in every "out" tensor. `specs` are contiguous, in
 // tensor_args() order; a rank-0 spec is an absent optional tensor.

@@ -1,4 +1,5 @@
-// Two devices behind one thin RAII API:
+// Two devices behind one thin RAII API (each object holds the backend that
+// made it, src/device/backend.hpp):
 //  - cuda: the CUDA Driver API. libcuda.so.1 is opened with dlopen on first
 //    use, so programs linking mojo-jit start on machines with no driver;
 //    asking for a GPU there throws NoDeviceError. Every failing driver call
@@ -27,20 +28,12 @@
 #include "mojo/tensor.hpp"
 
 // The driver's opaque handle types (identical to cuda.h's typedefs).
-struct CUctx_st;
 struct CUstream_st;
-struct CUevent_st;
-struct CUmod_st;
 struct CUfunc_st;
-struct CUgraphExec_st;
 
 namespace mojo {
 
-namespace cpu {
-class Library;
-struct Kernel;
-struct Recording;
-}  // namespace cpu
+class Backend;  // the device an object lives on: cuda or cpu (src/device/backend.hpp)
 
 using StreamHandle = CUstream_st*;  // nullptr is the legacy default stream
 
@@ -62,7 +55,7 @@ class Device {
   // nothing current go to; a Runtime sets its own. Opened on first need.
   static void set_default(std::string_view spec);
 
-  bool is_cpu() const noexcept { return cpu_; }
+  bool is_cpu() const noexcept;
   int ordinal() const noexcept { return ordinal_; }
   const std::string& name() const noexcept { return name_; }
   Target target() const noexcept { return target_; }  // from the compute capability
@@ -80,14 +73,14 @@ class Device {
   void synchronize() const;
 
  private:
-  struct PrimaryContext;
-  std::shared_ptr<PrimaryContext> context_;
+  const Backend* backend_ = nullptr;
+  std::shared_ptr<void> primary_context_;  // a GPU's, retained while a Device of it lives
+  void* context_ = nullptr;                // its CUcontext (null on the cpu device)
   int ordinal_ = 0;
   std::string name_;
   Target target_;
   int sm_count_ = 0, max_smem_block_ = 0, max_smem_optin_ = 0, max_smem_sm_ = 0;
   std::size_t total_memory_ = 0;
-  bool cpu_ = false;
 };
 
 class Stream {
@@ -105,8 +98,8 @@ class Stream {
 
  private:
   StreamHandle stream_ = nullptr;
-  bool cpu_ = false;
-  CUctx_st* context_ = nullptr;  // the CUDA context it lives in
+  const Backend* backend_ = nullptr;
+  void* context_ = nullptr;  // the CUDA context it lives in
 };
 
 class Event {
@@ -124,10 +117,9 @@ class Event {
   static float elapsed_ms(const Event& start, const Event& end);
 
  private:
-  CUevent_st* event_ = nullptr;
-  bool cpu_ = false;
-  CUctx_st* context_ = nullptr;
-  std::int64_t cpu_ns_ = 0;  // when a cpu event was recorded
+  void* event_ = nullptr;
+  const Backend* backend_ = nullptr;
+  void* context_ = nullptr;
 };
 
 // Device memory, freed on destruction.
@@ -154,8 +146,8 @@ class DeviceBuffer {
  private:
   DevicePtr ptr_ = 0;
   std::size_t size_ = 0;
-  bool cpu_ = false;
-  CUctx_st* context_ = nullptr;
+  const Backend* backend_ = nullptr;
+  void* context_ = nullptr;
 };
 
 class Function;
@@ -176,9 +168,9 @@ class Module {
 
  private:
   Module() = default;
-  CUmod_st* module_ = nullptr;
-  CUctx_st* context_ = nullptr;
-  std::unique_ptr<cpu::Library> cpu_;
+  void* module_ = nullptr;
+  const Backend* backend_ = nullptr;
+  void* context_ = nullptr;
 };
 
 struct Dim3 {
@@ -189,8 +181,6 @@ struct Dim3 {
 class Function {
  public:
   Function() = default;
-  explicit Function(CUfunc_st* f) : function_(f) {}
-  explicit Function(cpu::Kernel* k) : cpu_(k) {}
 
   int num_registers() const;
   int static_shared_bytes() const;
@@ -199,13 +189,16 @@ class Function {
   // Raises the dynamic shared memory limit (needed above 48 KiB).
   void set_max_dynamic_shared(int bytes) const;
 
-  CUfunc_st* handle() const noexcept { return function_; }
-  cpu::Kernel* cpu_kernel() const noexcept { return cpu_; }
-  explicit operator bool() const noexcept { return function_ != nullptr || cpu_ != nullptr; }
+  // The driver's CUfunction, for a raw cuLaunchKernel; null on the cpu device.
+  CUfunc_st* handle() const noexcept;
+  explicit operator bool() const noexcept { return function_ != nullptr; }
 
  private:
-  CUfunc_st* function_ = nullptr;
-  cpu::Kernel* cpu_ = nullptr;
+  friend class Module;
+  friend void launch(const Function&, Dim3, Dim3, unsigned, StreamHandle, void**);
+  Function(const Backend& backend, void* function) : backend_(&backend), function_(function) {}
+  const Backend* backend_ = nullptr;
+  void* function_ = nullptr;
 };
 
 // cuLaunchKernel: `args` points at one pointer per kernel parameter.
@@ -259,8 +252,8 @@ class Graph {
   static void begin_capture(StreamHandle stream);
   static void abandon_capture(StreamHandle stream) noexcept;
   static Graph end_capture(StreamHandle stream);
-  CUgraphExec_st* exec_ = nullptr;
-  std::unique_ptr<cpu::Recording> cpu_;  // the launches a cpu stream recorded
+  const Backend* backend_ = nullptr;
+  void* exec_ = nullptr;  // a CUgraphExec, or the launches a cpu stream recorded
 };
 
 }  // namespace mojo

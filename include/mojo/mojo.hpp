@@ -1,8 +1,8 @@
-// mojo-jit: JIT-compiled LLM operator kernels for NVIDIA GPUs.
+// mojo-jit: JIT-compiled LLM operator kernels for NVIDIA GPUs (libmojo_jit). Checking ops against their
+// references is a library of its own: mojo/check.hpp, libmojo_jit_check.
 #pragma once
 
 #include "mojo/cache.hpp"
-#include "mojo/check.hpp"
 #include "mojo/compiler.hpp"
 #include "mojo/device.hpp"
 #include "mojo/environment.hpp"

@@ -176,17 +176,6 @@ T* ptr(const Tensor& t) noexcept {
 // a manifest ({"x": [4096, 4096]}).
 using ShapeMap = std::map<std::string, std::vector<std::int64_t>, std::less<>>;
 
-// An element of a device result passes against its reference r when
-//   |device - r| <= rtol * |r| + atol * max|reference over the tensor|
-// (atol relative to the tensor's scale: softmax outputs are ~1e-6).
-struct Tolerance {
-  double rtol, atol;
-};
-// Kernels compute in float and round once to the storage type, the
-// reference in double: they may differ by what fp32 sums and the fast
-// approximations lose, and by a rounding of the storage type.
-Tolerance default_tolerance(DType dtype) noexcept;
-
 struct TensorArgInfo {
   std::string_view name;
   std::string_view role;  // "in", "out", "inout"
@@ -290,21 +279,6 @@ class OpDef {
 
   // The op's autotuning choices, or null when it has none.
   virtual const Tunable* tuning() const noexcept { return nullptr; }
-
-  // Checking a specialization against the op's CPU reference (mojo::check_op,
-  // `mojo-jit run`), on host copies of contiguous tensors: data[i] holds
-  // tensor i's bytes (empty for an absent one). reference() reads the inputs
-  // and writes the outputs and in-out tensors with the float64 reference.
-  virtual void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> data,
-                         ScalarList scalars) const = 0;
-  // Random contents for tensor i that the op accepts: values in ±[0.05, 2]
-  // (never zero); index tensors in range of the others (ops override).
-  virtual std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
-                                                std::uint32_t seed) const;
-  // How far an output may be from the reference (reductions widen it).
-  virtual Tolerance tolerance(DType out, std::span<const TensorSpec> /*specs*/, ScalarList /*scalars*/) const {
-    return default_tolerance(out);
-  }
 
   // "rms_norm_bf16_hidden_4096_vec_8_threads_128_rows_1": readable in PTX and profiles.
   std::string kernel_name(const Params& params) const;

@@ -4,10 +4,9 @@
 
 #include "activation_args.h"
 #include "mojo/error.hpp"
+#include "mojo_activation.h"
 #include "ops/checks.hpp"
-#include "ops/host_data.hpp"
 #include "ops/registry.hpp"
-#include "reference/reference.hpp"
 
 namespace mojo {
 namespace {
@@ -63,12 +62,6 @@ constexpr OpInfo kGeluAndMul{
 class Activation final : public OpDef {
  public:
   Activation(const OpInfo& info, bool gelu, bool gated) : OpDef(info), gelu_(gelu), gated_(gated) {}
-  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
-                 ScalarList scalars) const override {
-    const auto act = !gelu_ ? Act::silu : scalar(scalars, "approximate") != 0 ? Act::gelu_tanh : Act::gelu;
-    reference::activation(specs[1].dtype(), act, gated_, d[1].data(), d[0].data(), specs[0].numel(),
-                          host_data::last_dim(specs[0]));
-  }
   Params derive_params(TensorList t, ScalarList scalars, const Target&) const override {
     const TensorSpec &out = t[0].spec, &x = t[1].spec;
     checks::expect_dtype_in(name(), "x", x.dtype(), kFloatTypes);

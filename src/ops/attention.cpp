@@ -10,16 +10,13 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <random>
 
 #include "attention_args.h"
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
-#include "ops/host_data.hpp"
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
-#include "reference/reference.hpp"
 
 namespace mojo {
 namespace {

@@ -1,11 +1,11 @@
 // The three attention ops (sdpa, paged_prefill_gqa, paged_decode_gqa) are one
 // OpDef over one template (kernel_templates/attention.cu): attention.cpp
 // holds their data, params, geometry and kernel arguments; attention_data.cpp
-// what checks them on the host (references, random inputs, debug checks).
+// their shapes from the command line and the debug checks of the lengths and
+// tables a launch reads. Their references and random inputs: src/check/attention.cpp.
 #pragma once
 
 #include <cstdint>
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,19 +62,6 @@ class AttentionOp final : public OpDef {
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override;
 
-  // Consistent lengths from one seed: query lengths splitting the tokens (with three sequences or more, the
-  // second is empty), context lengths at least those (chunked prefill: cached tokens before the new ones), and
-  // block tables of distinct pages out of order.
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
-                                        std::uint32_t seed) const override;
-
-  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
-                 ScalarList scalars) const override;
-
-  // P is rounded to the storage type before P V (as in FlashAttention); lse is exact but for exp2/log2's
-  // approximations.
-  Tolerance tolerance(DType out, std::span<const TensorSpec>, ScalarList) const override;
-
  private:
   struct Shape {
     DType dtype;
@@ -104,11 +91,6 @@ class AttentionOp final : public OpDef {
   // cu_seqlens values read back: starts at 0, never decreases, ends at `total`; the lengths.
   std::vector<std::int64_t> lengths(std::string_view arg, const Tensor& cu, std::int64_t total,
                                     StreamHandle stream) const;
-
-  struct RandomLayout {
-    std::vector<std::int64_t> cu_q, cu_k, block_tables, context_lens;
-  };
-  RandomLayout random_layout(std::span<const TensorSpec> specs, std::uint32_t seed) const;
 
   Kind kind_;
   Slots slots_;

@@ -7,17 +7,13 @@
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
-#include <random>
 
 #include "cross_entropy_args.h"
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
 #include "ops/gemm_tile.hpp"
-#include "ops/host_data.hpp"
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
-#include "reference/reference.hpp"
 
 namespace mojo {
 namespace {
@@ -414,68 +410,6 @@ class LinearCrossEntropy final : public OpDef {
             name(), i, y[i], vocab, ignore));
   }
 
-  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
-                 ScalarList scalars) const override {
-    const std::size_t hi = hidden_index();
-    const TensorSpec& h = specs[hi];
-    reference::CrossEntropy ce{.tokens = h.dim(0),
-                               .hidden = h.dim(1),
-                               .vocab = specs[hi + 1].dim(0),
-                               .reduction = int(scalar(scalars, "reduction")),
-                               .ignore_index = whole_scalar(scalars, "ignore_index"),
-                               .smoothing = scalar(scalars, "label_smoothing"),
-                               .z_loss = scalar(scalars, "z_loss"),
-                               .softcap = scalar(scalars, "softcap")};
-    const std::vector<float> hidden = host_data::floats(h, d[hi]), weight = host_data::floats(specs[hi + 1], d[hi + 1]);
-    const std::vector<std::int64_t> y = host_data::indices(specs[hi + 2], d[hi + 2]);
-    if (!backward_) {
-      std::vector<float> loss, lse;
-      reference::linear_cross_entropy(ce, hidden, weight, y, loss, lse);
-      d[0] = reference::encode(DType::f32, loss);
-      if (!d[1].empty()) d[1] = reference::encode(DType::f32, lse);
-      return;
-    }
-    std::vector<float> grad_hidden, grad_weight;
-    reference::linear_cross_entropy_backward(ce, hidden, weight, y, host_data::floats(specs[6], d[6]),
-                                             host_data::floats(specs[2], d[2]), grad_hidden, grad_weight);
-    d[0] = reference::encode(h.dtype(), grad_hidden);
-    d[1] = reference::encode(h.dtype(), grad_weight);
-  }
-  Tolerance tolerance(DType out, std::span<const TensorSpec> specs, ScalarList) const override {
-    const std::size_t hi = hidden_index();
-    const std::int64_t k = std::max({specs[hi].dim(1), specs[hi].dim(0), specs[hi + 1].dim(0)});
-    const Tolerance t = product_tolerance(out, k, false);
-    return {4 * t.rtol, 4 * t.atol};  // products of products, each rounded
-  }
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
-                                        std::uint32_t seed) const override {
-    const std::size_t hi = hidden_index();
-    const TensorSpec& s = specs[i];
-    if (i == hi + 2) {  // labels in range, a few ignored (-100)
-      std::vector<std::int64_t> y = host_data::random_indices(s.numel(), specs[hi + 1].dim(0), seed, false);
-      for (std::size_t j = 3; j < y.size(); j += 7) y[j] = -100;
-      return host_data::index_bytes(s.dtype(), y);
-    }
-    if (backward_ && i == 6) {  // the forward's lse for these inputs
-      const double work = double(specs[hi].dim(0)) * double(specs[hi].dim(1)) * double(specs[hi + 1].dim(0));
-      if (work > kExactLseWork) return estimated_lse(specs, seed);
-      std::vector<std::vector<std::uint8_t>> d(specs.size());
-      for (std::size_t j : {hi, hi + 1, hi + 2}) d[j] = random_data(j, specs, seed);
-      const LinearCrossEntropy& forward = static_cast<const LinearCrossEntropy&>(linear_cross_entropy_op());
-      std::vector<TensorSpec> f = {TensorSpec(DType::f32, {1}), TensorSpec(DType::f32, {specs[hi].dim(0)}), specs[hi],
-                                   specs[hi + 1], specs[hi + 2]};
-      std::vector<std::vector<std::uint8_t>> fd = {std::vector<std::uint8_t>(4), std::vector<std::uint8_t>(s.nbytes()),
-                                                   d[hi], d[hi + 1], d[hi + 2]};
-      forward.reference(f, fd, {});
-      return fd[1];
-    }
-    if (i == hi || i == hi + 1) {  // logits of a few units: hidden and weight of a small scale
-      std::vector<float> v = test_values(s.numel(), seed * 7919u + std::uint32_t(i));
-      return reference::encode(s.dtype(), v);
-    }
-    return OpDef::random_data(i, specs, seed);
-  }
-
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
     const auto& h = shapes::required(name(), shapes, "hidden", example_shapes());
     const auto& w = shapes::required(name(), shapes, "weight", example_shapes());
@@ -555,49 +489,6 @@ class LinearCrossEntropy final : public OpDef {
     }
     w.bytes = at;
     return w;
-  }
-
-  // Above this many multiply-adds (tokens x hidden x vocab), random_data's lse is estimated, not the float64
-  // forward: at hidden=8192x4096 weight=151936x4096 that reference is 5e12 multiply-adds on one core and a
-  // 10 GB logits buffer (hours: a benchmark's data never got to the launches).
-  static constexpr double kExactLseWork = double(std::int64_t(1) << 30);
-
-  // Each row's lse from evenly spaced vocabulary rows (as many as kExactLseWork allows, at least 16):
-  // log(vocab / sampled) + the lse of their logits (float64, no soft-cap, like the exact path). Close to the
-  // forward's (logits of a few units), so the softmax the backward forms stays finite and near 1 in sum.
-  std::vector<std::uint8_t> estimated_lse(std::span<const TensorSpec> specs, std::uint32_t seed) const {
-    const std::size_t hi = hidden_index();
-    const std::int64_t tokens = specs[hi].dim(0), hidden = specs[hi].dim(1), vocab = specs[hi + 1].dim(0);
-    const std::int64_t per_column = std::max<std::int64_t>(1, tokens * hidden);
-    const std::int64_t sampled = std::min(vocab, std::max<std::int64_t>(16, std::int64_t(kExactLseWork) / per_column));
-    const std::vector<float> h = host_data::floats(specs[hi], random_data(hi, specs, seed)),
-                             w = host_data::floats(specs[hi + 1], random_data(hi + 1, specs, seed));
-    std::vector<float> lse(std::size_t(std::max<std::int64_t>(tokens, 0)));
-    std::vector<double> logits(static_cast<std::size_t>(sampled));
-    for (std::int64_t r = 0; r < tokens; ++r) {
-      double max = -INFINITY;
-      for (std::int64_t c = 0; c < sampled; ++c) {
-        const std::int64_t j = c * vocab / sampled;
-        double dot = 0;
-        for (std::int64_t k = 0; k < hidden; ++k)
-          dot += double(h[std::size_t(r * hidden + k)]) * w[std::size_t(j * hidden + k)];
-        logits[std::size_t(c)] = dot;
-        max = std::max(max, dot);
-      }
-      double sum = 0;
-      for (double x : logits) sum += std::exp(x - max);
-      lse[std::size_t(r)] = float(max + std::log(sum) + std::log(double(vocab) / double(sampled)));
-    }
-    return reference::encode(DType::f32, lse);
-  }
-
-  // n values in ±[0.01, 0.3] (never zero): logits of a few units.
-  static std::vector<float> test_values(std::int64_t n, std::uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> mag(0.01f, 0.3f);
-    std::vector<float> v(std::size_t(std::max<std::int64_t>(n, 0)));
-    for (float& x : v) x = rng() % 2 ? mag(rng) : -mag(rng);
-    return v;
   }
 };
 

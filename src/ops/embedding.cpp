@@ -4,11 +4,9 @@
 #include "embedding_args.h"
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
-#include "ops/host_data.hpp"
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
-#include "reference/reference.hpp"
 
 namespace mojo {
 namespace {
@@ -33,18 +31,6 @@ constexpr OpInfo kEmbedding{
 class Embedding final : public OpDef {
  public:
   Embedding() : OpDef(kEmbedding) {}
-  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
-    const std::vector<std::int64_t> ids = host_data::indices(specs[1], d[1]);
-    reference::embedding(specs[2].dtype(), ids.data(), d[2].data(), d[0].data(), specs[1].numel(), specs[2].dim(0),
-                         specs[2].dim(1));
-  }
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
-                                        std::uint32_t seed) const override {
-    if (i != 1) return OpDef::random_data(i, specs, seed);
-    return host_data::index_bytes(specs[1].dtype(),
-                                  host_data::random_indices(specs[1].numel(), specs[2].dim(0), seed, false));
-  }
-
   Params derive_params(TensorList t, ScalarList, const Target&) const override {
     const TensorSpec &out = t[0].spec, &ids = t[1].spec, &w = t[2].spec;
     checks::expect_dtype_in(name(), "weight", w.dtype(), kFloatTypes);

@@ -6,10 +6,8 @@
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
 #include "ops/gemm_tile.hpp"
-#include "ops/host_data.hpp"
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
-#include "reference/reference.hpp"
 
 namespace mojo {
 namespace {
@@ -55,20 +53,6 @@ constexpr OpInfo kGemmBatched{
 class Gemm final : public TileOp {
  public:
   explicit Gemm(bool batched) : TileOp(batched ? kGemmBatched : kGemm), batched_(batched) {}
-  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
-                 ScalarList scalars) const override {
-    const TensorSpec &c = specs[0], &a = specs[1];
-    const bool ta = scalar(scalars, "trans_a") != 0, tb = scalar(scalars, "trans_b") != 0;
-    const int r = c.rank();
-    reference::gemm(a.dtype(), c.dtype(), d[1].data(), d[2].data(), d[0].data(), batched_ ? c.dim(0) : 1, c.dim(r - 2),
-                    c.dim(r - 1), ta ? a.dim(r - 2) : a.dim(r - 1), scalar(scalars, "alpha"), scalar(scalars, "beta"),
-                    ta, tb);
-  }
-  Tolerance tolerance(DType out, std::span<const TensorSpec> specs, ScalarList scalars) const override {
-    const TensorSpec& a = specs[1];
-    const std::int64_t k = scalar(scalars, "trans_a") != 0 ? a.dim(a.rank() - 2) : a.dim(a.rank() - 1);
-    return product_tolerance(out, k, scalar(scalars, "tf32") != 0);
-  }
 
   Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
     const Dims d = dims(t, zero_or_one(*this, scalars, "trans_a"), zero_or_one(*this, scalars, "trans_b"));

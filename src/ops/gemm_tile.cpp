@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <bit>
 #include <climits>
-#include <cmath>
 
 #include "gemm_args.h"
 #include "mojo/error.hpp"
@@ -284,15 +283,6 @@ std::vector<Params> TileOp::candidates(const Params& chosen, const Target& targe
 
 unsigned TileOp::operand_alignment(const Params& p) {
   return p.get("vec") == 8 ? 16 : unsigned(dtype_size(p.dtype("dtype")));
-}
-
-// A dot product of k terms in fp32 vs float64: atol grows like sqrt(k) / 16 (inputs in ±[0.05, 2], so the
-// sums are ~sqrt(k)); tf32 inputs carry bf16-like error.
-Tolerance product_tolerance(DType out, std::int64_t k, bool tf32) {
-  Tolerance t = default_tolerance(tf32 ? DType::bf16 : out);
-  t.atol *= std::max(1.0, std::sqrt(double(k)) / 16);
-  if (out == DType::f32 && !tf32) t.rtol = 1e-4, t.atol = std::max(t.atol, 1e-5);
-  return t;
 }
 
 }  // namespace mojo

@@ -90,9 +90,6 @@ struct GemmArgs {
 // operands (from the device part), for the sm_90a one.
 void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p);
 
-// How far a dot product of k terms in fp32 may be from float64.
-Tolerance product_tolerance(DType out, std::int64_t k, bool tf32);
-
 // "m<=64 n<=4096 k<=4096": the powers of two a tuning result stands for.
 std::string shape_bucket(std::int64_t m, std::int64_t n, std::int64_t k);
 

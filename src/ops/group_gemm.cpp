@@ -5,12 +5,11 @@
 #include <algorithm>
 
 #include "mojo/error.hpp"
+#include "mojo_activation.h"
 #include "ops/checks.hpp"
 #include "ops/gemm_tile.hpp"
-#include "ops/host_data.hpp"
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
-#include "reference/reference.hpp"
 
 namespace mojo {
 namespace {
@@ -45,28 +44,6 @@ constexpr OpInfo kGroupGemm{
 class GroupGemm final : public TileOp {
  public:
   GroupGemm() : TileOp(kGroupGemm) {}
-  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
-                 ScalarList scalars) const override {
-    const TensorSpec& w = specs[2];
-    const std::vector<std::int64_t> offsets = host_data::indices(specs[3], d[3]);
-    const int gated = gated_activation(scalars);
-    reference::group_gemm(w.dtype(), d[1].data(), d[2].data(), offsets.data(), d[0].data(), w.dim(0), w.dim(1),
-                          w.dim(2), gated != 0, Act(gated));
-  }
-  Tolerance tolerance(DType out, std::span<const TensorSpec> specs, ScalarList scalars) const override {
-    const Tolerance t = product_tolerance(out, specs[2].dim(2), scalar(scalars, "tf32") != 0);
-    return gated_activation(scalars) != 0 ? Tolerance{2 * t.rtol, 2 * t.atol} : t;  // a product of two products
-  }
-  // Groups of random sizes covering every row of x.
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
-                                        std::uint32_t seed) const override {
-    if (i != 3) return OpDef::random_data(i, specs, seed);
-    const std::int64_t rows = specs[1].dim(0);
-    std::vector<std::int64_t> offsets = host_data::random_indices(specs[3].numel(), rows + 1, seed, false);
-    std::sort(offsets.begin(), offsets.end());
-    if (!offsets.empty()) offsets.front() = 0, offsets.back() = rows;
-    return host_data::index_bytes(specs[3].dtype(), offsets);
-  }
 
   Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
     const Dims d = dims(t, scalars);

@@ -4,10 +4,8 @@
 #include "layer_norm_args.h"
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
-#include "ops/host_data.hpp"
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
-#include "reference/reference.hpp"
 
 namespace mojo {
 namespace {
@@ -53,14 +51,6 @@ constexpr OpInfo kLayerNorm{
 class LayerNorm final : public OpDef {
  public:
   LayerNorm() : OpDef(kLayerNorm) {}
-  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
-                 ScalarList scalars) const override {
-    const TensorSpec& x = specs[3];
-    auto stats = [&](std::size_t i) { return d[i].empty() ? nullptr : reinterpret_cast<float*>(d[i].data()); };
-    reference::layer_norm(x.dtype(), d[3].data(), d[4].data(), d[5].data(), d[0].data(), stats(1), stats(2),
-                          host_data::rows(x), host_data::last_dim(x), scalar(scalars, "eps"));
-  }
-
   Params derive_params(TensorList t, ScalarList, const Target&) const override {
     const TensorSpec &out = t[0].spec, &x = t[3].spec;
     checks::expect_dtype_in(name(), "x", x.dtype(), kFloatTypes);
@@ -142,14 +132,6 @@ constexpr OpInfo kLayerNormBackward{
 class LayerNormBackward final : public OpDef {
  public:
   LayerNormBackward() : OpDef(kLayerNormBackward) {}
-  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
-    const TensorSpec& x = specs[4];
-    reference::layer_norm_backward(x.dtype(), d[3].data(), d[4].data(), d[5].data(),
-                                   reinterpret_cast<const float*>(d[6].data()),
-                                   reinterpret_cast<const float*>(d[7].data()), d[0].data(), d[1].data(), d[2].data(),
-                                   host_data::rows(x), host_data::last_dim(x));
-  }
-
   Params derive_params(TensorList t, ScalarList, const Target&) const override {
     const TensorSpec& x = t[4].spec;
     checks::expect_dtype_in(name(), "x", x.dtype(), kFloatTypes);

@@ -4,12 +4,11 @@
 #include <algorithm>
 
 #include "mojo/error.hpp"
+#include "mojo_activation.h"
 #include "ops/checks.hpp"
 #include "ops/gemm_tile.hpp"
-#include "ops/host_data.hpp"
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
-#include "reference/reference.hpp"
 
 namespace mojo {
 namespace {
@@ -40,16 +39,6 @@ constexpr OpInfo kLinear{
 class Linear final : public TileOp {
  public:
   Linear() : TileOp(kLinear) {}
-  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
-                 ScalarList scalars) const override {
-    const TensorSpec &x = specs[1], &w = specs[2];
-    reference::linear(x.dtype(), d[1].data(), d[2].data(), d[3].empty() ? nullptr : d[3].data(),
-                      d[4].empty() ? nullptr : d[4].data(), d[0].data(), host_data::rows(x), w.dim(0), w.dim(1),
-                      Act(int(scalar(scalars, "activation"))));
-  }
-  Tolerance tolerance(DType out, std::span<const TensorSpec> specs, ScalarList scalars) const override {
-    return product_tolerance(out, specs[2].dim(1), scalar(scalars, "tf32") != 0);
-  }
 
   Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
     const Dims d = dims(t);

@@ -4,18 +4,14 @@
 // Template: kernel_templates/moe.cu.
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <random>
-
 #include "embedding_args.h"
 #include "moe_args.h"
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
-#include "ops/host_data.hpp"
 #include "ops/indices.hpp"
+#include "ops/moe.hpp"
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
-#include "reference/reference.hpp"
 
 namespace mojo {
 namespace {
@@ -64,52 +60,6 @@ class MoeGate final : public OpDef {
  public:
   MoeGate() : OpDef(kGate) {}
 
-  reference::MoeGate config(std::span<const TensorSpec> specs, ScalarList scalars) const {
-    const std::int64_t groups = whole_scalar(scalars, "groups"), top = whole_scalar(scalars, "top_groups");
-    return {.experts = specs[2].dim(1),
-            .top_k = specs[1].dim(1),
-            .softmax = scalar(scalars, "sigmoid") == 0,
-            .groups = groups,
-            .top_groups = top == 0 ? groups : top,
-            .renormalize = scalar(scalars, "renormalize") != 0,
-            .scaling = scalar(scalars, "routed_scaling")};
-  }
-
-  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
-                 ScalarList scalars) const override {
-    std::vector<std::int64_t> ids;
-    std::vector<float> weights;
-    const std::vector<float> bias = d[3].empty() ? std::vector<float>{} : host_data::floats(specs[3], d[3]);
-    reference::moe_gate(config(specs, scalars), host_data::floats(specs[2], d[2]), bias, specs[2].dim(0), ids, weights);
-    d[0] = reference::encode(DType::f32, weights);
-    d[1] = host_data::index_bytes(specs[1].dtype(), ids);
-  }
-  Tolerance tolerance(DType out, std::span<const TensorSpec>, ScalarList) const override {
-    return out == DType::f32 ? Tolerance{1e-5, 1e-6} : Tolerance{0, 0};
-  }
-  // Logits a permutation of an evenly spaced grid per token and a bias of a few coarse levels: every choice is
-  // apart by far more than float rounding, so the kernel and the reference choose alike.
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
-                                        std::uint32_t seed) const override {
-    const TensorSpec& t = specs[i];
-    std::mt19937 rng(seed * 7919u + std::uint32_t(i));
-    std::vector<float> v(std::size_t(t.numel()));
-    if (i == 2) {
-      const std::int64_t experts = t.dim(1);
-      std::vector<float> grid(static_cast<std::size_t>(experts));
-      for (std::int64_t e = 0; e < experts; ++e) grid[std::size_t(e)] = -4.f + 8.f * float(e) / float(experts);
-      for (std::int64_t r = 0; r < t.dim(0); ++r) {
-        std::shuffle(grid.begin(), grid.end(), rng);
-        std::copy(grid.begin(), grid.end(), v.begin() + r * experts);
-      }
-    } else if (i == 3) {
-      for (float& x : v) x = 0.25f * float(rng() % 3);
-    } else {
-      return OpDef::random_data(i, specs, seed);
-    }
-    return reference::encode(t.dtype(), v);
-  }
-
   Params derive_params(TensorList t, ScalarList scalars, const Target&) const override {
     const TensorSpec& logits = t[2].spec;
     checks::expect_dtype_in(name(), "logits", logits.dtype(), kFloatTypes);
@@ -121,7 +71,7 @@ class MoeGate final : public OpDef {
     checks::expect_exact(name(), "weights", t[0].spec, {tokens, top_k}, kF32);
     if (t[3].spec.rank() != 0) checks::expect_exact(name(), "bias", t[3].spec, {logits.dim(1)}, kF32);
     const std::vector<TensorSpec> specs = {t[0].spec, t[1].spec, logits, t[3].spec};
-    const reference::MoeGate g = config(specs, scalars);
+    const MoeGateConfig g = moe_gate_config(*this, specs, scalars);
     if (g.groups < 1 || g.groups > 32 || g.experts % g.groups != 0)
       throw InvalidArgumentError(
           fmt::format("{}: groups = {}; expected a divisor of the {} experts, 1 to 32", name(), g.groups, g.experts));
@@ -198,30 +148,6 @@ constexpr std::int64_t kDispatchThreads = 256;
 class MoeDispatch final : public OpDef {
  public:
   MoeDispatch() : OpDef(kDispatch) {}
-
-  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
-    std::vector<std::int64_t> offsets, sorted, positions;
-    const DType index = specs[3].dtype();
-    reference::moe_dispatch(host_data::indices(specs[3], d[3]), specs[3].dim(1), specs[0].numel() - 1, offsets, sorted,
-                            positions);
-    d[0] = host_data::index_bytes(index, offsets);
-    d[1] = host_data::index_bytes(index, sorted);
-    d[2] = host_data::index_bytes(index, positions);
-    if (!d[4].empty()) {
-      const std::int64_t hidden = specs[5].dim(1), tokens = specs[5].dim(0);
-      reference::embedding(specs[5].dtype(), sorted.data(), d[5].data(), d[4].data(), std::int64_t(sorted.size()),
-                           tokens, hidden);
-    }
-  }
-  Tolerance tolerance(DType, std::span<const TensorSpec>, ScalarList) const override { return {0, 0}; }
-  // Expert ids in range, a few negative (not routed).
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
-                                        std::uint32_t seed) const override {
-    if (i != 3) return OpDef::random_data(i, specs, seed);
-    std::vector<std::int64_t> ids = host_data::random_indices(specs[3].numel(), specs[0].numel() - 1, seed, false);
-    for (std::size_t j = 7; j < ids.size(); j += 13) ids[j] = -1;
-    return host_data::index_bytes(specs[3].dtype(), ids);
-  }
 
   static bool gathers(const Params& p) { return p.get("gather") != 0; }
 
@@ -353,25 +279,6 @@ class MoeCombine final : public OpDef {
  public:
   MoeCombine() : OpDef(kCombine) {}
 
-  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
-    const std::vector<std::int64_t> positions = host_data::indices(specs[2], d[2]);
-    const std::vector<float> weights = host_data::floats(specs[3], d[3]);
-    reference::moe_combine(specs[1].dtype(), d[1].data(), positions.data(), weights.data(), d[0].data(),
-                           specs[2].dim(0), specs[2].dim(1), specs[1].dim(1));
-  }
-  Tolerance tolerance(DType out, std::span<const TensorSpec>, ScalarList) const override {
-    const Tolerance t = default_tolerance(out);
-    return {2 * t.rtol, 2 * t.atol};  // a sum of top_k products
-  }
-  // Each token's slots at distinct rows of expert_out, a few not routed.
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
-                                        std::uint32_t seed) const override {
-    if (i != 2) return OpDef::random_data(i, specs, seed);
-    std::vector<std::int64_t> rows = host_data::random_indices(specs[2].numel(), specs[1].dim(0), seed, true);
-    for (std::size_t j = 5; j < rows.size(); j += 11) rows[j] = -1;
-    return host_data::index_bytes(specs[2].dtype(), rows);
-  }
-
   Params derive_params(TensorList t, ScalarList, const Target&) const override {
     const TensorSpec &out = t[0].spec, &expert_out = t[1].spec;
     checks::expect_dtype_in(name(), "expert_out", expert_out.dtype(), kFloatTypes);
@@ -422,6 +329,17 @@ class MoeCombine final : public OpDef {
 };
 
 }  // namespace
+
+MoeGateConfig moe_gate_config(const OpDef& op, std::span<const TensorSpec> specs, ScalarList scalars) {
+  const std::int64_t groups = op.whole_scalar(scalars, "groups"), top = op.whole_scalar(scalars, "top_groups");
+  return {.experts = specs[2].dim(1),
+          .top_k = specs[1].dim(1),
+          .softmax = op.scalar(scalars, "sigmoid") == 0,
+          .groups = groups,
+          .top_groups = top == 0 ? groups : top,
+          .renormalize = op.scalar(scalars, "renormalize") != 0,
+          .scaling = op.scalar(scalars, "routed_scaling")};
+}
 
 const OpDef& moe_gate_op() {
   static const MoeGate op;

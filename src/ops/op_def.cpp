@@ -4,13 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <sstream>
 
 #include "mojo/error.hpp"
 #include "mojo/op.hpp"
-#include "ops/host_data.hpp"
-#include "reference/reference.hpp"
 
 namespace mojo {
 
@@ -216,32 +213,6 @@ ShapeMap parse_shapes(const OpDef& op, std::string_view items) {
   std::stringstream in{std::string(items)};
   for (std::string item; in >> item;) list.push_back(item);
   return parse_shapes(op, list);
-}
-
-}  // namespace mojo
-
-namespace mojo {
-
-Tolerance default_tolerance(DType dtype) noexcept {
-  switch (dtype) {
-    case DType::bf16:
-      return {8e-3, 4e-3};  // 1 ulp = 2^-8 relative: 2 ulp
-    case DType::f16:
-      return {2e-3, 1e-3};  // 1 ulp = 2^-11 relative: 4 ulp
-    default:
-      return {1e-4, 1e-6};  // f32: a few ulp of 2^-23 after approximations and sums
-  }
-}
-
-std::vector<std::uint8_t> OpDef::random_data(std::size_t i, std::span<const TensorSpec> specs,
-                                             std::uint32_t seed) const {
-  const TensorSpec& s = specs[i];
-  std::mt19937 rng(seed * 7919u + std::uint32_t(i));
-  if (!host_data::is_float(s.dtype())) return std::vector<std::uint8_t>(s.nbytes(), 0);  // index 0: valid anywhere
-  std::uniform_real_distribution<float> magnitude(0.05f, 2.f);
-  std::vector<float> v(std::size_t(s.numel()));
-  for (float& x : v) x = rng() % 2 ? magnitude(rng) : -magnitude(rng);
-  return reference::encode(s.dtype(), v);
 }
 
 }  // namespace mojo

@@ -4,10 +4,8 @@
 
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
-#include "ops/host_data.hpp"
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
-#include "reference/reference.hpp"
 #include "rms_norm_args.h"
 
 namespace mojo {
@@ -92,18 +90,6 @@ class RmsNorm final : public OpDef {
         .residual_stride = rows::stride(name(), "residual", residual.spec),
         .x_stride = rows::stride(name(), "x", x.spec),
     });
-  }
-
-  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
-                 ScalarList scalars) const override {
-    const TensorSpec& x = specs[x_index()];
-    const double eps = scalar(scalars, "eps");
-    if (add_)
-      reference::add_rms_norm(x.dtype(), d[1].data(), d[2].data(), d[3].data(), d[0].data(), host_data::rows(x),
-                              host_data::last_dim(x), eps);
-    else
-      reference::rms_norm(x.dtype(), d[1].data(), d[2].data(), d[0].data(), host_data::rows(x), host_data::last_dim(x),
-                          eps);
   }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {

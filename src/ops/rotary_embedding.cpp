@@ -7,11 +7,9 @@
 
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
-#include "ops/host_data.hpp"
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
-#include "reference/reference.hpp"
 #include "rotary_embedding_args.h"
 
 namespace mojo {
@@ -39,21 +37,6 @@ constexpr OpInfo kRotaryEmbedding{
 class RotaryEmbedding final : public OpDef {
  public:
   RotaryEmbedding() : OpDef(kRotaryEmbedding) {}
-  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
-                 ScalarList scalars) const override {
-    const TensorSpec &q = specs[0], &k = specs[1], &cs = specs[3];
-    const std::vector<std::int64_t> positions = host_data::indices(specs[2], d[2]);
-    const std::vector<float> cos_sin = host_data::floats(cs, d[3]);
-    reference::rotary_embedding(q.dtype(), d[0].data(), d[1].data(), positions.data(), cos_sin.data(), q.dim(0),
-                                q.dim(1), k.dim(1), q.dim(2), cs.dim(1), cs.dim(0), scalar(scalars, "neox") != 0);
-  }
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
-                                        std::uint32_t seed) const override {
-    if (i != 2) return OpDef::random_data(i, specs, seed);
-    return host_data::index_bytes(specs[2].dtype(),
-                                  host_data::random_indices(specs[2].numel(), specs[3].dim(0), seed, false));
-  }
-
   Params derive_params(TensorList t, ScalarList scalars, const Target&) const override {
     const TensorSpec &q = t[0].spec, &k = t[1].spec, &pos = t[2].spec, &cache = t[3].spec;
     checks::expect_dtype_in(name(), "q", q.dtype(), kFloatTypes);

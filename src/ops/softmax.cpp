@@ -4,10 +4,8 @@
 
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
-#include "ops/host_data.hpp"
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
-#include "reference/reference.hpp"
 #include "softmax_args.h"
 
 namespace mojo {
@@ -44,11 +42,6 @@ constexpr OpInfo kLogSoftmax{
 class Softmax final : public OpDef {
  public:
   explicit Softmax(bool log) : OpDef(log ? kLogSoftmax : kSoftmax), log_(log) {}
-  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
-    reference::softmax(specs[1].dtype(), d[1].data(), d[0].data(), host_data::rows(specs[1]),
-                       host_data::last_dim(specs[1]), log_);
-  }
-
   Params derive_params(TensorList t, ScalarList, const Target&) const override {
     const TensorSpec &out = t[0].spec, &x = t[1].spec;
     checks::expect_dtype_in(name(), "x", x.dtype(), kFloatTypes);
@@ -103,11 +96,6 @@ constexpr OpInfo kSoftmaxBackward{
 class SoftmaxBackward final : public OpDef {
  public:
   SoftmaxBackward() : OpDef(kSoftmaxBackward) {}
-  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
-    reference::softmax_backward(specs[1].dtype(), d[1].data(), d[2].data(), d[0].data(), host_data::rows(specs[1]),
-                                host_data::last_dim(specs[1]));
-  }
-
   Params derive_params(TensorList t, ScalarList, const Target&) const override {
     const TensorSpec& y = t[2].spec;
     checks::expect_dtype_in(name(), "out", y.dtype(), kFloatTypes);

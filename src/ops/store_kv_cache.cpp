@@ -4,11 +4,9 @@
 
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
-#include "ops/host_data.hpp"
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
-#include "reference/reference.hpp"
 #include "store_kv_cache_args.h"
 
 namespace mojo {
@@ -36,20 +34,6 @@ constexpr OpInfo kStoreKvCache{
 class StoreKvCache final : public OpDef {
  public:
   StoreKvCache() : OpDef(kStoreKvCache) {}
-  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
-    const TensorSpec &cache = specs[0], &k = specs[2];
-    const std::vector<std::int64_t> slots = host_data::indices(specs[4], d[4]);
-    reference::store_kv_cache(cache.dtype(), d[2].data(), d[3].data(), slots.data(), d[0].data(), d[1].data(), k.dim(0),
-                              cache.dim(0) * cache.dim(1), cache.dim(2) * cache.dim(3));
-  }
-  // Distinct slots: two tokens for one slot would leave either.
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
-                                        std::uint32_t seed) const override {
-    if (i != 4) return OpDef::random_data(i, specs, seed);
-    return host_data::index_bytes(
-        specs[4].dtype(), host_data::random_indices(specs[4].numel(), specs[0].dim(0) * specs[0].dim(1), seed, true));
-  }
-
   Params derive_params(TensorList t, ScalarList, const Target&) const override {
     const TensorSpec &kc = t[0].spec, &vc = t[1].spec, &k = t[2].spec, &v = t[3].spec;
     checks::expect_dtype_in(name(), "k_cache", kc.dtype(), kFloatTypes);

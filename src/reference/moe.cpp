@@ -8,7 +8,7 @@
 
 namespace mojo::reference {
 
-void moe_gate(const MoeGate& g, const std::vector<float>& logits, const std::vector<float>& bias, std::int64_t tokens,
+void moe_gate(const MoeGateConfig& g, const std::vector<float>& logits, const std::vector<float>& bias, std::int64_t tokens,
               std::vector<std::int64_t>& ids, std::vector<float>& weights) {
   const std::size_t e_count = std::size_t(g.experts), group = std::size_t(g.experts / g.groups);
   ids.assign(std::size_t(tokens * g.top_k), -1);

@@ -1,8 +1,7 @@
 // The CPU references of every op (src/reference/<op>.cpp), in plain C++ with
-// float64 accumulation, and the host-side dtype conversions tests and examples
-// need to fill and read device buffers. Tensors here are host byte buffers of
-// the op's dtype. A static library of its own (mojo_jit_reference): ops,
-// mojo::check_op, tests, benchmarks and examples use it; it is not installed.
+// float64 accumulation. Tensors here are host byte buffers of the op's dtype.
+// Part of the check library (libmojo_jit_check): the op checks
+// (src/check/), tests, benchmarks and examples use them; libmojo_jit does not.
 #pragma once
 
 #include <array>
@@ -10,23 +9,22 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/convert.hpp"
 #include "mojo/tensor.hpp"
+#include "ops/moe.hpp"
 #include "mojo_activation.h"
 
 namespace mojo::reference {
 
-// IEEE round-to-nearest-even conversions, identical to the device's cvt.rn.
-std::uint16_t float_to_bf16(float v) noexcept;
-float bf16_to_float(std::uint16_t bits) noexcept;
-std::uint16_t float_to_f16(float v) noexcept;
-float f16_to_float(std::uint16_t bits) noexcept;
-
-// Element i of a host buffer of `dtype` as float, and back (rounded to dtype).
-float load(DType dtype, const void* data, std::size_t i) noexcept;
-void store(DType dtype, void* data, std::size_t i, float v) noexcept;
-// `count` values converted to a host buffer of dtype.
-std::vector<std::uint8_t> encode(DType dtype, const std::vector<float>& values);
-std::vector<float> decode(DType dtype, const std::vector<std::uint8_t>& bytes);
+// The dtype conversions (src/core/convert.hpp), under the names references and tests use.
+using convert::bf16_to_float;
+using convert::decode;
+using convert::encode;
+using convert::f16_to_float;
+using convert::float_to_bf16;
+using convert::float_to_f16;
+using convert::load;
+using convert::store;
 
 // out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight, float64 inside,
 // rounded once to dtype.
@@ -91,15 +89,8 @@ std::int64_t reject_sample(const std::vector<std::int64_t>& drafts, const std::v
                            std::int64_t offset, std::int64_t* out);
 
 // ---- MoE routing (src/reference/moe.cpp) ----
-struct MoeGate {
-  std::int64_t experts, top_k;
-  bool softmax = true;  // else sigmoid
-  std::int64_t groups = 1, top_groups = 1;
-  bool renormalize = true;
-  double scaling = 1.0;
-};
 // logits [tokens, experts] (bias: [experts] or empty) -> ids and weights [tokens, top_k], kernel_templates/moe.cu's rule.
-void moe_gate(const MoeGate& g, const std::vector<float>& logits, const std::vector<float>& bias, std::int64_t tokens,
+void moe_gate(const MoeGateConfig& g, const std::vector<float>& logits, const std::vector<float>& bias, std::int64_t tokens,
               std::vector<std::int64_t>& ids, std::vector<float>& weights);
 // The stable counting sort of the (token, slot) pairs by expert id: offsets [experts + 1],
 // sorted_ids [pairs] (-1 past the routed rows), positions [pairs] (-1 for an id outside [0, experts)).

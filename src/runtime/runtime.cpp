@@ -16,11 +16,9 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
-#include <fstream>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
-#include <sstream>
 #include <thread>
 
 #include <unistd.h>
@@ -32,10 +30,14 @@
 #include "mojo/environment.hpp"
 #include "mojo/error.hpp"
 #include "runtime/autotune.hpp"
+#include "runtime/dump.hpp"
+#include "runtime/specialization.hpp"
 #include "runtime/workspace.hpp"
 
 namespace mojo {
 namespace fs = std::filesystem;
+
+constexpr std::string_view kBundleProgram = "bundle.cu";  // a bundle's name in diagnostics
 
 // A specialization loaded on the device: the kernels of its plan, in launch order (most ops: one).
 struct LoadedKernel {
@@ -174,13 +176,6 @@ void launch_unbound(const OpDef& op, const LoadedKernel& kernel, WorkspaceArena&
   const std::size_t bytes = op.workspace_bytes(kernel.params, tensors);
   launch_plan(op, kernel, tensors, scalars, stream, bytes > 0 ? arena.get(stream, bytes) : 0);
 }
-
-// One specialization made concrete: its translation unit (every kernel of its plan) and its key.
-struct Unit {
-  std::string source, kernel_name, description, meta, components;  // kernel_name: the first kernel's
-  std::vector<std::string> kernels;                                 // the plan's, in launch order
-  KernelKey key;
-};
 
 }  // namespace
 
@@ -342,92 +337,33 @@ struct Runtime::Impl {
     std::shared_lock lock(templates_mutex);
     return templates.expand(files);
   }
-  // The lines that instantiate one kernel (and, for a host build, its entry point).
-  static std::string entry(const OpDef& op, const Params& params, Emit emit) {
-    std::string text = fmt::format("\n#line 1 \"<specialization>\"\n{}\n", op.entry_line(params));
-    if (emit == Emit::host) text += fmt::format("MOJO_CPU_ENTRY({})\n", op.kernel_name(params));
-    return text;
+  Unit unit(const Specialization& s, const Target& target, Emit emit) {
+    return specialization_unit(s, expand({std::string(s.op->template_file())}, emit), target,
+                               compiler_for(emit).identity(), emit);
   }
 
-  Unit unit(const OpDef& op, const Params& params, const Target& target, Emit emit) {
-    const Compiler& compiler = compiler_for(emit);
-    Unit u;
-    u.source = expand({std::string(op.template_file())}, emit);
-    for (const Params& step : op.plan(params)) {
-      u.kernels.push_back(op.kernel_name(step));
-      u.source += entry(op, step, emit);
-    }
-    u.kernel_name = u.kernels.front();
-    u.description = fmt::format("{} {{{}}} for {} ({})", op.name(), params.str(), target.sm_name(), emit_name(emit));
-    std::string params_text = params.str(), target_name = target.sm_name();
-    const std::string kernels_text = fmt::format("{}", fmt::join(u.kernels, "\n"));
-    u.key = compute_key(KeyInputs{u.source, kernels_text, params_text, target_name, compiler.identity(), emit});
-    XXH64_hash_t source_hash = XXH3_64bits(u.source.data(), u.source.size());
-    u.components = fmt::format("source={:016x}\ncompiler={}\nformat={}\n", source_hash, compiler.identity(),
-                               kCacheFormatVersion);
-    u.meta = fmt::format("op={}\nkernel={}\nparams={}\ntarget={}\ncompiler={}\nemit={}\n", op.name(), u.kernel_name,
-                         params_text, target_name, compiler.identity(), emit_name(emit));
-    return u;
-  }
-
-  std::shared_ptr<const std::string> binary(const OpDef& op, const Unit& u, const Target& target, Emit emit,
-                                            bool* compiled) {
+  // The unit's binary: from the cache, else compiled (and `*compiled` set). `program`: the template file, or
+  // "bundle.cu"; a dump's files are named after it (a bundle) or the first kernel.
+  std::shared_ptr<const std::string> binary(const Unit& u, std::string_view program, const Target& target, Emit emit,
+                                            bool* compiled, unsigned jobs = 1) {
+    const std::string_view name = program == kBundleProgram ? "bundle" : std::string_view(u.kernels.front());
+    const std::string stem = fmt::format("{}.{}.{}", name, target.sm_name(), u.key.hex().substr(0, 8));
     return cache.get(CacheRequest{u.key, emit, u.description, u.meta, u.components}, [&] {
-      return compile_dumped(compiler_for(emit), CompileRequest{op.template_file(), u.source, target, emit, u.description},
-                            fmt::format("{}.{}.{}", u.kernel_name, target.sm_name(), u.key.hex().substr(0, 8)),
-                            u.meta + fmt::format("key={}\n", u.key.hex()));
+      return compile_dumped(compiler_for(emit), CompileRequest{program, u.source, target, emit, u.description, jobs},
+                            dump_dir, stem, u.meta + fmt::format("key={}\n", u.key.hex()));
     }, compiled);
-  }
-
-  // Compiles `request`. With MOJO_JIT_DUMP=DIR, writes DIR/<stem>.cu (the
-  // translation unit), .txt (what it is), and a file per stage it passed
-  // through (.llvm, .llvm-opt, .ptx) and for the result (.ptx, .cubin, ...);
-  // a failed compile writes .cu and .log, and its error names them with a
-  // command that reproduces the compile outside mojo-jit.
-  std::string compile_dumped(const Compiler& compiler, CompileRequest request, const std::string& stem,
-                             const std::string& meta) const {
-    if (dump_dir.empty()) {
-      try {
-        return compiler.compile(request).binary;
-      } catch (const CompileError& e) {
-        throw CompileError(e.what(), e.log() + "\n(MOJO_JIT_DUMP=DIR keeps the translation unit and the log, and gives "
-                                               "a command that reproduces this compile outside mojo-jit)\n");
-      }
-    }
-    std::error_code ec;
-    fs::create_directories(dump_dir, ec);
-    const std::string base = (dump_dir / stem).string();
-    auto write = [&](const std::string& suffix, std::string_view bytes) {
-      std::ofstream out(base + suffix, std::ios::binary);
-      out.write(bytes.data(), std::streamsize(bytes.size()));
-      if (!out) log::warn(fmt::format("MOJO_JIT_DUMP: cannot write {}{}", base, suffix));
-    };
-    write(".cu", request.source);
-    write(".txt", meta);
-    request.keep_stages = true;
-    CompileResult result;
-    try {
-      result = compiler.compile(request);
-    } catch (const CompileError& e) {
-      const std::string log = fmt::format("{}\nreproduce outside mojo-jit:\n  {}\n", e.log(),
-                                          compiler.repro_command(request, base + ".cu"));
-      write(".log", log);
-      throw CompileError(fmt::format("{} [dumped: {}.cu, {}.log]", e.what(), base, base), log);
-    }
-    for (const auto& [stage, text] : result.stages) write("." + std::string(emit_name(stage)), text);
-    write("." + std::string(emit_name(request.emit)), result.binary);
-    return std::move(result.binary);
   }
 
   Params tuned(const OpDef& op, const Params& params, TensorList tensors, ScalarList scalars, const Target& target,
                StreamHandle stream);
 
-  const LoadedKernel& load(const OpDef& op, const Params& params, const Target& target, const FastKey& key) {
+  // The kernels of `s` loaded on the device (`key`: its fast key), compiled or read from the cache first.
+  const LoadedKernel& load(const Specialization& s, const Target& target, const FastKey& key) {
     const Device& dev = open_device();
     const Emit emit = dev.is_cpu() ? Emit::host : Emit::cubin;
-    Unit u = unit(op, params, target, emit);
+    const Unit u = unit(s, target, emit);
     bool compiled = false;
-    auto bin = binary(op, u, target, emit, &compiled);
+    auto bin = binary(u, s.op->template_file(), target, emit, &compiled);
     std::lock_guard lock(load_mutex);
     {
       std::shared_lock read(loaded_mutex);
@@ -441,14 +377,30 @@ struct Runtime::Impl {
       module = std::make_shared<const Module>(Module::load(*bin));
       slot = module;
     }
-    auto kernel = std::make_unique<LoadedKernel>(LoadedKernel{std::move(module), {}, &dev, debug_checks, params});
-    for (const Params& step : op.plan(params)) {
-      Function function = kernel->module->function(op.kernel_name(step));
-      if (const unsigned smem = op.max_dynamic_smem(step); smem > 48 * 1024) function.set_max_dynamic_shared(int(smem));
-      kernel->steps.push_back({op.kernel_name(step), function, step});
+    auto kernel = std::make_unique<LoadedKernel>(LoadedKernel{std::move(module), {}, &dev, debug_checks, s.params});
+    for (std::size_t i = 0; i < s.steps.size(); ++i) {
+      Function function = kernel->module->function(u.kernels[i]);
+      if (const unsigned smem = s.op->max_dynamic_smem(s.steps[i]); smem > 48 * 1024)
+        function.set_max_dynamic_shared(int(smem));
+      kernel->steps.push_back({u.kernels[i], function, s.steps[i]});
     }
     std::unique_lock write(loaded_mutex);
     return *loaded.emplace(key, std::move(kernel)).first->second;
+  }
+
+  // The kernel launches of `op` with these tensors and scalars run: already loaded (a memory hit), else
+  // loaded now, autotuned first when autotuning is on. `params`: what specialize() derived.
+  const LoadedKernel& find_or_load(const OpDef& op, const Params& params, TensorList tensors, ScalarList scalars,
+                                   const Target& target, StreamHandle stream) {
+    const FastKey key = fast_key(&op, params, target);
+    {
+      std::shared_lock read(loaded_mutex);
+      if (auto it = loaded.find(key); it != loaded.end()) {
+        memory_hits.fetch_add(1, std::memory_order_relaxed);
+        return *it->second;
+      }
+    }
+    return load(Specialization(op, tuned(op, params, tensors, scalars, target, stream)), target, key);
   }
 };
 
@@ -465,7 +417,7 @@ Params Runtime::Impl::tuned(const OpDef& op, const Params& params, TensorList te
   const std::string what = fmt::format("{} {{{}}} {} on {} ({})", op.name(), params.str(), tunable->bucket(tensors),
                                        dev.name(), target.sm_name());
   return autotune::fastest(cache, what, compiler->identity(), candidates, stream, [&](const Params& p) {
-    const LoadedKernel& kernel = load(op, p, target, fast_key(&op, p, target));
+    const LoadedKernel& kernel = load(Specialization(op, p), target, fast_key(&op, p, target));
     auto binding = std::make_shared<const Binding>(op, kernel, workspace, tensors, scalars, stream);
     return [&, binding] { binding->launch(tensors, scalars, stream); };
   });
@@ -489,17 +441,8 @@ void Runtime::launch(std::string_view op_name, TensorList tensors, ScalarList sc
     return recent.binding->launch(tensors, scalars, stream);
   }
   const Target target = device().target();
-  const Params params = op.specialize(tensors, scalars, target);
-  const FastKey key = fast_key(&op, params, target);
-  const LoadedKernel* kernel = nullptr;
-  {
-    std::shared_lock read(impl_->loaded_mutex);
-    if (auto it = impl_->loaded.find(key); it != impl_->loaded.end()) kernel = it->second.get();
-  }
-  if (kernel != nullptr)
-    impl_->memory_hits.fetch_add(1, std::memory_order_relaxed);
-  else
-    kernel = &impl_->load(op, impl_->tuned(op, params, tensors, scalars, target, stream), target, key);
+  const LoadedKernel* kernel =
+      &impl_->find_or_load(op, op.specialize(tensors, scalars, target), tensors, scalars, target, stream);
   // A slot that holds a live binding keeps it: a caller that varies a scalar on every call, or two shapes
   // sharing a slot, take this path each time rather than allocate a binding each time.
   if (recent.runtime == impl_->id && recent.generation == generation)
@@ -513,32 +456,26 @@ KernelHandle Runtime::get_kernel(std::string_view op_name, TensorList tensors, S
   const OpDef& op = find_op(op_name);
   const Target target = device().target();
   const Params params = op.specialize(tensors, scalars, target);
-  const FastKey key = fast_key(&op, params, target);
-  const LoadedKernel* kernel = nullptr;
-  {
-    std::shared_lock read(impl_->loaded_mutex);
-    if (auto it = impl_->loaded.find(key); it != impl_->loaded.end()) kernel = it->second.get();
-  }
-  if (kernel == nullptr) kernel = &impl_->load(op, impl_->tuned(op, params, tensors, scalars, target, nullptr), target, key);
-  return KernelHandle(&op, kernel, params, target,
-                      std::make_shared<const Binding>(op, *kernel, impl_->workspace, tensors, scalars, nullptr));
+  const LoadedKernel& kernel = impl_->find_or_load(op, params, tensors, scalars, target, nullptr);
+  return KernelHandle(&op, &kernel, params, target,
+                      std::make_shared<const Binding>(op, kernel, impl_->workspace, tensors, scalars, nullptr));
 }
 
 Artifact Runtime::compile(std::string_view op_name, TensorList tensors, ScalarList scalars, const Target& target,
                           Emit emit) {
   const OpDef& op = find_op(op_name);
-  Params params = op.specialize(tensors, scalars, target);
-  Unit u = impl_->unit(op, params, target, emit);
+  const Specialization s(op, op.specialize(tensors, scalars, target));
+  const Unit u = impl_->unit(s, target, emit);
   Artifact a;
   a.op = std::string(op.name());
-  a.params = params;
+  a.params = s.params;
   a.target = target;
   a.emit = emit;
-  a.kernel_name = u.kernel_name;
+  a.kernel_name = u.kernels.front();
   a.kernels = u.kernels;
-  a.workspace_bytes = op.workspace_bytes(params, tensors);
+  a.workspace_bytes = op.workspace_bytes(s.params, tensors);
   a.key = u.key;
-  a.binary = impl_->binary(op, u, target, emit, &a.compiled);
+  a.binary = impl_->binary(u, op.template_file(), target, emit, &a.compiled);
   if (emit == Emit::cubin) a.resources = kernel_resources(*a.binary, a.kernel_name);
   return a;
 }
@@ -592,59 +529,42 @@ std::vector<Bundle> Runtime::compile_all(const std::vector<PrewarmItem>& items, 
 
   std::vector<Bundle> bundles;
   for (const Target& target : targets) {
-    struct Spec {
-      const OpDef* op;
-      Params params;
-    };
-    std::vector<Spec> specs;
+    std::vector<Specialization> specs;  // those that add a kernel
     std::vector<std::string> files, names, params;
-    std::string source_entries;  // one entry line per kernel, after the templates
+    std::string entries;  // one entry line per kernel, after the templates
     for (const PrewarmItem& item : items) {
       if (!(item.target == target)) continue;
       const OpDef& op = find_op(item.op);
-      Params p = op.specialize(item.tensors, item.scalar_args(), target);
+      Specialization s(op, op.specialize(item.tensors, item.scalar_args(), target));
       // A specialization whose kernels are all here already (rows etc. do not matter) adds nothing; plans may
       // share kernels (moe_mlp's sort step is the same for f16 and bf16): each is defined once.
       bool adds = false;
-      for (const Params& step : op.plan(p)) {
-        const std::string name = op.kernel_name(step);
+      for (const Params& step : s.steps) {
+        std::string name = op.kernel_name(step);
         if (std::find(names.begin(), names.end(), name) != names.end()) continue;
-        names.push_back(name);
+        names.push_back(std::move(name));
         params.push_back(step.str());
-        source_entries += Impl::entry(op, step, emit);
+        entries += entry_text(op, step, emit);
         adds = true;
       }
       if (!adds) continue;
-      specs.push_back({&op, p});
       if (std::find(files.begin(), files.end(), op.template_file()) == files.end())
         files.emplace_back(op.template_file());
+      specs.push_back(std::move(s));
     }
     // One translation unit: every template (the prelude once), then one entry line per kernel.
-    std::string source = impl_->expand(files, emit) + source_entries;
-    const Compiler& compiler = impl_->compiler_for(emit);
-    const std::string kernels_text = fmt::format("{}", fmt::join(names, "\n"));
-    const std::string params_text = fmt::format("{}", fmt::join(params, "\n"));
-    const std::string target_name = target.sm_name();
+    const Unit u = bundle_unit(impl_->expand(files, emit) + entries, names, params, target,
+                               impl_->compiler_for(emit).identity(), emit);
     Bundle b;
     b.target = target;
     b.emit = emit;
-    b.kernels = names;
-    b.key = compute_key(KeyInputs{source, kernels_text, params_text, target_name, compiler.identity(), emit});
-    const std::string description = fmt::format("bundle of {} kernels for {} ({})", names.size(), target_name, emit_name(emit));
-    const std::string meta = fmt::format("bundle={} kernels\nkernels={}\ntarget={}\ncompiler={}\nemit={}\n", names.size(),
-                                         fmt::join(names, ","), target_name, compiler.identity(), emit_name(emit));
-    const std::string components = fmt::format("source={:016x}\ncompiler={}\nformat={}\n",
-                                               XXH3_64bits(source.data(), source.size()), compiler.identity(),
-                                               kCacheFormatVersion);
-    b.binary = impl_->cache.get(CacheRequest{b.key, emit, description, meta, components}, [&] {
-      return impl_->compile_dumped(compiler, CompileRequest{"bundle.cu", source, target, emit, description, threads},
-                                   fmt::format("bundle.{}.{}", target_name, b.key.hex().substr(0, 8)),
-                                   meta + fmt::format("key={}\n", b.key.hex()));
-    }, &b.compiled);
+    b.kernels = u.kernels;
+    b.key = u.key;
+    b.binary = impl_->binary(u, kBundleProgram, target, emit, &b.compiled, threads);
     // Index every kernel of the bundle under its own single-kernel key.
-    for (const Spec& s : specs) {
-      Unit u = impl_->unit(*s.op, s.params, target, emit);
-      impl_->cache.alias(u.key, emit, b.key, b.binary, u.meta + fmt::format("bundle={}\n", b.key.hex()));
+    for (const Specialization& s : specs) {
+      const Unit single = impl_->unit(s, target, emit);
+      impl_->cache.alias(single.key, emit, b.key, b.binary, single.meta + fmt::format("bundle={}\n", b.key.hex()));
     }
     bundles.push_back(std::move(b));
   }
@@ -659,9 +579,9 @@ KernelKey Runtime::key(std::string_view op_name, TensorList tensors, ScalarList 
 Runtime::KeyParts Runtime::key_parts(std::string_view op_name, TensorList tensors, ScalarList scalars,
                                      const Target& target, Emit emit) {
   const OpDef& op = find_op(op_name);
-  Params params = op.specialize(tensors, scalars, target);
-  Unit u = impl_->unit(op, params, target, emit);
-  return KeyParts{std::move(u.source), u.kernel_name, params.str(), target.sm_name(),
+  const Specialization s(op, op.specialize(tensors, scalars, target));
+  Unit u = impl_->unit(s, target, emit);
+  return KeyParts{std::move(u.source), u.kernels.front(), s.params.str(), target.sm_name(),
                   impl_->compiler_for(emit).identity(), emit, u.key};
 }
 

@@ -310,7 +310,7 @@ TEST_P(AttentionGpu, ASplitPlanIsCapturedInAGraphAfterItsFirstLaunch) {
     const bool output = i == 0 || i + 1 == specs.size();
     buffers.push_back(specs[i].rank() == 0 ? nullptr
                       : output             ? std::make_unique<GpuTensor>(specs[i])
-                                           : std::make_unique<GpuTensor>(specs[i], op.random_data(i, specs, 7)));
+                                           : std::make_unique<GpuTensor>(specs[i], find_check(op.name()).random_data(i, specs, 7)));
     tensors.push_back(buffers.back() ? buffers.back()->tensor() : Tensor{specs[i], 0});
   }
   GpuTensor &out = *buffers.front(), &lse = *buffers.back();

@@ -104,7 +104,8 @@ TEST_P(LinearCrossEntropyGpu, ByHand) {
 
 // Many slices through a KernelHandle (its launches packed once, for every slice), twice: the same bits.
 TEST_P(LinearCrossEntropyGpu, EverySliceThroughAHandleTwice) {
-  const OpDef& op = find_op("linear_cross_entropy_backward");
+  const OpCheck& check = find_check("linear_cross_entropy_backward");
+  const OpDef& op = check.op();
   const DType d = DType::bf16;
   const std::vector<TensorSpec> specs = op.specs_from_shapes(d, parse_shapes(op, "hidden=33x64 weight=700x64"));
   const std::vector<ScalarArg> scalars = {{"vocab_chunk", 128}, {"label_smoothing", 0.1}, {"softcap", 30.0}};
@@ -112,7 +113,7 @@ TEST_P(LinearCrossEntropyGpu, EverySliceThroughAHandleTwice) {
   std::vector<std::unique_ptr<GpuTensor>> owned;
   std::vector<Tensor> tensors;
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    if (op.tensor_args()[i].role != std::string_view("out")) host[i] = op.random_data(i, specs, 5);
+    if (op.tensor_args()[i].role != std::string_view("out")) host[i] = check.random_data(i, specs, 5);
     owned.push_back(host[i].empty() ? std::make_unique<GpuTensor>(specs[i])
                                     : std::make_unique<GpuTensor>(specs[i], host[i]));
     tensors.push_back(*owned.back());
@@ -124,9 +125,9 @@ TEST_P(LinearCrossEntropyGpu, EverySliceThroughAHandleTwice) {
   std::vector<std::vector<std::uint8_t>> want = host;
   want[0].resize(specs[0].nbytes());
   want[1].resize(specs[1].nbytes());
-  op.reference(specs, want, scalars);
-  test::expect_close(d, first_hidden, want[0], "grad_hidden", op.tolerance(d, specs, scalars));
-  test::expect_close(d, first_weight, want[1], "grad_weight", op.tolerance(d, specs, scalars));
+  check.reference(specs, want, scalars);
+  test::expect_close(d, first_hidden, want[0], "grad_hidden", check.tolerance(d, specs, scalars));
+  test::expect_close(d, first_weight, want[1], "grad_weight", check.tolerance(d, specs, scalars));
   owned[0]->poison();
   owned[1]->poison();
   kernel.launch(tensors, scalars);

@@ -30,7 +30,7 @@ struct GpuGemm : test::GpuTest, ::testing::WithParamInterface<std::string> {
 // The gemm ops' own tolerance (OpDef::tolerance) for a product of k terms into `out`.
 test::Tolerance gemm_tolerance(DType out, std::int64_t k) {
   const std::vector<TensorSpec> specs = {TensorSpec(out, {1, 1}), TensorSpec(out, {1, k}), TensorSpec(out, {1, k})};
-  return find_op("linear").tolerance(out, specs, {});
+  return find_check("linear").tolerance(out, specs, {});
 }
 
 std::vector<std::uint8_t> random_matrix(DType d, std::int64_t n, std::uint32_t seed) {

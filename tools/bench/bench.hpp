@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "mojo/check.hpp"
 #include "mojo/mojo.hpp"
 
 namespace bench {

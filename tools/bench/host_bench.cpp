@@ -26,7 +26,7 @@ std::atomic<std::uint64_t> g_launches{0};
 std::atomic<std::uint64_t> g_gpu_launches{0};  // launches of a function that is not the CPU device's
 void count_launch(const mojo::Function& f, mojo::Dim3, mojo::Dim3, unsigned, mojo::StreamHandle, void**) {
   g_launches.fetch_add(1, std::memory_order_relaxed);
-  if (f.cpu_kernel() == nullptr) g_gpu_launches.fetch_add(1, std::memory_order_relaxed);
+  if (f.handle() != nullptr) g_gpu_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 // The sink for a scope: removed however the scope ends, so no later launch is swallowed.

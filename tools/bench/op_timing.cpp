@@ -156,7 +156,7 @@ Bytes bench_data(const OpDef& op, const std::vector<TensorSpec>& specs, std::siz
   const TensorSpec& s = specs[i];
   if (is_attention(op.name()) && is_index(s.dtype()))
     if (auto v = attention_indices(op, specs, i, seed)) return encode_indices(s.dtype(), *v);
-  Bytes d = op.random_data(i, specs, seed);
+  Bytes d = mojo::find_check(op.name()).random_data(i, specs, seed);
   if (d.size() != s.nbytes())
     throw mojo::Error(fmt::format("bench: {}'s random_data gave {} bytes for {} ({}); expected {}", op.name(), d.size(),
                                   op.tensor_args()[i].name, s.str(), s.nbytes()));

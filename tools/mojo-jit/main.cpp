@@ -21,6 +21,7 @@
 #include <iostream>
 #include <map>
 
+#include "mojo/check.hpp"
 #include "mojo/mojo.hpp"
 
 namespace {

@@ -13,7 +13,7 @@
 #include <limits>
 
 #include "device/cpu/block.hpp"
-#include "reference/reference.hpp"
+#include "core/convert.hpp"
 
 namespace mojo::cpu {
 
@@ -22,7 +22,7 @@ namespace {
 Block& block() { return current_block(); }
 
 float half_to_float(unsigned short bits, int type) {
-  return type == 2 ? reference::bf16_to_float(bits) : reference::f16_to_float(bits);
+  return type == 2 ? convert::bf16_to_float(bits) : convert::f16_to_float(bits);
 }
 
 // ---- threads, barriers, shuffles, shared memory ------------------------------------

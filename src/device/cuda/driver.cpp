@@ -1,4 +1,4 @@
-#include "device/driver.hpp"
+#include "device/cuda/driver.hpp"
 
 #include <dlfcn.h>
 

@@ -9,9 +9,9 @@
 #include <random>
 #include <vector>
 
-#include "reference/reference.hpp"
 #include "mojo/tensor.hpp"
 #include "ops/indices.hpp"
+#include "reference/reference.hpp"
 
 namespace mojo::host_data {
 

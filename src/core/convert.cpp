@@ -1,6 +1,6 @@
 // Host-side dtype conversions, bit-exact with the device prelude's (round to
 // nearest even, NaN kept quiet), and tensor bytes <-> floats.
-#include "reference/reference.hpp"
+#include "core/convert.hpp"
 
 #include <bit>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-namespace mojo::reference {
+namespace mojo::convert {
 
 std::uint16_t float_to_bf16(float v) noexcept {
   std::uint32_t u = std::bit_cast<std::uint32_t>(v);
@@ -82,4 +82,4 @@ std::vector<float> decode(DType dtype, const std::vector<std::uint8_t>& bytes) {
   return out;
 }
 
-}  // namespace mojo::reference
+}  // namespace mojo::convert

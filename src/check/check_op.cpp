@@ -1,5 +1,3 @@
-#include "mojo/check.hpp"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -8,6 +6,7 @@
 #include <optional>
 
 #include "device/cpu/memory.hpp"
+#include "mojo/check.hpp"
 #include "mojo/error.hpp"
 #include "reference/reference.hpp"
 
@@ -37,7 +36,8 @@ std::size_t mismatches(DType dtype, const std::vector<std::uint8_t>& got, const 
 
 CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const TensorSpec> specs, ScalarList scalars,
                      std::uint32_t seed) {
-  const OpDef& op = find_op(op_name);
+  const OpCheck& check = find_check(op_name);
+  const OpDef& op = check.op();
   const std::span<const TensorArgInfo> infos = op.tensor_args();
   if (specs.size() != infos.size())
     throw InvalidArgumentError(fmt::format("{} takes {} tensors, got {}", op.name(), infos.size(), specs.size()));
@@ -51,7 +51,7 @@ CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const Tens
     const bool absent = specs[i].rank() == 0;
     if (!absent)
       host[i] = infos[i].role == std::string_view("out") ? std::vector<std::uint8_t>(specs[i].nbytes(), 0xff)
-                                                         : op.random_data(i, specs, seed);
+                                                         : check.random_data(i, specs, seed);
     buffers.emplace_back(host[i].size());
     buffers.back().copy_from_host(host[i].data(), host[i].size());
     tensors.push_back(absent ? Tensor{specs[i], 0} : buffers.back().as(specs[i]));
@@ -81,9 +81,8 @@ CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const Tens
   {
     for (std::size_t i = 0; i < specs.size(); ++i) {
       if (infos[i].role == std::string_view("in") || specs[i].rank() == 0) continue;
-      const std::vector<std::uint8_t> fill = infos[i].role == std::string_view("out")
-                                                 ? std::vector<std::uint8_t>(host[i].size(), 0)
-                                                 : host[i];
+      const std::vector<std::uint8_t> fill =
+          infos[i].role == std::string_view("out") ? std::vector<std::uint8_t>(host[i].size(), 0) : host[i];
       buffers[i].copy_from_host(fill.data(), fill.size());
     }
     const bool cpu = rt.device().is_cpu();
@@ -105,7 +104,7 @@ CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const Tens
   }
 
   std::vector<std::vector<std::uint8_t>> want = host;
-  op.reference(specs, want, scalars);
+  check.reference(specs, want, scalars);
   for (std::size_t i = 0; i < specs.size(); ++i) {
     if (infos[i].role == std::string_view("in") || specs[i].rank() == 0) continue;
     const std::vector<std::uint8_t>& got = first[i];
@@ -113,7 +112,7 @@ CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const Tens
     out.name = std::string(infos[i].name);
     out.dtype = specs[i].dtype();
     out.elements = std::size_t(specs[i].numel());
-    out.tolerance = op.tolerance(out.dtype, specs, scalars);
+    out.tolerance = check.tolerance(out.dtype, specs, scalars);
     out.wrong = mismatches(out.dtype, got, want[i], out.tolerance);
     if (infos[i].role == std::string_view("out")) {
       const std::size_t size = dtype_size(out.dtype);
