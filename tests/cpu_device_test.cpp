@@ -647,5 +647,24 @@ TEST(WorkspaceArena, OneBufferPerStreamThatGrowsAndKeepsWhatItOutgrew) {
   EXPECT_EQ(arena.bytes(), 100u + 100u + 300u);
 }
 
+// The public device types hold the backend that made them: an empty or moved-from one is an error that says so,
+// never a call through a null backend.
+TEST(DeviceObjects, EmptyOrMovedFromObjectsAreErrorsNotCrashes) {
+  const Device cpu = Device::cpu(Target::parse("sm_80"));
+  EXPECT_TRUE(cpu.is_cpu());
+  EXPECT_FALSE(Device().is_cpu());
+  const Function empty;
+  EXPECT_FALSE(empty);
+  EXPECT_EQ(empty.handle(), nullptr);
+  EXPECT_THROW(empty.num_registers(), InvalidArgumentError);
+  EXPECT_THROW(launch(empty, Dim3{}, Dim3{}, 0, nullptr, nullptr), InvalidArgumentError);
+  Event start, moved;
+  const Event taken = std::move(moved);
+  EXPECT_THROW(moved.record(), InvalidArgumentError);
+  EXPECT_THROW(Event::elapsed_ms(start, moved), InvalidArgumentError);
+  start.record();
+  EXPECT_GE(Event::elapsed_ms(start, start), 0.f);
+}
+
 }  // namespace
 }  // namespace mojo

@@ -72,8 +72,9 @@ class Backend {
   ~Backend() = default;
 };
 
-const Backend& cuda_backend();
-const Backend& cpu_backend();
+// Internal to the library: calls to them within it are direct.
+[[gnu::visibility("hidden")]] const Backend& cuda_backend();
+[[gnu::visibility("hidden")]] const Backend& cpu_backend();
 
 // The device current on this thread, as a CUDA context is: where the streams,
 // events, buffers and modules it creates next go. `context`: the CUDA context

@@ -42,7 +42,8 @@ Device Device::open(std::string_view spec) {
   }
   if (spec == "cpu") return cpu(Target{80, false});
   if (spec.substr(0, 4) == "cpu:") return cpu(Target::parse(spec.substr(4)));
-  throw InvalidArgumentError(fmt::format("device '{}': expected cuda, cuda:N, cpu or cpu:ARCH (e.g. cpu:sm_90a)", spec));
+  throw InvalidArgumentError(
+      fmt::format("device '{}': expected cuda, cuda:N, cpu or cpu:ARCH (e.g. cpu:sm_90a)", spec));
 }
 
 namespace {
@@ -71,8 +72,10 @@ void ensure_a_device() {
   static std::map<std::string, Device*, std::less<>> opened;
   std::lock_guard lock(opened_mutex);
   Device*& d = opened[spec];
-  if (d == nullptr) d = new Device(Device::open(spec));
-  else d->make_current();
+  if (d == nullptr)
+    d = new Device(Device::open(spec));
+  else
+    d->make_current();
 }
 
 // The backend new objects on this thread go to, and their context: the current device's.
@@ -89,7 +92,7 @@ void Device::set_default(std::string_view spec) {
   g_default_spec = spec;
 }
 
-bool Device::is_cpu() const noexcept { return backend_->is_cpu(); }
+bool Device::is_cpu() const noexcept { return backend_ != nullptr && backend_->is_cpu(); }
 
 void Device::make_current() const { backend_->make_current(context_, target_); }
 
@@ -144,9 +147,17 @@ Event& Event::operator=(Event&& other) noexcept {
   std::swap(context_, other.context_);
   return *this;
 }
-void Event::record(StreamHandle stream) { backend_->record_event(context_, event_, stream); }
-void Event::synchronize() const { backend_->synchronize_event(context_, event_); }
+void Event::record(StreamHandle stream) {
+  if (event_ == nullptr) throw InvalidArgumentError("Event::record on a moved-from Event");
+  backend_->record_event(context_, event_, stream);
+}
+void Event::synchronize() const {
+  if (event_ == nullptr) throw InvalidArgumentError("Event::synchronize on a moved-from Event");
+  backend_->synchronize_event(context_, event_);
+}
 float Event::elapsed_ms(const Event& start, const Event& end) {
+  if (start.event_ == nullptr || end.event_ == nullptr)
+    throw InvalidArgumentError("Event::elapsed_ms of a moved-from Event");
   if (start.backend_ != end.backend_) throw InvalidArgumentError("Event::elapsed_ms of events on different devices");
   return start.backend_->elapsed_ms(start.event_, end.event_);
 }
@@ -164,7 +175,9 @@ DeviceBuffer::~DeviceBuffer() {
   if (ptr_ != 0) backend_->release(context_, ptr_);
 }
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : ptr_(std::exchange(other.ptr_, 0)), size_(std::exchange(other.size_, 0)), backend_(other.backend_),
+    : ptr_(std::exchange(other.ptr_, 0)),
+      size_(std::exchange(other.size_, 0)),
+      backend_(other.backend_),
       context_(other.context_) {}
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   std::swap(ptr_, other.ptr_);
@@ -185,8 +198,8 @@ Tensor DeviceBuffer::as(const TensorSpec& spec, std::size_t byte_offset) const {
   for (int i = 0; i < spec.rank(); ++i) extent += (spec.dim(i) - 1) * spec.stride(i);
   std::size_t bytes = spec.numel() == 0 ? 0 : std::size_t(extent + 1) * dtype_size(spec.dtype());
   if (byte_offset > size_ || bytes > size_ - byte_offset)
-    throw ShapeError(fmt::format("tensor {} at offset {} needs {} bytes; the buffer has {}", spec.str(), byte_offset,
-                                 bytes, size_));
+    throw ShapeError(
+        fmt::format("tensor {} at offset {} needs {} bytes; the buffer has {}", spec.str(), byte_offset, bytes, size_));
   return Tensor{spec, ptr_ + byte_offset};
 }
 
@@ -224,17 +237,30 @@ Module& Module::operator=(Module&& other) noexcept {
   return *this;
 }
 
-Function Module::function(const std::string& name) const { return Function(*backend_, backend_->function(module_, name)); }
+Function Module::function(const std::string& name) const {
+  if (module_ == nullptr) throw InvalidArgumentError("Module::function on a moved-from Module");
+  return Function(*backend_, backend_->function(module_, name));
+}
 
-int Function::num_registers() const { return backend_->attribute(function_, FunctionAttribute::registers); }
+namespace {
+// The backend of a Function that came from a Module; InvalidArgumentError for an empty one.
+const Backend& backend_of(const Backend* backend) {
+  if (backend == nullptr) throw InvalidArgumentError("an empty mojo::Function (not from Module::function)");
+  return *backend;
+}
+}  // namespace
+
+int Function::num_registers() const { return backend_of(backend_).attribute(function_, FunctionAttribute::registers); }
 int Function::static_shared_bytes() const {
-  return backend_->attribute(function_, FunctionAttribute::static_shared_bytes);
+  return backend_of(backend_).attribute(function_, FunctionAttribute::static_shared_bytes);
 }
-int Function::local_bytes() const { return backend_->attribute(function_, FunctionAttribute::local_bytes); }
+int Function::local_bytes() const { return backend_of(backend_).attribute(function_, FunctionAttribute::local_bytes); }
 int Function::max_threads_per_block() const {
-  return backend_->attribute(function_, FunctionAttribute::max_threads_per_block);
+  return backend_of(backend_).attribute(function_, FunctionAttribute::max_threads_per_block);
 }
-void Function::set_max_dynamic_shared(int bytes) const { backend_->set_max_dynamic_shared(function_, bytes); }
+void Function::set_max_dynamic_shared(int bytes) const {
+  backend_of(backend_).set_max_dynamic_shared(function_, bytes);
+}
 CUfunc_st* Function::handle() const noexcept {
   return backend_ == &cuda_backend() ? static_cast<CUfunc_st*>(function_) : nullptr;
 }
@@ -253,7 +279,7 @@ void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, Str
     sink(f, grid, block, dynamic_smem, stream, args);
     return;
   }
-  f.backend_->launch(f.function_, grid, block, dynamic_smem, stream, args);
+  backend_of(f.backend_).launch(f.function_, grid, block, dynamic_smem, stream, args);
 }
 
 void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream) {
@@ -272,8 +298,7 @@ namespace {
 struct TensorMapKey {
   DevicePtr base;
   std::int64_t dtype, cols, rows, batches, row_stride, batch_stride, box_cols, box_rows;
-  const Backend* backend;  // the thread's current device (null: none yet, the GPU's driver then)
-  const void* context;     // the CUDA context current
+  const void* device;  // the thread's current device: the CUDA context made current, else the backend
   bool operator==(const TensorMapKey&) const = default;
 };
 
@@ -303,8 +328,12 @@ TensorMap encode_tile_tensor_map(const TensorMapKey& key);
 
 TensorMap tile_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::int64_t rows, std::int64_t batches,
                           std::int64_t row_stride, std::int64_t batch_stride, unsigned box_cols, unsigned box_rows) {
-  const TensorMapKey key{base, std::int64_t(dtype), cols, rows, batches, row_stride, batch_stride, box_cols, box_rows,
-                         current_device().backend, current_device().context};
+  const CurrentDevice& current = current_device();
+  const TensorMapKey key{base,         std::int64_t(dtype),
+                         cols,         rows,
+                         batches,      row_stride,
+                         batch_stride, box_cols,
+                         box_rows,     current.context != nullptr ? current.context : current.backend};
   TensorMapMemo& memo = t_tensor_maps;
   const std::size_t set = TensorMapMemo::set(key), first = set * TensorMapMemo::kWays;
   for (std::size_t i = first; i < first + TensorMapMemo::kWays; ++i)
@@ -318,7 +347,6 @@ TensorMap tile_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::i
   return map;
 }
 
-
 namespace {
 TensorMap encode_tile_tensor_map(const TensorMapKey& k) {
   const DType dtype = DType(k.dtype);
@@ -331,8 +359,7 @@ TensorMap encode_tile_tensor_map(const TensorMapKey& k) {
                                  std::uint64_t(std::max<std::int64_t>(k.batches, 1))};
   const std::uint64_t strides[2] = {std::uint64_t(k.row_stride) * element, std::uint64_t(batch_stride) * element};
   const std::uint32_t box[3] = {std::uint32_t(k.box_cols), std::uint32_t(k.box_rows), 1};
-  const Backend& backend = k.backend != nullptr ? *k.backend : cuda_backend();
-  return backend.encode_tensor_map(dtype, k.base, dims, strides, box);
+  return current_backend().encode_tensor_map(dtype, k.base, dims, strides, box);
 }
 }  // namespace
 
@@ -360,6 +387,9 @@ Graph& Graph::operator=(Graph&& other) noexcept {
   std::swap(exec_, other.exec_);
   return *this;
 }
-void Graph::launch(StreamHandle stream) const { backend_->launch_graph(exec_, stream); }
+void Graph::launch(StreamHandle stream) const {
+  if (exec_ == nullptr) throw InvalidArgumentError("Graph::launch of a moved-from Graph");
+  backend_->launch_graph(exec_, stream);
+}
 
 }  // namespace mojo

@@ -266,138 +266,11 @@ class LinearCrossEntropy final : public OpDef {
   void pack_args(const Params& p, TensorList t, ScalarList scalars, DevicePtr workspace,
                  KernelArgs& args) const override {
     if (workspace == 0) throw Error(fmt::format("internal error: {}'s plan without its workspace", name()));
-    const Sizes s = sizes(t);
-    const Slice slice = slice_of(p, t);
-    const Layout w = layout(p, t);
-    const DevicePtr logits = workspace + w.logits, hidden = t[hidden_index()].data, weight = t[hidden_index() + 1].data,
-                    labels_ptr = labels(t).data;
-    const std::size_t es = dtype_size(t[hidden_index()].spec.dtype());
-    const long long ld = p.get("chunk"), ignore = whole_scalar(scalars, "ignore_index");
-    const float smoothing = float(scalar(scalars, "label_smoothing")), z = float(scalar(scalars, "z_loss")),
-                cap = float(scalar(scalars, "softcap"));
-    const int mean = p.get_or("reduction", 0) == 1 ? 1 : 0;
-    const DevicePtr weight_slice = weight + DevicePtr(slice.col0 * s.hidden) * es;
-    mojo_ce::State* const state = ptr<mojo_ce::State>(workspace + w.state);
-    const auto product_args = [&](GemmArgs g) {
-      checks::expect_pointer(name(), "hidden", hidden, p.get("vec") == 8 ? 16 : unsigned(es));
-      checks::expect_pointer(name(), "weight", weight, p.get("vec") == 8 ? 16 : unsigned(es));
-      push_kernel_args(args, g, p);
-    };
-    switch (Step(p.get("step"))) {
-      case kInit:
-        args.push_args(mojo_ce::InitArgs{.state = state, .rows = s.tokens});
-        return;
-      case kLogits:
-        return product_args({.c = logits,
-                             .a = hidden,
-                             .b = weight_slice,
-                             .m = s.tokens,
-                             .n = slice.columns,
-                             .k = s.hidden,
-                             .lda = s.hidden,
-                             .ldb = s.hidden,
-                             .ldc = ld});
-      case kUpdate:
-        args.push_args(mojo_ce::UpdateArgs<void>{
-            .state = state,
-            .logits = ptr<float>(logits),
-            .ld = ld,
-            .labels = ptr(labels_ptr),
-            .col0 = slice.col0,
-            .n = int(slice.columns),
-            .cap = cap,
-        });
-        return;
-      case kFinish:
-        args.push_args(mojo_ce::FinishArgs<void>{
-            .row_loss = ptr<float>(mean || p.get("reduction") == 2 ? workspace + w.row_loss : t[0].data),
-            .lse = t[1].spec.rank() == 0 ? nullptr : ptr<float>(t[1].data),
-            .state = state,
-            .labels = ptr(labels_ptr),
-            .rows = s.tokens,
-            .vocab = s.vocab,
-            .ignore_index = ignore,
-            .smoothing = smoothing,
-            .z_loss = z,
-        });
-        return;
-      case kReduce:
-        checks::expect_pointer(name(), "loss", t[0].data, 4);
-        args.push_args(mojo_ce::ReduceArgs<void>{
-            .loss = ptr<float>(t[0].data),
-            .row_loss = ptr<float>(workspace + w.row_loss),
-            .labels = ptr(labels_ptr),
-            .rows = s.tokens,
-            .ignore_index = ignore,
-            .mean = mean,
-        });
-        return;
-      case kCount:
-        args.push_args(mojo_ce::CountArgs<void>{
-            .scale = ptr<float>(workspace + w.scale),
-            .grad_loss = ptr<float>(t[2].data),
-            .labels = ptr(labels_ptr),
-            .rows = s.tokens,
-            .ignore_index = ignore,
-            .mean = mean,
-        });
-        return;
-      case kZero:
-        args.push_args(mojo_ce::ZeroArgs{.acc = ptr<float>(workspace + w.acc), .n = s.tokens * s.hidden});
-        return;
-      case kConvert:
-        checks::expect_pointer(name(), "grad_hidden", t[0].data, unsigned(es));
-        args.push_args(mojo_ce::ConvertArgs<void>{
-            .out = ptr(t[0]),
-            .acc = ptr<float>(workspace + w.acc),
-            .n = s.tokens * s.hidden,
-        });
-        return;
-      case kGrad:
-        args.push_args(mojo_ce::GradArgs<void, void>{
-            .dlogits = ptr(workspace + w.dlogits),
-            .logits = ptr<float>(logits),
-            .ld = ld,
-            .lse = ptr<float>(t[6].data),
-            .labels = ptr(labels_ptr),
-            .scale = ptr<float>(workspace + w.scale),
-            .grad_loss = ptr<float>(t[2].data),
-            .per_row = p.get("reduction") == 0 ? 1 : 0,
-            .col0 = slice.col0,
-            .n = int(slice.columns),
-            .vocab = s.vocab,
-            .ignore_index = ignore,
-            .smoothing = smoothing,
-            .z_loss = z,
-            .cap = cap,
-        });
-        return;
-      case kGradWeight:
-        checks::expect_pointer(name(), "grad_weight", t[1].data, p.get("vec") == 8 ? 16 : unsigned(es));
-        return product_args({.c = t[1].data + DevicePtr(slice.col0 * s.hidden) * es,
-                             .a = workspace + w.dlogits,
-                             .b = hidden,
-                             .m = slice.columns,
-                             .n = s.hidden,
-                             .k = s.tokens,
-                             .lda = ld,
-                             .ldb = s.hidden,
-                             .ldc = s.hidden,
-                             .mn_major_a = true,
-                             .mn_major_b = true});
-      case kGradHidden:
-        return product_args({.c = workspace + w.acc,
-                             .a = workspace + w.dlogits,
-                             .b = weight_slice,
-                             .beta = 1,
-                             .m = s.tokens,
-                             .n = s.hidden,
-                             .k = slice.columns,
-                             .lda = ld,
-                             .ldb = s.hidden,
-                             .ldc = s.hidden,
-                             .mn_major_b = true});
-    }
+    const Frame f = frame(p, t, scalars, workspace);
+    const Step step = Step(p.get("step"));
+    if (step == kLogits || step == kGradWeight || step == kGradHidden) return pack_product(step, p, t, f, args);
+    if (backward_) return pack_backward_row_step(step, p, t, f, args);
+    pack_forward_row_step(step, p, t, f, args);
   }
 
   void check_data(TensorList t, ScalarList scalars, StreamHandle stream) const override {
@@ -448,6 +321,184 @@ class LinearCrossEntropy final : public OpDef {
     g.add("chunk", p.get("chunk"));
     g.add("step", step);
     return g;
+  }
+
+  // What every step's arguments are made of, for one run of the plan.
+  struct Frame {
+    Sizes s;
+    std::int64_t col0, columns;  // the slice
+    DevicePtr logits, row_loss, dlogits, acc, scale, hidden, weight, weight_slice, labels;
+    mojo_ce::State* state;
+    std::size_t element_bytes;
+    long long ld, ignore;
+    float smoothing, z_loss, cap;
+    int mean;
+  };
+  Frame frame(const Params& p, TensorList t, ScalarList scalars, DevicePtr workspace) const {
+    const Sizes s = sizes(t);
+    const Slice slice = slice_of(p, t);
+    const Layout w = layout(p, t);
+    const DevicePtr hidden = t[hidden_index()].data, weight = t[hidden_index() + 1].data;
+    const std::size_t es = dtype_size(t[hidden_index()].spec.dtype());
+    return {.s = s,
+            .col0 = slice.col0,
+            .columns = slice.columns,
+            .logits = workspace + w.logits,
+            .row_loss = workspace + w.row_loss,
+            .dlogits = workspace + w.dlogits,
+            .acc = workspace + w.acc,
+            .scale = workspace + w.scale,
+            .hidden = hidden,
+            .weight = weight,
+            .weight_slice = weight + DevicePtr(slice.col0 * s.hidden) * es,
+            .labels = labels(t).data,
+            .state = ptr<mojo_ce::State>(workspace + w.state),
+            .element_bytes = es,
+            .ld = p.get("chunk"),
+            .ignore = whole_scalar(scalars, "ignore_index"),
+            .smoothing = float(scalar(scalars, "label_smoothing")),
+            .z_loss = float(scalar(scalars, "z_loss")),
+            .cap = float(scalar(scalars, "softcap")),
+            .mean = p.get_or("reduction", 0) == 1 ? 1 : 0};
+  }
+
+  // The steps on gemm.cu: the slice's logits, and the backward's two gradient products.
+  void pack_product(Step step, const Params& p, TensorList t, const Frame& f, KernelArgs& args) const {
+    const unsigned vector_bytes = p.get("vec") == 8 ? 16 : unsigned(f.element_bytes);
+    checks::expect_pointer(name(), "hidden", f.hidden, vector_bytes);
+    checks::expect_pointer(name(), "weight", f.weight, vector_bytes);
+    const Sizes& s = f.s;
+    switch (step) {
+      case kLogits:
+        return push_kernel_args(args,
+                                {.c = f.logits,
+                                 .a = f.hidden,
+                                 .b = f.weight_slice,
+                                 .m = s.tokens,
+                                 .n = f.columns,
+                                 .k = s.hidden,
+                                 .lda = s.hidden,
+                                 .ldb = s.hidden,
+                                 .ldc = f.ld},
+                                p);
+      case kGradWeight:
+        checks::expect_pointer(name(), "grad_weight", t[1].data, vector_bytes);
+        return push_kernel_args(args,
+                                {.c = t[1].data + DevicePtr(f.col0 * s.hidden) * f.element_bytes,
+                                 .a = f.dlogits,
+                                 .b = f.hidden,
+                                 .m = f.columns,
+                                 .n = s.hidden,
+                                 .k = s.tokens,
+                                 .lda = f.ld,
+                                 .ldb = s.hidden,
+                                 .ldc = s.hidden,
+                                 .mn_major_a = true,
+                                 .mn_major_b = true},
+                                p);
+      case kGradHidden:
+        return push_kernel_args(args,
+                                {.c = f.acc,
+                                 .a = f.dlogits,
+                                 .b = f.weight_slice,
+                                 .beta = 1,
+                                 .m = s.tokens,
+                                 .n = s.hidden,
+                                 .k = f.columns,
+                                 .lda = f.ld,
+                                 .ldb = s.hidden,
+                                 .ldc = s.hidden,
+                                 .mn_major_b = true},
+                                p);
+      default:
+        throw Error(fmt::format("internal error: {} step {} is no product", name(), int(step)));
+    }
+  }
+
+  // The forward's row steps on cross_entropy.cu.
+  void pack_forward_row_step(Step step, const Params& p, TensorList t, const Frame& f, KernelArgs& args) const {
+    switch (step) {
+      case kInit:
+        return args.push_args(mojo_ce::InitArgs{.state = f.state, .rows = f.s.tokens});
+      case kUpdate:
+        return args.push_args(mojo_ce::UpdateArgs<void>{
+            .state = f.state,
+            .logits = ptr<float>(f.logits),
+            .ld = f.ld,
+            .labels = ptr(f.labels),
+            .col0 = f.col0,
+            .n = int(f.columns),
+            .cap = f.cap,
+        });
+      case kFinish:
+        return args.push_args(mojo_ce::FinishArgs<void>{
+            .row_loss = ptr<float>(f.mean || p.get("reduction") == 2 ? f.row_loss : t[0].data),
+            .lse = t[1].spec.rank() == 0 ? nullptr : ptr<float>(t[1].data),
+            .state = f.state,
+            .labels = ptr(f.labels),
+            .rows = f.s.tokens,
+            .vocab = f.s.vocab,
+            .ignore_index = f.ignore,
+            .smoothing = f.smoothing,
+            .z_loss = f.z_loss,
+        });
+      case kReduce:
+        checks::expect_pointer(name(), "loss", t[0].data, 4);
+        return args.push_args(mojo_ce::ReduceArgs<void>{
+            .loss = ptr<float>(t[0].data),
+            .row_loss = ptr<float>(f.row_loss),
+            .labels = ptr(f.labels),
+            .rows = f.s.tokens,
+            .ignore_index = f.ignore,
+            .mean = f.mean,
+        });
+      default:
+        throw Error(fmt::format("internal error: {} step {} is no forward row step", name(), int(step)));
+    }
+  }
+
+  // The backward's row steps on cross_entropy.cu.
+  void pack_backward_row_step(Step step, const Params& p, TensorList t, const Frame& f, KernelArgs& args) const {
+    switch (step) {
+      case kCount:
+        return args.push_args(mojo_ce::CountArgs<void>{
+            .scale = ptr<float>(f.scale),
+            .grad_loss = ptr<float>(t[2].data),
+            .labels = ptr(f.labels),
+            .rows = f.s.tokens,
+            .ignore_index = f.ignore,
+            .mean = f.mean,
+        });
+      case kZero:
+        return args.push_args(mojo_ce::ZeroArgs{.acc = ptr<float>(f.acc), .n = f.s.tokens * f.s.hidden});
+      case kConvert:
+        checks::expect_pointer(name(), "grad_hidden", t[0].data, unsigned(f.element_bytes));
+        return args.push_args(mojo_ce::ConvertArgs<void>{
+            .out = ptr(t[0]),
+            .acc = ptr<float>(f.acc),
+            .n = f.s.tokens * f.s.hidden,
+        });
+      case kGrad:
+        return args.push_args(mojo_ce::GradArgs<void, void>{
+            .dlogits = ptr(f.dlogits),
+            .logits = ptr<float>(f.logits),
+            .ld = f.ld,
+            .lse = ptr<float>(t[6].data),
+            .labels = ptr(f.labels),
+            .scale = ptr<float>(f.scale),
+            .grad_loss = ptr<float>(t[2].data),
+            .per_row = p.get("reduction") == 0 ? 1 : 0,
+            .col0 = f.col0,
+            .n = int(f.columns),
+            .vocab = f.s.vocab,
+            .ignore_index = f.ignore,
+            .smoothing = f.smoothing,
+            .z_loss = f.z_loss,
+            .cap = f.cap,
+        });
+      default:
+        throw Error(fmt::format("internal error: {} step {} is no backward row step", name(), int(step)));
+    }
   }
 
   // The slice of the vocabulary this run of the plan covers.

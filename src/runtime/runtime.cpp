@@ -232,7 +232,8 @@ struct Binding {
 
   // Launches these tensors, which match(): with the arguments packed at binding when the pointers (tensors' and
   // workspace's) are the same.
-  void launch(TensorList tensors, ScalarList scalars, StreamHandle stream) const {
+  // The hot path of every cache hit: inlined into its callers (GCC stopped doing so by itself, +4 ns a launch).
+  [[gnu::always_inline]] void launch(TensorList tensors, ScalarList scalars, StreamHandle stream) const {
     const DevicePtr ws = workspace_bytes > 0 ? arena->get(stream, workspace_bytes) : 0;
     bool same = args_packed && ws == workspace;
     for (std::size_t i = 0; same && i < pointers.size(); ++i) same = tensors[i].data == pointers[i];

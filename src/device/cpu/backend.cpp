@@ -3,6 +3,8 @@
 // before it returns, unless its stream is being captured into a graph). The
 // calls that would reach the driver on a GPU are counted (device_hooks), so
 // the host benchmark measures the same work on both devices.
+#include "device/backend.hpp"
+
 #include <fmt/format.h>
 
 #include <chrono>
@@ -13,7 +15,6 @@
 #include <utility>
 #include <vector>
 
-#include "device/backend.hpp"
 #include "device/cpu/executor.hpp"
 #include "device/cpu/library.hpp"
 #include "device/cpu/memory.hpp"
@@ -106,8 +107,10 @@ class CpuBackend final : public Backend {
   }
   void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream) const override {
     auto copy = [=] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes); };
-    if (Recording* r = capture_of(stream)) r->work.push_back(copy);
-    else copy();
+    if (Recording* r = capture_of(stream))
+      r->work.push_back(copy);
+    else
+      copy();
   }
   void copy_to_host_after(void* dst, DevicePtr src, std::size_t bytes, StreamHandle) const override {
     std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
@@ -144,8 +147,8 @@ class CpuBackend final : public Backend {
     check_guards(k.name);
   }
 
-  TensorMap encode_tensor_map(DType, DevicePtr base, const std::uint64_t (&dims)[3],
-                              const std::uint64_t (&strides)[2], const std::uint32_t (&box)[3]) const override {
+  TensorMap encode_tensor_map(DType, DevicePtr base, const std::uint64_t (&dims)[3], const std::uint64_t (&strides)[2],
+                              const std::uint32_t (&box)[3]) const override {
     device_hooks::count_driver_call();  // cuTensorMapEncodeTiled on a GPU
     return cpu::encode_tensor_map(base, dims, strides, box, 2);
   }
@@ -168,10 +171,10 @@ class CpuBackend final : public Backend {
 }  // namespace
 }  // namespace cpu
 
-const Backend& cpu_backend() {
-  static const cpu::CpuBackend backend;
-  return backend;
-}
+namespace {
+constinit const cpu::CpuBackend g_cpu_backend;  // no state: constant-initialised, no guard on each use
+}  // namespace
+const Backend& cpu_backend() { return g_cpu_backend; }
 
 Device Device::cpu(const Target& target) {
   Device d;

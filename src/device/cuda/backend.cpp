@@ -2,12 +2,13 @@
 // driver.cpp). Each call on an object first makes the object's context
 // current; what this thread made current is remembered (current_device()),
 // so that a launch asks the driver nothing more.
+#include "device/backend.hpp"
+
 #include <fmt/format.h>
 
 #include <cstring>
 #include <utility>
 
-#include "device/backend.hpp"
 #include "device/cuda/driver.hpp"
 #include "mojo/error.hpp"
 
@@ -144,8 +145,8 @@ class CudaBackend final : public Backend {
     return v;
   }
   void set_max_dynamic_shared(void* function, int bytes) const override {
-    MOJO_CU(cuFuncSetAttribute(static_cast<CUfunction>(function), CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                               bytes));
+    MOJO_CU(
+        cuFuncSetAttribute(static_cast<CUfunction>(function), CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
   }
   void launch(void* function, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream,
               void** args) const override {
@@ -195,10 +196,10 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-const Backend& cuda_backend() {
-  static const CudaBackend backend;
-  return backend;
-}
+namespace {
+constinit const CudaBackend g_cuda_backend;  // no state: constant-initialised, no guard on each use
+}  // namespace
+const Backend& cuda_backend() { return g_cuda_backend; }
 
 int Device::count() {
   int n = 0;
