@@ -116,6 +116,21 @@ TEST_F(Cli, DescribeShowsParamsKernelAndGeometry) {
   EXPECT_NE(r.output.find("block:    [128, 1, 1]"), std::string::npos) << r.output;
 }
 
+// The performance model on the compiled cubin: registers, blocks per SM and waves on the target's reference GPU,
+// or on --sms SMs; a target older than the model's tables is an error that names it.
+TEST_F(Cli, DescribeShowsOccupancyAndWavesFromTheCubin) {
+  auto r = run("describe " + kSpec);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* s : {"regs:     ", " a thread, 0 bytes of stack", "occupancy: ", "blocks on 132 SMs, H100 SXM)"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
+  r = run("describe " + kSpec + " --sms 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("(4096 blocks on 1 SMs)"), std::string::npos) << r.output;
+  r = run("describe rms_norm --dtype bf16 --shape x=4x64 --arch sm_70");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("sm_70"), std::string::npos) << r.output;
+}
+
 TEST_F(Cli, CacheListStatsAndClear) {
   ASSERT_EQ(run("--emit=ptx " + kSpec).exit_code, 0);
   auto list = run("cache list");

@@ -8,6 +8,7 @@
 #include "mojo/environment.hpp"
 #include "mojo/error.hpp"
 #include "mojo/op.hpp"
+#include "mojo/perf_model.hpp"
 #include "mojo/runtime.hpp"
 #include "mojo/target.hpp"
 #include "mojo/templates.hpp"

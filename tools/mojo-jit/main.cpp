@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include "mojo/check.hpp"
 #include "mojo/mojo.hpp"
@@ -297,6 +298,27 @@ int run_emit(int argc, char** argv) {
   return 0;
 }
 
+// A kernel's registers and stack (from its cubin), blocks per SM and waves on `sms` SMs of `limits`' GPU.
+void print_occupancy(const mojo::SmLimits& limits, int sms, const mojo::LaunchGeometry& g,
+                     const mojo::KernelResources& r) {
+  const unsigned threads = g.block.x * g.block.y * g.block.z;
+  const std::uint64_t grid = std::uint64_t(g.grid.x) * g.grid.y * g.grid.z;
+  // A persistent kernel's grid is clamped to one block per SM, each looping over tiles.
+  const std::uint64_t blocks = g.persistent ? std::min<std::uint64_t>(grid, std::uint64_t(sms)) : grid;
+  const mojo::Occupancy o =
+      mojo::occupancy(limits, threads, r.registers, r.static_shared_bytes + g.dynamic_smem, blocks, sms);
+  fmt::print("regs:     {} a thread, {} bytes of stack, {} bytes of static smem (the cubin)\n", r.registers,
+             r.stack_bytes, r.static_shared_bytes);
+  if (o.blocks_per_sm == 0) {
+    fmt::print("occupancy: a block does not fit one SM of {} (too many {})\n", limits.gpu, o.limited_by);
+    return;
+  }
+  fmt::print("occupancy: {} block{} an SM (limited by {}), {:.0f}% of its warps\n", o.blocks_per_sm,
+             o.blocks_per_sm == 1 ? "" : "s", o.limited_by, 100 * o.warps_fraction);
+  fmt::print("waves:    {:.2f} ({} blocks on {} SMs{}{})\n", o.waves, blocks, sms, sms == limits.sm_count ? ", " : "",
+             sms == limits.sm_count ? limits.gpu : "");
+}
+
 // describe and cache explain: one specialization, its params and the parts of its key.
 int run_describe(int argc, char** argv, bool explain) {
   CLI::App app{explain ? "Print the parts of a specialization's key and which cache layers hold it"
@@ -304,7 +326,11 @@ int run_describe(int argc, char** argv, bool explain) {
                explain ? "mojo-jit cache explain" : "mojo-jit describe"};
   SpecOptions spec;
   std::string emit = "cubin";
+  int sms = 0;
   app.add_option("--emit", emit, "stage whose key to show")->capture_default_str();
+  if (!explain)
+    app.add_option("--sms", sms, "SMs the waves are counted on (default: the target's reference GPU's)")
+        ->check(CLI::PositiveNumber);
   spec.add_to(app);
   MOJO_CLI_PARSE(app, argc, argv);
 
@@ -321,8 +347,15 @@ int run_describe(int argc, char** argv, bool explain) {
   for (std::size_t i = 0; i < tensors.size(); ++i)
     fmt::print("tensor:   {} = {}\n", op.tensor_args()[i].name, tensors[i].spec.str());
   fmt::print("target:   {}\ncompiler: {}\nparams:   {}\n", parts.target, parts.compiler, parts.params);
-  // Every kernel of the op's plan, in launch order, with its geometry.
+  // Every kernel of the op's plan, in launch order, with its geometry and (describe) what the performance model
+  // makes of it on the target's reference GPU, from the registers and stack of the compiled cubin.
   const std::vector<mojo::Params> plan = op.plan(params);
+  std::optional<mojo::Artifact> cubin;
+  std::optional<mojo::SmLimits> limits;
+  if (!explain) {
+    limits = mojo::sm_limits(target);
+    cubin = rt.compile(spec.op, tensors, scalars, target, mojo::Emit::cubin);
+  }
   for (std::size_t i = 0; i < plan.size(); ++i) {
     const mojo::LaunchGeometry g = op.geometry(plan[i], tensors);
     if (plan.size() > 1) fmt::print("step {}:   {{{}}}\n", i, plan[i].str());
@@ -330,6 +363,8 @@ int run_describe(int argc, char** argv, bool explain) {
     fmt::print("grid:     [{}, {}, {}]{}\nblock:    [{}, {}, {}]\nsmem:     {}\n", g.grid.x, g.grid.y, g.grid.z,
                g.persistent ? " tiles (persistent: at most one block per SM)" : "", g.block.x, g.block.y, g.block.z,
                g.dynamic_smem);
+    if (cubin) print_occupancy(*limits, sms > 0 ? sms : limits->sm_count, g,
+                               mojo::kernel_resources(*cubin->binary, cubin->kernels[i]));
   }
   fmt::print("workspace: {} bytes\n", op.workspace_bytes(params, tensors));
   // A plan run once per slice (the fused cross-entropy's vocabulary slices): the grids above are the first run's.

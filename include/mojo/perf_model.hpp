@@ -1,0 +1,39 @@
+// The performance model that needs no GPU: how many blocks of a kernel fit on
+// one SM of a target's reference GPU (from its threads, registers and shared
+// memory, as the CUDA occupancy calculator counts them), and how many waves a
+// grid then takes. `mojo-jit describe` prints it for every kernel of a plan,
+// with the registers and stack read from the compiled cubin.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "mojo/target.hpp"
+
+namespace mojo {
+
+// What one SM of a target's reference GPU holds at once.
+struct SmLimits {
+  std::string_view gpu;              // the reference GPU, e.g. "H100 SXM"
+  int sm_count;                      // SMs on that GPU
+  int max_threads, max_blocks;       // resident threads and blocks per SM
+  int registers;                     // 32-bit registers per SM, in 4 sub-partitions
+  unsigned shared_bytes;             // shared memory per SM (the largest carveout)
+  unsigned reserved_shared_bytes;    // per block, kept by the system
+};
+// The limits of a target's family: sm_80 (A100), sm_86 (A10), sm_89 (L4), sm_90 and sm_90a (H100 SXM); a
+// newer target takes the nearest older family's. ArchError for one older than sm_80.
+SmLimits sm_limits(const Target& target);
+
+struct Occupancy {
+  int blocks_per_sm = 0;          // 0: one block does not fit an SM
+  std::string_view limited_by;    // "threads", "blocks", "registers" or "shared memory"
+  double warps_fraction = 0;      // resident warps / the SM's most
+  double waves = 0;               // blocks / (blocks_per_sm * SMs); infinite when nothing fits
+};
+// `blocks` blocks of `threads` threads, each using `registers` registers (as ptxas allocated them) and
+// `shared_bytes` of shared memory (static and dynamic), on `sm_count` SMs of `limits`.
+Occupancy occupancy(const SmLimits& limits, unsigned threads, int registers, std::uint64_t shared_bytes,
+                    std::uint64_t blocks, int sm_count);
+
+}  // namespace mojo

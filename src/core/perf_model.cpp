@@ -1,0 +1,54 @@
+#include "mojo/perf_model.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "mojo/error.hpp"
+
+namespace mojo {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kRegisterUnit = 256;         // registers are allocated per warp in units of 256
+constexpr int kSubPartitions = 4;          // the register file's quarters; a warp lives in one
+constexpr std::uint64_t kSharedUnit = 128;  // shared memory is allocated per block in units of 128 bytes
+
+std::uint64_t round_up(std::uint64_t x, std::uint64_t unit) { return (x + unit - 1) / unit * unit; }
+
+}  // namespace
+
+SmLimits sm_limits(const Target& target) {
+  // The compute capability tables of the CUDA C++ Programming Guide.
+  if (target.sm >= 90) return {"H100 SXM", 132, 2048, 32, 65536, 228 * 1024, 1024};
+  if (target.sm >= 89) return {"L4", 58, 1536, 24, 65536, 100 * 1024, 1024};
+  if (target.sm >= 86) return {"A10", 72, 1536, 16, 65536, 100 * 1024, 1024};
+  if (target.sm >= 80) return {"A100", 108, 2048, 32, 65536, 164 * 1024, 1024};
+  throw ArchError(fmt::format("no performance model for {}: mojo-jit's kernels need sm_80 or newer",
+                              target.sm_name()));
+}
+
+Occupancy occupancy(const SmLimits& limits, unsigned threads, int registers, std::uint64_t shared_bytes,
+                    std::uint64_t blocks, int sm_count) {
+  const int warps = int((std::max(threads, 1u) + kWarp - 1) / kWarp);
+  // Each limit's blocks per SM, in the order a tie is reported.
+  const int by_threads = limits.max_threads / (warps * kWarp);
+  const int by_blocks = limits.max_blocks;
+  const int registers_per_warp = int(round_up(std::uint64_t(std::max(registers, 1)) * kWarp, kRegisterUnit));
+  const int warps_by_registers = limits.registers / kSubPartitions / registers_per_warp * kSubPartitions;
+  const int by_registers = warps_by_registers / warps;
+  const std::uint64_t shared_per_block = round_up(shared_bytes + limits.reserved_shared_bytes, kSharedUnit);
+  const int by_shared = int(std::min<std::uint64_t>(limits.shared_bytes / shared_per_block, 1u << 20));
+  Occupancy o;
+  o.blocks_per_sm = by_threads;
+  o.limited_by = "threads";
+  for (auto [n, what] : {std::pair{by_blocks, "blocks"}, {by_registers, "registers"}, {by_shared, "shared memory"}})
+    if (n < o.blocks_per_sm) o.blocks_per_sm = n, o.limited_by = what;
+  o.warps_fraction = double(o.blocks_per_sm * warps) / double(limits.max_threads / kWarp);
+  o.waves = o.blocks_per_sm == 0 ? std::numeric_limits<double>::infinity()
+                                 : double(blocks) / (double(o.blocks_per_sm) * double(std::max(sm_count, 1)));
+  return o;
+}
+
+}  // namespace mojo
