@@ -10,7 +10,7 @@
 
 using namespace mojo;
 
-TEST(PerfModel, ReferenceGpusOfEachTarget) {
+TEST(PerfModel, TheReferenceDeviceOfEachTarget) {
   EXPECT_EQ(sm_limits(Target::parse("sm_90a")).sm_count, 132);
   EXPECT_EQ(sm_limits(Target::parse("sm_90")).gpu, "H100 SXM");
   EXPECT_EQ(sm_limits(Target::parse("sm_80")).sm_count, 108);
@@ -38,7 +38,7 @@ TEST(PerfModel, RegistersCountInQuartersOfTheFile) {
   EXPECT_DOUBLE_EQ(o.warps_fraction, 0.75);
 }
 
-TEST(PerfModel, TheH100ProfilesOfDocsGpuResults) {
+TEST(PerfModel, TheH100Profiles) {
   const SmLimits h100 = sm_limits(Target::parse("sm_90a"));
   // The sm_90a causal prefill: 384 threads, 168 registers, 197,664 + 1,024 bytes of shared memory, 1024 blocks:
   // one block an SM, 7.76 waves (ncu: 1 block, 18.75% theoretical occupancy).
