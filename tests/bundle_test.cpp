@@ -1,5 +1,6 @@
 // All-kernel modules: a set of specializations compiled as one module, and
 // each of its kernels found later by a single-kernel lookup, compiling nothing.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "mojo/error.hpp"
@@ -67,6 +68,42 @@ TEST(Bundle, NvrtcCubinBundleOnTwoThreadsServesEachKernel) { bundle_then_single_
 #if MOJO_TEST_WITH_LLVM
 TEST(Bundle, LlvmPtxBundleServesEachKernel) { bundle_then_single_lookups("llvm", Emit::ptx, 2); }
 TEST(Bundle, LlvmCubinBundleWithSplitBackEndServesEachKernel) { bundle_then_single_lookups("llvm", Emit::cubin, 2); }
+
+// The sm_90a wgmma kernels (attention prefill, the Hopper GEMM) in one LLVM bundle, its back end split over two
+// threads: each part holds whole kernels and ptxas sees one module, so its SASS is that of the one-thread build
+// (HGMMA asynchronous, setmaxnreg kept, no local memory), never the serialized code of relocatable units.
+TEST(Bundle, LlvmWgmmaBundleOnTwoThreadsIsTheOneThreadCode) {
+  const char* manifest = R"(
+[[kernel]]
+op = "sdpa"
+dtypes = ["bf16", "f16"]
+shapes = [{ q = [4096, 32, 128], k = [4096, 8, 128] }]
+[[kernel]]
+op = "paged_prefill_gqa"
+dtypes = ["bf16"]
+shapes = [{ q = [512, 32, 128], k_cache = [1024, 16, 8, 128], cu_seqlens_q = [3], block_tables = [2, 64] }]
+[[kernel]]
+op = "linear"
+dtypes = ["bf16"]
+shapes = [{ x = [4096, 4096], weight = [12288, 4096] }]
+)";
+  auto items = Manifest::parse(manifest).items({Target::parse("sm_90a")});
+  test::TempDir dir;
+  std::optional<test::SassFacts> facts[2];
+  for (int jobs : {1, 2}) {
+    RuntimeOptions o = with("llvm", dir.path() / std::to_string(jobs));
+    auto bundles = Runtime(o).compile_all(items, Emit::cubin, jobs);
+    ASSERT_EQ(bundles.size(), 1u);
+    EXPECT_EQ(bundles[0].kernels.size(), 4u);
+    facts[jobs - 1] = test::sass_facts(*bundles[0].binary, dir.path());
+    if (!facts[jobs - 1]) GTEST_SKIP() << "compiled; no nvdisasm to read the SASS (tools/setup.sh installs one)";
+    SCOPED_TRACE(fmt::format("-j {}", jobs));
+    test::expect_whole_program_wgmma(*facts[jobs - 1]);
+  }
+  EXPECT_EQ(facts[1]->hgmma, facts[0]->hgmma);
+  EXPECT_EQ(facts[1]->wgmma_waits, facts[0]->wgmma_waits);
+  EXPECT_EQ(facts[1]->setmaxnreg, facts[0]->setmaxnreg);
+}
 #endif
 
 TEST(Bundle, PtxBundleIsAcceptedByPtxas) {

@@ -238,7 +238,7 @@ TEST(CacheLayers, DumpWritesSourceMetaAndOutput) {
 }
 
 // A cubin through LLVM leaves every stage (named Llvm: the sanitizer runs leave LLVM out): the IR as clang made it, optimised,
-// the PTX nvJitLink took, and the cubin (the same bytes the cache holds).
+// the PTX ptxas took, and the cubin (the same bytes the cache holds).
 TEST(CacheLayers, LlvmDumpWritesEveryStage) {
   if (!MOJO_TEST_WITH_LLVM) GTEST_SKIP() << "built without LLVM";
   test::TempDir dir, dump;

@@ -139,7 +139,7 @@ TEST(CacheProcesses, ReadOnlyDirectoryFallsBackToMemoryOnce) {
 }
 
 // The compilers are plugins loaded on a miss: a new process served by the disk cache maps none of them (nor
-// NVRTC, LLVM, clang, nvJitLink); the first, which compiles, loads NVRTC's. The dynamic loader lists what
+// NVRTC, LLVM, clang); the first, which compiles, loads NVRTC's. The dynamic loader lists what
 // each process loads (LD_DEBUG=files).
 TEST(CacheProcesses, AProcessServedByTheCacheLoadsNoCompiler) {
   test::TempDir dir;
@@ -149,7 +149,7 @@ TEST(CacheProcesses, AProcessServedByTheCacheLoadsNoCompiler) {
   EXPECT_NE(cold.find("libmojo_jit_nvrtc.so"), std::string::npos) << "the compile loads NVRTC's plugin";
   EXPECT_NE(cold.find("libnvrtc"), std::string::npos);
   EXPECT_NE(warm.find("1 disk hits, 0 remote hits, 0 compiles"), std::string::npos) << warm.substr(warm.size() > 600 ? warm.size() - 600 : 0);
-  for (const char* library : {"mojo_jit_nvrtc", "mojo_jit_llvm", "libnvrtc", "libLLVM", "libclang-cpp", "nvJitLink"})
+  for (const char* library : {"mojo_jit_nvrtc", "mojo_jit_llvm", "libnvrtc", "libLLVM", "libclang-cpp"})
     EXPECT_EQ(warm.find(library), std::string::npos) << library << " is loaded by a process that compiles nothing";
 }
 

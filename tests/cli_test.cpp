@@ -1,5 +1,6 @@
 // The mojo-jit command line, run as a user would, with no GPU.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include "test_util.hpp"
 
@@ -223,6 +224,28 @@ TEST_F(Cli, EmitSassNeedsNvdisasm) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(r.output.rfind("mojo-jit: error: --emit=sass needs nvdisasm", 0), 0u) << r.output;
   EXPECT_TRUE(one_line(r.output)) << r.output;
+}
+
+// The LLVM path makes cubins with the toolkit's ptxas: one that is missing, or of another CUDA release than the
+// compiler's identity (and so its cache keys) names, is a one-line error, not a cubin under the wrong key.
+TEST_F(Cli, LlvmCubinNeedsTheToolkitsPtxas) {
+  if (!MOJO_TEST_WITH_LLVM) GTEST_SKIP() << "built without LLVM";
+  const std::string spec = "--emit=cubin --compiler=llvm rms_norm --dtype f16 --shape x=4x256 -o /dev/null";
+  auto r = run("MOJO_JIT_PTXAS=/nonexistent/ptxas", spec);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("no ptxas found at '/nonexistent/ptxas': the LLVM compiler needs the CUDA toolkit's ptxas"),
+            std::string::npos)
+      << r.output;
+  mojo::test::TempDir bin;
+  const std::string fake = (bin.path() / "ptxas").string();
+  mojo::test::write_file(fake, "#!/bin/sh\necho 'Cuda compilation tools, release 11.8, V11.8.89'\n");
+  ASSERT_EQ(::chmod(fake.c_str(), 0755), 0);
+  r = run("MOJO_JIT_PTXAS=" + fake, spec);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("is CUDA release 11.8, but this build's compiler identity (and its cache keys) name release"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(run("", spec).exit_code, 0) << "the toolkit's own";
 }
 
 // mojo-jit run: one launch against the op's reference, here on the CPU device.

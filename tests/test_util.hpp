@@ -102,6 +102,47 @@ inline std::string find_nvdisasm() {
   return {};
 }
 
+// What a cubin's SASS (nvdisasm -c) says about its tensor-core code; nullopt when there is no nvdisasm.
+struct SassFacts {
+  int hgmma = 0;         // HGMMA: sm_90a's asynchronous warpgroup MMA
+  int wgmma_waits = 0;   // WARPGROUP.DEPBAR: one after every HGMMA when ptxas serialized them (C7509)
+  int setmaxnreg = 0;    // USETMAXREG: gone when ptxas ignored setmaxnreg (C7504)
+  int hmma = 0;          // HMMA.16816: sm_80's mma.sync
+  int tma_loads = 0;     // UTMALDG
+  int local_memory = 0;  // LDL and STL: spills or a stack
+  std::string sass;
+};
+inline std::optional<SassFacts> sass_facts(const std::string& cubin, const std::filesystem::path& scratch_dir) {
+  const std::string nvdisasm = find_nvdisasm();
+  if (nvdisasm.empty()) return std::nullopt;
+  const std::filesystem::path file = scratch_dir / "sass_facts.cubin";
+  std::ofstream(file, std::ios::binary) << cubin;
+  auto r = run_command(nvdisasm + " -c " + file.string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  auto count = [&](std::string_view what) {
+    int n = 0;
+    for (std::size_t at = r.output.find(what); at != std::string::npos; at = r.output.find(what, at + 1)) ++n;
+    return n;
+  };
+  SassFacts f;
+  f.hgmma = count("HGMMA.");
+  f.wgmma_waits = count("WARPGROUP.DEPBAR");
+  f.setmaxnreg = count("USETMAXREG");
+  f.hmma = count("HMMA.16816");
+  f.tma_loads = count("UTMALDG");
+  f.local_memory = count(" LDL") + count(" STL");
+  f.sass = std::move(r.output);
+  return f;
+}
+// An sm_90a kernel as ptxas compiles one whole module: wgmma asynchronous (fewer waits than HGMMAs: a
+// serialized kernel waits after each), setmaxnreg kept, no local memory.
+inline void expect_whole_program_wgmma(const SassFacts& f) {
+  EXPECT_GT(f.hgmma, 0) << "HGMMA in SASS";
+  EXPECT_LT(f.wgmma_waits, f.hgmma) << "a WARPGROUP.DEPBAR after every HGMMA: ptxas serialized wgmma";
+  EXPECT_GT(f.setmaxnreg, 0) << "no USETMAXREG: ptxas ignored setmaxnreg";
+  EXPECT_EQ(f.local_memory, 0) << "LDL/STL in SASS";
+}
+
 inline std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;

@@ -43,7 +43,7 @@ if [ -z "${MOJO_JIT_CACHE_DIR:-}" ]; then
   export MOJO_JIT_CACHE_DIR
 fi
 failed=()
-# The toolkit's libraries (NVRTC, nvJitLink) for the compiler plugins, wherever this machine keeps them.
+# The toolkit's libraries (NVRTC) for the compiler plugins, wherever this machine keeps them.
 for d in "${CUDA_HOME:-/usr/local/cuda}"/{lib64,lib,targets/x86_64-linux/lib}; do
   [ -d "$d" ] && LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
 done

@@ -18,9 +18,8 @@ std::unique_ptr<Compiler> make_compiler(std::string_view name) {
         std::vector<Emit>{Emit::ptx, Emit::cubin});
   if (name == "llvm") {
 #if MOJO_JIT_WITH_LLVM
-    const std::string nvjitlink = fmt::format("{}.{}", MOJO_NVRTC_VERSION_MAJOR, MOJO_NVRTC_VERSION_MINOR);
     return std::make_unique<OnDemandCompiler>(
-        "llvm", compiler_identity::llvm(MOJO_LLVM_VERSION, nvjitlink),
+        "llvm", compiler_identity::llvm(MOJO_LLVM_VERSION, MOJO_CUDA_RELEASE),
         std::vector<Emit>{Emit::llvm, Emit::llvm_opt, Emit::ptx, Emit::cubin});
 #else
     throw InvalidArgumentError(

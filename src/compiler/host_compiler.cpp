@@ -1,11 +1,7 @@
 #include "compiler/host_compiler.hpp"
 #include "core/config.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -16,9 +12,8 @@
 
 #include "mojo_cpu_abi.h"
 #include "compiler/diagnostics.hpp"
+#include "compiler/subprocess.hpp"
 #include "mojo/error.hpp"
-
-extern char** environ;
 
 namespace mojo {
 namespace fs = std::filesystem;
@@ -30,53 +25,8 @@ namespace fs = std::filesystem;
 #define MOJO_JIT_HOST_SANITIZE ""
 #endif
 
-namespace {
-
-// Runs argv with stdout and stderr into `log`; the exit status, or -errno when it could not start.
-int run(const std::vector<std::string>& argv, const fs::path& log) {
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = 0;
-  const int err = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (err != 0) return -err;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-// A private scratch directory, removed with its contents.
-struct ScratchDir {
-  fs::path path;
-  ScratchDir() {
-    std::string tmpl = (fs::temp_directory_path() / "mojo-jit-host-XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr)
-      throw CompileError(fmt::format("host compiler: cannot make a scratch directory in {}: {}",
-                                     fs::temp_directory_path().string(), std::strerror(errno)),
-                         "");
-    path = tmpl;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-}  // namespace
+using subprocess::read_file;
+using subprocess::run;
 
 HostCompiler::HostCompiler() {
   cxx_ = config::text("MOJO_JIT_HOST_CXX").value_or(MOJO_JIT_HOST_CXX);
@@ -95,7 +45,7 @@ HostCompiler::HostCompiler() {
   for (std::string f; sanitize >> f;) flags_.push_back(f);
   // A sanitizer's report (a race, an overflow) names the template's lines.
   if (std::string_view(MOJO_JIT_HOST_SANITIZE).find("sanitize=") != std::string_view::npos) flags_.push_back("-g1");
-  ScratchDir dir;
+  subprocess::ScratchDir dir("host compiler");
   std::string version;
   const int status = run({cxx_, "--version"}, dir.path / "version.txt");
   if (status != 0) {
@@ -118,7 +68,7 @@ CompileResult HostCompiler::compile(const CompileRequest& request) const {
     throw InvalidArgumentError(fmt::format(
         "the host compiler emits 'host' (a shared object for the cpu device), not '{}'", emit_name(request.emit)));
   if (!missing_.empty()) throw CompileError(fmt::format("{}: {}", request.description, missing_), "");
-  ScratchDir dir;
+  subprocess::ScratchDir dir("host compiler");
   const fs::path source = dir.path / "kernels.cpp", library = dir.path / "kernels.so", log = dir.path / "log.txt";
   {
     std::ofstream out(source, std::ios::binary);

@@ -24,9 +24,10 @@ inline std::string nvrtc(int major, int minor) {
 
 // The newest PTX ISA LLVM 19 emits.
 inline constexpr const char* kLlvmPtxFeature = "+ptx85";
-inline std::string llvm(std::string_view llvm_version, std::string_view nvjitlink_version) {
-  return fmt::format("llvm-{} clang-cuda -O3 -ffp-contract=fast {} nvjitlink-{}", llvm_version, kLlvmPtxFeature,
-                     nvjitlink_version);
+// `toolkit_release`: the CUDA release ("13.0") whose ptxas makes the cubins.
+inline std::string llvm(std::string_view llvm_version, std::string_view toolkit_release) {
+  return fmt::format("llvm-{} clang-cuda -O3 -ffp-contract=fast {} ptxas-{}", llvm_version, kLlvmPtxFeature,
+                     toolkit_release);
 }
 
 }  // namespace mojo::compiler_identity

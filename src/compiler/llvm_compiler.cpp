@@ -25,16 +25,18 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
-#include <llvm/Transforms/Utils/SplitModule.h>
+#include <llvm/Transforms/Utils/Cloning.h>
 
 #include <algorithm>
+#include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "compiler/diagnostics.hpp"
 #include "compiler/identity.hpp"
-#include "compiler/nvjitlink.hpp"
+#include "compiler/ptxas.hpp"
 #include "mojo/error.hpp"
 
 namespace mojo {
@@ -135,6 +137,107 @@ std::string codegen_part(const llvm::SmallVector<char, 0>& bitcode, const std::s
   return ptx;
 }
 
+// A kernel: a function the module defines for the outside (a bundle's other functions are its kernels' helpers).
+bool is_kernel(const llvm::GlobalValue& g) {
+  return llvm::isa<llvm::Function>(g) && !g.isDeclaration() && g.hasExternalLinkage();
+}
+
+// Instructions of `f` and of every function it calls, each counted once: the work its code generation takes.
+std::size_t code_size(const llvm::Function& f, std::map<const llvm::Function*, bool>& seen) {
+  if (f.isDeclaration() || seen[&f]) return 0;
+  seen[&f] = true;
+  std::size_t n = f.getInstructionCount();
+  for (const llvm::BasicBlock& block : f)
+    for (const llvm::Instruction& i : block)
+      if (const auto* call = llvm::dyn_cast<llvm::CallBase>(&i))
+        if (const llvm::Function* callee = call->getCalledFunction()) n += code_size(*callee, seen);
+  return n;
+}
+
+// `module`'s kernels in at most `parts` modules for code generation on as many threads. Each part holds whole
+// kernels with its own copy of every function they call, so no call crosses parts: ptxas serializes wgmma
+// around a call to another unit and ignores setmaxnreg there. (LLVM's SplitModule spreads the helpers over
+// the parts by name, making them such calls.) The largest kernels are placed first, each on the part with
+// the least code so far.
+std::vector<std::unique_ptr<llvm::Module>> split_by_kernel(llvm::Module& module, unsigned parts) {
+  std::vector<std::pair<std::size_t, const llvm::Function*>> kernels;
+  for (llvm::Function& f : module) {
+    if (is_kernel(f)) continue;
+    if (!f.isDeclaration()) f.setLinkage(llvm::GlobalValue::InternalLinkage), f.setComdat(nullptr);
+  }
+  for (llvm::GlobalVariable& g : module.globals())
+    if (!g.isDeclaration() && g.isConstant()) g.setLinkage(llvm::GlobalValue::InternalLinkage), g.setComdat(nullptr);
+  for (const llvm::Function& f : module) {
+    std::map<const llvm::Function*, bool> seen;
+    if (is_kernel(f)) kernels.emplace_back(code_size(f, seen), &f);
+  }
+  std::sort(kernels.begin(), kernels.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  parts = std::min<unsigned>(parts, unsigned(kernels.size()));
+  std::vector<std::size_t> load(parts, 0);
+  std::map<const llvm::GlobalValue*, unsigned> part_of;
+  for (const auto& [size, kernel] : kernels) {
+    const unsigned lightest = unsigned(std::min_element(load.begin(), load.end()) - load.begin());
+    load[lightest] += size;
+    part_of[kernel] = lightest;
+  }
+  std::vector<std::unique_ptr<llvm::Module>> out;
+  for (unsigned p = 0; p < parts; ++p) {
+    llvm::ValueToValueMapTy map;
+    // A mutable variable the module exports is defined once, in the first part.
+    auto mine = [&](const llvm::GlobalValue* g) {
+      if (is_kernel(*g)) return part_of.at(g) == p;
+      return g->hasLocalLinkage() || p == 0;
+    };
+    std::unique_ptr<llvm::Module> part = llvm::CloneModule(module, map, mine);
+    // The parts' PTX is joined into one module (merge_ptx): each part's copies of the helpers get names of their own.
+    if (p > 0) {
+      for (llvm::Function& f : *part)
+        if (f.hasLocalLinkage()) f.setName(fmt::format("{}.part{}", f.getName().str(), p));
+      for (llvm::GlobalVariable& g : part->globals())
+        if (g.hasLocalLinkage()) g.setName(fmt::format("{}.part{}", g.getName().str(), p));
+    }
+    // Drop the other parts' kernels and what only they used.
+    auto unused = [&](const llvm::Function& f) {
+      const llvm::Function* original = module.getFunction(f.getName());
+      const bool other_kernel = f.isDeclaration() && original && is_kernel(*original);
+      return f.use_empty() && (f.hasLocalLinkage() || other_kernel);
+    };
+    for (bool erased = true; erased;) {
+      erased = false;
+      for (llvm::Function& f : llvm::make_early_inc_range(*part))
+        if (unused(f)) f.eraseFromParent(), erased = true;
+      for (llvm::GlobalVariable& g : llvm::make_early_inc_range(part->globals()))
+        if (g.use_empty() && g.hasLocalLinkage()) g.eraseFromParent(), erased = true;
+    }
+    out.push_back(std::move(part));
+  }
+  return out;
+}
+
+// The PTX of a split module's parts as one module: the first part whole, then each other part without its
+// header (.version, .target, .address_size) and without the .extern declarations already made. ptxas must see
+// one module: it compiles several as relocatable units, serializing wgmma and ignoring setmaxnreg there.
+std::string merge_ptx(const std::vector<std::string>& parts) {
+  std::string out;
+  std::set<std::string_view> declared;
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    const std::string_view text = parts[p];
+    bool in_header = p > 0;
+    for (std::size_t at = 0; at < text.size();) {
+      const std::size_t end = std::min(text.find('\n', at), text.size());
+      const std::string_view line = text.substr(at, end - at);
+      at = end + 1;
+      if (in_header) {
+        in_header = !line.starts_with(".address_size");
+        continue;
+      }
+      if (line.starts_with(".extern") && !declared.insert(line).second) continue;
+      out.append(line).push_back('\n');
+    }
+  }
+  return out;
+}
+
 // One compile, stage by stage: front_end (clang: source -> IR), optimize
 // (the O3 pipeline with the NVPTX target's passes), codegen (NVPTX: IR ->
 // PTX, split across threads for a module of many kernels). Each returns
@@ -211,19 +314,17 @@ class Compilation {
   }
 
   bool codegen() {
-    const unsigned kernels = unsigned(std::count_if(module->begin(), module->end(), [](const llvm::Function& f) {
-      return !f.isDeclaration() && f.hasExternalLinkage();
-    }));
+    const unsigned kernels = unsigned(std::count_if(module->begin(), module->end(), is_kernel));
     const unsigned parts = request_.emit == Emit::cubin ? std::min(request_.jobs, kernels) : 1;
     if (parts <= 1) {
       if (!emit_ptx(*module, *machine_, &ptx.emplace_back())) return fail("the NVPTX target cannot emit assembly\n");
       return !back_end_failed;
     }
     std::vector<llvm::SmallVector<char, 0>> bitcode;
-    llvm::SplitModule(*module, parts, [&](std::unique_ptr<llvm::Module> part) {
+    for (const std::unique_ptr<llvm::Module>& part : split_by_kernel(*module, parts)) {
       llvm::raw_svector_ostream os(bitcode.emplace_back());
       llvm::WriteBitcodeToFile(*part, os);
-    });
+    }
     ptx.resize(bitcode.size());
     std::vector<std::string> errors(bitcode.size());
     std::vector<std::thread> threads;
@@ -266,7 +367,7 @@ class Compilation {
 
 LlvmCompiler::LlvmCompiler() {
   initialize_llvm_once();
-  identity_ = compiler_identity::llvm(LLVM_VERSION_STRING, nvjitlink::version());
+  identity_ = compiler_identity::llvm(LLVM_VERSION_STRING, MOJO_CUDA_RELEASE);
 }
 
 CompileResult LlvmCompiler::compile(const CompileRequest& request) const {
@@ -317,14 +418,17 @@ CompileResult LlvmCompiler::compile(const CompileRequest& request) const {
   } else if (request.emit == Emit::ptx) {
     result.binary = std::move(c->ptx.front());
   } else {
-    if (request.keep_stages) result.stages.emplace_back(Emit::ptx, fmt::format("{}", fmt::join(c->ptx, "\n")));
-    result.binary = nvjitlink::ptx_to_cubin(c->ptx, target, request.jobs, request.description);
+    const std::string ptx = c->ptx.size() == 1 ? std::move(c->ptx.front()) : merge_ptx(c->ptx);
+    ptxas::Cubin cubin = ptxas::ptx_to_cubin(ptx, target, request.jobs, MOJO_CUDA_RELEASE, request.description);
+    result.binary = std::move(cubin.binary);
+    result.log += cubin.log;
+    if (request.keep_stages) result.stages.emplace_back(Emit::ptx, ptx);
   }
   return result;
 }
 
 std::string LlvmCompiler::repro_command(const CompileRequest& request, std::string_view source_path) const {
-  // clang's driver for the same front end and pipeline; ptxas for nvJitLink's last step.
+  // clang's driver for the same front end and pipeline, then ptxas.
   const std::string stem(source_path.substr(0, source_path.rfind('.')));
   std::string cmd = fmt::format(
       "clang++-{} -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch={} -Xclang -target-feature -Xclang "

@@ -2,7 +2,11 @@
 // templates as NVRTC, compiled without the CUDA SDK headers.
 //
 //   source (in-memory file system) -> clang -fcuda-is-device -> LLVM IR
-//     -> O3 -> NVPTX TargetMachine -> PTX -> nvJitLink -> cubin
+//     -> O3 -> NVPTX TargetMachine -> PTX -> ptxas (a program) -> cubin
+//
+// With jobs > 1 the back end runs on several threads, each on whole kernels
+// with copies of what they call; the parts' PTX is joined again into one
+// module, so ptxas compiles whole-program code either way.
 //
 // Errors from clang and from LLVM (including the fatal ones LLVM would end
 // the process with) become CompileError; the host process always survives.

@@ -136,7 +136,7 @@ void bench_compile_modes(const mojo::Target& target, const Options& options) {
     }
   }
   fmt::print("\n-j N: NVRTC optimises and runs ptxas on N threads (--split-compile=N); LLVM splits the optimised "
-             "module, runs its back end on N threads and nvJitLink's ptxas with --split-compile=N (for cubin: a PTX "
+             "module, runs its back end on N threads, joins the parts' PTX and runs ptxas with --split-compile=N (for cubin: a PTX "
              "module is one text, so -j does nothing there).\n\n");
   for (const std::string& s : summary) fmt::print("- {}\n", s);
 
