@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <nlohmann/json.hpp>
+
 #include "test_util.hpp"
 
 namespace {
@@ -130,6 +132,38 @@ TEST_F(Cli, DescribeShowsOccupancyAndWavesFromTheCubin) {
   r = run("describe rms_norm --dtype bf16 --shape x=4x64 --arch sm_70");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("sm_70"), std::string::npos) << r.output;
+}
+
+// describe --json: what the text shows, and the op's ideal bytes and FLOPs with the roofline time on the target's
+// reference GPU; the text ends with the same ideal.
+TEST_F(Cli, DescribeJsonHasTheModelAndTheRoofline) {
+  auto r = run("describe " + kSpec + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json d = nlohmann::json::parse(r.output);
+  EXPECT_EQ(d["op"], "rms_norm");
+  EXPECT_EQ(d["tensors"]["x"], "bf16[4096, 4096]");
+  ASSERT_EQ(d["kernels"].size(), 1u);
+  const nlohmann::json& k = d["kernels"][0];
+  EXPECT_EQ(k["grid"], nlohmann::json({4096, 1, 1}));
+  EXPECT_GT(k["registers"].get<int>(), 0);
+  EXPECT_EQ(k["stack_bytes"], 0);
+  EXPECT_GT(k["blocks_per_sm"].get<int>(), 0);
+  EXPECT_NEAR(k["waves"].get<double>(), 4096.0 / (k["blocks_per_sm"].get<int>() * 132), 1e-9);
+  const nlohmann::json& ideal = d["ideal"];
+  const double bytes = 2 * 4096.0 * 4096 * 2 + 4096 * 2;
+  EXPECT_DOUBLE_EQ(ideal["bytes"].get<double>(), bytes);
+  EXPECT_EQ(ideal["flops"], 0);
+  EXPECT_NEAR(ideal["roofline_us"].get<double>(), bytes / 3.0e12 * 1e6, 1e-9);
+  EXPECT_EQ(ideal["bound"], "memory");
+  EXPECT_EQ(ideal["gpu"], "H100 SXM");
+  EXPECT_EQ(d["key"].get<std::string>().size(), 32u);
+
+  r = run("describe gemm --dtype bf16 --shape a=4096x4096 --shape b=4096x4096 --arch sm_90a");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ideal:    100.663 MB, 137.439 GFLOP: 171.80 us at 3000 GB/s and 800 TFLOP/s (compute-bound on "
+                          "H100 SXM)"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST_F(Cli, CacheListStatsAndClear) {

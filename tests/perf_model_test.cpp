@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "mojo/error.hpp"
+#include "mojo/op.hpp"
 #include "mojo/perf_model.hpp"
 
 using namespace mojo;
@@ -15,7 +16,9 @@ TEST(PerfModel, TheReferenceDeviceOfEachTarget) {
   EXPECT_EQ(sm_limits(Target::parse("sm_90")).gpu, "H100 SXM");
   EXPECT_EQ(sm_limits(Target::parse("sm_80")).sm_count, 108);
   EXPECT_EQ(sm_limits(Target::parse("sm_86")).max_threads, 1536);
-  EXPECT_EQ(sm_limits(Target::parse("sm_100")).sm_count, 132) << "a newer target: the nearest older family's";
+  EXPECT_EQ(sm_limits(Target::parse("sm_100")).gpu, "B200");
+  EXPECT_EQ(sm_limits(Target::parse("sm_103")).sm_count, 148) << "a newer target: the nearest older family's";
+  EXPECT_EQ(sm_limits(Target::parse("sm_89")).gpu, "L4");
   EXPECT_THROW(sm_limits(Target::parse("sm_75")), ArchError);
 }
 
@@ -64,4 +67,69 @@ TEST(PerfModel, SharedMemoryAndWhatDoesNotFit) {
   o = occupancy(a100, 256, 64, 200 * 1024, 1, 108);
   EXPECT_EQ(o.blocks_per_sm, 0);
   EXPECT_TRUE(std::isinf(o.waves));
+}
+
+// The roofline: the H100 figures this project measured (copy 3.0 TB/s, cuBLAS bf16 800 TFLOP/s), the bytes at
+// copy speed or the FLOPs at the peak of the dtype's unit, whichever is longer.
+TEST(PerfModel, RooflineTimeIsTheLongerOfBytesAndFlops) {
+  const Roofline h100 = roofline(Target::parse("sm_90a"));
+  EXPECT_DOUBLE_EQ(h100.copy_bytes_per_s, 3.0e12);
+  EXPECT_DOUBLE_EQ(h100.tensor_flops_per_s, 800e12);
+  const IdealCost gemm{3 * 4096.0 * 4096 * 2, 2 * 4096.0 * 4096 * 4096, 0};
+  const RooflineTime bf16 = roofline_time(h100, gemm, DType::bf16);
+  EXPECT_TRUE(bf16.compute_bound);
+  EXPECT_NEAR(bf16.seconds * 1e6, 171.8, 0.1);
+  EXPECT_NEAR(roofline_time(h100, gemm, DType::f32).seconds * 1e3, 2.051, 0.001) << "f32 on the CUDA cores (67 TFLOP/s)";
+  const RooflineTime copy = roofline_time(h100, IdealCost{64e6, 0, 0}, DType::bf16);
+  EXPECT_FALSE(copy.compute_bound);
+  EXPECT_NEAR(copy.seconds * 1e6, 21.33, 0.01);
+  EXPECT_DOUBLE_EQ(roofline(Target::parse("sm_80")).copy_bytes_per_s, 2.039e12);
+  EXPECT_THROW(roofline(Target::parse("sm_75")), ArchError);
+}
+
+namespace {
+IdealCost ideal_of(const char* op_name, DType dtype, const char* shapes, ScalarList scalars = {}) {
+  const OpDef& op = find_op(op_name);
+  std::vector<Tensor> tensors;
+  for (const TensorSpec& s : op.specs_from_shapes(dtype, parse_shapes(op, std::string_view(shapes))))
+    tensors.push_back({s, 0});
+  return op.ideal_cost(tensors, scalars);
+}
+}  // namespace
+
+// Each op's ideal bytes and FLOPs from its shapes: every tensor once, except what is gathered or scattered,
+// and the products' and attention's FLOPs.
+TEST(PerfModel, IdealCostOfEachKindOfOp) {
+  const double mb = 4096.0 * 4096 * 2;  // a bf16 4096 x 4096 matrix
+  IdealCost c = ideal_of("rms_norm", DType::bf16, "x=4096x4096");
+  EXPECT_DOUBLE_EQ(c.bytes, 2 * mb + 4096 * 2) << "x read, out written, the weight";
+  EXPECT_EQ(c.flops, 0);
+
+  c = ideal_of("embedding", DType::bf16, "ids=4096 weight=151936x4096");
+  EXPECT_DOUBLE_EQ(c.bytes, mb + 4096 * 8 + mb) << "the out rows, the ids, and only the weight rows the ids reach";
+
+  c = ideal_of("linear", DType::bf16, "x=128x4096 weight=6144x4096");
+  EXPECT_DOUBLE_EQ(c.flops, 2.0 * 128 * 6144 * 4096);
+  EXPECT_DOUBLE_EQ(c.weight_bytes, 6144.0 * 4096 * 2);
+  EXPECT_DOUBLE_EQ(c.bytes, (128.0 * 4096 + 6144.0 * 4096 + 128.0 * 6144) * 2);
+
+  c = ideal_of("gemm", DType::bf16, "a=4096x4096 b=4096x4096");
+  EXPECT_DOUBLE_EQ(c.flops, 2.0 * 4096 * 4096 * 4096);
+  EXPECT_DOUBLE_EQ(c.bytes, 3 * mb) << "beta 0: c only written";
+  EXPECT_DOUBLE_EQ(ideal_of("gemm", DType::bf16, "a=4096x4096 b=4096x4096", {{"beta", 1.0}}).bytes, 4 * mb);
+
+  // Causal GQA 32/8, D 128, 4096 tokens: 4096 * 4097 / 2 pairs a head, K and V read once.
+  c = ideal_of("sdpa", DType::bf16, "q=4096x32x128 k=4096x8x128");
+  EXPECT_DOUBLE_EQ(c.flops, 4.0 * (4096.0 * 4097 / 2) * 32 * 128);
+  EXPECT_DOUBLE_EQ(c.weight_bytes, 2 * 4096.0 * 8 * 128 * 2);
+  EXPECT_DOUBLE_EQ(ideal_of("sdpa", DType::bf16, "q=4096x32x128 k=4096x8x128", {{"causal", 0.0}}).flops,
+                   4.0 * 4096 * 4096 * 32 * 128);
+
+  // Decode over the whole block table: 32 sequences of 512 blocks of 16 keys, of a larger cache.
+  c = ideal_of("paged_decode_gqa", DType::bf16, "q=32x32x128 k_cache=32768x16x8x128 block_tables=32x512");
+  EXPECT_DOUBLE_EQ(c.weight_bytes, 2 * 32.0 * 512 * 16 * 8 * 128 * 2);
+  EXPECT_DOUBLE_EQ(c.flops, 4.0 * 32 * 512 * 16 * 32 * 128);
+
+  c = ideal_of("linear_cross_entropy_backward", DType::bf16, "hidden=256x512 weight=3000x512");
+  EXPECT_DOUBLE_EQ(c.flops, 6.0 * 256 * 3000 * 512) << "the logits again, then both gradients";
 }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "mojo/device.hpp"
+#include "mojo/perf_model.hpp"
 #include "mojo/target.hpp"
 #include "mojo/tensor.hpp"
 
@@ -257,6 +258,10 @@ class OpDef {
   // a buffer per stream that grows to the largest need, so a launch after
   // the first for a shape allocates nothing.
   virtual std::size_t workspace_bytes(const Params& /*params*/, TensorList /*tensors*/) const { return 0; }
+  // What these shapes need at the least (the roofline's inputs): by default
+  // every tensor read once and written once (an in-out one both); ops that
+  // gather or scatter rows, and the products and attention, say more.
+  virtual IdealCost ideal_cost(TensorList tensors, ScalarList scalars) const;
   // The launch geometry of one step of the plan (`params`: the step's).
   virtual LaunchGeometry geometry(const Params& params, TensorList tensors) const = 0;
   // Checks pointers (null, alignment the params assume) and packs the

@@ -1,7 +1,8 @@
 // The performance model that needs no GPU: how many blocks of a kernel fit on
 // one SM of a target's reference GPU (from its threads, registers and shared
-// memory, as the CUDA occupancy calculator counts them), and how many waves a
-// grid then takes. `mojo-jit describe` prints it for every kernel of a plan,
+// memory, as the CUDA occupancy calculator counts them), how many waves a
+// grid then takes, and the least time an op's bytes and FLOPs can take there
+// (the roofline). `mojo-jit describe` prints it for every kernel of a plan,
 // with the registers and stack read from the compiled cubin.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <string_view>
 
 #include "mojo/target.hpp"
+#include "mojo/tensor.hpp"
 
 namespace mojo {
 
@@ -21,9 +23,33 @@ struct SmLimits {
   unsigned shared_bytes;             // shared memory per SM (the largest carveout)
   unsigned reserved_shared_bytes;    // per block, kept by the system
 };
-// The limits of a target's family: sm_80 (A100), sm_86 (A10), sm_89 (L4), sm_90 and sm_90a (H100 SXM); a
-// newer target takes the nearest older family's. ArchError for one older than sm_80.
+// The limits of a target's family: sm_80 (A100), sm_86 (A10), sm_89 (L4), sm_90 and sm_90a (H100 SXM),
+// sm_100 (B200); a newer target takes the nearest older family's. ArchError for one older than sm_80.
 SmLimits sm_limits(const Target& target);
+
+// What the reference GPU of a target's family moves and computes a second at best.
+struct Roofline {
+  double copy_bytes_per_s;    // DRAM, as a copy kernel reaches it
+  double tensor_flops_per_s;  // dense f16/bf16 MMA with f32 accumulation
+  double fp32_flops_per_s;    // FMA on the CUDA cores (the exact f32 paths)
+  std::string_view source;    // where the figures come from
+};
+Roofline roofline(const Target& target);
+
+// What an op's shapes need at the least: the bytes it must move and the FLOPs it must compute.
+struct IdealCost {
+  double bytes = 0;         // each tensor read once and written once (an in-out one both); a gathered or
+                            // scattered one only the rows its indices can reach
+  double flops = 0;         // of the products and attention (a multiply-add is 2); 0 for memory-bound ops
+  double weight_bytes = 0;  // of `bytes`: the weights (products) or K/V (attention)
+};
+// The least time `cost` takes on `roof`: its bytes at copy speed or its FLOPs at the peak of `dtype`'s unit
+// (tensor cores for f16/bf16, the CUDA cores for f32), whichever is longer.
+struct RooflineTime {
+  double seconds = 0;
+  bool compute_bound = false;
+};
+RooflineTime roofline_time(const Roofline& roof, const IdealCost& cost, DType dtype);
 
 struct Occupancy {
   int blocks_per_sm = 0;          // 0: one block does not fit an SM

@@ -21,12 +21,30 @@ std::uint64_t round_up(std::uint64_t x, std::uint64_t unit) { return (x + unit -
 
 SmLimits sm_limits(const Target& target) {
   // The compute capability tables of the CUDA C++ Programming Guide.
+  if (target.sm >= 100) return {"B200", 148, 2048, 32, 65536, 228 * 1024, 1024};
   if (target.sm >= 90) return {"H100 SXM", 132, 2048, 32, 65536, 228 * 1024, 1024};
   if (target.sm >= 89) return {"L4", 58, 1536, 24, 65536, 100 * 1024, 1024};
   if (target.sm >= 86) return {"A10", 72, 1536, 16, 65536, 100 * 1024, 1024};
   if (target.sm >= 80) return {"A100", 108, 2048, 32, 65536, 164 * 1024, 1024};
   throw ArchError(fmt::format("no performance model for {}: mojo-jit's kernels need sm_80 or newer",
                               target.sm_name()));
+}
+
+Roofline roofline(const Target& target) {
+  (void)sm_limits(target);  // the same families, the same error for an older target
+  if (target.sm >= 100) return {8.0e12, 2250e12, 80e12, "B200 datasheet (HGX, 1000 W)"};
+  if (target.sm >= 90)
+    return {3.0e12, 800e12, 67e12,
+            "H100 SXM measured 2026-11-24 (copy 3014-3019 GB/s, cuBLAS bf16 793-804 TFLOP/s); f32: datasheet"};
+  if (target.sm >= 89) return {300e9, 121e12, 30.3e12, "L4 datasheet"};
+  if (target.sm >= 86) return {600e9, 125e12, 31.2e12, "A10 datasheet"};
+  return {2.039e12, 312e12, 19.5e12, "A100 SXM 80 GB datasheet"};
+}
+
+RooflineTime roofline_time(const Roofline& roof, const IdealCost& cost, DType dtype) {
+  const double peak = dtype == DType::f16 || dtype == DType::bf16 ? roof.tensor_flops_per_s : roof.fp32_flops_per_s;
+  const double memory = cost.bytes / roof.copy_bytes_per_s, compute = cost.flops / peak;
+  return {std::max(memory, compute), compute > memory};
 }
 
 Occupancy occupancy(const SmLimits& limits, unsigned threads, int registers, std::uint64_t shared_bytes,

@@ -50,6 +50,10 @@ class AttentionOp final : public OpDef {
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override;
 
+  // Every sequence as long as the shapes allow (equal lengths; paged: its whole block table): the query-key
+  // pairs' FLOPs (causal aligned at the sequences' ends, a window keeping window + 1 keys), the K/V read once.
+  IdealCost ideal_cost(TensorList t, ScalarList scalars) const override;
+
   // attention.cu's shared memory: the Q tile and the K/V rings, or after the loop the f32 O tile and row
   // stats; attention_sm90.cuh's: Q, the K/V ring, P and the barriers.
   unsigned max_dynamic_smem(const Params& p) const override;

@@ -14,6 +14,7 @@
 #include "ops/gemm_tile.hpp"
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
+#include "ops/cost.hpp"
 
 namespace mojo {
 namespace {
@@ -222,6 +223,15 @@ class LinearCrossEntropy final : public OpDef {
   }
   unsigned max_dynamic_smem(const Params& p) const override {
     return is_product(Step(p.get_or("step", kInit))) ? tile_of(p).smem_bytes() : 0;
+  }
+
+  // The logits product (2 N V H); the backward recomputes it and makes both gradients' products.
+  IdealCost ideal_cost(TensorList t, ScalarList s) const override {
+    IdealCost c = OpDef::ideal_cost(t, s);
+    const Sizes z = sizes(t);
+    c.flops = (backward_ ? 6.0 : 2.0) * double(z.tokens) * double(z.vocab) * double(z.hidden);
+    c.weight_bytes = cost::bytes(t[hidden_index() + 1]);
+    return c;
   }
 
   std::size_t workspace_bytes(const Params& p, TensorList t) const override { return layout(p, t).bytes; }

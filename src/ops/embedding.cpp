@@ -7,6 +7,7 @@
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
+#include "ops/cost.hpp"
 
 namespace mojo {
 namespace {
@@ -49,6 +50,13 @@ class Embedding final : public OpDef {
     p.add_dtype("ids", ids.dtype());
     rows::add_params(p, "hidden", hidden, rows::pick(hidden, w.dtype(), {t[0], t[2]}));
     return p;
+  }
+
+  // The weight: only the rows the ids reach (as many as there are ids).
+  IdealCost ideal_cost(TensorList t, ScalarList s) const override {
+    IdealCost c = OpDef::ideal_cost(t, s);
+    cost::recount(c, cost::bytes(t[2]), cost::rows(t[2], double(t[1].spec.numel())));
+    return c;
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override { return rows::geometry(t[1].spec.numel(), p); }

@@ -8,6 +8,7 @@
 #include "ops/gemm_tile.hpp"
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
+#include "ops/cost.hpp"
 
 namespace mojo {
 namespace {
@@ -83,6 +84,16 @@ class Gemm final : public TileOp {
     p.add("tf32", tf32);
     p.add("wgmma", tile.wgmma);
     return p;
+  }
+
+  // c = alpha a b + beta c: 2 M N K FLOPs a batch; c is only written when beta is 0.
+  IdealCost ideal_cost(TensorList t, ScalarList s) const override {
+    IdealCost c = OpDef::ideal_cost(t, s);
+    const Dims d = dims(t, zero_or_one(*this, s, "trans_a"), zero_or_one(*this, s, "trans_b"));
+    c.flops = 2.0 * double(d.m) * double(d.n) * double(d.k) * double(d.batch);
+    c.weight_bytes = cost::bytes(t[2]);
+    if (scalar(s, "beta") == 0) cost::recount(c, 2 * cost::bytes(t[0]), cost::bytes(t[0]));
+    return c;
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {

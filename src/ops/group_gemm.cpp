@@ -10,6 +10,7 @@
 #include "ops/gemm_tile.hpp"
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
+#include "ops/cost.hpp"
 
 namespace mojo {
 namespace {
@@ -67,6 +68,15 @@ class GroupGemm final : public TileOp {
     const int gated = gated_activation(scalars);
     p.add("act", gated != 0 ? gated + kGated : 0);
     return p;
+  }
+
+  // Every row of x through its group's [N, K] weight; every group's weight read (none empty).
+  IdealCost ideal_cost(TensorList t, ScalarList s) const override {
+    IdealCost c = OpDef::ideal_cost(t, s);
+    const Dims d = dims(t, s);
+    c.flops = 2.0 * double(d.rows) * double(d.n) * double(d.k);
+    c.weight_bytes = cost::bytes(t[2]);
+    return c;
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {

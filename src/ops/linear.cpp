@@ -9,6 +9,7 @@
 #include "ops/gemm_tile.hpp"
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
+#include "ops/cost.hpp"
 
 namespace mojo {
 namespace {
@@ -63,6 +64,14 @@ class Linear final : public TileOp {
     p.add("tf32", tf32);
     p.add("wgmma", tile.wgmma);
     return p;
+  }
+
+  IdealCost ideal_cost(TensorList t, ScalarList s) const override {
+    IdealCost c = OpDef::ideal_cost(t, s);
+    const Dims d = dims(t);
+    c.flops = 2.0 * double(d.m) * double(d.n) * double(d.k);
+    c.weight_bytes = cost::bytes(t[2]);
+    return c;
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {

@@ -12,6 +12,7 @@
 #include "ops/moe.hpp"
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
+#include "ops/cost.hpp"
 
 namespace mojo {
 namespace {
@@ -296,6 +297,13 @@ class MoeCombine final : public OpDef {
     rows::add_params(p, "hidden", hidden, rows::pick(hidden, expert_out.dtype(), {t[0], t[1]}));
     p.add("top_k", top_k);
     return p;
+  }
+
+  // expert_out: only the rows the positions reach.
+  IdealCost ideal_cost(TensorList t, ScalarList s) const override {
+    IdealCost c = OpDef::ideal_cost(t, s);
+    cost::recount(c, cost::bytes(t[1]), cost::rows(t[1], double(t[2].spec.numel())));
+    return c;
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override { return rows::geometry(t[2].spec.dim(0), p); }

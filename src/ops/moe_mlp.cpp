@@ -20,6 +20,7 @@
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
+#include "ops/cost.hpp"
 
 namespace mojo {
 namespace {
@@ -196,6 +197,19 @@ class MoeMlp final : public OpDef {
     return step == kUp || step == kDown ? tile_of(p).smem_bytes() : 0;
   }
   std::size_t workspace_bytes(const Params&, TensorList t) const override { return layout(t).bytes; }
+
+  // Each (token, expert) pair through w13 [E, 2I, H] and w2 [E, H, I]; the weights of as many experts as
+  // there are pairs (at most all of them).
+  IdealCost ideal_cost(TensorList t, ScalarList s) const override {
+    IdealCost c = OpDef::ideal_cost(t, s);
+    const double pairs = double(t[2].spec.numel());
+    const TensorSpec &w13 = t[4].spec, &w2 = t[5].spec;
+    c.flops = 2.0 * pairs * double(w13.dim(1) * w13.dim(2) + w2.dim(1) * w2.dim(2));
+    const double weights = cost::rows(t[4], pairs) + cost::rows(t[5], pairs);
+    cost::recount(c, cost::bytes(t[4]) + cost::bytes(t[5]), weights);
+    c.weight_bytes = weights;
+    return c;
+  }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
     const std::int64_t tokens = t[1].spec.dim(0), top_k = t[2].spec.dim(1), pairs = tokens * top_k;

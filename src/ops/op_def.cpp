@@ -109,6 +109,14 @@ Params OpDef::specialize(TensorList tensors, ScalarList scalars, const Target& t
   return derive_params(tensors, scalars, target);
 }
 
+IdealCost OpDef::ideal_cost(TensorList tensors, ScalarList /*scalars*/) const {
+  IdealCost c;
+  for (std::size_t i = 0; i < tensors.size() && i < tensor_args().size(); ++i)
+    if (tensors[i].spec.rank() != 0)
+      c.bytes += (tensor_args()[i].role == "inout" ? 2.0 : 1.0) * double(tensors[i].spec.nbytes());
+  return c;
+}
+
 double OpDef::scalar(ScalarList scalars, std::string_view name) const {
   for (const ScalarArg& s : scalars)
     if (s.name == name) return s.value.as_double();

@@ -11,6 +11,7 @@
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
 #include "rotary_embedding_args.h"
+#include "ops/cost.hpp"
 
 namespace mojo {
 namespace {
@@ -75,6 +76,13 @@ class RotaryEmbedding final : public OpDef {
     p.add("threads", std::clamp<std::int64_t>(
                          std::int64_t(std::bit_ceil(std::uint64_t(std::max<std::int64_t>(pairs, 1)))), 32, 512));
     return p;
+  }
+
+  // The cos/sin cache: only the rows the positions reach (one a token).
+  IdealCost ideal_cost(TensorList t, ScalarList s) const override {
+    IdealCost c = OpDef::ideal_cost(t, s);
+    cost::recount(c, cost::bytes(t[3]), cost::rows(t[3], double(t[2].spec.numel())));
+    return c;
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {

@@ -8,6 +8,7 @@
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
 #include "store_kv_cache_args.h"
+#include "ops/cost.hpp"
 
 namespace mojo {
 namespace {
@@ -67,6 +68,17 @@ class StoreKvCache final : public OpDef {
     p.add_dtype("slots", t[4].spec.dtype());
     rows::add_params(p, "row", row, rows::pick(row, kc.dtype(), {t[0], t[1], as_rows(t[2]), as_rows(t[3])}));
     return p;
+  }
+
+  // The caches ([blocks, page, kv_heads, D]): only the slots written, one a token, never read.
+  IdealCost ideal_cost(TensorList t, ScalarList s) const override {
+    IdealCost c = OpDef::ideal_cost(t, s);
+    const double slots = double(t[4].spec.numel());
+    for (int i : {0, 1}) {
+      const double page = t[i].spec.rank() < 2 ? 1 : double(std::max<std::int64_t>(t[i].spec.dim(1), 1));
+      cost::recount(c, 2 * cost::bytes(t[i]), cost::rows(t[i], slots / page));
+    }
+    return c;
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override { return rows::geometry(t[2].spec.dim(0), p); }

@@ -220,10 +220,14 @@ void attention_traffic(const OpDef& op, const std::vector<TensorSpec>& specs, co
   t.weight_bytes = 2 * kv_tokens * per_token;
 }
 
-// See the file comment. `host`: the data of the tensors the op reads.
+// See the file comment. `host`: the data of the tensors the op reads. The op's ideal cost for its shapes
+// (OpDef::ideal_cost), refined where the data says which rows, groups, experts or keys are touched.
 Traffic count_traffic(const OpDef& op, const std::vector<TensorSpec>& specs, const std::vector<Bytes>& host,
                       mojo::ScalarList scalars) {
-  Traffic t;
+  std::vector<mojo::Tensor> tensors;
+  for (const TensorSpec& s : specs) tensors.push_back({s, 0});
+  const mojo::IdealCost ideal = op.ideal_cost(tensors, scalars);
+  Traffic t{ideal.bytes, ideal.flops, ideal.weight_bytes, ""};
   std::vector<double> per_tensor(specs.size(), 0);
   for (std::size_t i = 0; i < specs.size(); ++i)
     if (specs[i].rank() != 0) per_tensor[i] = (op.tensor_args()[i].role == "inout" ? 2 : 1) * nbytes(specs[i]);
@@ -246,16 +250,6 @@ Traffic count_traffic(const OpDef& op, const std::vector<TensorSpec>& specs, con
     set("k_cache", double(slots) * slot_bytes);
     set("v_cache", double(slots) * slot_bytes);
     t.note = "caches: the slots written";
-  } else if (name == "gemm" || name == "gemm_batched") {
-    const TensorSpec &c = named(op, specs, "c"), &a = named(op, specs, "a"), &b = named(op, specs, "b");
-    if (op.scalar(scalars, "beta") == 0) set("c", nbytes(c));  // only written
-    const std::int64_t k = op.scalar(scalars, "trans_a") != 0 ? a.dim(a.rank() - 2) : a.dim(a.rank() - 1);
-    t.flops = 2.0 * double(c.numel()) * double(k);
-    t.weight_bytes = nbytes(b);
-  } else if (name == "linear") {
-    const TensorSpec &out = named(op, specs, "out"), &x = named(op, specs, "x"), &w = named(op, specs, "weight");
-    t.flops = 2.0 * double(out.numel()) * double(x.dim(x.rank() - 1));
-    t.weight_bytes = nbytes(w);
   } else if (name == "group_gemm") {
     const TensorSpec &x = named(op, specs, "x"), &w = named(op, specs, "weight"), &out = named(op, specs, "out");
     const std::vector<std::int64_t> offsets = values_of(op, specs, host, "offsets");
@@ -292,11 +286,8 @@ Traffic count_traffic(const OpDef& op, const std::vector<TensorSpec>& specs, con
     const double batch = double(target.dim(0)), vocab_bytes = double(target.dim(2)) * double(mojo::dtype_size(target.dtype()));
     set("target_probs", batch * vocab_bytes);
     set("draft_probs", draft.dim(1) > 0 ? batch * vocab_bytes : 0);
-  } else if (name == "linear_cross_entropy" || name == "linear_cross_entropy_backward") {
-    const TensorSpec &hidden = named(op, specs, "hidden"), &weight = named(op, specs, "weight");
-    const double n = double(hidden.dim(0)), h = double(hidden.dim(1)), v = double(weight.dim(0));
-    t.flops = (name == "linear_cross_entropy" ? 2 : 6) * n * v * h;  // the backward recomputes the logits
-    t.weight_bytes = nbytes(weight);
+  } else {
+    return t;  // nothing the data changes
   }
   t.bytes = std::accumulate(per_tensor.begin(), per_tensor.end(), 0.0);
   return t;

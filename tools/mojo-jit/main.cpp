@@ -31,7 +31,7 @@ constexpr const char* kUsage = R"(mojo-jit: JIT kernel compiler for LLM operator
 
 usage:
   mojo-jit [--emit=ptx|cubin|sass|llvm|llvm-opt|host] [--compiler=nvrtc|llvm] OP --dtype DT --shape NAME=DIMS... [options]
-  mojo-jit describe OP --dtype DT --shape NAME=DIMS... [options]
+  mojo-jit describe OP --dtype DT --shape NAME=DIMS... [--sms N] [--json]
   mojo-jit run OP --dtype DT --shape NAME=DIMS... [--param N=V] [--device cpu|cuda] [--arch A] [--seed N]
   mojo-jit list
   mojo-jit prewarm --manifest FILE|--ops all|OP,.. [--arch sm_80,sm_90] [-j N] [--cache-dir DIR]
@@ -298,25 +298,74 @@ int run_emit(int argc, char** argv) {
   return 0;
 }
 
-// A kernel's registers and stack (from its cubin), blocks per SM and waves on `sms` SMs of `limits`' GPU.
-void print_occupancy(const mojo::SmLimits& limits, int sms, const mojo::LaunchGeometry& g,
-                     const mojo::KernelResources& r) {
+// One kernel of a plan as describe shows it: its geometry and, from its cubin, what the performance model
+// makes of it on `sms` SMs of the target's reference GPU.
+nlohmann::json kernel_json(const mojo::OpDef& op, const mojo::Params& step, mojo::TensorList tensors,
+                           const mojo::SmLimits* limits, int sms, const mojo::KernelResources* resources) {
+  const mojo::LaunchGeometry g = op.geometry(step, tensors);
+  nlohmann::json k = {{"name", op.kernel_name(step)},
+                      {"params", step.str()},
+                      {"grid", {g.grid.x, g.grid.y, g.grid.z}},
+                      {"block", {g.block.x, g.block.y, g.block.z}},
+                      {"dynamic_smem", g.dynamic_smem},
+                      {"persistent", g.persistent}};
+  if (resources == nullptr) return k;
+  const mojo::KernelResources& r = *resources;
   const unsigned threads = g.block.x * g.block.y * g.block.z;
   const std::uint64_t grid = std::uint64_t(g.grid.x) * g.grid.y * g.grid.z;
   // A persistent kernel's grid is clamped to one block per SM, each looping over tiles.
   const std::uint64_t blocks = g.persistent ? std::min<std::uint64_t>(grid, std::uint64_t(sms)) : grid;
   const mojo::Occupancy o =
-      mojo::occupancy(limits, threads, r.registers, r.static_shared_bytes + g.dynamic_smem, blocks, sms);
-  fmt::print("regs:     {} a thread, {} bytes of stack, {} bytes of static smem (the cubin)\n", r.registers,
-             r.stack_bytes, r.static_shared_bytes);
-  if (o.blocks_per_sm == 0) {
-    fmt::print("occupancy: a block does not fit one SM of {} (too many {})\n", limits.gpu, o.limited_by);
+      mojo::occupancy(*limits, threads, r.registers, r.static_shared_bytes + g.dynamic_smem, blocks, sms);
+  k["registers"] = r.registers;
+  k["stack_bytes"] = r.stack_bytes;
+  k["static_smem"] = r.static_shared_bytes;
+  k["blocks"] = blocks;
+  k["blocks_per_sm"] = o.blocks_per_sm;
+  k["limited_by"] = o.limited_by;
+  k["warps_fraction"] = o.warps_fraction;
+  k["waves"] = o.blocks_per_sm == 0 ? nlohmann::json(nullptr) : nlohmann::json(o.waves);
+  return k;
+}
+
+void print_kernel(const nlohmann::json& k, const mojo::SmLimits* limits, int sms) {
+  fmt::print("kernel:   {}\n", k["name"].get<std::string>());
+  fmt::print("grid:     [{}, {}, {}]{}\nblock:    [{}, {}, {}]\nsmem:     {}\n", k["grid"][0].get<unsigned>(),
+             k["grid"][1].get<unsigned>(), k["grid"][2].get<unsigned>(),
+             k["persistent"].get<bool>() ? " tiles (persistent: at most one block per SM)" : "",
+             k["block"][0].get<unsigned>(), k["block"][1].get<unsigned>(), k["block"][2].get<unsigned>(),
+             k["dynamic_smem"].get<unsigned>());
+  if (!k.contains("registers")) return;
+  fmt::print("regs:     {} a thread, {} bytes of stack, {} bytes of static smem (the cubin)\n", k["registers"].get<int>(),
+             k["stack_bytes"].get<std::uint64_t>(), k["static_smem"].get<std::uint64_t>());
+  const int per_sm = k["blocks_per_sm"].get<int>();
+  const std::string limiter = k["limited_by"].get<std::string>();
+  if (per_sm == 0) {
+    fmt::print("occupancy: a block does not fit one SM of {} (too many {})\n", limits->gpu, limiter);
     return;
   }
-  fmt::print("occupancy: {} block{} an SM (limited by {}), {:.0f}% of its warps\n", o.blocks_per_sm,
-             o.blocks_per_sm == 1 ? "" : "s", o.limited_by, 100 * o.warps_fraction);
-  fmt::print("waves:    {:.2f} ({} blocks on {} SMs{}{})\n", o.waves, blocks, sms, sms == limits.sm_count ? ", " : "",
-             sms == limits.sm_count ? limits.gpu : "");
+  fmt::print("occupancy: {} block{} an SM (limited by {}), {:.0f}% of its warps\n", per_sm, per_sm == 1 ? "" : "s",
+             limiter, 100 * k["warps_fraction"].get<double>());
+  fmt::print("waves:    {:.2f} ({} blocks on {} SMs{}{})\n", k["waves"].get<double>(), k["blocks"].get<std::uint64_t>(),
+             sms, sms == limits->sm_count ? ", " : "", sms == limits->sm_count ? limits->gpu : "");
+}
+
+// What the op's shapes need at the least, and the time that takes on the target's reference GPU.
+nlohmann::json ideal_json(const mojo::IdealCost& cost, const mojo::Target& target, mojo::DType dtype,
+                          const mojo::SmLimits& limits) {
+  const mojo::Roofline roof = mojo::roofline(target);
+  const mojo::RooflineTime t = mojo::roofline_time(roof, cost, dtype);
+  return {{"bytes", cost.bytes},
+          {"flops", cost.flops},
+          {"weight_bytes", cost.weight_bytes},
+          {"roofline_us", t.seconds * 1e6},
+          {"bound", t.compute_bound ? "compute" : "memory"},
+          {"gpu", limits.gpu},
+          {"copy_gb_per_s", roof.copy_bytes_per_s * 1e-9},
+          {"peak_tflops", (dtype == mojo::DType::f16 || dtype == mojo::DType::bf16 ? roof.tensor_flops_per_s
+                                                                                   : roof.fp32_flops_per_s) *
+                              1e-12},
+          {"source", roof.source}};
 }
 
 // describe and cache explain: one specialization, its params and the parts of its key.
@@ -327,10 +376,13 @@ int run_describe(int argc, char** argv, bool explain) {
   SpecOptions spec;
   std::string emit = "cubin";
   int sms = 0;
+  bool json = false;
   app.add_option("--emit", emit, "stage whose key to show")->capture_default_str();
-  if (!explain)
+  if (!explain) {
     app.add_option("--sms", sms, "SMs the waves are counted on (default: the target's reference GPU's)")
         ->check(CLI::PositiveNumber);
+    app.add_flag("--json", json, "machine-readable output: every field below, and the ideal bytes, FLOPs and time");
+  }
   spec.add_to(app);
   MOJO_CLI_PARSE(app, argc, argv);
 
@@ -343,10 +395,6 @@ int run_describe(int argc, char** argv, bool explain) {
   mojo::Emit kind = mojo::parse_emit(emit);
   mojo::Params params = op.specialize(tensors, scalars, target);
   auto parts = rt.key_parts(spec.op, tensors, scalars, target, kind);
-  fmt::print("op:       {}\n", op.name());
-  for (std::size_t i = 0; i < tensors.size(); ++i)
-    fmt::print("tensor:   {} = {}\n", op.tensor_args()[i].name, tensors[i].spec.str());
-  fmt::print("target:   {}\ncompiler: {}\nparams:   {}\n", parts.target, parts.compiler, parts.params);
   // Every kernel of the op's plan, in launch order, with its geometry and (describe) what the performance model
   // makes of it on the target's reference GPU, from the registers and stack of the compiled cubin.
   const std::vector<mojo::Params> plan = op.plan(params);
@@ -354,22 +402,52 @@ int run_describe(int argc, char** argv, bool explain) {
   std::optional<mojo::SmLimits> limits;
   if (!explain) {
     limits = mojo::sm_limits(target);
+    if (sms == 0) sms = limits->sm_count;
     cubin = rt.compile(spec.op, tensors, scalars, target, mojo::Emit::cubin);
   }
+  nlohmann::json d = {{"op", op.name()}, {"target", parts.target}, {"compiler", parts.compiler}, {"params", parts.params}};
+  d["tensors"] = nlohmann::json::object();
+  for (std::size_t i = 0; i < tensors.size(); ++i) d["tensors"][op.tensor_args()[i].name] = tensors[i].spec.str();
+  d["kernels"] = nlohmann::json::array();
   for (std::size_t i = 0; i < plan.size(); ++i) {
-    const mojo::LaunchGeometry g = op.geometry(plan[i], tensors);
+    std::optional<mojo::KernelResources> r;
+    if (cubin) r = mojo::kernel_resources(*cubin->binary, cubin->kernels[i]);
+    d["kernels"].push_back(kernel_json(op, plan[i], tensors, limits ? &*limits : nullptr, sms, r ? &*r : nullptr));
+  }
+  d["workspace_bytes"] = op.workspace_bytes(params, tensors);
+  d["runs"] = op.repeats(params, tensors);
+  if (!explain) {
+    // The products' unit: tensor cores where any operand is 16-bit, else the CUDA cores.
+    mojo::DType math = mojo::DType::f32;
+    for (const mojo::Tensor& t : tensors)
+      if (t.spec.dtype() == mojo::DType::f16 || t.spec.dtype() == mojo::DType::bf16) math = t.spec.dtype();
+    d["ideal"] = ideal_json(op.ideal_cost(tensors, scalars), target, math, *limits);
+  }
+  d["key"] = parts.key.hex();
+  if (json) {
+    fmt::print("{}\n", d.dump(2));
+    return 0;
+  }
+
+  fmt::print("op:       {}\n", op.name());
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    fmt::print("tensor:   {} = {}\n", op.tensor_args()[i].name, tensors[i].spec.str());
+  fmt::print("target:   {}\ncompiler: {}\nparams:   {}\n", parts.target, parts.compiler, parts.params);
+  for (std::size_t i = 0; i < plan.size(); ++i) {
     if (plan.size() > 1) fmt::print("step {}:   {{{}}}\n", i, plan[i].str());
-    fmt::print("kernel:   {}\n", op.kernel_name(plan[i]));
-    fmt::print("grid:     [{}, {}, {}]{}\nblock:    [{}, {}, {}]\nsmem:     {}\n", g.grid.x, g.grid.y, g.grid.z,
-               g.persistent ? " tiles (persistent: at most one block per SM)" : "", g.block.x, g.block.y, g.block.z,
-               g.dynamic_smem);
-    if (cubin) print_occupancy(*limits, sms > 0 ? sms : limits->sm_count, g,
-                               mojo::kernel_resources(*cubin->binary, cubin->kernels[i]));
+    print_kernel(d["kernels"][i], limits ? &*limits : nullptr, sms);
   }
   fmt::print("workspace: {} bytes\n", op.workspace_bytes(params, tensors));
   // A plan run once per slice (the fused cross-entropy's vocabulary slices): the grids above are the first run's.
   if (const std::int64_t runs = op.repeats(params, tensors); runs > 1)
     fmt::print("runs:     {} (the plan once per slice; the grids above are the first's)\n", runs);
+  if (!explain) {
+    const nlohmann::json& ideal = d["ideal"];
+    fmt::print("ideal:    {:.3f} MB, {:.3f} GFLOP: {:.2f} us at {:.0f} GB/s and {:.0f} TFLOP/s ({}-bound on {})\n",
+               ideal["bytes"].get<double>() * 1e-6, ideal["flops"].get<double>() * 1e-9,
+               ideal["roofline_us"].get<double>(), ideal["copy_gb_per_s"].get<double>(),
+               ideal["peak_tflops"].get<double>(), ideal["bound"].get<std::string>(), limits->gpu);
+  }
   if (explain) {
     fmt::print("source:   {} bytes, {} (the translation unit: template + prelude + instantiation)\n",
                parts.source.size(), mojo::compute_key(mojo::KeyInputs{parts.source, "", "", "", "", kind}).hex());
