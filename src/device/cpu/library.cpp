@@ -3,11 +3,12 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iterator>
@@ -34,15 +35,15 @@ std::unique_ptr<Library> Library::load(std::string_view image) {
       image[16] != 3 /* ET_DYN */)
     throw DeviceError("cpu device: the module is not a host shared object (PTX or cubin is for the cuda device)");
   // dlopen needs a file and tells libraries apart by path: a new name each
-  // time, unlinked as soon as it is mapped (in sanitized builds when it is
+  // time (made unique by mkstemps, never by pid: a file a sanitized process
+  // left behind would collide with a later process of the same pid),
+  // unlinked as soon as it is mapped (in sanitized builds when it is
   // unloaded, so that a report can read the kernel's symbols and lines).
-  static std::atomic<unsigned> counter{0};
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            fmt::format("mojo-jit-kernels-{}-{}.so", ::getpid(), counter.fetch_add(1)))
-                               .string();
+  std::string path = (std::filesystem::temp_directory_path() / "mojo-jit-kernels-XXXXXX.so").string();
   {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
+    const int fd = ::mkstemps(path.data(), 3);
     if (fd < 0) throw DeviceError(fmt::format("cpu device: cannot write {}: {}", path, std::strerror(errno)));
+    ::fchmod(fd, 0700);
     std::size_t written = 0;
     while (written < image.size()) {
       const ssize_t n = ::write(fd, image.data() + written, image.size() - written);
