@@ -102,6 +102,18 @@ inline std::string find_nvdisasm() {
   return {};
 }
 
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline void write_file(const std::filesystem::path& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << data;
+}
+
 // What a cubin's SASS (nvdisasm -c) says about its tensor-core code; nullopt when there is no nvdisasm.
 struct SassFacts {
   int hgmma = 0;         // HGMMA: sm_90a's asynchronous warpgroup MMA
@@ -116,7 +128,7 @@ inline std::optional<SassFacts> sass_facts(const std::string& cubin, const std::
   const std::string nvdisasm = find_nvdisasm();
   if (nvdisasm.empty()) return std::nullopt;
   const std::filesystem::path file = scratch_dir / "sass_facts.cubin";
-  std::ofstream(file, std::ios::binary) << cubin;
+  write_file(file, cubin);
   auto r = run_command(nvdisasm + " -c " + file.string());
   EXPECT_EQ(r.exit_code, 0) << r.output;
   auto count = [&](std::string_view what) {
@@ -141,18 +153,6 @@ inline void expect_whole_program_wgmma(const SassFacts& f) {
   EXPECT_LT(f.wgmma_waits, f.hgmma) << "a WARPGROUP.DEPBAR after every HGMMA: ptxas serialized wgmma";
   EXPECT_GT(f.setmaxnreg, 0) << "no USETMAXREG: ptxas ignored setmaxnreg";
   EXPECT_EQ(f.local_memory, 0) << "LDL/STL in SASS";
-}
-
-inline std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-inline void write_file(const std::filesystem::path& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << data;
 }
 
 // A shipped template with every `from` replaced by `to`, written to `dir`

@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "mojo_cpu_abi.h"
@@ -70,11 +69,8 @@ CompileResult HostCompiler::compile(const CompileRequest& request) const {
   if (!missing_.empty()) throw CompileError(fmt::format("{}: {}", request.description, missing_), "");
   subprocess::ScratchDir dir("host compiler");
   const fs::path source = dir.path / "kernels.cpp", library = dir.path / "kernels.so", log = dir.path / "log.txt";
-  {
-    std::ofstream out(source, std::ios::binary);
-    out << request.source;
-    if (!out) throw CompileError(fmt::format("{}: cannot write {}", request.description, source.string()), "");
-  }
+  if (!subprocess::write_file(source, request.source))
+    throw CompileError(fmt::format("{}: cannot write {}", request.description, source.string()), "");
   const int status = run(command(request, source.string(), library.string()), log);
   std::string text = read_file(log);
   if (status == -ENOENT) throw CompileError(fmt::format("{}: {}", request.description, missing_), "");

@@ -143,9 +143,8 @@ bool is_kernel(const llvm::GlobalValue& g) {
 }
 
 // Instructions of `f` and of every function it calls, each counted once: the work its code generation takes.
-std::size_t code_size(const llvm::Function& f, std::map<const llvm::Function*, bool>& seen) {
-  if (f.isDeclaration() || seen[&f]) return 0;
-  seen[&f] = true;
+std::size_t code_size(const llvm::Function& f, std::set<const llvm::Function*>& seen) {
+  if (f.isDeclaration() || !seen.insert(&f).second) return 0;
   std::size_t n = f.getInstructionCount();
   for (const llvm::BasicBlock& block : f)
     for (const llvm::Instruction& i : block)
@@ -168,7 +167,7 @@ std::vector<std::unique_ptr<llvm::Module>> split_by_kernel(llvm::Module& module,
   for (llvm::GlobalVariable& g : module.globals())
     if (!g.isDeclaration() && g.isConstant()) g.setLinkage(llvm::GlobalValue::InternalLinkage), g.setComdat(nullptr);
   for (const llvm::Function& f : module) {
-    std::map<const llvm::Function*, bool> seen;
+    std::set<const llvm::Function*> seen;
     if (is_kernel(f)) kernels.emplace_back(code_size(f, seen), &f);
   }
   std::sort(kernels.begin(), kernels.end(), [](const auto& a, const auto& b) { return a.first > b.first; });

@@ -164,19 +164,23 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
   return p;
 }
 
-IdealCost AttentionOp::ideal_cost(TensorList t, ScalarList scalars) const {
-  IdealCost c = OpDef::ideal_cost(t, scalars);
-  const Shape s = shape(t);
-  const bool paged = kind_ != Kind::sdpa;
-  const std::int64_t q_len = s.tokens / s.batch, k_len = paged ? s.max_blocks * s.page : s.kv_tokens / s.batch;
-  const bool causal = kind_ == Kind::sdpa ? scalar(scalars, "causal") != 0 : true;
-  const double window = scalar(scalars, "window");
+double query_key_pairs(std::int64_t q_len, std::int64_t k_len, bool causal, double window) {
   double pairs = 0;
   for (std::int64_t i = 0; i < q_len; ++i) {
     double seen = causal ? double(std::clamp<std::int64_t>(k_len - q_len + i + 1, 0, k_len)) : double(k_len);
     if (window >= 0) seen = std::min(seen, window + 1);
     pairs += seen;
   }
+  return pairs;
+}
+
+IdealCost AttentionOp::ideal_cost(TensorList t, ScalarList scalars) const {
+  IdealCost c = OpDef::ideal_cost(t, scalars);
+  const Shape s = shape(t);
+  const bool paged = kind_ != Kind::sdpa;
+  const std::int64_t q_len = s.tokens / s.batch, k_len = paged ? s.max_blocks * s.page : s.kv_tokens / s.batch;
+  const bool causal = kind_ == Kind::sdpa ? scalar(scalars, "causal") != 0 : true;
+  const double pairs = query_key_pairs(q_len, k_len, causal, scalar(scalars, "window"));
   c.flops = 4.0 * pairs * double(s.batch) * double(s.heads) * double(s.head_dim);
   const double per_tensor =
       double(s.batch * k_len) * double(s.kv_heads * s.head_dim) * double(dtype_size(s.dtype));  // K, and V

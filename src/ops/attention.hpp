@@ -38,6 +38,11 @@ constexpr Slots slots_of(Kind kind) {
 // D rounded up to the tile width the kernel uses (attention.cu's DP).
 inline std::int64_t padded(std::int64_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
 
+// The query-key pairs one sequence of `q_len` queries over `k_len` keys computes: causal aligns the queries at
+// the keys' end (query i sees k_len - q_len + i + 1 keys), a window >= 0 keeps window + 1 of them. Counted by
+// ideal_cost and by the bench (which knows each sequence's real lengths).
+double query_key_pairs(std::int64_t q_len, std::int64_t k_len, bool causal, double window);
+
 class AttentionOp final : public OpDef {
  public:
   AttentionOp(const OpInfo& info, Kind kind) : OpDef(info), kind_(kind), slots_(slots_of(kind)) {}

@@ -25,6 +25,7 @@
 #include <set>
 
 #include "bench.hpp"
+#include "ops/attention.hpp"
 
 namespace bench {
 
@@ -204,13 +205,8 @@ void attention_traffic(const OpDef& op, const std::vector<TensorSpec>& specs, co
   const double window = op.scalar(scalars, "window");
   double pairs = 0, kv_tokens = 0;
   for (std::size_t b = 0; b + 1 < cu_q.size() && b < k_lens.size(); ++b) {
-    const std::int64_t q_len = cu_q[b + 1] - cu_q[b], k_len = k_lens[b];
-    kv_tokens += double(k_len);
-    for (std::int64_t i = 0; i < q_len; ++i) {
-      double seen = causal ? double(std::clamp<std::int64_t>(k_len - q_len + i + 1, 0, k_len)) : double(k_len);
-      if (window >= 0) seen = std::min(seen, window + 1);
-      pairs += seen;
-    }
+    kv_tokens += double(k_lens[b]);
+    pairs += mojo::attention::query_key_pairs(cu_q[b + 1] - cu_q[b], k_lens[b], causal, window);
   }
   t.flops = 4.0 * pairs * double(heads * head_dim);
   // K and V: [kv_tokens, kv_heads, D] (sdpa) or [blocks, page, kv_heads, D] (paged): bytes per token.

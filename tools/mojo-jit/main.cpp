@@ -437,9 +437,9 @@ int run_describe(int argc, char** argv, bool explain) {
     if (plan.size() > 1) fmt::print("step {}:   {{{}}}\n", i, plan[i].str());
     print_kernel(d["kernels"][i], limits ? &*limits : nullptr, sms);
   }
-  fmt::print("workspace: {} bytes\n", op.workspace_bytes(params, tensors));
+  fmt::print("workspace: {} bytes\n", d["workspace_bytes"].get<std::size_t>());
   // A plan run once per slice (the fused cross-entropy's vocabulary slices): the grids above are the first run's.
-  if (const std::int64_t runs = op.repeats(params, tensors); runs > 1)
+  if (const std::int64_t runs = d["runs"].get<std::int64_t>(); runs > 1)
     fmt::print("runs:     {} (the plan once per slice; the grids above are the first's)\n", runs);
   if (!explain) {
     const nlohmann::json& ideal = d["ideal"];
