@@ -233,18 +233,24 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
 #pragma unroll
   for (int h = 0; h < 2; ++h) token_of[h] = (row0 + wm * 16 + lane / 4 + h * 8) / G;
 
-  const int my_tiles = kv_tiles > grp ? (kv_tiles - grp + WN - 1) / WN : 0;
+  // Group grp takes tiles grp, grp + WN, ...: my_tiles of them. Every group goes round the loop the same
+  // number of times (a group with a tile fewer waits at its barrier once more and computes nothing), so
+  // every warp passes the same barriers in the same order. That costs nothing and keeps compute-sanitizer's
+  // racecheck exact: with unequal counts it paired the barrier after the loop wrongly across groups and
+  // reported the groups' maxima written over group 0's ring as a race (H100, 2026-11-24 and -26).
+  const int my_tiles = kv_tiles > grp ? (kv_tiles - grp + WN - 1) / WN : 0, rounds = (kv_tiles + WN - 1) / WN;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < my_tiles) load_stage(s, tile_begin + (grp + s * WN) * BN);
     mojo::cp_async_commit();
   }
-  for (int it = 0; it < my_tiles; ++it) {
+  for (int it = 0; it < rounds; ++it) {
     mojo::cp_async_wait<STAGES - 2>();
     sync_group();
     const int next = it + STAGES - 1;
     if (next < my_tiles) load_stage(next % STAGES, tile_begin + (grp + next * WN) * BN);
     mojo::cp_async_commit();
+    if (it >= my_tiles) continue;
     const unsigned char* kt = ring + (it % STAGES) * STAGE_BYTES;
     const unsigned char* vt = kt + KvTile::BYTES;
     const int k0 = tile_begin + (grp + it * WN) * BN;

@@ -50,10 +50,11 @@ inline unsigned float_bits(float f) {
 // .ftz: subnormal inputs and results become zero of the same sign.
 inline float ftz(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.f, x) : x; }
 
-// cvt.f32.f16: exact.
+// cvt.f32.f16: exact; every NaN becomes the canonical 0x7fffffff, as the H100 does (its sign and payload
+// are dropped: Conformance.ConversionsAndFastMath).
 inline float f16_to_f32(unsigned short h) {
   const unsigned sign = unsigned(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (mant << 13));  // inf, NaN (payload kept)
+  if (exp == 0x1f) return bits_float(mant != 0 ? 0x7fffffffu : sign | 0x7f800000u);
   if (exp != 0) return bits_float(sign | ((exp + 112) << 23) | (mant << 13));
   const float magnitude = std::ldexp(float(mant), -24);  // zero or subnormal, exact
   return sign ? -magnitude : magnitude;

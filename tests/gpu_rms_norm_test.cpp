@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <new>
@@ -165,6 +166,28 @@ TEST_F(GpuFixture, GpuNullPointerIsAPointerErrorNotAFault) {
   const TensorSpec x(DType::f32, {4, 64}), w(DType::f32, {64});
   DeviceBuffer xb(x.nbytes()), wb(w.nbytes());
   EXPECT_THROW(rt->launch("rms_norm", {{x, 0}, xb.as(x), wb.as(w)}), PointerError);
+}
+
+// DeviceBuffer's copies are synchronous: what copy_from_host or fill_bytes wrote is in place for work on any
+// stream, ours being non-blocking (on the H100 a launch right after a pageable copy once read the old bytes).
+TEST_F(GpuFixture, GpuSynchronousCopiesHaveLandedWhenTheyReturn) {
+  const std::size_t words = std::size_t(32) << 20;  // 128 MiB: the DMA outlasts the call's return
+  DeviceBuffer a(words * 4), b(words * 4);
+  std::vector<std::uint32_t> host(words), back(words);
+  Stream stream;
+  for (std::uint32_t round = 1; round <= 3; ++round) {
+    for (std::size_t i = 0; i < words; ++i) host[i] = std::uint32_t(i) * 2654435761u + round;
+    a.copy_from_host(host.data(), words * 4);
+    copy_async(b.ptr(), a.ptr(), words * 4, stream.handle());
+    copy_to_host(back.data(), b.ptr(), words * 4, stream.handle());
+    ASSERT_TRUE(back == host) << "round " << round << ": a copy on another stream read bytes copy_from_host had not landed";
+    a.fill_bytes(std::uint8_t(round));
+    copy_async(b.ptr(), a.ptr(), words * 4, stream.handle());
+    copy_to_host(back.data(), b.ptr(), words * 4, stream.handle());
+    const std::uint32_t filled = 0x01010101u * round;
+    ASSERT_TRUE(std::all_of(back.begin(), back.end(), [&](std::uint32_t w) { return w == filled; }))
+        << "round " << round << ": a copy on another stream read bytes fill_bytes had not written";
+  }
 }
 
 TEST_F(GpuFixture, GpuCacheHitLaunchDoesNotAllocate) {

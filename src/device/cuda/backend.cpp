@@ -105,6 +105,10 @@ class CudaBackend final : public Backend {
   void copy_from_host(void* context, DevicePtr dst, const void* src, std::size_t bytes) const override {
     use_context(context);
     MOJO_CU(cuMemcpyHtoD(dst, src, bytes));
+    // From pageable memory the call returns once the bytes are staged, not landed, and our streams do not
+    // wait for the legacy stream the copy went to (they are non-blocking): without this wait a launch right
+    // after a "synchronous" copy could read the old bytes (the H100 run of 2026-11-26 saw it under load).
+    MOJO_CU(cuStreamSynchronize(CU_STREAM_LEGACY));
   }
   void copy_to_host(void* context, void* dst, DevicePtr src, std::size_t bytes) const override {
     use_context(context);
@@ -113,6 +117,7 @@ class CudaBackend final : public Backend {
   void fill_bytes(void* context, DevicePtr dst, std::uint8_t value, std::size_t bytes) const override {
     use_context(context);
     MOJO_CU(cuMemsetD8(dst, value, bytes));
+    MOJO_CU(cuStreamSynchronize(CU_STREAM_LEGACY));  // a memset of device memory is asynchronous to the host
   }
   void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream) const override {
     MOJO_CU(cuMemcpyDtoDAsync(dst, src, bytes, stream));
