@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <bit>
 
 #include "mojo/error.hpp"
 #include "ops/checks.hpp"
@@ -35,6 +34,36 @@ constexpr OpInfo kRotaryEmbedding{
     .example_shapes = "q=32x32x128 k=32x8x128 cos_sin_cache=40960x128",
 };
 
+// How the kernel cuts a token's rotation into work: the widest vectors (up to 16 bytes) every head start, token
+// start and pointer allow, the cos/sin loads likewise, and the heads a block takes. A block does about 64 vectors
+// (a thread each), so a few tokens still spread over the SMs and a block's warps read whole heads; none of it
+// depends on the token count, so one kernel serves every batch.
+struct Layout {
+  std::int64_t vec = 1, cvec = 1, threads = 64, heads_per_block = 1;
+};
+Layout layout(TensorList t, std::int64_t head_dim, std::int64_t rot_dim, bool neox) {
+  const TensorSpec &q = t[0].spec, &cache = t[3].spec;
+  const std::int64_t size = std::int64_t(dtype_size(q.dtype())), csize = std::int64_t(dtype_size(cache.dtype()));
+  const std::int64_t half = rot_dim / 2;
+  unsigned x_align = std::min({checks::alignment_of(t[0].data), checks::alignment_of(t[1].data),
+                               checks::alignment_of(DevicePtr(rows::token_stride("rotary_embedding", "q", q) * size)),
+                               checks::alignment_of(DevicePtr(rows::token_stride("rotary_embedding", "k", t[1].spec) * size)),
+                               checks::alignment_of(DevicePtr(head_dim * size))});
+  if (neox) x_align = std::min(x_align, checks::alignment_of(DevicePtr(half * size)));
+  Layout l;
+  l.vec = 16 / size;
+  while (l.vec > 1 && (x_align < l.vec * size || (neox ? half : rot_dim) % l.vec != 0)) l.vec /= 2;
+  const std::int64_t pairs = neox ? l.vec : std::max<std::int64_t>(l.vec / 2, 1);
+  const unsigned c_align = std::min({checks::alignment_of(t[3].data), checks::alignment_of(DevicePtr(rot_dim * csize)),
+                                     checks::alignment_of(DevicePtr(half * csize))});
+  l.cvec = std::min<std::int64_t>(pairs, 16 / csize);
+  while (l.cvec > 1 && (c_align < l.cvec * csize || pairs % l.cvec != 0)) l.cvec /= 2;
+  const std::int64_t chunks = half / pairs;
+  l.threads = std::clamp<std::int64_t>((chunks + 31) / 32 * 32, 64, 256);
+  l.heads_per_block = std::max<std::int64_t>(l.threads / chunks, 1);
+  return l;
+}
+
 class RotaryEmbedding final : public OpDef {
  public:
   RotaryEmbedding() : OpDef(kRotaryEmbedding) {}
@@ -63,7 +92,7 @@ class RotaryEmbedding final : public OpDef {
     if (neox != 0 && neox != 1)
       throw InvalidArgumentError(fmt::format("{}: neox is {}; expected 1 (NeoX) or 0 (GPT-J)", name(), neox));
     const std::int64_t heads = q.dim(1), kv_heads = k.dim(1);
-    const std::int64_t pairs = (heads + kv_heads) * rot_dim / 2;
+    const Layout l = layout(t, head_dim, rot_dim, neox != 0);
     Params p;
     p.add_dtype("dtype", q.dtype());
     p.add_dtype("cache", cache.dtype());
@@ -73,8 +102,10 @@ class RotaryEmbedding final : public OpDef {
     p.add("heads", heads);
     p.add("kv_heads", kv_heads);
     p.add("neox", std::int64_t(neox));
-    p.add("threads", std::clamp<std::int64_t>(
-                         std::int64_t(std::bit_ceil(std::uint64_t(std::max<std::int64_t>(pairs, 1)))), 32, 512));
+    p.add("vec", l.vec);
+    p.add("cvec", l.cvec);
+    p.add("threads", l.threads);
+    p.add("hpb", l.heads_per_block);
     return p;
   }
 
@@ -87,17 +118,20 @@ class RotaryEmbedding final : public OpDef {
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
     LaunchGeometry g;
+    const std::int64_t heads = p.get("heads") + p.get("kv_heads"), per_block = p.get("hpb");
     g.grid.x = unsigned(t[0].spec.dim(0));
+    g.grid.y = unsigned((heads + per_block - 1) / per_block);
     g.block.x = unsigned(p.get("threads"));
     return g;
   }
 
   void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
-    const unsigned size = unsigned(dtype_size(p.dtype("dtype")));
-    checks::expect_pointer(name(), "q", t[0].data, size);
-    checks::expect_pointer(name(), "k", t[1].data, size);
+    const unsigned bytes = checks::vector_bytes(p);
+    checks::expect_pointer(name(), "q", t[0].data, bytes);
+    checks::expect_pointer(name(), "k", t[1].data, bytes);
     checks::expect_pointer(name(), "positions", t[2].data, unsigned(dtype_size(t[2].spec.dtype())));
-    checks::expect_pointer(name(), "cos_sin_cache", t[3].data, unsigned(dtype_size(t[3].spec.dtype())));
+    checks::expect_pointer(name(), "cos_sin_cache", t[3].data,
+                           unsigned(p.get("cvec") * std::int64_t(dtype_size(t[3].spec.dtype()))));
     args.push_args(mojo_rotary::Args<void, void, void>{
         .q = ptr(t[0]),
         .k = ptr(t[1]),

@@ -19,7 +19,8 @@ TEST(RotaryOp, ViewsOfQkvAndPartialRotary) {
   TensorSpec pos(DType::i32, {5}), cache(DType::f32, {4096, 64});
   std::vector<Tensor> t = {{q, 0x10000}, {k, 0x10000 + 32 * 128 * 2}, {pos, 0x90000}, {cache, 0xa0000}};
   Params p = op.specialize(t, {{"neox", 0}}, kSm90);
-  EXPECT_EQ(p.str(), "dtype=bf16 cache=f32 pos=i32 head_dim=128 rot_dim=64 heads=32 kv_heads=8 neox=0 threads=512");
+  EXPECT_EQ(p.str(), "dtype=bf16 cache=f32 pos=i32 head_dim=128 rot_dim=64 heads=32 kv_heads=8 neox=0 vec=8 cvec=4 threads=64 hpb=8")
+      << "16-byte vectors of 4 pairs, 8 vectors a rotated head: 8 heads a block of 64 threads";
   KernelArgs a;
   op.pack_args(p, t, {}, 0, a);
   const auto& args = packed<mojo_rotary::Args<void, void, void>>(a);
@@ -68,7 +69,10 @@ TEST_P(RotaryEmbeddingGpu, RotaryEmbeddingNeoxAndGptjInPlace) {
   };
   const std::int64_t max_pos = 4096;
   for (DType d : kFloatTypes)
-    for (Shape s : {Shape{1, 1, 1, 2, 2}, Shape{5, 4, 2, 64, 64}, Shape{7, 32, 8, 128, 64}, Shape{33, 32, 8, 128, 128}})
+    // Heads of 66 features (132 bytes: 4-byte vectors, or single elements for NeoX's halves of 33), blocks
+    // whose last takes fewer heads (6 and 40 heads), partial rotary.
+    for (Shape s : {Shape{1, 1, 1, 2, 2}, Shape{3, 3, 1, 66, 66}, Shape{5, 4, 2, 64, 64}, Shape{7, 32, 8, 128, 64},
+                    Shape{33, 32, 8, 128, 128}})
       for (bool neox : {true, false})
         for (DType pos_type : {DType::i64, DType::i32}) {
           SCOPED_TRACE(fmt::format("{} tokens {} heads {}/{} head_dim {} rot_dim {} neox {} positions {}",
