@@ -9,16 +9,25 @@
 // write mean and rstd). Kernel args: MOJO_LAYER_NORM_ARGS (layer_norm_args.h).
 // Geometry: as rms_norm.
 //
-// Backward params: T, HIDDEN, VEC, THREADS, ROWS. Kernel args:
-// MOJO_LAYER_NORM_BACKWARD_ARGS (layer_norm_args.h), all contiguous.
-// Geometry: block = THREADS * ROWS threads; grid = ceil(rows / ROWS) row blocks
-// + ceil(HIDDEN / 32) column blocks.
+// Backward params: T, HIDDEN, VEC, THREADS, ROWS, PARTIALS. Kernel args:
+// MOJO_LAYER_NORM_BACKWARD_ARGS (layer_norm_args.h), all contiguous. Two
+// forms, both deterministic (no atomics, the same bits on every run):
 //
-// The backward is one launch with two kinds of block. Row blocks compute
-// grad_x a row at a time (the row's two sums need the whole row). Column
-// blocks each own 32 columns of grad_weight and grad_bias: lane = column,
-// warp w sums rows w, w + WARPS, ..., and the warps' sums are added in warp
-// order. No atomics, no workspace, and the same bits on every run.
+// PARTIALS 1, a plan of two steps (every row short enough that a thread's
+// columns fit in registers, HIDDEN <= 16384): step 0, a grid of `parts`
+// blocks (a full wave of the GPU), each taking rows block, block + parts, ...
+// (ROWS at a time): it writes their grad_x and adds their grad_out * xhat and
+// grad_out into per-thread f32 registers, then writes the block's sums as
+// row `block` of partials; step 1 adds the parts' rows in order, 32 columns a
+// block of 256 threads (grid ceil(HIDDEN / 32)). x and grad_out are read once.
+// Block of step 0: THREADS * ROWS threads (ROWS > 1 only for THREADS <= 32).
+//
+// PARTIALS 0, one launch with two kinds of block (wider rows): grid =
+// ceil(rows / ROWS) row blocks + ceil(HIDDEN / 32) column blocks. Row blocks
+// compute grad_x a row at a time (the row's two sums need the whole row).
+// Column blocks each own 32 columns of grad_weight and grad_bias: lane =
+// column, warp w sums rows w, w + WARPS, ..., and the warps' sums are added in
+// warp order. It reads x and grad_out twice.
 #include "mojo_prelude.cuh"
 #include "layer_norm_args.h"
 
@@ -167,6 +176,141 @@ __device__ __forceinline__ void backward_rows(unsigned block, T* __restrict__ gr
   }
 }
 
+// Step 0 of the plan: grad_x of this block's rows, and their partial grad_weight and grad_bias.
+template <class T, int HIDDEN, int VEC, int THREADS, int ROWS>
+__device__ __forceinline__ void backward_rows_and_partials(T* __restrict__ grad_x, const T* __restrict__ grad_out,
+                                                           const T* __restrict__ x, const T* __restrict__ weight,
+                                                           const float* __restrict__ mean,
+                                                           const float* __restrict__ rstd, long long rows,
+                                                           float* __restrict__ partials, long long parts) {
+  static_assert(ROWS == 1 || THREADS <= 32, "several rows per block need narrow rows");
+  constexpr int NV = HIDDEN / VEC;
+  constexpr int ITEMS = (NV + THREADS - 1) / THREADS;
+  using P = mojo::Pack<T, VEC>;
+  __shared__ float scratch[32];
+  const unsigned tid = mojo::thread_x();
+  const int lane = int(tid % THREADS), group = int(tid / THREADS);
+  const long long block = mojo::block_x();
+
+  P w[ITEMS];
+  float dw[ITEMS][VEC], db[ITEMS][VEC];
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int v = lane + i * THREADS;
+    if (v < NV) w[i] = mojo::load<T, VEC>(weight + v * VEC);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) dw[i][j] = db[i][j] = 0.f;
+  }
+  // Every thread of the block goes round as often (the row reductions may be block-wide).
+  for (long long first = block * ROWS; first < rows; first += parts * ROWS) {
+    const long long row = first + group;
+    const bool active = row < rows;
+    const long long offset = (active ? row : 0) * HIDDEN;
+    const float mu = active ? mean[row] : 0.f, rs = active ? rstd[row] : 0.f;
+    P dy[ITEMS], xv[ITEMS];
+    float sum_g = 0.f, sum_gx = 0.f;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int v = lane + i * THREADS;
+      if (active && v < NV) {
+        dy[i] = mojo::load<T, VEC>(grad_out + offset + v * VEC);
+        xv[i] = mojo::load<T, VEC>(x + offset + v * VEC);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          const float d = mojo::to_float(dy[i].v[j]), xhat = (mojo::to_float(xv[i].v[j]) - mu) * rs;
+          const float g = d * mojo::to_float(w[i].v[j]);
+          sum_g += g;
+          sum_gx += g * xhat;
+          dw[i][j] += d * xhat;
+          db[i][j] += d;
+        }
+      }
+    }
+    sum_g = mojo::row_reduce<THREADS>(sum_g, scratch) * (1.0f / HIDDEN);
+    sum_gx = mojo::row_reduce<THREADS>(sum_gx, scratch) * (1.0f / HIDDEN);
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int v = lane + i * THREADS;
+      if (active && v < NV) {
+        P o;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          const float g = mojo::to_float(dy[i].v[j]) * mojo::to_float(w[i].v[j]);
+          const float xhat = (mojo::to_float(xv[i].v[j]) - mu) * rs;
+          o.v[j] = mojo::from_float<T>(rs * (g - sum_g - xhat * sum_gx));
+        }
+        mojo::store<T, VEC>(grad_x + offset + v * VEC, o);
+      }
+    }
+  }
+
+  // The block's partial: its row groups' sums added in group order (narrow rows), then row `block`.
+  float* const part_w = partials + block * HIDDEN;
+  float* const part_b = partials + (parts + block) * HIDDEN;
+  if constexpr (ROWS == 1) {
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int v = lane + i * THREADS;
+      if (v < NV)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          part_w[v * VEC + j] = dw[i][j];
+          part_b[v * VEC + j] = db[i][j];
+        }
+    }
+  } else {
+    __shared__ float sums[2][HIDDEN];
+    for (int g = 0; g < ROWS; ++g) {
+      if (group == g)
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+          const int v = lane + i * THREADS;
+          if (v < NV)
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+              const int c = v * VEC + j;
+              sums[0][c] = g == 0 ? dw[i][j] : sums[0][c] + dw[i][j];
+              sums[1][c] = g == 0 ? db[i][j] : sums[1][c] + db[i][j];
+            }
+        }
+      mojo::sync_block();
+    }
+    for (int c = int(tid); c < HIDDEN; c += THREADS * ROWS) {
+      part_w[c] = sums[0][c];
+      part_b[c] = sums[1][c];
+    }
+  }
+}
+
+// Step 1 of the plan: grad_weight and grad_bias, the parts' rows added in order, 32 columns a block of 256.
+template <class T, int HIDDEN>
+__device__ __forceinline__ void backward_add_partials(T* __restrict__ grad_weight, T* __restrict__ grad_bias,
+                                                      const float* __restrict__ partials, long long parts) {
+  constexpr int WARPS = 8;
+  __shared__ float partial_w[WARPS][32], partial_b[WARPS][32];
+  const unsigned tid = mojo::thread_x();
+  const int lane = int(tid % 32), warp = int(tid / 32);
+  const int col = int(mojo::block_x()) * 32 + lane;
+  float dw = 0.f, db = 0.f;
+  if (col < HIDDEN)
+    for (long long p = warp; p < parts; p += WARPS) {
+      dw += partials[p * HIDDEN + col];
+      db += partials[(parts + p) * HIDDEN + col];
+    }
+  partial_w[warp][lane] = dw;
+  partial_b[warp][lane] = db;
+  mojo::sync_block();
+  if (warp == 0 && col < HIDDEN) {
+#pragma unroll
+    for (int w = 1; w < WARPS; ++w) {
+      dw += partial_w[w][lane];
+      db += partial_b[w][lane];
+    }
+    grad_weight[col] = mojo::from_float<T>(dw);
+    grad_bias[col] = mojo::from_float<T>(db);
+  }
+}
+
 // grad_weight and grad_bias for 32 columns per block.
 template <class T, int HIDDEN, int BLOCK>
 __device__ __forceinline__ void backward_columns(unsigned block, T* __restrict__ grad_weight,
@@ -225,3 +369,15 @@ __device__ __forceinline__ void backward_columns(unsigned block, T* __restrict__
   MOJO_LAYER_NORM_KERNEL(NAME, P::dtype, P::hidden, P::vec, P::threads, P::rows, P::stats)
 #define MOJO_KERNEL_layer_norm_backward(NAME, P) \
   MOJO_LAYER_NORM_BACKWARD_KERNEL(NAME, P::dtype, P::hidden, P::vec, P::threads, P::rows)
+// The plan's steps (PARTIALS 1). Step 0 is bounded to MIN_BLOCKS blocks an SM: its grid is that many a
+// SM, one wave, so the registers must allow them.
+#define MOJO_LAYER_NORM_BACKWARD_PARTIALS(NAME, P)                                                             \
+  extern "C" __global__ void __launch_bounds__(P::step == 0 ? P::threads * P::rows : 256,                   \
+                                               P::step == 0 ? P::min_blocks : 1)                            \
+      NAME(MOJO_ARG_PARAMS(MOJO_LAYER_NORM_BACKWARD_ARGS, P::dtype)) {                                       \
+    if constexpr (P::step == 0)                                                                              \
+      mojo_layer_norm::backward_rows_and_partials<P::dtype, P::hidden, P::vec, P::threads, P::rows>(         \
+          grad_x, grad_out, x, weight, mean, rstd, rows, partials, parts);                                   \
+    else                                                                                                     \
+      mojo_layer_norm::backward_add_partials<P::dtype, P::hidden>(grad_weight, grad_bias, partials, parts);  \
+  }

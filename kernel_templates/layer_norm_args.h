@@ -29,7 +29,9 @@
   ARG(const T* __restrict__, weight) /* [HIDDEN] */                  \
   ARG(const float* __restrict__, mean) /* [rows], from layer_norm */ \
   ARG(const float* __restrict__, rstd) /* [rows], from layer_norm */ \
-  ARG(long long, rows)
+  ARG(long long, rows)                                               \
+  ARG(float* __restrict__, partials) /* the plan's: [2][parts][HIDDEN] */ \
+  ARG(long long, parts) /* blocks of the row step, one partial each */
 
 namespace mojo_layer_norm {
 template <class T>

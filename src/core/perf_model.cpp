@@ -30,6 +30,8 @@ SmLimits sm_limits(const Target& target) {
                               target.sm_name()));
 }
 
+int reference_sm_count(const Target& target) { return target.sm >= 80 ? sm_limits(target).sm_count : 100; }
+
 Roofline roofline(const Target& target) {
   (void)sm_limits(target);  // the same families, the same error for an older target
   if (target.sm >= 100) return {8.0e12, 2250e12, 80e12, "B200 datasheet (HGX, 1000 W)"};

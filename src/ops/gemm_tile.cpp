@@ -26,11 +26,6 @@ unsigned smem_optin_bytes(const Target& t) {
   return 99 * 1024;
 }
 
-// The SMs of the target's reference GPU (the performance model's, mojo/perf_model.hpp): the params come from
-// the target alone (they are part of the cache key), so this is not a device query. Tensor-core tiles need
-// sm_80 or newer; an older target gets here only for the exact f32 tile, which needs no count.
-int reference_sms(const Target& t) { return t.sm >= 80 ? sm_limits(t).sm_count : 100; }
-
 // A tensor-core tile for `element_bytes` inputs on `target`: tf32 steps K by
 // 16 (4-byte fragments need the registers), and the pipeline is as deep as
 // the target's shared memory allows.
@@ -68,7 +63,7 @@ Params with_tile(const Params& p, const TileConfig& c) {
 TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, bool tf32, const Target& target,
                      bool wgmma_ok, std::int64_t batch, Path path) {
   if (dtype == DType::f32 && !tf32) return {64, 64, 16, 2, 4, 1, 4, false};  // 256 threads of 4 x 4 outputs
-  const std::int64_t sms = reference_sms(target);
+  const std::int64_t sms = reference_sm_count(target);
   auto tiles = [&](const TileConfig& c) { return ((m + c.bm - 1) / c.bm) * ((n + c.bn - 1) / c.bn) * batch; };
   if (path == Path::sm90) return fit(n > 128 ? kWgmmaWide : kWgmmaNarrow, 2, target);
   if (wgmma_ok && m > 64 && path == Path::any) {

@@ -21,12 +21,40 @@ TEST(LayerNormOp, StatsAreOptionalButComeInPairs) {
             "layer_norm: bias has shape [4095]; expected [4096] (the last dim of x)");
 }
 
-TEST(LayerNormBackwardOp, ColumnBlocksFollowTheRowBlocks) {
+// Rows whose columns fit a thread's registers: a plan of two steps, the rows over one wave of blocks (three
+// blocks of 256 an SM, 132 SMs; fewer when there are fewer rows) writing a partial each, then 32 columns a
+// block adding them. Wider rows: one launch of row blocks, then 32-column blocks.
+TEST(LayerNormBackwardOp, PartialsPlanOrRowAndColumnBlocks) {
   const OpDef& op = find_op("layer_norm_backward");
   auto t = example(op, DType::bf16, "x=100x4096");
   Params p = op.specialize(t, {}, kSm90);
-  LaunchGeometry g = op.geometry(p, t);
-  EXPECT_EQ(g.grid.x, 100u + 4096u / 32u) << "100 row blocks, then 128 blocks of 32 columns";
+  EXPECT_EQ(p.str(), "dtype=bf16 hidden=4096 vec=8 threads=256 rows=1 partials=1 min_blocks=3 max_parts=396");
+  const std::vector<Params> steps = op.plan(p);
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(op.geometry(steps[0], t).grid.x, 100u) << "a block a row: fewer rows than SMs";
+  EXPECT_EQ(op.geometry(steps[0], t).block.x, 256u);
+  EXPECT_EQ(op.geometry(steps[1], t).grid.x, 4096u / 32u);
+  EXPECT_EQ(op.workspace_bytes(p, t), 2u * 100 * 4096 * 4) << "grad_weight's and grad_bias's partial of each block";
+  auto blocks = [&](const char* shapes, const Target& target = kSm90) {
+    t = example(op, DType::bf16, shapes);
+    return op.geometry(op.plan(op.specialize(t, {}, target))[0], t).grid.x;
+  };
+  EXPECT_EQ(blocks("x=16384x4096"), 396u) << "a wave: 3 blocks on each of 132 SMs, 41 or 42 rows each";
+  EXPECT_EQ(blocks("x=4096x4096"), 256u) << "16 rows a block (the partials would cost more than the rows)";
+  EXPECT_EQ(blocks("x=1000x4096"), 132u) << "at least a block an SM";
+  EXPECT_EQ(blocks("x=16384x4096", Target::parse("sm_80")), 324u) << "the A100's 108 SMs";
+  EXPECT_EQ(op.specialize(example(op, DType::bf16, "x=4096x1024"), {}, kSm90).str(),
+            "dtype=bf16 hidden=1024 vec=8 threads=32 rows=8 partials=1 min_blocks=2 max_parts=264")
+      << "narrow rows: 8 a block, 4 vectors a thread (128 registers: 2 blocks an SM)";
+
+  t = example(op, DType::bf16, "x=100x20000");
+  p = op.specialize(t, {}, kSm90);
+  EXPECT_EQ(p.get("partials"), 0) << "40 columns a thread: too many registers";
+  EXPECT_EQ(op.specialize(example(op, DType::f32, "x=8x16384"), {}, kSm90).get("partials"), 0)
+      << "32 f32 columns a thread, and their vectors of x and grad_out: too many registers";
+  EXPECT_EQ(op.plan(p).size(), 1u);
+  const LaunchGeometry g = op.geometry(p, t);
+  EXPECT_EQ(g.grid.x, 100u + 20000u / 32u) << "100 row blocks, then 625 blocks of 32 columns";
   EXPECT_EQ(g.block.x % 32u, 0u);
 }
 
@@ -99,7 +127,10 @@ TEST_P(LayerNormGpu, LayerNormWithAndWithoutMeanAndRstd) {
 
 TEST_P(LayerNormGpu, LayerNormBackwardIsCorrectAndDeterministic) {
   for (DType d : kFloatTypes)
-    for (Rows s : {Rows{1, 2}, Rows{3, 31}, Rows{7, 4097}, Rows{64, 4096}, Rows{1000, 64}}) {
+    // Narrow rows (several a block), rows over one block each, 140 rows over a wave of 132 blocks (some take
+    // two), and 20000 columns (the one-launch form).
+    for (Rows s : {Rows{1, 2}, Rows{3, 31}, Rows{7, 4097}, Rows{64, 4096}, Rows{1000, 64}, Rows{140, 4100},
+                   Rows{3, 20000}}) {
       SCOPED_TRACE(fmt::format("{} {}", dtype_name(d), str(s)));
       const std::int64_t n = s.rows * s.cols;
       const TensorSpec x(d, {s.rows, s.cols}), v(d, {s.cols}), st(DType::f32, {s.rows});
