@@ -282,20 +282,24 @@ __device__ __forceinline__ void backward_rows_and_partials(T* __restrict__ grad_
   }
 }
 
-// Step 1 of the plan: grad_weight and grad_bias, the parts' rows added in order, 32 columns a block of 256.
-template <class T, int HIDDEN>
-__device__ __forceinline__ void backward_add_partials(T* __restrict__ grad_weight, T* __restrict__ grad_bias,
-                                                      const float* __restrict__ partials, long long parts) {
-  constexpr int WARPS = 8;
+// grad_weight and grad_bias of the 32 columns of block `block`: warp w adds terms w, w + WARPS, ... of its
+// lane's column (term(i, col) gives both), and the warps' sums are added in warp order.
+struct Pair {
+  float w, b;
+};
+template <class T, int HIDDEN, int WARPS, class Term>
+__device__ __forceinline__ void column_sums(unsigned block, T* __restrict__ grad_weight, T* __restrict__ grad_bias,
+                                            long long terms, Term term) {
   __shared__ float partial_w[WARPS][32], partial_b[WARPS][32];
   const unsigned tid = mojo::thread_x();
   const int lane = int(tid % 32), warp = int(tid / 32);
-  const int col = int(mojo::block_x()) * 32 + lane;
+  const int col = int(block) * 32 + lane;
   float dw = 0.f, db = 0.f;
   if (col < HIDDEN)
-    for (long long p = warp; p < parts; p += WARPS) {
-      dw += partials[p * HIDDEN + col];
-      db += partials[(parts + p) * HIDDEN + col];
+    for (long long i = warp; i < terms; i += WARPS) {
+      const Pair t = term(i, col);
+      dw += t.w;
+      db += t.b;
     }
   partial_w[warp][lane] = dw;
   partial_b[warp][lane] = db;
@@ -311,37 +315,25 @@ __device__ __forceinline__ void backward_add_partials(T* __restrict__ grad_weigh
   }
 }
 
-// grad_weight and grad_bias for 32 columns per block.
+// Step 1 of the plan: the parts' rows of partials added in order, 32 columns a block of 256 threads.
+template <class T, int HIDDEN>
+__device__ __forceinline__ void backward_add_partials(T* __restrict__ grad_weight, T* __restrict__ grad_bias,
+                                                      const float* __restrict__ partials, long long parts) {
+  column_sums<T, HIDDEN, 8>(mojo::block_x(), grad_weight, grad_bias, parts, [&](long long p, int col) {
+    return Pair{partials[p * HIDDEN + col], partials[(parts + p) * HIDDEN + col]};
+  });
+}
+
+// The one-launch form's column blocks: the rows' terms, from grad_out and x again.
 template <class T, int HIDDEN, int BLOCK>
 __device__ __forceinline__ void backward_columns(unsigned block, T* __restrict__ grad_weight,
                                                  T* __restrict__ grad_bias, const T* __restrict__ grad_out,
                                                  const T* __restrict__ x, const float* __restrict__ mean,
                                                  const float* __restrict__ rstd, long long rows) {
-  constexpr int WARPS = BLOCK / 32;
-  __shared__ float partial_w[WARPS][32], partial_b[WARPS][32];
-  const unsigned tid = mojo::thread_x();
-  const int lane = int(tid % 32), warp = int(tid / 32);
-  const int col = int(block) * 32 + lane;
-  float dw = 0.f, db = 0.f;
-  if (col < HIDDEN) {
-    for (long long r = warp; r < rows; r += WARPS) {
-      const float dy = mojo::to_float(grad_out[r * HIDDEN + col]);
-      dw += dy * (mojo::to_float(x[r * HIDDEN + col]) - mean[r]) * rstd[r];
-      db += dy;
-    }
-  }
-  partial_w[warp][lane] = dw;
-  partial_b[warp][lane] = db;
-  mojo::sync_block();
-  if (warp == 0 && col < HIDDEN) {
-#pragma unroll
-    for (int w = 1; w < WARPS; ++w) {
-      dw += partial_w[w][lane];
-      db += partial_b[w][lane];
-    }
-    grad_weight[col] = mojo::from_float<T>(dw);
-    grad_bias[col] = mojo::from_float<T>(db);
-  }
+  column_sums<T, HIDDEN, BLOCK / 32>(block, grad_weight, grad_bias, rows, [&](long long r, int col) {
+    const float dy = mojo::to_float(grad_out[r * HIDDEN + col]);
+    return Pair{dy * (mojo::to_float(x[r * HIDDEN + col]) - mean[r]) * rstd[r], dy};
+  });
 }
 
 }  // namespace mojo_layer_norm
