@@ -105,6 +105,22 @@ __device__ __forceinline__ void forward(T* __restrict__ out, float* __restrict__
   }
 }
 
+// One vector of grad_x = rstd (g - mean(g) - xhat mean(g xhat)), g = grad_out * weight, xhat = (x - mean) rstd;
+// mean_g and mean_gx are the row's means of g and g * xhat.
+template <class T, int VEC>
+__device__ __forceinline__ mojo::Pack<T, VEC> grad_x_of(const mojo::Pack<T, VEC>& dy, const mojo::Pack<T, VEC>& xv,
+                                                      const mojo::Pack<T, VEC>& w, float mu, float rs, float mean_g,
+                                                      float mean_gx) {
+  mojo::Pack<T, VEC> o;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    const float g = mojo::to_float(dy.v[j]) * mojo::to_float(w.v[j]);
+    const float xhat = (mojo::to_float(xv.v[j]) - mu) * rs;
+    o.v[j] = mojo::from_float<T>(rs * (g - mean_g - xhat * mean_gx));
+  }
+  return o;
+}
+
 // grad_x for ROWS rows per block.
 template <class T, int HIDDEN, int VEC, int THREADS, int ROWS>
 __device__ __forceinline__ void backward_rows(unsigned block, T* __restrict__ grad_x, const T* __restrict__ grad_out,
@@ -164,14 +180,7 @@ __device__ __forceinline__ void backward_rows(unsigned block, T* __restrict__ gr
         xv = mojo::load<T, VEC>(x + offset + v * VEC);
       }
       const P w = mojo::load<T, VEC>(weight + v * VEC);
-      P o;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const float g = mojo::to_float(dy.v[j]) * mojo::to_float(w.v[j]);
-        const float xhat = (mojo::to_float(xv.v[j]) - mu) * rs;
-        o.v[j] = mojo::from_float<T>(rs * (g - sum_g - xhat * sum_gx));
-      }
-      mojo::store<T, VEC>(grad_x + offset + v * VEC, o);
+      mojo::store<T, VEC>(grad_x + offset + v * VEC, grad_x_of<T, VEC>(dy, xv, w, mu, rs, sum_g, sum_gx));
     }
   }
 }
@@ -232,14 +241,8 @@ __device__ __forceinline__ void backward_rows_and_partials(T* __restrict__ grad_
     for (int i = 0; i < ITEMS; ++i) {
       const int v = lane + i * THREADS;
       if (active && v < NV) {
-        P o;
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          const float g = mojo::to_float(dy[i].v[j]) * mojo::to_float(w[i].v[j]);
-          const float xhat = (mojo::to_float(xv[i].v[j]) - mu) * rs;
-          o.v[j] = mojo::from_float<T>(rs * (g - sum_g - xhat * sum_gx));
-        }
-        mojo::store<T, VEC>(grad_x + offset + v * VEC, o);
+        mojo::store<T, VEC>(grad_x + offset + v * VEC,
+                            grad_x_of<T, VEC>(dy[i], xv[i], w[i], mu, rs, sum_g, sum_gx));
       }
     }
   }

@@ -31,6 +31,14 @@ inline unsigned alignment_of(DevicePtr p) noexcept {
   return a;
 }
 
+// The most elements of `element_bytes` each (a power of two, at most 16 bytes) that one load may move where
+// every access starts `alignment`-aligned and the vectors must tile `count` elements exactly.
+inline std::int64_t widest_vector(std::int64_t count, std::int64_t element_bytes, unsigned alignment) noexcept {
+  std::int64_t vec = 16 / element_bytes;
+  while (vec > 1 && (count % vec != 0 || alignment < vec * element_bytes)) vec /= 2;
+  return vec;
+}
+
 inline void expect_dtype_in(std::string_view op, std::string_view arg, DType dtype,
                             std::span<const DType> allowed) {
   if (std::find(allowed.begin(), allowed.end(), dtype) != allowed.end()) return;

@@ -51,13 +51,11 @@ Layout layout(TensorList t, std::int64_t head_dim, std::int64_t rot_dim, bool ne
                                checks::alignment_of(DevicePtr(head_dim * size))});
   if (neox) x_align = std::min(x_align, checks::alignment_of(DevicePtr(half * size)));
   Layout l;
-  l.vec = 16 / size;
-  while (l.vec > 1 && (x_align < l.vec * size || (neox ? half : rot_dim) % l.vec != 0)) l.vec /= 2;
+  l.vec = checks::widest_vector(neox ? half : rot_dim, size, x_align);
   const std::int64_t pairs = neox ? l.vec : std::max<std::int64_t>(l.vec / 2, 1);
   const unsigned c_align = std::min({checks::alignment_of(t[3].data), checks::alignment_of(DevicePtr(rot_dim * csize)),
                                      checks::alignment_of(DevicePtr(half * csize))});
-  l.cvec = std::min<std::int64_t>(pairs, 16 / csize);
-  while (l.cvec > 1 && (c_align < l.cvec * csize || pairs % l.cvec != 0)) l.cvec /= 2;
+  l.cvec = checks::widest_vector(pairs, csize, c_align);  // a unit's cos (and sin) run: `pairs` of them
   const std::int64_t chunks = half / pairs;
   l.threads = std::clamp<std::int64_t>((chunks + 31) / 32 * 32, 64, 256);
   l.heads_per_block = std::max<std::int64_t>(l.threads / chunks, 1);

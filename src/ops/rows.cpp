@@ -86,8 +86,7 @@ Layout pick(std::int64_t cols, DType dtype, std::initializer_list<Tensor> tensor
 Layout pick_aligned(std::int64_t cols, DType dtype, unsigned alignment, std::int64_t max_threads) {
   const std::int64_t size = std::int64_t(dtype_size(dtype));
   Layout l;
-  l.vec = 16 / size;
-  while (l.vec > 1 && (cols % l.vec != 0 || alignment < l.vec * size)) l.vec /= 2;
+  l.vec = checks::widest_vector(cols, size, alignment);
 
   const std::int64_t vectors = cols / l.vec;
   if (vectors <= 16) {  // narrow rows: a few lanes per row, many rows per 128-thread block
