@@ -336,6 +336,62 @@ struct RowTile {
   }
 };
 
+// ---- a row split over CHUNKS blocks (sample, softmax of few long rows) ----------
+// Block c of a row reads the row's vectors [first, end): chunk c of CHUNKS.
+template <class T, int COLS, int VEC, int THREADS, int CHUNKS>
+struct RowChunk {
+  static_assert(COLS % VEC == 0, "VEC must divide the row length");
+  enum : int { NV = COLS / VEC, CV = (NV + CHUNKS - 1) / CHUNKS };  // vectors a row, a chunk
+  int first, end;
+  __device__ __forceinline__ explicit RowChunk(int c)
+      : first(c * CV < NV ? c * CV : NV), end(c * CV + CV < NV ? c * CV + CV : NV) {}
+  // f(column, value) for every element of the chunk of `row`, VEC at a time, spread over the block.
+  template <class F> __device__ __forceinline__ void for_each(const T* row, F f) const {
+#pragma unroll 4
+    for (int v = first + int(thread_x()); v < end; v += THREADS) {
+      const Pack<T, VEC> p = load<T, VEC>(row + v * VEC);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) f(v * VEC + j, to_float(p.v[j]));
+    }
+  }
+};
+
+// The max of some values and the sum of exp(x - max) over them, in one pass
+// (the running sum is rescaled when the max grows). -inf and NaN add nothing.
+struct OnlineSum {
+  float max = neg_inf(), sum = 0.f;
+  __device__ __forceinline__ void add(float x) {
+    if (!(x > neg_inf())) return;
+    if (x > max) {
+      sum *= exp_approx(max - x);
+      max = x;
+    }
+    sum += exp_approx(x - max);
+  }
+  // Another part's, as if its values had been added here.
+  __device__ __forceinline__ void merge(float other_max, float other_sum) {
+    if (!(other_sum > 0.f)) return;
+    if (other_max > max) {
+      sum = sum * exp_approx(max - other_max);
+      max = other_max;
+    }
+    sum += other_sum * exp_approx(other_max - max);
+  }
+  // Over the block: every thread gets the block's max and sum (in the same order on every run).
+  template <int THREADS> __device__ __forceinline__ OnlineSum block(float* scratch) const {
+    OnlineSum r;
+    r.max = block_reduce<THREADS>(max, scratch, Max());
+    r.sum = block_sum<THREADS>(sum == 0.f ? 0.f : sum * exp_approx(max - r.max), scratch);
+    return r;
+  }
+  // The parts parts[2 * i] (max), parts[2 * i + 1] (sum) for i < n, merged in order.
+  __device__ __forceinline__ static OnlineSum of_parts(const float* parts, int n) {
+    OnlineSum r;
+    for (int i = 0; i < n; ++i) r.merge(parts[2 * i], parts[2 * i + 1]);
+    return r;
+  }
+};
+
 // ---- shared memory: addresses, counters, a block-wide prefix sum ---------------
 #if defined(MOJO_CPU)
 __device__ __forceinline__ unsigned smem_address(const void* p) { return cpu::api().smem_address(p); }
@@ -359,6 +415,37 @@ __device__ __forceinline__ void shared_add(unsigned* p, unsigned v) {
 }
 __device__ __forceinline__ void shared_add(unsigned long long* p, unsigned long long v) {
   asm volatile("red.shared.add.u64 [%0], %1;" ::"r"(smem_address(p)), "l"(v) : "memory");
+}
+#endif
+
+// ---- blocks that pass results through global memory -----------------------------
+// The last block of a group to finish a step does the group's merge: each
+// block writes its part, then arrive()s at the group's counter (which starts
+// at 0); the block that sees blocks - 1 is the last, and after a fence_gpu()
+// it reads every part with load_gpu(). No block waits for another, so this
+// needs no co-residency (unlike a grid barrier), and the CPU device, which
+// runs blocks on several OS threads, gives the same result.
+#if defined(MOJO_CPU)
+// acq_rel: TSan sees the writes before one block's arrival happen before the last block's reads.
+__device__ __forceinline__ unsigned arrive(unsigned* counter) {
+  return __atomic_fetch_add(counter, 1u, __ATOMIC_ACQ_REL);
+}
+__device__ __forceinline__ void fence_gpu() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+__device__ __forceinline__ unsigned long long load_gpu(const unsigned long long* p) {
+  return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+#else
+__device__ __forceinline__ unsigned arrive(unsigned* counter) {
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+  return old;
+}
+__device__ __forceinline__ void fence_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+// From L2, never a stale line of this SM's L1: another block wrote it during this launch.
+__device__ __forceinline__ unsigned long long load_gpu(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
 }
 #endif
 

@@ -10,17 +10,18 @@
 //   A token listed with count 0 (seen in the prompt only) gets the repetition
 //   penalty alone. The ids of a request are distinct; -1 pads.
 //
-// sample (one block per request): a token drawn from softmax(logits[r]) kept
-//   to its top_k (0: all; ties with the k-th logit are kept), then to the
-//   smallest set of highest tokens holding top_p of that mass, then to tokens
-//   with probability >= min_p times the highest's. No sort and no softmax in
-//   memory: the thresholds are found by radix select on the logits' order
-//   keys (8 bits a pass, 2 to 4 passes), with counts or fixed-point
-//   probability masses per bin, and the draw is the inverse CDF over the kept
-//   tokens in vocabulary order at the request's Philox uniform. top_k = 1 is
-//   greedy: the first of the highest logits, no random number. A row with no
-//   finite logit gives token -1. Optional logprobs: log_softmax(logits) at
-//   the token (before any filter).
+// sample (CHUNKS blocks per request, a plan of kPhases launches): a token
+//   drawn from softmax(logits[r]) kept to its top_k (0: all; ties with the
+//   k-th logit are kept), then to the smallest set of highest tokens holding
+//   top_p of that mass, then to tokens with probability >= min_p times the
+//   highest's. No sort and no softmax in memory: the thresholds are found by
+//   radix select on the logits' order keys (8 bits a phase, 2 to 4 phases a
+//   filter), with counts or fixed-point probability masses per bin, and the
+//   draw is the inverse CDF over the kept tokens in vocabulary order at the
+//   request's Philox uniform. top_k = 1 is greedy: the first of the highest
+//   logits, no random number. A row with no finite logit gives token -1.
+//   Optional logprobs: log_softmax(logits) at the token (before any filter).
+//   The phases are described at sample() below.
 //
 // reject_sample (one block per request): speculative decoding's chain check.
 //   Draft token j is accepted while u_j * draft_probs[j, t] < target_probs[j, t];
@@ -37,8 +38,9 @@
 //
 // Params: T (logits or probabilities), I (token ids, top_k: int or long
 // long), VOCAB, VEC (elements per load), THREADS, BLOCKS for the
-// temperature step and SPEC for reject_sample. Geometry: block = THREADS,
-// grid = rows (the temperature step: rows * BLOCKS). Kernel args (sampling_args.h):
+// temperature step, CHUNKS for sample and SPEC for reject_sample. Geometry:
+// block = THREADS, grid = rows (the temperature step: rows * BLOCKS; sample:
+// rows * CHUNKS, each phase). Kernel args (sampling_args.h):
 //   apply_penalties_temperature, step 0: MOJO_SAMPLING_TEMPERATURE_ARGS; step 1: MOJO_SAMPLING_PENALTY_ARGS
 //   sample: MOJO_SAMPLING_SAMPLE_ARGS; reject_sample: MOJO_SAMPLING_REJECT_ARGS
 #include "mojo_prelude.cuh"
@@ -68,89 +70,13 @@ template <class T> __device__ __forceinline__ unsigned order_key(float x) {
   return ((b & 0x80000000u) ? ~b : b | 0x80000000u) >> (32 - kKeyBits<T>);
 }
 
-// f(i, value) for every element of a row, VEC at a time, spread over the block.
-template <class T, int VOCAB, int VEC, int THREADS, class F>
-__device__ __forceinline__ void for_each(const T* row, F f) {
-  constexpr int NV = VOCAB / VEC;
-#pragma unroll 4
-  for (int v = int(mojo::thread_x()); v < NV; v += THREADS) {
-    const mojo::Pack<T, VEC> p = mojo::load<T, VEC>(row + v * VEC);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) f(v * VEC + j, mojo::to_float(p.v[j]));
-  }
-}
-
+// draw's shared memory.
 struct Shared {
-  float reduce[32];
-  u64 bins[256];
-  u64 lane_sums[32];  // select_threshold: per lane of warp 0; draw: per warp's segment
+  u64 lane_sums[32];  // per warp's segment
   unsigned prefix;
   u64 want;
   long long chosen;
 };
-
-// The largest key t such that the weight of the tokens with key >= t (and
-// >= floor) is at least `want` (weight(l): 1 to count tokens, a mass to
-// weigh them); `fraction` > 0 sets want to that fraction of the total
-// weight instead. Radix select from the top byte: a histogram of the weight
-// per byte value of the keys that match the bytes chosen so far, then the
-// byte where the weight from the top reaches what is still wanted. Every
-// thread gets the result.
-template <class T, int VOCAB, int VEC, int THREADS, class W>
-__device__ unsigned select_threshold(const T* row, unsigned floor, u64 want, float fraction, W weight, Shared& s) {
-  constexpr int KEY_BITS = kKeyBits<T>;
-  const unsigned tid = mojo::thread_x();
-  unsigned prefix = 0;
-#pragma unroll 1
-  for (int pass = 0; pass < KEY_BITS / 8; ++pass) {
-    const int shift = KEY_BITS - 8 * (pass + 1);
-    for (unsigned b = tid; b < 256; b += THREADS) s.bins[b] = 0;
-    if (tid == 0) {  // bin 0, when the weight never reaches want
-      s.prefix = prefix << 8;
-      s.want = want;
-    }
-    mojo::sync_block();
-    for_each<T, VOCAB, VEC, THREADS>(row, [&](int, float l) {
-      const unsigned key = order_key<T>(l);
-      if (key < floor || (pass > 0 && (key >> (shift + 8)) != prefix)) return;
-      const u64 w = weight(l);
-      if (w != 0) mojo::shared_add(&s.bins[(key >> shift) & 255u], w);
-    });
-    mojo::sync_block();
-    u64 sum = 0;  // warp 0: lane i sums bins 255 - 8i down to 248 - 8i
-    if (tid < 32)
-      for (int b = 255 - 8 * int(tid); b > 247 - 8 * int(tid); --b) sum += s.bins[b];
-    if (tid < 32) s.lane_sums[tid] = sum;
-    mojo::sync_block();
-    if (tid < 32) {  // the lane whose bins hold the point where the weight from the top reaches want finds the bin
-      u64 above = 0, total = 0;
-      for (int i = 0; i < 32; ++i) {
-        if (i < int(tid)) above += s.lane_sums[i];
-        total += s.lane_sums[i];
-      }
-      if (pass == 0 && fraction > 0.f) {
-        const double exact = double(total) * double(fraction);
-        want = u64(exact);
-        if (double(want) < exact || want == 0) ++want;  // ceil, and at least the top token
-      }
-      if (above < want && want <= above + sum) {
-        for (int b = 255 - 8 * int(tid);; --b) {
-          if (above + s.bins[b] >= want) {
-            s.prefix = (prefix << 8) | unsigned(b);
-            s.want = want - above;
-            break;
-          }
-          above += s.bins[b];
-        }
-      }
-    }
-    mojo::sync_block();
-    prefix = s.prefix;
-    want = s.want;
-    mojo::sync_block();  // read by all before the next pass rewrites them
-  }
-  return prefix;
-}
 
 // Index i drawn with probability weight(i) / sum of weights, by the inverse
 // CDF in index order at r / 2^24 (greedy: the first index of nonzero
@@ -219,55 +145,251 @@ __device__ long long draw(W weight, unsigned r24, bool greedy, u64* scan, Shared
   return chosen;
 }
 
-template <class T, class I, int VOCAB, int VEC, int THREADS>
+// ---- sample: a plan of kPhases<T> launches of one kernel ----------------------------
+// Row r is split into CHUNKS chunks of vectors, block (r, c) reads chunk c,
+// and the blocks of a row pass their parts on through the workspace. Phase:
+//   0          stats: each chunk's max and sum of exp(l - max) (online);
+//   1 .. D     top-k: the radix select of the k-th highest key, digit d (8 bits) in phase 1 + d;
+//   D+1 .. 2D  top-p: the select of the highest key where the mass from the top reaches top_p of the
+//              mass top-k kept, digit d in phase D + 1 + d;
+//   2D + 1     each chunk's kept mass; the row's last block finds the chunk that holds the draw's point;
+//   2D + 2     that chunk's block finds the token.
+// A select phase histograms its chunk's weights (counts, or masses) by the
+// digit into kCopies copies in shared memory: lane l adds to copy l % kCopies,
+// so that tied keys make no more atomics collide than spread ones. Each block
+// writes its histogram, and the row's last block to arrive (mojo::arrive)
+// merges them and picks the digit. A filter a row does not use makes its
+// phases return at once. Every phase reads each chunk once at most, so the
+// time does not depend on the values: ties, a single spike or -inf rows cost
+// what random logits cost.
+template <class T> constexpr int kDigits = kKeyBits<T> / 8;
+template <class T> constexpr int kPhases = MOJO_SAMPLE_PHASES(kKeyBits<T>);
+constexpr int kCopies = 16;
+
+template <int THREADS>
+struct SampleShared {
+  u64 hist[256 * kCopies];  // [digit value][copy]
+  u64 bins[256];
+  u64 lane_sums[32];
+  u64 scan[2 * THREADS];
+  float reduce[32];
+  u64 want;
+  unsigned prefix;
+  int last;
+  long long chosen;
+};
+
+// Whether this block is the last of its row's CHUNKS to arrive at `counter`; the last one may then read
+// every block's writes made before its arrival (with load_gpu).
+template <int CHUNKS, int THREADS>
+__device__ __forceinline__ bool last_to_arrive(unsigned* counter, SampleShared<THREADS>& s) {
+  mojo::fence_gpu();  // each thread's writes, before the arrival
+  mojo::sync_block();
+  if (mojo::thread_x() == 0) s.last = mojo::arrive(counter) == unsigned(CHUNKS - 1);
+  mojo::sync_block();
+  const bool last = s.last != 0;
+  if (last) mojo::fence_gpu();
+  return last;
+}
+
+// The sum over the row's chunks of partials[c * 256 + b] (written during this launch), loads first.
+template <int CHUNKS> __device__ __forceinline__ u64 merge(const u64* partials, int b) {
+  u64 v[CHUNKS];
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) v[c] = mojo::load_gpu(partials + c * 256 + b);
+  u64 sum = 0;
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) sum += v[c];
+  return sum;
+}
+
+// Picks the digit: the value b such that the weight in bins b..255 reaches `want` (bin 0 when the
+// weight never does; want 0 with fraction > 0: fraction of the total, rounded up, at least 1). Sets
+// s.prefix to (prefix << 8) | b and s.want to what is still wanted within bin b. Every thread calls it.
+template <int THREADS>
+__device__ __forceinline__ void pick_digit(unsigned prefix, u64 want, float fraction, SampleShared<THREADS>& s) {
+  const unsigned tid = mojo::thread_x();
+  u64 sum = 0;  // warp 0: lane i sums bins 255 - 8i down to 248 - 8i
+  if (tid < 32)
+    for (int b = 255 - 8 * int(tid); b > 247 - 8 * int(tid); --b) sum += s.bins[b];
+  if (tid < 32) s.lane_sums[tid] = sum;
+  if (tid == 0) {  // bin 0, when the weight never reaches want
+    s.prefix = prefix << 8;
+    s.want = want;
+  }
+  mojo::sync_block();
+  if (tid < 32) {  // the lane whose bins hold the point where the weight from the top reaches want
+    u64 above = 0, total = 0;
+    for (int i = 0; i < 32; ++i) {
+      if (i < int(tid)) above += s.lane_sums[i];
+      total += s.lane_sums[i];
+    }
+    if (fraction > 0.f) {
+      const double exact = double(total) * double(fraction);
+      want = u64(exact);
+      if (double(want) < exact || want == 0) ++want;  // ceil, and at least the top token
+    }
+    if (above < want && want <= above + sum) {
+      for (int b = 255 - 8 * int(tid);; --b) {
+        if (above + s.bins[b] >= want) {
+          s.prefix = (prefix << 8) | unsigned(b);
+          s.want = want - above;
+          break;
+        }
+        above += s.bins[b];
+      }
+    }
+  }
+  mojo::sync_block();
+}
+
+template <class T, class I, int VOCAB, int VEC, int THREADS, int CHUNKS>
 __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __restrict__ logprobs,
                                        const T* __restrict__ logits, long long stride, const I* __restrict__ top_k,
                                        const float* __restrict__ top_p, const float* __restrict__ min_p,
-                                       const long long* __restrict__ seed, long long* __restrict__ offset) {
+                                       const long long* __restrict__ seed, long long* __restrict__ offset,
+                                       u64* __restrict__ partials, float* __restrict__ stats,
+                                       RowState* __restrict__ states, unsigned* __restrict__ counters, int phase) {
   static_assert(VOCAB % VEC == 0, "VEC must divide VOCAB");
-  __shared__ Shared s;
-  __shared__ u64 scan[2 * THREADS];
+  constexpr int D = kDigits<T>, PHASES = kPhases<T>, KEY_BITS = kKeyBits<T>;
+  __shared__ SampleShared<THREADS> s;
   const unsigned tid = mojo::thread_x();
-  const long long r = mojo::block_x();
+  const long long r = mojo::block_x() / CHUNKS;
+  const int c = int(mojo::block_x() % CHUNKS);
+  using Chunk = mojo::RowChunk<T, VOCAB, VEC, THREADS, CHUNKS>;
+  const Chunk chunk(c);
   const T* row = logits + r * stride;
-  const long long k = (long long)top_k[r];
-  const float p = top_p[r], floor_p = min_p[r];
-  const long long request_seed = seed[r], request_offset = offset[r];
+  float* row_stats = stats + r * CHUNKS * 2;
+  u64* row_partials = partials + r * CHUNKS * 256;
+  unsigned* counter = counters + r * PHASES + phase;
 
-  // The max and the sum of exp(l - max), online (as softmax.cu's wide rows).
-  float m = mojo::neg_inf(), sum = 0.f;
-  for_each<T, VOCAB, VEC, THREADS>(row, [&](int, float l) {
-    if (!(l > mojo::neg_inf())) return;  // -inf and NaN weigh nothing
-    if (l > m) {
-      sum = sum * mojo::exp_approx(m - l);
-      m = l;
+  if (phase == 0) {  // stats, and the row's state and counters made ready for the later phases
+    mojo::OnlineSum part;
+    chunk.for_each(row, [&](int, float l) { part.add(l); });
+    part = part.block<THREADS>(s.reduce);
+    if (tid == 0) {
+      row_stats[2 * c] = part.max;
+      row_stats[2 * c + 1] = part.sum;
     }
-    sum += mojo::exp_approx(l - m);
-  });
-  const float row_max = mojo::block_reduce<THREADS>(m, s.reduce, mojo::Max());
-  sum = sum == 0.f ? 0.f : sum * mojo::exp_approx(m - row_max);
-  sum = mojo::block_sum<THREADS>(sum, s.reduce);
-  m = row_max;
+    if (c == 0) {
+      if (tid == 0) {
+        states[r].threshold = 0u;
+        states[r].chunk = -1;
+      }
+      for (int i = int(tid) + 1; i < PHASES; i += THREADS) counters[r * PHASES + i] = 0u;
+    }
+    return;
+  }
 
-  auto count = [](float) { return 1ull; };
-  auto weigh = [m](float l) { return mass(mojo::exp_approx(l - m)); };
-  unsigned threshold = 0;
-  if (k > 0 && k < VOCAB) threshold = select_threshold<T, VOCAB, VEC, THREADS>(row, 0u, u64(k), 0.f, count, s);
-  if (p < 1.f) threshold = select_threshold<T, VOCAB, VEC, THREADS>(row, threshold, 0ull, p, weigh, s);
+  const unsigned threshold = states[r].threshold;
+  const float m = mojo::OnlineSum::of_parts(row_stats, CHUNKS).max;
+  if (phase <= 2 * D) {  // a digit of top-k's or top-p's select
+    const bool by_count = phase <= D;
+    const int d = by_count ? phase - 1 : phase - 1 - D, shift = KEY_BITS - 8 * (d + 1);
+    const long long k = (long long)top_k[r];
+    const float p = top_p[r];
+    if (by_count ? !(k > 0 && k < VOCAB) : !(p < 1.f)) return;
+    const unsigned floor = by_count ? 0u : threshold, prefix = states[r].prefix;
+    for (int i = int(tid); i < 256 * kCopies; i += THREADS) s.hist[i] = 0;
+    mojo::sync_block();
+    const int copy = int(tid % kCopies);
+    chunk.for_each(row, [&](int, float l) {
+      const unsigned key = order_key<T>(l);
+      if (key < floor || (d > 0 && (key >> (shift + 8)) != prefix)) return;
+      const u64 w = by_count ? 1ull : mass(mojo::exp_approx(l - m));
+      if (w != 0) mojo::shared_add(&s.hist[((key >> shift) & 255u) * kCopies + copy], w);
+    });
+    mojo::sync_block();
+    for (int b = int(tid); b < 256; b += THREADS) {
+      u64 sum = 0;
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i) sum += s.hist[b * kCopies + i];
+      row_partials[c * 256 + b] = sum;
+    }
+    if (!last_to_arrive<CHUNKS>(counter, s)) return;
+    for (int b = int(tid); b < 256; b += THREADS) s.bins[b] = merge<CHUNKS>(row_partials, b);
+    mojo::sync_block();
+    pick_digit<THREADS>(d == 0 ? 0u : prefix, d == 0 && by_count ? u64(k) : states[r].want,
+                        d == 0 && !by_count ? p : 0.f, s);
+    if (tid == 0) {  // field by field: a whole RowState copied went through local memory
+      states[r].prefix = s.prefix;
+      states[r].want = s.want;
+      if (d == D - 1) states[r].threshold = s.prefix;
+    }
+    return;
+  }
 
-  const float floor_e = floor_p > 0.f ? floor_p : 0.f;  // exp(l - max) >= min_p: p >= min_p * p_max
-  auto kept = [&](int i) {
-    const float l = mojo::to_float(row[i]);
+  // The draw: the inverse CDF in vocabulary order over the kept tokens' masses.
+  const float floor_e = min_p[r] > 0.f ? min_p[r] : 0.f;  // exp(l - max) >= min_p: p >= min_p * p_max
+  auto kept = [&](float l) {
     const float e = mojo::exp_approx(l - m);
     return order_key<T>(l) >= threshold && e >= floor_e ? mass(e) : 0ull;
   };
-  const long long token = draw<VOCAB, THREADS>(kept, mojo::random24(request_seed, request_offset, 0), k == 1, scan, s);
+  if (phase == 2 * D + 1) {  // each chunk's kept mass; the last block places the point
+    u64 mine = 0;
+    chunk.for_each(row, [&](int, float l) { mine += kept(l); });
+    u64 total;
+    mojo::block_exclusive_sum<THREADS>(mine, s.scan, total);
+    if (tid == 0) row_partials[c * 256] = total;
+    if (!last_to_arrive<CHUNKS>(counter, s)) return;
+    if (tid < 32) s.lane_sums[tid] = int(tid) < CHUNKS ? mojo::load_gpu(row_partials + tid * 256) : 0ull;
+    mojo::sync_block();
+    if (tid == 0) {
+      u64 sum = 0;
+      for (int i = 0; i < CHUNKS; ++i) sum += s.lane_sums[i];
+      u64 point = top_k[r] == 1 ? 0ull : scale(sum, mojo::random24(seed[r], offset[r], 0));
+      int holder = -1;
+      for (int i = 0; sum > 0 && i < CHUNKS; ++i) {
+        if (point < s.lane_sums[i]) {
+          holder = i;
+          break;
+        }
+        point -= s.lane_sums[i];
+      }
+      states[r].chunk = holder;
+      states[r].point = point;
+    }
+    return;
+  }
+
+  // phase 2D + 2: the chunk that holds the point walks to it (chunk 0 reports a row with none).
+  const int holder = states[r].chunk;
+  const u64 point = states[r].point;
+  if (c != (holder < 0 ? 0 : holder)) return;
+  long long token = -1;
+  if (holder >= 0) {
+    constexpr int PER_THREAD = (Chunk::CV + THREADS - 1) / THREADS;  // vectors, contiguous
+    const int begin = chunk.first + int(tid) * PER_THREAD;
+    const int stop = begin + PER_THREAD < chunk.end ? begin + PER_THREAD : chunk.end;
+    u64 mine = 0;
+    for (int v = begin; v < stop; ++v) {
+      const mojo::Pack<T, VEC> x = mojo::load<T, VEC>(row + v * VEC);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) mine += kept(mojo::to_float(x.v[j]));
+    }
+    if (tid == 0) s.chosen = -1;
+    u64 total;
+    const u64 before = mojo::block_exclusive_sum<THREADS>(mine, s.scan, total);
+    if (before <= point && point < before + mine) {
+      u64 acc = before;
+      for (int v = begin; v < stop && s.chosen < 0; ++v)
+        for (int j = 0; j < VEC; ++j) {
+          acc += kept(mojo::to_float(row[v * VEC + j]));
+          if (acc > point) {
+            s.chosen = v * VEC + j;
+            break;
+          }
+        }
+    }
+    mojo::sync_block();
+    token = s.chosen;
+  }
   if (tid == 0) {
     tokens[r] = token;
     if (logprobs != nullptr)
       logprobs[r] = token < 0 ? mojo::bits_to_float(0x7fc00000u)
-                              : mojo::to_float(row[token]) - m - mojo::log_approx(sum);
-    offset[r] = request_offset + 1;
+                              : mojo::to_float(row[token]) - m - mojo::log_approx(mojo::OnlineSum::of_parts(row_stats, CHUNKS).sum);
+    offset[r] = offset[r] + 1;
   }
 }
 
@@ -360,11 +482,12 @@ __device__ __forceinline__ void reject_sample(long long* __restrict__ out, long 
 
 }  // namespace mojo_sampling
 
-#define MOJO_KERNEL_sample(NAME, P)                                                                                  \
-  extern "C" __global__ void __launch_bounds__(P::threads)                                                          \
-      NAME(MOJO_ARG_PARAMS(MOJO_SAMPLING_SAMPLE_ARGS, P::dtype, P::index)) {                                        \
-    mojo_sampling::sample<P::dtype, P::index, P::vocab, P::vec, P::threads>(tokens, logprobs, logits, stride, top_k, \
-                                                                            top_p, min_p, seed, offset);             \
+#define MOJO_KERNEL_sample(NAME, P)                                                                          \
+  extern "C" __global__ void __launch_bounds__(P::threads)                                                  \
+      NAME(MOJO_ARG_PARAMS(MOJO_SAMPLING_SAMPLE_ARGS, P::dtype, P::index)) {                                \
+    mojo_sampling::sample<P::dtype, P::index, P::vocab, P::vec, P::threads, P::chunks>(                     \
+        tokens, logprobs, logits, stride, top_k, top_p, min_p, seed, offset, partials, stats, states, counters, \
+        phase);                                                                                              \
   }
 
 #define MOJO_KERNEL_apply_temperature(NAME, P)                                                                       \

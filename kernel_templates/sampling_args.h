@@ -25,16 +25,22 @@
   ARG(const float* __restrict__, frequency)                                              \
   ARG(const float* __restrict__, temperature)
 
-#define MOJO_SAMPLING_SAMPLE_ARGS(T, I, ARG)                \
-  ARG(long long* __restrict__, tokens)                      \
-  ARG(float* __restrict__, logprobs) /* null: not wanted */ \
-  ARG(const T* __restrict__, logits)                        \
-  ARG(long long, stride) /* elements between rows */        \
-  ARG(const I* __restrict__, top_k)                         \
-  ARG(const float* __restrict__, top_p)                     \
-  ARG(const float* __restrict__, min_p)                     \
-  ARG(const long long* __restrict__, seed)                  \
-  ARG(long long* __restrict__, offset) /* advanced by one */
+// sample: every phase of the plan is a launch of one kernel (sampling.cu).
+#define MOJO_SAMPLING_SAMPLE_ARGS(T, I, ARG)                                                     \
+  ARG(long long* __restrict__, tokens)                                                           \
+  ARG(float* __restrict__, logprobs) /* null: not wanted */                                      \
+  ARG(const T* __restrict__, logits)                                                             \
+  ARG(long long, stride) /* elements between rows */                                             \
+  ARG(const I* __restrict__, top_k)                                                              \
+  ARG(const float* __restrict__, top_p)                                                          \
+  ARG(const float* __restrict__, min_p)                                                          \
+  ARG(const long long* __restrict__, seed)                                                       \
+  ARG(long long* __restrict__, offset)           /* advanced by one (the last phase) */          \
+  ARG(unsigned long long* __restrict__, partials) /* workspace: [batch, chunks, 256] */          \
+  ARG(float* __restrict__, stats)                 /* workspace: [batch, chunks, 2] max, sum */   \
+  ARG(mojo_sampling::RowState* __restrict__, states) /* workspace: [batch] */                    \
+  ARG(unsigned* __restrict__, counters)           /* workspace: [batch, phases] */               \
+  ARG(int, phase)
 
 #define MOJO_SAMPLING_REJECT_ARGS(T, I, ARG)                              \
   ARG(long long* __restrict__, out)        /* [batch, SPEC + 1] */        \
@@ -45,7 +51,23 @@
   ARG(const long long* __restrict__, seed)                                \
   ARG(long long* __restrict__, offset) /* advanced by one */
 
+// The launches of sample's plan when the logits' order keys are KEY_BITS
+// wide (f32 32, f16 24, bf16 16): the stats, one phase per 8-bit digit for
+// top-k and again for top-p, the kept mass per chunk, the walk to the token.
+// A macro: NVRTC takes no host function, and the host has no device one.
+#define MOJO_SAMPLE_PHASES(KEY_BITS) (2 * ((KEY_BITS) / 8) + 3)
+
 namespace mojo_sampling {
+// What the phases of `sample` pass on about a row, between launches.
+struct RowState {
+  unsigned long long want;   // the select under way: the weight still wanted below `prefix`
+  unsigned long long point;  // the draw: where the point falls within `chunk`
+  unsigned threshold;        // keys >= threshold are kept (0, then top-k's, then top-p's)
+  unsigned prefix;           // the select under way: the digits chosen so far
+  int chunk;                 // the draw: the chunk that holds the point; -1: none (no finite logit)
+  unsigned unused;
+};
+
 template <class T>
 struct TemperatureArgs {
   MOJO_SAMPLING_TEMPERATURE_ARGS(T, MOJO_ARG_FIELD)

@@ -5,7 +5,7 @@
 // Over the last dim; storage in T, math in float.
 //
 // Params: T, COLS, VEC, THREADS, ROWS (as rms_norm.cu), and for the forward
-// LOG (1: log_softmax). Kernel args:
+// LOG (1: log_softmax); the chunked form: CHUNKS (blocks a row) and STEP. Kernel args:
 //   forward:  MOJO_SOFTMAX_ARGS (softmax_args.h)
 //   backward: MOJO_SOFTMAX_BACKWARD_ARGS (softmax_args.h), contiguous
 // Geometry: block = THREADS * ROWS threads, grid = ceil(rows / ROWS).
@@ -15,6 +15,15 @@
 // vectors per thread of 1,024) take one online pass that keeps a running max
 // and rescales the running sum, then a second pass that writes; the second
 // read of the row hits L2.
+//
+// Few long rows (fewer than the GPU has SMs) are split over CHUNKS blocks a
+// row (mojo::RowChunk), a plan of two steps (STEP):
+//   0: each block's part of its row: max and sum of exp(x - max) (forward),
+//      sum(grad_out * out) (backward), into parts;
+//   1: each block merges its row's parts, in chunk order (so every block of
+//      the row gets the same bits), and writes its chunk; its second read of
+//      the chunk hits L2.
+// Geometry of that form: block = THREADS, grid = rows * CHUNKS.
 #include "mojo_prelude.cuh"
 #include "softmax_args.h"
 
@@ -151,6 +160,79 @@ __device__ __forceinline__ void backward(T* __restrict__ grad_x, const T* __rest
   }
 }
 
+// ---- the chunked form: few long rows, CHUNKS blocks a row --------------------------
+
+template <class T, int COLS, int VEC, int THREADS, int CHUNKS, int STEP, bool LOG>
+__device__ __forceinline__ void forward_chunks(T* __restrict__ out, const T* __restrict__ x, long long out_stride,
+                                               long long x_stride, float* __restrict__ parts) {
+  using P = mojo::Pack<T, VEC>;
+  __shared__ float scratch[32];
+  const long long r = mojo::block_x() / CHUNKS;
+  const int c = int(mojo::block_x() % CHUNKS);
+  const mojo::RowChunk<T, COLS, VEC, THREADS, CHUNKS> chunk(c);
+  const T* xr = x + r * x_stride;
+  float* row_parts = parts + r * CHUNKS * 2;
+  if constexpr (STEP == 0) {
+    mojo::OnlineSum part;
+    chunk.for_each(xr, [&](int, float v) { part.add(v); });
+    part = part.template block<THREADS>(scratch);
+    if (mojo::thread_x() == 0) {
+      row_parts[2 * c] = part.max;
+      row_parts[2 * c + 1] = part.sum;
+    }
+  } else {
+    const mojo::OnlineSum row = mojo::OnlineSum::of_parts(row_parts, CHUNKS);
+    const float inv_sum = 1.f / row.sum, log_sum = mojo::log_approx(row.sum);
+    T* outr = out + r * out_stride;
+#pragma unroll 4
+    for (int v = chunk.first + int(mojo::thread_x()); v < chunk.end; v += THREADS) {
+      const P p = mojo::load<T, VEC>(xr + v * VEC);
+      P o;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float d = mojo::to_float(p.v[j]) - row.max;
+        o.v[j] = mojo::from_float<T>(LOG ? d - log_sum : mojo::exp_approx(d) * inv_sum);
+      }
+      mojo::store<T, VEC>(outr + v * VEC, o);
+    }
+  }
+}
+
+template <class T, int COLS, int VEC, int THREADS, int CHUNKS, int STEP>
+__device__ __forceinline__ void backward_chunks(T* __restrict__ grad_x, const T* __restrict__ grad_out,
+                                                const T* __restrict__ out, float* __restrict__ parts) {
+  using P = mojo::Pack<T, VEC>;
+  __shared__ float scratch[32];
+  const long long r = mojo::block_x() / CHUNKS;
+  const int c = int(mojo::block_x() % CHUNKS);
+  const mojo::RowChunk<T, COLS, VEC, THREADS, CHUNKS> chunk(c);
+  const long long offset = r * COLS;
+  float* row_parts = parts + r * CHUNKS;
+  if constexpr (STEP == 0) {
+    float dot = 0.f;
+#pragma unroll 4
+    for (int v = chunk.first + int(mojo::thread_x()); v < chunk.end; v += THREADS) {
+      const P dy = mojo::load<T, VEC>(grad_out + offset + v * VEC), y = mojo::load<T, VEC>(out + offset + v * VEC);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) dot += mojo::to_float(dy.v[j]) * mojo::to_float(y.v[j]);
+    }
+    dot = mojo::block_sum<THREADS>(dot, scratch);
+    if (mojo::thread_x() == 0) row_parts[c] = dot;
+  } else {
+    float dot = 0.f;
+    for (int i = 0; i < CHUNKS; ++i) dot += row_parts[i];
+#pragma unroll 4
+    for (int v = chunk.first + int(mojo::thread_x()); v < chunk.end; v += THREADS) {
+      const P dy = mojo::load<T, VEC>(grad_out + offset + v * VEC), y = mojo::load<T, VEC>(out + offset + v * VEC);
+      P o;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j)
+        o.v[j] = mojo::from_float<T>(mojo::to_float(y.v[j]) * (mojo::to_float(dy.v[j]) - dot));
+      mojo::store<T, VEC>(grad_x + offset + v * VEC, o);
+    }
+  }
+}
+
 }  // namespace mojo_softmax
 
 #define MOJO_SOFTMAX_KERNEL(NAME, T, COLS, VEC, THREADS, ROWS, LOG)                                        \
@@ -168,3 +250,16 @@ __device__ __forceinline__ void backward(T* __restrict__ grad_x, const T* __rest
 #define MOJO_KERNEL_log_softmax MOJO_KERNEL_softmax
 #define MOJO_KERNEL_softmax_backward(NAME, P) \
   MOJO_SOFTMAX_BACKWARD_KERNEL(NAME, P::dtype, P::cols, P::vec, P::threads, P::rows)
+
+// The chunked form (few long rows): P::chunks blocks a row, a plan of two steps (P::step).
+#define MOJO_KERNEL_softmax_chunks(NAME, P)                                                                      \
+  extern "C" __global__ void __launch_bounds__(P::threads) NAME(MOJO_ARG_PARAMS(MOJO_SOFTMAX_ARGS, P::dtype)) { \
+    mojo_softmax::forward_chunks<P::dtype, P::cols, P::vec, P::threads, P::chunks, P::step, P::log != 0>(      \
+        out, x, out_stride, x_stride, parts);                                                                  \
+  }
+#define MOJO_KERNEL_softmax_backward_chunks(NAME, P)                                                             \
+  extern "C" __global__ void __launch_bounds__(P::threads)                                                      \
+      NAME(MOJO_ARG_PARAMS(MOJO_SOFTMAX_BACKWARD_ARGS, P::dtype)) {                                             \
+    mojo_softmax::backward_chunks<P::dtype, P::cols, P::vec, P::threads, P::chunks, P::step>(grad_x, grad_out, \
+                                                                                           out, parts);        \
+  }

@@ -12,14 +12,16 @@
   ARG(const T* __restrict__, x)                                       \
   ARG(long long, rows)                                                \
   ARG(long long, out_stride) /* elements between rows, as the next */ \
-  ARG(long long, x_stride)
+  ARG(long long, x_stride)                                            \
+  ARG(float* __restrict__, parts) /* workspace of the chunked form: [rows, chunks, 2] */
 
 // softmax_backward: every tensor contiguous [rows, COLS].
 #define MOJO_SOFTMAX_BACKWARD_ARGS(T, ARG)                   \
   ARG(T* __restrict__, grad_x)                               \
   ARG(const T* __restrict__, grad_out)                       \
   ARG(const T* __restrict__, out) /* the forward's output */ \
-  ARG(long long, rows)
+  ARG(long long, rows)                                       \
+  ARG(float* __restrict__, parts) /* workspace of the chunked form: [rows, chunks] */
 
 namespace mojo_softmax {
 template <class T>

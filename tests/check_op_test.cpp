@@ -122,6 +122,12 @@ TEST(CheckOp, HopperPathAtOddShapes) {
     expect_pass(rt, "linear_cross_entropy_backward", "hidden=130x64 weight=300x64", dtype,
                 {{"path", 90}, {"vocab_chunk", 128}, {"softcap", 3.0}});
   }
+  // The fused loss's backward with the products' configuration of the full-size plan (8192 tokens, hidden
+  // 4096, vocabulary 151,936: 19 slices): 128x256 tiles, 4 stages, MN-major A (grad_weight) and B (logits,
+  // grad_hidden), K loops of 8 steps that wrap the stage ring, and a last slice of 384 columns (as 4480 there,
+  // 128 past a multiple of 256), in 5 slices.
+  expect_pass(rt, "linear_cross_entropy_backward", "hidden=512x512 weight=2432x512", DType::bf16,
+              {{"path", 90}, {"vocab_chunk", 512}});
 }
 
 // The check library covers every built-in op, each check for its own op; any other name is an UnknownOpError.
@@ -177,6 +183,7 @@ TEST(CheckOp, EveryKernelUnderTheRaceDetector) {
     expect_pass(rt, c.op, c.shapes, find_op(c.op).dtypes().front(), c.scalars);
   }
   expect_pass(rt, "sdpa", "q=40x4x64 k=40x2x64", DType::bf16, {});
+  expect_pass(rt, "sample", "logits=2x3000", DType::f32, {});  // 3 blocks a row, merged by the last to arrive
   expect_pass(rt, "paged_decode_gqa", "q=1x8x64 k_cache=300x16x1x64 block_tables=1x257", DType::bf16, {});
   expect_pass(rt, "paged_decode_gqa", "q=2x4x128 k_cache=40x16x1x128 block_tables=2x20 sinks=4", DType::bf16, {});
   Runtime hopper(options(cache, "cpu:sm_90a"));

@@ -6,6 +6,7 @@
 #include <bit>
 
 #include "mojo/error.hpp"
+#include "mojo/perf_model.hpp"
 #include "ops/checks.hpp"
 
 namespace mojo::rows {
@@ -105,6 +106,16 @@ void add_params(Params& p, std::string_view cols_name, std::int64_t cols, const 
   p.add("vec", l.vec);
   p.add("threads", l.threads);
   p.add("rows", l.rows_per_block);
+}
+
+Chunking chunk(std::int64_t rows, std::int64_t cols, std::int64_t vec, const Target& target) {
+  const std::int64_t sms = reference_sm_count(target);
+  Chunking c;
+  c.chunks = std::clamp<std::int64_t>(std::min((2 * sms + rows - 1) / rows, (cols + kMinChunk - 1) / kMinChunk), 1,
+                                      kMaxChunks);
+  const std::int64_t chunk_vectors = (cols / vec + c.chunks - 1) / c.chunks;
+  c.threads = std::clamp<std::int64_t>(std::int64_t(std::bit_ceil(std::uint64_t((chunk_vectors + 7) / 8))), 64, 512);
+  return c;
 }
 
 LaunchGeometry geometry(std::int64_t rows, const Params& p) {

@@ -51,6 +51,18 @@ unsigned alignment(DType dtype, std::initializer_list<Tensor> tensors);
 
 void add_params(Params& p, std::string_view cols_name, std::int64_t cols, const Layout& l);
 
+// Few long rows (a batch of vocabulary rows) split over several blocks a row
+// (mojo::RowChunk in the prelude), so that they still fill the GPU: about two
+// blocks per SM of the target's reference GPU, at most kMaxChunks (a row's
+// parts are merged in one place) and none shorter than kMinChunk columns;
+// about 8 vectors a thread, 64 to 512 threads.
+constexpr std::int64_t kMaxChunks = 32, kMinChunk = 1024;
+struct Chunking {
+  std::int64_t chunks = 1;  // blocks a row
+  std::int64_t threads = 64;
+};
+Chunking chunk(std::int64_t rows, std::int64_t cols, std::int64_t vec, const Target& target);
+
 // One block per ROWS rows of THREADS threads each.
 LaunchGeometry geometry(std::int64_t rows, const Params& p);
 

@@ -1,6 +1,6 @@
-// Sampling: apply_penalties_temperature, sample and reject_sample, one block
-// per request with each request's parameters in tensors, so one launch
-// serves a batch of different requests. Template: kernel_templates/sampling.cu.
+// Sampling: apply_penalties_temperature, sample and reject_sample, each
+// request's parameters in tensors, so one launch serves a batch of different
+// requests. sample splits each row over several blocks (a plan of phases). Template: kernel_templates/sampling.cu.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -217,15 +217,31 @@ constexpr OpInfo kSample{
     .example_shapes = "logits=256x151936",
 };
 
+// The logits' order keys are this many bits wide (sampling.cu's kKeyBits): bf16 keeps 16, f16 24.
+int key_bits(DType dtype) { return dtype == DType::f32 ? 32 : dtype == DType::f16 ? 24 : 16; }
+
+// sample's workspace, per row: the chunks' histograms (or kept masses), their stats, the state, the counters.
+struct SampleWorkspace {
+  std::size_t stats, states, counters, bytes;
+  SampleWorkspace(std::int64_t batch, std::int64_t chunks, int phases) {
+    const auto align = [](std::size_t n) { return (n + 255) / 256 * 256; };
+    const auto rows = std::size_t(batch);
+    stats = align(rows * std::size_t(chunks) * 256 * sizeof(std::uint64_t));
+    states = stats + align(rows * std::size_t(chunks) * 2 * sizeof(float));
+    counters = states + align(rows * sizeof(mojo_sampling::RowState));
+    bytes = counters + align(rows * std::size_t(phases) * sizeof(unsigned));
+  }
+};
+
 class Sample final : public OpDef {
  public:
   Sample() : OpDef(kSample) {}
 
-  Params derive_params(TensorList t, ScalarList, const Target&) const override {
+  Params derive_params(TensorList t, ScalarList, const Target& target) const override {
     const TensorSpec& logits = t[2].spec;
     checks::expect_dtype_in(name(), "logits", logits.dtype(), kFloatTypes);
     rows_of(name(), "logits", logits);
-    const std::int64_t batch = logits.dim(0);
+    const std::int64_t batch = logits.dim(0), vocab = logits.dim(1);
     checks::expect_exact(name(), "tokens", t[0].spec, {batch}, kI64);
     if (t[1].spec.rank() != 0) checks::expect_exact(name(), "logprobs", t[1].spec, {batch}, kF32);
     checks::expect_exact(name(), "top_k", t[3].spec, {batch}, indices::kTypes);
@@ -233,22 +249,40 @@ class Sample final : public OpDef {
     checks::expect_exact(name(), "min_p", t[5].spec, {batch}, kF32);
     checks::expect_exact(name(), "seed", t[6].spec, {batch}, kI64);
     checks::expect_exact(name(), "offset", t[7].spec, {batch}, kI64);
+    const std::int64_t vec = rows::pick(vocab, logits.dtype(), {t[2]}).vec;
+    const rows::Chunking chunking = rows::chunk(batch, vocab, vec, target);
+    if (batch > INT32_MAX / chunking.chunks)
+      throw ShapeError(fmt::format("{}: logits has more rows than the grid can take", name()));
     Params p;
     p.add_dtype("dtype", logits.dtype());
     p.add_dtype("index", t[3].spec.dtype());
-    add_row_params(p, logits.dim(1), logits.dtype(), {t[2]});
+    p.add("vocab", vocab);
+    p.add("vec", vec);
+    p.add("chunks", chunking.chunks);
+    p.add("threads", chunking.threads);
     return p;
   }
 
-  LaunchGeometry geometry(const Params& p, TensorList t) const override {
-    return one_block_per_row(t[2].spec.dim(0), p);
+  // One kernel, launched once per phase (the repeat is the phase).
+  std::int64_t repeats(const Params& p, TensorList) const override {
+    return MOJO_SAMPLE_PHASES(key_bits(p.dtype("dtype")));
+  }
+  std::size_t workspace_bytes(const Params& p, TensorList t) const override {
+    return SampleWorkspace(t[2].spec.dim(0), p.get("chunks"), int(repeats(p, t))).bytes;
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
+  LaunchGeometry geometry(const Params& p, TensorList t) const override {
+    LaunchGeometry g = one_block_per_row(t[2].spec.dim(0), p);
+    g.grid.x *= unsigned(p.get("chunks"));
+    return g;
+  }
+
+  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr workspace, KernelArgs& args) const override {
     checks::expect_pointer(name(), "logits", t[2].data, checks::vector_bytes(p));
     for (std::size_t i = 0; i < t.size(); ++i)
       if (i != 2 && !(i == 1 && t[1].spec.rank() == 0))
         checks::expect_pointer(name(), kSampleTensors[i].name, t[i].data, unsigned(dtype_size(t[i].spec.dtype())));
+    const SampleWorkspace w(t[2].spec.dim(0), p.get("chunks"), int(repeats(p, t)));
     args.push_args(mojo_sampling::SampleArgs<void, void>{
         .tokens = static_cast<long long*>(ptr(t[0])),
         .logprobs = t[1].spec.rank() == 0 ? nullptr : ptr<float>(t[1]),
@@ -259,6 +293,11 @@ class Sample final : public OpDef {
         .min_p = ptr<float>(t[5]),
         .seed = static_cast<const long long*>(ptr(t[6])),
         .offset = static_cast<long long*>(ptr(t[7])),
+        .partials = ptr<unsigned long long>(workspace),
+        .stats = ptr<float>(workspace + w.stats),
+        .states = ptr<mojo_sampling::RowState>(workspace + w.states),
+        .counters = ptr<unsigned>(workspace + w.counters),
+        .phase = int(p.get_or("repeat", 0)),
     });
   }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "mojo/error.hpp"
+#include "mojo/perf_model.hpp"
 #include "ops/checks.hpp"
 #include "ops/registry.hpp"
 #include "ops/rows.hpp"
@@ -21,6 +22,38 @@ constexpr TensorArgInfo kBackwardTensors[] = {
     {"grad_out", "in", "[..., cols], contiguous"},
     {"out", "in", "[..., cols]: the forward softmax's output, contiguous"},
 };
+
+// Rows as the kernels see them: one block each, or, for fewer rows than the target's GPU has SMs, each split over
+// several blocks (the chunked form: a plan of two steps, softmax.cu).
+void add_row_params(Params& p, std::int64_t rows, std::int64_t cols, const rows::Layout& layout,
+                    const Target& target) {
+  const rows::Chunking c = rows::chunk(rows, cols, layout.vec, target);
+  if (rows >= reference_sm_count(target) || c.chunks == 1) {
+    rows::add_params(p, "cols", cols, layout);
+    return;
+  }
+  p.add("cols", cols);
+  p.add("vec", layout.vec);
+  p.add("threads", c.threads);
+  p.add("chunks", c.chunks);
+}
+bool chunked(const Params& p) { return p.get_or("chunks", 1) > 1; }
+
+std::vector<Params> two_steps_if_chunked(const Params& p) {
+  if (!chunked(p)) return {p};
+  Params parts = p, write = p;
+  parts.add("step", 0);
+  write.add("step", 1);
+  return {parts, write};
+}
+
+LaunchGeometry row_geometry(std::int64_t rows, const Params& p) {
+  if (!chunked(p)) return rows::geometry(rows, p);
+  LaunchGeometry g;
+  g.grid.x = unsigned(rows * p.get("chunks"));
+  g.block.x = unsigned(p.get("threads"));
+  return g;
+}
 
 constexpr OpInfo kSoftmax{
     .name = "softmax",
@@ -42,7 +75,7 @@ constexpr OpInfo kLogSoftmax{
 class Softmax final : public OpDef {
  public:
   explicit Softmax(bool log) : OpDef(log ? kLogSoftmax : kSoftmax), log_(log) {}
-  Params derive_params(TensorList t, ScalarList, const Target&) const override {
+  Params derive_params(TensorList t, ScalarList, const Target& target) const override {
     const TensorSpec &out = t[0].spec, &x = t[1].spec;
     checks::expect_dtype_in(name(), "x", x.dtype(), kFloatTypes);
     const std::int64_t cols = rows::cols_of(name(), "x", x);
@@ -50,19 +83,27 @@ class Softmax final : public OpDef {
     checks::expect_same_shape(name(), "out", out, "x", x);
     rows::stride(name(), "out", out);
     rows::stride(name(), "x", x);
-    rows::count(name(), x);
+    const std::int64_t rows = rows::count(name(), x);
     Params p;
     p.add_dtype("dtype", x.dtype());
-    rows::add_params(p, "cols", cols, rows::pick(cols, x.dtype(), {t[0], t[1]}));
+    add_row_params(p, rows, cols, rows::pick(cols, x.dtype(), {t[0], t[1]}), target);
     p.add("log", log_ ? 1 : 0);
     return p;
   }
 
-  LaunchGeometry geometry(const Params& p, TensorList t) const override {
-    return rows::geometry(t[1].spec.numel() / p.get("cols"), p);
+  std::vector<Params> plan(const Params& p) const override { return two_steps_if_chunked(p); }
+  std::string entry_macro(const Params& p) const override {
+    return chunked(p) ? "MOJO_KERNEL_softmax_chunks" : OpDef::entry_macro(p);
+  }
+  std::size_t workspace_bytes(const Params& p, TensorList t) const override {
+    return chunked(p) ? std::size_t(t[1].spec.numel() / p.get("cols") * p.get("chunks")) * 2 * sizeof(float) : 0;
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
+  LaunchGeometry geometry(const Params& p, TensorList t) const override {
+    return row_geometry(t[1].spec.numel() / p.get("cols"), p);
+  }
+
+  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr workspace, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
     checks::expect_pointer(name(), "out", t[0].data, bytes);
     checks::expect_pointer(name(), "x", t[1].data, bytes);
@@ -72,6 +113,7 @@ class Softmax final : public OpDef {
         .rows = t[1].spec.numel() / p.get("cols"),
         .out_stride = rows::stride(name(), "out", t[0].spec),
         .x_stride = rows::stride(name(), "x", t[1].spec),
+        .parts = ptr<float>(workspace),
     });
   }
 
@@ -96,7 +138,7 @@ constexpr OpInfo kSoftmaxBackward{
 class SoftmaxBackward final : public OpDef {
  public:
   SoftmaxBackward() : OpDef(kSoftmaxBackward) {}
-  Params derive_params(TensorList t, ScalarList, const Target&) const override {
+  Params derive_params(TensorList t, ScalarList, const Target& target) const override {
     const TensorSpec& y = t[2].spec;
     checks::expect_dtype_in(name(), "out", y.dtype(), kFloatTypes);
     const std::int64_t cols = rows::cols_of(name(), "out", y);
@@ -105,18 +147,26 @@ class SoftmaxBackward final : public OpDef {
       checks::expect_same_shape(name(), kBackwardTensors[i].name, t[i].spec, "out", y);
       checks::expect_contiguous(name(), kBackwardTensors[i].name, t[i].spec);
     }
-    rows::count(name(), y);
+    const std::int64_t rows = rows::count(name(), y);
     Params p;
     p.add_dtype("dtype", y.dtype());
-    rows::add_params(p, "cols", cols, rows::pick(cols, y.dtype(), {t[0], t[1], t[2]}));
+    add_row_params(p, rows, cols, rows::pick(cols, y.dtype(), {t[0], t[1], t[2]}), target);
     return p;
   }
 
-  LaunchGeometry geometry(const Params& p, TensorList t) const override {
-    return rows::geometry(t[2].spec.numel() / p.get("cols"), p);
+  std::vector<Params> plan(const Params& p) const override { return two_steps_if_chunked(p); }
+  std::string entry_macro(const Params& p) const override {
+    return chunked(p) ? "MOJO_KERNEL_softmax_backward_chunks" : OpDef::entry_macro(p);
+  }
+  std::size_t workspace_bytes(const Params& p, TensorList t) const override {
+    return chunked(p) ? std::size_t(t[2].spec.numel() / p.get("cols") * p.get("chunks")) * sizeof(float) : 0;
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
+  LaunchGeometry geometry(const Params& p, TensorList t) const override {
+    return row_geometry(t[2].spec.numel() / p.get("cols"), p);
+  }
+
+  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr workspace, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
     for (std::size_t i = 0; i < 3; ++i) checks::expect_pointer(name(), kBackwardTensors[i].name, t[i].data, bytes);
     args.push_args(mojo_softmax::BackwardArgs<void>{
@@ -124,6 +174,7 @@ class SoftmaxBackward final : public OpDef {
         .grad_out = ptr(t[1]),
         .out = ptr(t[2]),
         .rows = t[2].spec.numel() / p.get("cols"),
+        .parts = ptr<float>(workspace),
     });
   }
 

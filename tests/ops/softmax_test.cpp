@@ -10,9 +10,22 @@ using namespace mojo::op_test;
 using test::error_of;
 using test::GpuTensor;
 
-TEST(SoftmaxOp, VocabularyRowsUseWholeBlocks) {
-  Params p = params("softmax", DType::bf16, "x=32x151936");
-  EXPECT_EQ(p.str(), "dtype=bf16 cols=151936 vec=8 threads=1024 rows=1 log=0");
+TEST(SoftmaxOp, VocabularyRowsUseWholeBlocksOrChunksWhenFew) {
+  EXPECT_EQ(params("softmax", DType::bf16, "x=512x151936").str(),
+            "dtype=bf16 cols=151936 vec=8 threads=1024 rows=1 log=0");
+  // Fewer rows than the H100's 132 SMs: each row over several blocks, about two blocks an SM in all (at most
+  // 32 a row), a plan of two steps (the rows' parts, then the output).
+  EXPECT_EQ(params("softmax", DType::bf16, "x=32x151936").str(),
+            "dtype=bf16 cols=151936 vec=8 threads=512 chunks=9 log=0");
+  const OpDef& op = find_op("softmax");
+  const std::vector<Tensor> t = example(op, DType::f32, "x=1x151936");
+  const Params p = op.specialize(t, {}, kSm90);
+  EXPECT_EQ(p.str(), "dtype=f32 cols=151936 vec=4 threads=256 chunks=32 log=0");
+  ASSERT_EQ(op.plan(p).size(), 2u);
+  EXPECT_EQ(op.geometry(op.plan(p)[1], t).grid.x, 32u) << "one row over 32 blocks";
+  EXPECT_EQ(op.workspace_bytes(p, t), 32u * 2 * sizeof(float)) << "a max and a sum per block";
+  EXPECT_EQ(params("softmax_backward", DType::f16, "out=4x151936").str(),
+            "dtype=f16 cols=151936 vec=8 threads=128 chunks=32");
   EXPECT_EQ(params("log_softmax", DType::f32, "x=4x31").str(), "dtype=f32 cols=31 vec=1 threads=32 rows=4 log=1");
   EXPECT_EQ(params("softmax", DType::f16, "x=1000x8").str(), "dtype=f16 cols=8 vec=8 threads=1 rows=128 log=0");
   EXPECT_EQ(error_of<ShapeError>([] { params("softmax", DType::f16, "x=4x2000000"); }),
@@ -86,7 +99,7 @@ TEST_P(SoftmaxGpu, SoftmaxOfMaskedRows) {
 
 TEST_P(SoftmaxGpu, SoftmaxBackward) {
   for (DType d : kFloatTypes)
-    for (Rows s : {Rows{1, 1}, Rows{3, 31}, Rows{2, 4097}, Rows{2, 151936}}) {
+    for (Rows s : {Rows{1, 1}, Rows{3, 31}, Rows{2, 4097}, Rows{2, 151936}, Rows{1, 70001}}) {  // chunked: the last 2
       SCOPED_TRACE(fmt::format("{} {}", dtype_name(d), str(s)));
       const std::int64_t n = s.rows * s.cols;
       const TensorSpec x(d, {s.rows, s.cols});
