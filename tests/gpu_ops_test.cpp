@@ -44,7 +44,9 @@ TEST_P(GpuOps, BundleOfEveryOpLoadsAsOneModuleAndEachKernelRuns) {
   auto items = Manifest::examples({"silu", "swiglu", "softmax"}).items({rt->device().target()});
   auto bundles = rt->compile_all(items, launch_emit());
   ASSERT_EQ(bundles.size(), 1u);
-  EXPECT_EQ(bundles[0].kernels.size(), items.size());
+  // softmax's example, 32 rows of 151,936, is fewer rows than SMs: a plan of two kernels (each row over several
+  // blocks), one more kernel for each of its 3 dtypes.
+  EXPECT_EQ(bundles[0].kernels.size(), items.size() + 3);
   const std::uint64_t compiles = rt->stats().compiles;
   for (DType d : kFloatTypes) {
     const TensorSpec x(d, {32, 12288}), g(d, {32, 24576}), sx(d, {32, 151936});

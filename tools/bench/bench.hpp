@@ -85,6 +85,8 @@ struct OpCase {
   std::string shapes;  // the command line's form: "x=32x4096 weight=6144x4096" (mojo::parse_shapes)
   mojo::DType dtype = mojo::DType::bf16;
   std::vector<std::pair<std::string, double>> params;  // scalar arguments by name
+  // Inputs filled with one value instead of random data, by tensor name (worst-case data: all-equal logits).
+  std::vector<std::pair<std::string, double>> fills;
 
   std::vector<mojo::ScalarArg> scalar_args() const;  // views into `params`
   std::string params_text() const;                   // "activation=3 trans_b=1"

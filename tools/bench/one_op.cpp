@@ -6,6 +6,7 @@
 //   mojo-bench --op rms_norm --dtype bf16 --shape x=4096x4096 --param eps=1e-5
 //   mojo-bench --op linear --shape x=128x4096 --shape weight=6144x4096 --param path=90 --json
 //   mojo-bench --op gemm --shape a=64x64 --shape b=64x64 --device cpu
+//   mojo-bench --op sample --shape logits=1x151936 --fill logits=0    (every logit equal)
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -21,8 +22,9 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: mojo-bench --op OP [--dtype DT] [--shape NAME=DIMS]... [--param NAME=VALUE]... [--device cuda|cpu|cpu:ARCH]\n"
-    "                  [--batches N] [--launches N] [--quick] [--json [FILE]]\n"
+    "                  [--fill NAME=VALUE]... [--batches N] [--launches N] [--quick] [--json [FILE]]\n"
     "  --shape      one per tensor, as mojo-jit takes them (x=4096x4096); none: the op's example shapes\n"
+    "  --fill       an input tensor holding one value instead of random data (worst cases: --fill logits=0)\n"
     "  --dtype      default bf16 (or the op's first dtype)\n"
     "  --device     default $MOJO_JIT_DEVICE, else cuda where there is a GPU, else cpu (the emulator: wall time)\n"
     "  --batches    timed batches (default 10, --quick 3; the median is reported)\n"
@@ -62,6 +64,8 @@ int bench_one_op(int argc, char** argv) {
       shapes.push_back(argv[++i]);
     } else if (a == "--param" && has_value) {
       c.params.push_back(mojo::parse_param(argv[++i]));
+    } else if (a == "--fill" && has_value) {
+      c.fills.push_back(mojo::parse_param(argv[++i]));
     } else if (a == "--device" && has_value) {
       device = argv[++i];
     } else if (a == "--batches" && has_value) {
@@ -114,13 +118,15 @@ int bench_one_op(int argc, char** argv) {
   const OpTiming t = time_op(rt, c, reps);
   const Roofline r = roofline(c, t);
 
-  nlohmann::json params = nlohmann::json::object();
+  nlohmann::json params = nlohmann::json::object(), fills = nlohmann::json::object();
   for (const auto& [name, value] : c.params) params[name] = value;
+  for (const auto& [name, value] : c.fills) fills[name] = value;
   const nlohmann::json doc = {
       {"op", c.op},
       {"dtype", mojo::dtype_name(c.dtype)},
       {"shapes", c.shapes},
       {"params", params},
+      {"fills", fills},
       {"device", dev.name()},
       {"target", dev.target().sm_name()},
       {"kernel", t.kernel},

@@ -26,6 +26,7 @@
 
 #include "bench.hpp"
 #include "ops/attention.hpp"
+#include "reference/reference.hpp"
 
 namespace bench {
 
@@ -42,8 +43,10 @@ std::string OpCase::params_text() const {
 }
 
 std::string OpCase::label() const {
-  const std::string p = params_text();
-  return p.empty() ? shapes : shapes + " " + p;
+  std::string out = shapes;
+  if (const std::string p = params_text(); !p.empty()) out += " " + p;
+  for (const auto& [name, value] : fills) out += fmt::format(" {}:all {:g}", name, value);
+  return out;
 }
 
 Repetitions repetitions(const Options& options, bool cpu_device) {
@@ -164,12 +167,30 @@ Bytes bench_data(const OpDef& op, const std::vector<TensorSpec>& specs, std::siz
   return d;
 }
 
-// Host data of every tensor the op reads (outputs: empty), made in parallel.
-std::vector<Bytes> input_data(const OpDef& op, const std::vector<TensorSpec>& specs, std::uint32_t seed) {
+// Host data of every tensor the op reads (outputs: empty), made in parallel; a tensor named in `fills` holds
+// that one value.
+std::vector<Bytes> input_data(const OpDef& op, const std::vector<TensorSpec>& specs, std::uint32_t seed,
+                              const std::vector<std::pair<std::string, double>>& fills) {
   std::vector<std::future<Bytes>> pending(specs.size());
-  for (std::size_t i = 0; i < specs.size(); ++i)
-    if (specs[i].rank() != 0 && op.tensor_args()[i].role != "out")
-      pending[i] = std::async(std::launch::async, [&op, &specs, i, seed] { return bench_data(op, specs, i, seed); });
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].rank() == 0 || op.tensor_args()[i].role == "out") continue;
+    const auto fill = std::find_if(fills.begin(), fills.end(),
+                                   [&](const auto& f) { return f.first == op.tensor_args()[i].name; });
+    if (fill != fills.end()) {
+      const TensorSpec& s = specs[i];
+      const auto n = std::size_t(s.numel());
+      const double v = fill->second;
+      pending[i] = std::async(std::launch::deferred, [s, n, v] {
+        return is_index(s.dtype()) ? encode_indices(s.dtype(), std::vector<std::int64_t>(n, std::int64_t(v)))
+                                   : mojo::reference::encode(s.dtype(), std::vector<float>(n, float(v)));
+      });
+      continue;
+    }
+    pending[i] = std::async(std::launch::async, [&op, &specs, i, seed] { return bench_data(op, specs, i, seed); });
+  }
+  for (const auto& f : fills)
+    if (std::none_of(op.tensor_args().begin(), op.tensor_args().end(), [&](const auto& t) { return t.name == f.first; }))
+      throw mojo::InvalidArgumentError(fmt::format("--fill {}: {} has no tensor of that name", f.first, op.name()));
   std::vector<Bytes> host(specs.size());
   for (std::size_t i = 0; i < specs.size(); ++i)
     if (pending[i].valid()) host[i] = pending[i].get();
@@ -328,7 +349,7 @@ OpTiming time_op(mojo::Runtime& rt, const OpCase& c, const Repetitions& reps) {
   use_device(rt);
 
   OpTiming result;
-  std::vector<Bytes> host = input_data(op, specs, 7);
+  std::vector<Bytes> host = input_data(op, specs, 7, c.fills);
   result.traffic = count_traffic(op, specs, host, scalars);
   const double bytes = std::max(result.traffic.bytes, 1.0);
   const int copies = int(std::clamp<double>(std::ceil(reps.stream_bytes / bytes), 1, 64));

@@ -440,7 +440,7 @@ int run_describe(int argc, char** argv, bool explain) {
   fmt::print("workspace: {} bytes\n", d["workspace_bytes"].get<std::size_t>());
   // A plan run once per slice (the fused cross-entropy's vocabulary slices): the grids above are the first run's.
   if (const std::int64_t runs = d["runs"].get<std::int64_t>(); runs > 1)
-    fmt::print("runs:     {} (the plan once per slice; the grids above are the first's)\n", runs);
+    fmt::print("runs:     {} (the plan run again per slice or phase; the grids above are the first run's)\n", runs);
   if (!explain) {
     const nlohmann::json& ideal = d["ideal"];
     fmt::print("ideal:    {:.3f} MB, {:.3f} GFLOP: {:.2f} us at {:.0f} GB/s and {:.0f} TFLOP/s ({}-bound on {})\n",
