@@ -29,6 +29,14 @@
 
 namespace mojo_softmax {
 
+// What both forms (a row in one block, or over CHUNKS) write for one element: the output at d = x - max
+// (softmax: exp(d) / sum; log_softmax: d - log(sum)), and the backward's grad_x from out (y) and grad_out (dy)
+// with the row's dot = sum(grad_out * out).
+template <bool LOG> __device__ __forceinline__ float output_of(float d, float inv_sum, float log_sum) {
+  return LOG ? d - log_sum : mojo::exp_approx(d) * inv_sum;
+}
+__device__ __forceinline__ float grad_x_of(float y, float dy, float dot) { return y * (dy - dot); }
+
 template <class T, int COLS, int VEC, int THREADS, int ROWS, bool LOG>
 __device__ __forceinline__ void forward(T* __restrict__ out, const T* __restrict__ x, long long rows,
                                         long long out_stride, long long x_stride) {
@@ -101,7 +109,7 @@ __device__ __forceinline__ void forward(T* __restrict__ out, const T* __restrict
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         const float d = mojo::to_float(p.v[j]) - max;
-        o.v[j] = mojo::from_float<T>(LOG ? d - log_sum : mojo::exp_approx(d) * inv_sum);
+        o.v[j] = mojo::from_float<T>(output_of<LOG>(d, inv_sum, log_sum));
       }
       mojo::store<T, VEC>(outr + v * VEC, o);
     }
@@ -154,7 +162,7 @@ __device__ __forceinline__ void backward(T* __restrict__ grad_x, const T* __rest
       P o;
 #pragma unroll
       for (int j = 0; j < VEC; ++j)
-        o.v[j] = mojo::from_float<T>(mojo::to_float(y.v[j]) * (mojo::to_float(dy.v[j]) - dot));
+        o.v[j] = mojo::from_float<T>(grad_x_of(mojo::to_float(y.v[j]), mojo::to_float(dy.v[j]), dot));
       mojo::store<T, VEC>(grad_x + offset + v * VEC, o);
     }
   }
@@ -191,7 +199,7 @@ __device__ __forceinline__ void forward_chunks(T* __restrict__ out, const T* __r
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         const float d = mojo::to_float(p.v[j]) - row.max;
-        o.v[j] = mojo::from_float<T>(LOG ? d - log_sum : mojo::exp_approx(d) * inv_sum);
+        o.v[j] = mojo::from_float<T>(output_of<LOG>(d, inv_sum, log_sum));
       }
       mojo::store<T, VEC>(outr + v * VEC, o);
     }
@@ -227,7 +235,7 @@ __device__ __forceinline__ void backward_chunks(T* __restrict__ grad_x, const T*
       P o;
 #pragma unroll
       for (int j = 0; j < VEC; ++j)
-        o.v[j] = mojo::from_float<T>(mojo::to_float(y.v[j]) * (mojo::to_float(dy.v[j]) - dot));
+        o.v[j] = mojo::from_float<T>(grad_x_of(mojo::to_float(y.v[j]), mojo::to_float(dy.v[j]), dot));
       mojo::store<T, VEC>(grad_x + offset + v * VEC, o);
     }
   }

@@ -171,6 +171,9 @@ Bytes bench_data(const OpDef& op, const std::vector<TensorSpec>& specs, std::siz
 // that one value.
 std::vector<Bytes> input_data(const OpDef& op, const std::vector<TensorSpec>& specs, std::uint32_t seed,
                               const std::vector<std::pair<std::string, double>>& fills) {
+  for (const auto& f : fills)
+    if (std::none_of(op.tensor_args().begin(), op.tensor_args().end(), [&](const auto& t) { return t.name == f.first; }))
+      throw mojo::InvalidArgumentError(fmt::format("--fill {}: {} has no tensor of that name", f.first, op.name()));
   std::vector<std::future<Bytes>> pending(specs.size());
   for (std::size_t i = 0; i < specs.size(); ++i) {
     if (specs[i].rank() == 0 || op.tensor_args()[i].role == "out") continue;
@@ -188,9 +191,6 @@ std::vector<Bytes> input_data(const OpDef& op, const std::vector<TensorSpec>& sp
     }
     pending[i] = std::async(std::launch::async, [&op, &specs, i, seed] { return bench_data(op, specs, i, seed); });
   }
-  for (const auto& f : fills)
-    if (std::none_of(op.tensor_args().begin(), op.tensor_args().end(), [&](const auto& t) { return t.name == f.first; }))
-      throw mojo::InvalidArgumentError(fmt::format("--fill {}: {} has no tensor of that name", f.first, op.name()));
   std::vector<Bytes> host(specs.size());
   for (std::size_t i = 0; i < specs.size(); ++i)
     if (pending[i].valid()) host[i] = pending[i].get();
