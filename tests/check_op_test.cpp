@@ -25,6 +25,8 @@ const OddCase kCases[] = {
     {"rms_norm", "x=4097x896"},
     {"rms_norm", "x=17x5632"},
     {"add_rms_norm", "x=17x896"},
+    {"rms_norm_backward", "x=17x896"},
+    {"rms_norm_backward", "x=17x896 grad_residual=17x896"},
     {"layer_norm", "x=17x5632"},
     {"layer_norm_backward", "x=17x896"},
     {"softmax", "x=4097x896"},

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -52,6 +54,25 @@ struct Rows {
   std::int64_t rows, cols;
 };
 inline std::string str(Rows s) { return fmt::format("[{}, {}]", s.rows, s.cols); }
+
+// The tolerance of a norm's grad_x: it is rstd (g - mean(g) - xhat mean(g xhat)) with g = grad_out * weight,
+// which cancels terms as large as rstd |g|, so fp32 keeps digits relative to the largest such term
+// (`terms`), not to grad_x (two elements a row cancel to 1e-3 of them): the dtype's atol, widened by how
+// much larger those terms are than the largest |grad_x| in `want`.
+inline Tolerance cancelling_tolerance(DType dtype, double terms, const std::vector<std::uint8_t>& want) {
+  double out_scale = 0;
+  for (std::size_t i = 0; i < want.size() / dtype_size(dtype); ++i)
+    out_scale = std::max(out_scale, double(std::abs(reference::load(dtype, want.data(), i))));
+  Tolerance t = test::tolerance(dtype);
+  t.atol *= std::max(1.0, terms / out_scale);
+  return t;
+}
+// The tolerance of column sums over `rows` products (grad_weight, grad_bias): fp32 rounding grows like sqrt(rows).
+inline Tolerance column_sum_tolerance(DType dtype, std::int64_t rows) {
+  Tolerance t = test::tolerance(dtype);
+  t.atol *= std::sqrt(double(rows));
+  return t;
+}
 
 // The Args struct an op filled (kernel_templates/<op>_args.h, with void
 // element types), read back from what pack_args pushed: one argument per

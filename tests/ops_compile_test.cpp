@@ -79,6 +79,8 @@ constexpr OddShape kOddShapes[] = {
     {"layer_norm", "x=3x1 mean=3 rstd=3"},
     {"layer_norm", "x=2x4097"},
     {"layer_norm", "x=2x151936"},
+    {"rms_norm_backward", "x=7x31"},
+    {"rms_norm_backward", "x=2x65536 grad_residual=2x65536"},
     {"layer_norm_backward", "x=7x31"},
     {"layer_norm_backward", "x=2x65536"},
     {"softmax", "x=1x1"},

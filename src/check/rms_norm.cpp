@@ -1,4 +1,4 @@
-// rms_norm and add_rms_norm against the float64 reference.
+// rms_norm, add_rms_norm and rms_norm_backward against the float64 reference.
 #include "check/host_data.hpp"
 #include "check/registry.hpp"
 #include "ops/registry.hpp"
@@ -27,6 +27,19 @@ class RmsNormCheck final : public OpCheck {
   bool add_;
 };
 
+class RmsNormBackwardCheck final : public OpCheck {
+ public:
+  RmsNormBackwardCheck() : OpCheck(rms_norm_backward_op()) {}
+
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d,
+                 ScalarList scalars) const override {
+    const TensorSpec& x = specs[3];
+    reference::rms_norm_backward(x.dtype(), d[2].data(), d[3].data(), d[4].data(),
+                                 d[5].empty() ? nullptr : d[5].data(), d[0].data(), d[1].data(), host_data::rows(x),
+                                 host_data::last_dim(x), scalar(scalars, "eps"));
+  }
+};
+
 }  // namespace
 
 const OpCheck& rms_norm_check() {
@@ -35,6 +48,11 @@ const OpCheck& rms_norm_check() {
 }
 const OpCheck& add_rms_norm_check() {
   static const RmsNormCheck check(true);
+  return check;
+}
+
+const OpCheck& rms_norm_backward_check() {
+  static const RmsNormBackwardCheck check;
   return check;
 }
 

@@ -63,6 +63,21 @@ void check_vector(std::string_view op, std::string_view arg, const TensorSpec& t
   checks::expect_contiguous(op, arg, t);
 }
 
+bool check_stats(std::string_view op, TensorList t, std::size_t mean_index, std::int64_t rows, bool optional) {
+  const TensorSpec &mean = t[mean_index].spec, &rstd = t[mean_index + 1].spec;
+  if (optional && mean.rank() == 0 && rstd.rank() == 0) return false;
+  for (std::size_t i : {mean_index, mean_index + 1}) {
+    const std::string_view arg = i == mean_index ? "mean" : "rstd";
+    const TensorSpec& s = t[i].spec;
+    if (s.rank() == 0 && optional) throw ShapeError(fmt::format("{}: give both mean and rstd, or neither", op));
+    checks::expect_dtype_in(op, arg, s.dtype(), std::span<const DType>(checks::kFloatTypes, 1));
+    if (s.numel() != rows || !s.is_contiguous())
+      throw ShapeError(fmt::format("{}: {} is {}; expected a contiguous f32 tensor of {} elements (one per row)", op,
+                                   arg, s.str(), rows));
+  }
+  return true;
+}
+
 void expect_pointers(std::string_view op, std::span<const TensorArgInfo> infos, TensorList t, const Params& p) {
   const unsigned bytes = checks::vector_bytes(p);
   for (std::size_t i = 0; i < t.size(); ++i)

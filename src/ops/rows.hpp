@@ -31,6 +31,9 @@ std::int64_t token_stride(std::string_view op, std::string_view arg, const Tenso
 // A per-column vector (weight, bias) of a [..., cols] tensor `x`: [cols], x's dtype, contiguous.
 void check_vector(std::string_view op, std::string_view arg, const TensorSpec& t, const TensorSpec& x,
                   std::int64_t cols);
+// The per-row statistics mean and rstd (layer_norm's), tensors mean_index and mean_index + 1: f32, one per
+// row, contiguous; when `optional`, both may be absent (rank 0) instead, and then this returns false.
+bool check_stats(std::string_view op, TensorList t, std::size_t mean_index, std::int64_t rows, bool optional);
 // Every tensor but the "stats" ones non-null and aligned to the vector the kernel loads.
 void expect_pointers(std::string_view op, std::span<const TensorArgInfo> infos, TensorList t, const Params& p);
 

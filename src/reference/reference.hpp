@@ -33,6 +33,11 @@ void rms_norm(DType dtype, const void* x, const void* weight, void* out, std::in
 // residual[r, :] = round(residual + x); out = rms_norm(residual) (residual updated in place).
 void add_rms_norm(DType dtype, void* residual, const void* x, const void* weight, void* out, std::int64_t rows,
                   std::int64_t hidden, double eps);
+// The gradients of rms_norm: grad_x = rstd (g - xhat mean(g xhat)), g = grad_out * weight, xhat = x * rstd,
+// plus grad_residual when not null (add_rms_norm's, x being its updated residual); grad_weight = sum(grad_out xhat).
+void rms_norm_backward(DType dtype, const void* grad_out, const void* x, const void* weight,
+                       const void* grad_residual, void* grad_x, void* grad_weight, std::int64_t rows,
+                       std::int64_t hidden, double eps);
 // out = (x - mean) * rstd * weight + bias; mean and rstd (float, per row) written when not null.
 void layer_norm(DType dtype, const void* x, const void* weight, const void* bias, void* out, float* mean,
                 float* rstd, std::int64_t rows, std::int64_t hidden, double eps);

@@ -1,6 +1,11 @@
 // rms_norm's OpDef: params derived from specs and alignment, and every bad
-// input rejected with a message that names the problem.
+// input rejected with a message that names the problem; add_rms_norm and
+// rms_norm_backward against the reference on the device.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
 
 #include "mojo/error.hpp"
 #include "mojo/op.hpp"
@@ -205,7 +210,7 @@ TEST(RmsNormOp, WrongArgumentCountsAndScalars) {
 
 TEST(Ops, UnknownOpListsTheKnownOnes) {
   EXPECT_EQ(error_of<UnknownOpError>([] { find_op("rmsnorm"); }),
-            "unknown op 'rmsnorm'; known ops: rms_norm, add_rms_norm, layer_norm, layer_norm_backward, softmax, "
+            "unknown op 'rmsnorm'; known ops: rms_norm, add_rms_norm, rms_norm_backward, layer_norm, layer_norm_backward, softmax, "
             "log_softmax, softmax_backward, silu, gelu, swiglu, gelu_and_mul, rotary_embedding, embedding, "
             "store_kv_cache, gemm, gemm_batched, linear, group_gemm, sdpa, paged_prefill_gqa, paged_decode_gqa, "
             "apply_penalties_temperature, sample, reject_sample, moe_gate, moe_dispatch, moe_combine, moe_mlp, "
@@ -220,7 +225,154 @@ TEST(AddRmsNormOp, ResidualIsInOutAndShapesMustMatch) {
             "add_rms_norm: residual has shape [32, 4095] but x has shape [32, 4096]; they must match");
 }
 
+// layer_norm_backward's plan (norm_backward.cu) with one column sum instead of two: rows up to twice as
+// wide keep theirs in registers. Wider rows: row blocks that also write each row's rstd, then column blocks.
+TEST(RmsNormBackwardOp, PartialsPlanOrRowsThenColumns) {
+  const OpDef& op = find_op("rms_norm_backward");
+  auto t = example(op, DType::bf16, "x=100x4096");
+  Params p = op.specialize(t, {}, kSm90);
+  EXPECT_EQ(p.str(),
+            "dtype=bf16 hidden=4096 vec=8 threads=256 rows=1 partials=1 min_blocks=3 max_parts=396 residual=0");
+  std::vector<Params> steps = op.plan(p);
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(op.geometry(steps[0], t).grid.x, 100u) << "a block a row: fewer rows than SMs";
+  EXPECT_EQ(op.geometry(steps[1], t).grid.x, 4096u / 32u);
+  EXPECT_EQ(op.workspace_bytes(p, t), 100u * 4096 * 4) << "grad_weight's partial of each block";
+  t = example(op, DType::bf16, "x=16384x4096");
+  EXPECT_EQ(op.geometry(op.plan(op.specialize(t, {}, kSm90))[0], t).grid.x, 396u) << "a wave: 3 blocks an SM (80 registers)";
+  EXPECT_EQ(params("rms_norm_backward", DType::bf16, "x=100x4096 grad_residual=100x4096").get("residual"), 1);
+  EXPECT_EQ(params("rms_norm_backward", DType::f32, "x=8x16384").get("partials"), 1)
+      << "32 f32 columns a thread: 96 registers with their vectors (layer_norm_backward's would need 128)";
+
+  t = example(op, DType::bf16, "x=3x40000");
+  p = op.specialize(t, {}, kSm90);
+  EXPECT_EQ(p.get("partials"), 0) << "80 columns a thread: too many registers";
+  steps = op.plan(p);
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(op.geometry(steps[0], t).grid.x, 3u) << "a block a row";
+  EXPECT_EQ(op.geometry(steps[1], t).grid.x, 40000u / 32u) << "then 1250 blocks of 32 columns";
+  EXPECT_EQ(op.workspace_bytes(p, t), 3u * 4) << "each row's rstd, for the column step";
+}
+
+TEST(RmsNormBackwardOp, GradResidualMustMatchX) {
+  EXPECT_EQ(error_of<ShapeError>([] { params("rms_norm_backward", DType::bf16, "x=8x4096 grad_residual=8x4095"); }),
+            "rms_norm_backward: grad_residual has shape [8, 4095] but x has shape [8, 4096]; they must match");
+  const OpDef& op = find_op("rms_norm_backward");
+  auto t = example(op, DType::bf16, "x=8x4096 grad_residual=8x4096");
+  t[5].spec = TensorSpec(DType::f16, {8, 4096});
+  EXPECT_EQ(error_of<DTypeError>([&] { op.specialize(t, {}, kSm90); }),
+            "rms_norm_backward: grad_residual has dtype f16 but x has dtype bf16; they must match");
+}
+
+TEST(Reference, RmsNormBackwardMatchesFiniteDifferences) {
+  // add_rms_norm: h = residual + x, out = rms_norm(h); loss = sum(out * g) + sum(h * gr) for fixed g and gr,
+  // so d loss / d x = rms_norm_backward(g, h) + gr. Without the residual, rms_norm's: loss = sum(out * g).
+  const std::int64_t rows = 3, hidden = 5;
+  const double eps = 1e-5;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> x(rows * hidden), r(x.size()), w(hidden), g(x.size()), gr(x.size());
+  for (auto* v : {&x, &r, &w, &g, &gr})
+    for (float& f : *v) f = u(rng);
+  for (bool residual : {false, true}) {
+    SCOPED_TRACE(residual ? "add_rms_norm" : "rms_norm");
+    auto loss = [&](const std::vector<float>& xs, const std::vector<float>& ws) {
+      std::vector<float> h = r, out(x.size());
+      if (residual)
+        reference::add_rms_norm(DType::f32, h.data(), xs.data(), ws.data(), out.data(), rows, hidden, eps);
+      else
+        reference::rms_norm(DType::f32, xs.data(), ws.data(), out.data(), rows, hidden, eps);
+      double l = 0;
+      for (std::size_t i = 0; i < out.size(); ++i) l += double(out[i]) * g[i] + (residual ? double(h[i]) * gr[i] : 0);
+      return l;
+    };
+    std::vector<float> h = x, dx(x.size()), dw(hidden);
+    if (residual)
+      for (std::size_t i = 0; i < h.size(); ++i) h[i] += r[i];
+    reference::rms_norm_backward(DType::f32, g.data(), h.data(), w.data(), residual ? gr.data() : nullptr, dx.data(),
+                                 dw.data(), rows, hidden, eps);
+    const float step = 1e-2f;
+    auto numeric = [&](std::vector<float>& v, std::size_t i) {
+      const float keep = v[i];
+      v[i] = keep + step;
+      const double up = loss(x, w);
+      v[i] = keep - step;
+      const double down = loss(x, w);
+      v[i] = keep;
+      return (up - down) / (2 * step);
+    };
+    for (std::size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(dx[i], numeric(x, i), 2e-3) << "x " << i;
+    for (std::size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(dw[i], numeric(w, i), 2e-3) << "w " << i;
+  }
+}
+
 struct RmsNormGpu : GpuOps {};
+
+TEST_P(RmsNormGpu, RmsNormBackwardIsCorrectAndDeterministic) {
+  const Tensor absent{TensorSpec(), 0};
+  for (DType d : kFloatTypes)
+    // layer_norm_backward's shapes: narrow rows (several a block), rows over one block each, 140 rows over a
+    // wave of blocks (some take two); and 40000 columns (the wide rows' form).
+    for (Rows s : {Rows{1, 2}, Rows{3, 31}, Rows{7, 4097}, Rows{64, 4096}, Rows{1000, 64}, Rows{140, 4100},
+                   Rows{3, 40000}}) {
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(d), str(s)));
+      const std::int64_t n = s.rows * s.cols;
+      const TensorSpec x(d, {s.rows, s.cols}), v(d, {s.cols});
+      const auto xh = random_tensor(d, n, 7), gh = random_tensor(d, n, 8), wh = random_tensor(d, s.cols, 9);
+      const auto residual_h = random_tensor(d, n, 10);
+      double terms = 0;  // the largest rstd |grad_out * weight|
+      for (std::int64_t r = 0; r < s.rows; ++r) {
+        double sum_sq = 0, largest = 0;
+        for (std::int64_t c = 0; c < s.cols; ++c) {
+          const std::size_t i = std::size_t(r * s.cols + c);
+          sum_sq += std::pow(reference::load(d, xh.data(), i), 2);
+          largest = std::max(largest, double(std::abs(reference::load(d, gh.data(), i) *
+                                                      reference::load(d, wh.data(), std::size_t(c)))));
+        }
+        terms = std::max(terms, largest / std::sqrt(sum_sq / double(s.cols) + 1e-5));
+      }
+      GpuTensor grad_out(x, gh), xin(x, xh), weight(v, wh);
+      std::vector<std::uint8_t> want_x(x.nbytes()), want_w(v.nbytes()), first_weight_grad;
+      reference::rms_norm_backward(d, gh.data(), xh.data(), wh.data(), nullptr, want_x.data(), want_w.data(), s.rows,
+                                   s.cols, 1e-5);
+      for (int run = 0; run < 2; ++run) {
+        GpuTensor grad_x(x), grad_weight(v);
+        rt->launch("rms_norm_backward", {grad_x, grad_weight, grad_out, xin, weight, absent}, {{"eps", 1e-5f}});
+        sync();
+        test::expect_close(d, grad_x.read(), want_x, "grad_x", cancelling_tolerance(d, terms, want_x));
+        test::expect_close(d, grad_weight.read(), want_w, "grad_weight", column_sum_tolerance(d, s.rows));
+        if (run == 0)
+          first_weight_grad = grad_weight.read();
+        else
+          EXPECT_EQ(grad_weight.read(), first_weight_grad) << "grad_weight differs between two runs";
+      }
+      // add_rms_norm's: grad_residual added to grad_x, in place (grad_x is grad_residual's memory).
+      reference::rms_norm_backward(d, gh.data(), xh.data(), wh.data(), residual_h.data(), want_x.data(),
+                                   want_w.data(), s.rows, s.cols, 1e-5);
+      GpuTensor accumulated(x, residual_h), grad_weight(v);
+      rt->launch("rms_norm_backward", {accumulated, grad_weight, grad_out, xin, weight, accumulated},
+                 {{"eps", 1e-5f}});
+      sync();
+      test::expect_close(d, accumulated.read(), want_x, "grad_x + grad_residual",
+                         cancelling_tolerance(d, terms, want_x));
+      EXPECT_EQ(grad_weight.read(), first_weight_grad) << "grad_residual changes grad_x only";
+      EXPECT_EQ(xin.read(), xh) << "x is read only";
+      EXPECT_EQ(grad_out.read(), gh) << "grad_out is read only";
+    }
+}
+
+TEST_P(RmsNormGpu, RmsNormBackwardWillNotWriteOverItsInputs) {
+  const TensorSpec x(DType::bf16, {4, 64}), v(DType::bf16, {64});
+  GpuTensor grad(x, random_tensor(DType::bf16, 256, 1)), xin(x, random_tensor(DType::bf16, 256, 2)),
+      weight(v, random_tensor(DType::bf16, 64, 3)), grad_weight(v);
+  const Tensor absent{TensorSpec(), 0};
+  EXPECT_EQ(error_of<InvalidArgumentError>(
+                [&] { rt->launch("rms_norm_backward", {grad, grad_weight, grad, xin, weight, absent}); }),
+            "rms_norm_backward: grad_x and grad_out are the same memory; give grad_x memory of its own");
+  EXPECT_EQ(error_of<InvalidArgumentError>(
+                [&] { rt->launch("rms_norm_backward", {xin, grad_weight, grad, xin, weight, absent}); }),
+            "rms_norm_backward: grad_x and x are the same memory; give grad_x memory of its own");
+}
 
 TEST_P(RmsNormGpu, AddRmsNormUpdatesResidualInPlace) {
   for (DType d : kFloatTypes)

@@ -22,6 +22,7 @@ std::vector<OpCase> qwen3_cases(bool smoke) {
   if (smoke)
     return {{"rms_norm", "x=2x256"},
             {"add_rms_norm", "x=2x256"},
+            {"rms_norm_backward", "x=2x256"},
             {"layer_norm", "x=2x256"},
             {"layer_norm_backward", "x=2x256"},
             {"silu", "x=2x256"},
@@ -36,7 +37,7 @@ std::vector<OpCase> qwen3_cases(bool smoke) {
             {"softmax_backward", "out=2x1000"}};
   std::vector<OpCase> out;
   for (int t : {1, 32, 4096, 16384}) {
-    for (const char* op : {"rms_norm", "add_rms_norm", "layer_norm", "layer_norm_backward"})
+    for (const char* op : {"rms_norm", "add_rms_norm", "rms_norm_backward", "layer_norm", "layer_norm_backward"})
       out.push_back({op, fmt::format("x={}x4096", t)});
     for (const char* op : {"silu", "gelu"}) out.push_back({op, fmt::format("x={}x12288", t)});
     for (const char* op : {"swiglu", "gelu_and_mul"}) out.push_back({op, fmt::format("x={}x24576", t)});

@@ -48,7 +48,7 @@ def rotate_neox(t, cos, sin):
 
 def case(op, s, dt, activation=0, trans_b=0):
     """(make_inputs(gen) -> tuple of tensors, fn(*inputs)) for one row of the table."""
-    if op in ("rms_norm", "add_rms_norm", "layer_norm", "layer_norm_backward"):
+    if op in ("rms_norm", "add_rms_norm", "rms_norm_backward", "layer_norm", "layer_norm_backward"):
         rows, h = math.prod(s["x"][:-1]), s["x"][-1]
         if op == "rms_norm":
             return (lambda g: (rand((rows, h), dt, g), rand((h,), dt, g)),
@@ -58,6 +58,19 @@ def case(op, s, dt, activation=0, trans_b=0):
                 r.add_(x)
                 return F.rms_norm(r, (h,), w, EPS)
             return (lambda g: (rand((rows, h), dt, g), rand((rows, h), dt, g), rand((h,), dt, g)), add_rms_norm)
+        if op == "rms_norm_backward":
+            residual = "grad_residual" in s
+
+            def rms_norm_backward(go, x, w, *grad_residual):  # rms_norm's autograd formula, written out
+                xf = x.float()
+                rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)
+                xhat, g = xf * rstd, go.float() * w.float()
+                gx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+                if grad_residual:
+                    gx = gx + grad_residual[0].float()
+                return gx.to(x.dtype), (go.float() * xhat).sum(0).to(x.dtype)
+            return (lambda g: (rand((rows, h), dt, g), rand((rows, h), dt, g), rand((h,), dt, g))
+                    + ((rand((rows, h), dt, g),) if residual else ()), rms_norm_backward)
         if op == "layer_norm":
             return (lambda g: (rand((rows, h), dt, g), rand((h,), dt, g), rand((h,), dt, g)),
                     lambda x, w, b: F.layer_norm(x, (h,), w, b, EPS))
