@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include "compiler/on_demand.hpp"
 #include "mojo/error.hpp"
 #include "mojo/runtime.hpp"
@@ -29,6 +31,56 @@ TEST(Compile, CubinIsAnElfForTheTarget) {
   EXPECT_EQ(a.binary->substr(0, 4), "\x7f" "ELF");
   EXPECT_TRUE(a.compiled);
   EXPECT_EQ(rt.stats().compiles, 1u);
+}
+
+namespace {
+// Where a compiler's time went (CacheStats::compile_stage_seconds, by CompileStage), after a compile to PTX, one
+// to cubin and a repeat served from memory: the stages are most of the compiles' time and no more than it.
+std::array<double, kCompileStages> stage_seconds(const std::string& compiler, bool time_stages,
+                                                 std::array<double, kCompileStages>* ptx_only) {
+  RuntimeOptions o = memory_only();
+  o.compiler = compiler;
+  o.time_compile_stages = time_stages;
+  Runtime rt(o);
+  rt.compile("rms_norm", rms_args(DType::bf16, 1, 4096), {}, Target::parse("sm_90"), Emit::ptx);
+  *ptx_only = rt.stats().compile_stage_seconds;
+  rt.compile("rms_norm", rms_args(DType::bf16, 1, 4096), {}, Target::parse("sm_90"), Emit::cubin);
+  rt.compile("rms_norm", rms_args(DType::bf16, 2, 4096), {}, Target::parse("sm_90"), Emit::cubin);
+  const CacheStats s = rt.stats();
+  EXPECT_EQ(s.compiles, 2u);
+  double sum = 0;
+  for (double seconds : s.compile_stage_seconds) sum += seconds;
+  EXPECT_LE(sum, s.compile_seconds) << "the stages are parts of the compiles";
+  EXPECT_GT(sum, 0.5 * s.compile_seconds) << "and most of them";
+  return s.compile_stage_seconds;
+}
+constexpr auto front_end = std::size_t(CompileStage::front_end), optimize = std::size_t(CompileStage::optimize),
+               codegen = std::size_t(CompileStage::codegen), ptxas = std::size_t(CompileStage::ptxas),
+               other = std::size_t(CompileStage::other);
+}  // namespace
+
+TEST(Compile, NvrtcSaysWhereItsTimeWentWhenAsked) {
+  std::array<double, kCompileStages> ptx{};
+  std::array<double, kCompileStages> s = stage_seconds("nvrtc", false, &ptx);
+  EXPECT_GT(s[other], 0) << "unasked, NVRTC's whole call";
+  for (std::size_t i : {front_end, optimize, codegen, ptxas}) EXPECT_EQ(s[i], 0) << compile_stage_name(CompileStage(i));
+  s = stage_seconds("nvrtc", true, &ptx);
+  EXPECT_GT(ptx[front_end], 0);
+  EXPECT_GT(ptx[optimize], 0);
+  EXPECT_EQ(ptx[ptxas], 0) << "PTX is NVVM's output";
+  EXPECT_GT(s[ptxas], 0) << "\"PTX Translation\", for the cubin";
+  EXPECT_EQ(s[codegen], 0) << "NVRTC has no phase of that name";
+  EXPECT_EQ(std::string(compile_stage_name(CompileStage::front_end)), "front end");
+}
+
+TEST(Compile, LlvmSaysWhereItsTimeWent) {
+  if (!MOJO_TEST_WITH_LLVM) GTEST_SKIP() << "a build without LLVM";
+  std::array<double, kCompileStages> ptx{};
+  const std::array<double, kCompileStages> s = stage_seconds("llvm", false, &ptx);
+  for (std::size_t i : {front_end, optimize, codegen}) EXPECT_GT(ptx[i], 0) << compile_stage_name(CompileStage(i));
+  EXPECT_EQ(ptx[ptxas], 0) << "PTX needs no ptxas";
+  EXPECT_GT(s[ptxas], 0) << "the cubin's ptxas subprocess";
+  EXPECT_EQ(s[other], 0);
 }
 
 TEST(Compile, SecondRequestIsServedFromMemory) {

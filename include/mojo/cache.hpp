@@ -3,6 +3,7 @@
 // Layout and format: cache/README.md.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -73,6 +74,9 @@ struct CacheStats {
   std::uint64_t evicted = 0;        // entries removed to stay under the size cap
   std::uint64_t lock_waits = 0;     // times another process held a key this one needed
   double compile_seconds = 0;
+  // Of compile_seconds, by CompileStage (mojo/stage.hpp), as the compilers measured it; the rest is the
+  // runtime's (the dump, if any). NVRTC's phases only with RuntimeOptions::time_compile_stages.
+  std::array<double, kCompileStages> compile_stage_seconds{};
 };
 
 struct DiskEntryInfo {

@@ -2,6 +2,7 @@
 // nothing of caching or loading (tinygrad's seam). The stages: mojo/stage.hpp.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,7 +26,11 @@ struct CompileRequest {
   unsigned jobs = 1;
   // Keep the stages on the way to `emit` in CompileResult::stages (MOJO_JIT_DUMP).
   bool keep_stages = false;
+  // Time each stage (CompileResult::stage_ms). LLVM times its stages always (a clock read each); NVRTC only
+  // when asked, since it reports its phases through a file (--time).
+  bool time_stages = false;
 };
+
 
 struct CompileResult {
   std::string binary;  // PTX text, cubin bytes (no trailing NUL) or a host shared object
@@ -33,6 +38,9 @@ struct CompileResult {
   // With keep_stages: what the compile passed through before `binary`, in
   // pipeline order (llvm, llvm-opt and ptx from LLVM; ptx from NVRTC).
   std::vector<std::pair<Emit, std::string>> stages;
+  // Milliseconds in each CompileStage (mojo/stage.hpp; by its index): what the compiler measured, zeros
+  // where it did not.
+  std::array<double, kCompileStages> stage_ms{};
 };
 
 class Compiler {

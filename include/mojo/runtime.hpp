@@ -54,6 +54,9 @@ struct RuntimeOptions {
   // stored in the cache per device, op, params and shape bucket, so later
   // processes skip the timing (also MOJO_JIT_AUTOTUNE=1).
   bool autotune = false;
+  // NVRTC reports its phases' times too (CacheStats::compile_stage_seconds; LLVM always does), through a
+  // temporary file a compile: for benchmarks.
+  bool time_compile_stages = false;
 };
 
 // One compiled specialization, as compile() returns it.

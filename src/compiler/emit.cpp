@@ -1,4 +1,4 @@
-// The names of the pipeline's stages (--emit=...).
+// The names of the pipeline's stages (--emit=...) and of the stages compiles are timed in.
 #include <fmt/format.h>
 
 #include <utility>
@@ -24,6 +24,17 @@ Emit parse_emit(std::string_view name) {
   for (auto [e, n] : kEmitNames)
     if (n == name) return e;
   throw InvalidArgumentError(fmt::format("unknown emission '{}': expected llvm, llvm-opt, ptx, cubin, host (or sass from the CLI)", name));
+}
+
+std::string_view compile_stage_name(CompileStage stage) noexcept {
+  switch (stage) {
+    case CompileStage::front_end: return "front end";
+    case CompileStage::optimize: return "optimize";
+    case CompileStage::codegen: return "codegen";
+    case CompileStage::ptxas: return "ptxas";
+    case CompileStage::other: return "other";
+  }
+  return "?";
 }
 
 }  // namespace mojo

@@ -28,6 +28,7 @@
 #include <llvm/Transforms/Utils/Cloning.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <set>
@@ -381,15 +382,22 @@ CompileResult LlvmCompiler::compile(const CompileRequest& request) const {
   // the middle of LLVM, so its context and module are then leaked rather
   // than destroyed in a state nobody can vouch for.
   auto c = std::make_unique<Compilation>(request);
+  CompileResult result;
+  // Each stage timed, the time it takes to keep its IR included.
+  auto timed = [&](CompileStage stage, auto f) {
+    const auto start = std::chrono::steady_clock::now();
+    const bool ok = f();
+    result.stage_ms[int(stage)] +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return ok;
+  };
   bool done = false;
   auto run = [&] {
-    if (!c->front_end()) return;
-    c->keep_ir(Emit::llvm);
+    if (!timed(CompileStage::front_end, [&] { return c->front_end() && (c->keep_ir(Emit::llvm), true); })) return;
     if (request.emit == Emit::llvm) return void(done = true);
-    if (!c->optimize()) return;
-    c->keep_ir(Emit::llvm_opt);
+    if (!timed(CompileStage::optimize, [&] { return c->optimize() && (c->keep_ir(Emit::llvm_opt), true); })) return;
     if (request.emit == Emit::llvm_opt) return void(done = true);
-    done = c->codegen();
+    done = timed(CompileStage::codegen, [&] { return c->codegen(); });
   };
   tls_fatal_error.clear();
   llvm::CrashRecoveryContext crc;
@@ -408,7 +416,6 @@ CompileResult LlvmCompiler::compile(const CompileRequest& request) const {
                                    diagnostics::first_error(log)),
                        diagnostics::annotate(log, request.source));
 
-  CompileResult result;
   result.log = log;
   result.stages = std::move(c->stages);
   if (request.emit == Emit::llvm || request.emit == Emit::llvm_opt) {
@@ -418,7 +425,11 @@ CompileResult LlvmCompiler::compile(const CompileRequest& request) const {
     result.binary = std::move(c->ptx.front());
   } else {
     const std::string ptx = c->ptx.size() == 1 ? std::move(c->ptx.front()) : merge_ptx(c->ptx);
-    ptxas::Cubin cubin = ptxas::ptx_to_cubin(ptx, target, request.jobs, MOJO_CUDA_RELEASE, request.description);
+    ptxas::Cubin cubin;
+    timed(CompileStage::ptxas, [&] {
+      cubin = ptxas::ptx_to_cubin(ptx, target, request.jobs, MOJO_CUDA_RELEASE, request.description);
+      return true;
+    });
     result.binary = std::move(cubin.binary);
     result.log += cubin.log;
     if (request.keep_stages) result.stages.emplace_back(Emit::ptx, ptx);

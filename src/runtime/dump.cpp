@@ -12,11 +12,11 @@
 namespace mojo {
 namespace fs = std::filesystem;
 
-std::string compile_dumped(const Compiler& compiler, CompileRequest request, const fs::path& dump_dir,
-                           const std::string& stem, const std::string& meta) {
+CompileResult compile_dumped(const Compiler& compiler, CompileRequest request, const fs::path& dump_dir,
+                             const std::string& stem, const std::string& meta) {
   if (dump_dir.empty()) {
     try {
-      return compiler.compile(request).binary;
+      return compiler.compile(request);
     } catch (const CompileError& e) {
       throw CompileError(e.what(), e.log() +
                                        "\n(MOJO_JIT_DUMP=DIR keeps the translation unit and the log, and gives "
@@ -45,7 +45,8 @@ std::string compile_dumped(const Compiler& compiler, CompileRequest request, con
   }
   for (const auto& [stage, text] : result.stages) write(fmt::format(".{}", emit_name(stage)), text);
   write(fmt::format(".{}", emit_name(request.emit)), result.binary);
-  return std::move(result.binary);
+  result.stages.clear();
+  return result;
 }
 
 }  // namespace mojo

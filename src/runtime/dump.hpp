@@ -13,7 +13,7 @@ namespace mojo {
 // per stage it passed through (.llvm, .llvm-opt, .ptx) and for the result
 // (.ptx, .cubin, ...); a failed compile writes .cu and .log, and its error
 // names them with a command that reproduces the compile outside mojo-jit.
-std::string compile_dumped(const Compiler& compiler, CompileRequest request, const std::filesystem::path& dump_dir,
-                           const std::string& stem, const std::string& meta);
+CompileResult compile_dumped(const Compiler& compiler, CompileRequest request, const std::filesystem::path& dump_dir,
+                             const std::string& stem, const std::string& meta);
 
 }  // namespace mojo

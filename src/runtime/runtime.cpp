@@ -303,6 +303,8 @@ struct Runtime::Impl {
   // binary that replaces a freed one at the same address is never taken for it.
   std::unordered_map<FastKey, std::weak_ptr<const Module>, FastKeyHash> modules;
   std::atomic<std::uint64_t> memory_hits{0};
+  std::mutex stage_mutex;
+  std::array<double, kCompileStages> stage_seconds{};  // CacheStats::compile_stage_seconds
   WorkspaceArena workspace;
 
   explicit Impl(RuntimeOptions o)
@@ -350,8 +352,13 @@ struct Runtime::Impl {
     const std::string_view name = program == kBundleProgram ? "bundle" : std::string_view(u.kernels.front());
     const std::string stem = fmt::format("{}.{}.{}", name, target.sm_name(), u.key.hex().substr(0, 8));
     return cache.get(CacheRequest{u.key, emit, u.description, u.meta, u.components}, [&] {
-      return compile_dumped(compiler_for(emit), CompileRequest{program, u.source, target, emit, u.description, jobs},
-                            dump_dir, stem, u.meta + fmt::format("key={}\n", u.key.hex()));
+      CompileRequest request{program, u.source, target, emit, u.description, jobs};
+      request.time_stages = options.time_compile_stages;
+      CompileResult result =
+          compile_dumped(compiler_for(emit), request, dump_dir, stem, u.meta + fmt::format("key={}\n", u.key.hex()));
+      std::lock_guard lock(stage_mutex);
+      for (int i = 0; i < kCompileStages; ++i) stage_seconds[std::size_t(i)] += result.stage_ms[std::size_t(i)] * 1e-3;
+      return std::move(result.binary);
     }, compiled);
   }
 
@@ -589,6 +596,8 @@ Runtime::KeyParts Runtime::key_parts(std::string_view op_name, TensorList tensor
 CacheStats Runtime::stats() const {
   CacheStats s = impl_->cache.stats();
   s.memory_hits = impl_->memory_hits;
+  std::lock_guard lock(impl_->stage_mutex);
+  s.compile_stage_seconds = impl_->stage_seconds;
   return s;
 }
 

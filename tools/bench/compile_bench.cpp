@@ -1,8 +1,10 @@
-// Compile-time tables (no GPU needed): cold compiles of one kernel, and the
-// compile modes (per kernel, all kernels in one module, LLVM's split back
-// end) for the whole example set, with NVRTC and with LLVM.
+// Compile-time tables (no GPU needed): cold compiles of one kernel, where a
+// new specialization's time goes (stage by stage), and the compile modes (per
+// kernel, all kernels in one module, LLVM's split back end) for the whole
+// example set, with NVRTC and with LLVM, each row with its stages.
 #include <fmt/format.h>
 
+#include <array>
 #include <cstdio>
 #include <thread>
 
@@ -32,7 +34,40 @@ std::vector<std::string> available_compilers(const Options& options) {
 
 struct Timing {
   double wall_ms = 0, cpu = 0;  // ms
+  std::array<double, mojo::kCompileStages> stage_ms{};  // of wall_ms, by compile stage (CacheStats)
 };
+
+// The stages' columns of a row: each stage's ms, then the runtime's rest of the wall time (specializing,
+// expanding the templates, the key, the cache's writes). Under -j, stages overlap nothing of the rest.
+std::string stage_cells(const Timing& t) {
+  std::string out;
+  double stages = 0;
+  for (double ms : t.stage_ms) {
+    out += fmt::format(" {:.0f} |", ms);
+    stages += ms;
+  }
+  return out + fmt::format(" {:.0f} |", std::max(0.0, t.wall_ms - stages));
+}
+// Their header: the stages' names, and the markdown rule under them.
+std::string stage_names() {
+  std::string out;
+  for (int i = 0; i < mojo::kCompileStages; ++i) out += fmt::format(" {} |", mojo::compile_stage_name(mojo::CompileStage(i)));
+  return out + " runtime |";
+}
+std::string stage_rule() {
+  std::string out;
+  for (int i = 0; i <= mojo::kCompileStages; ++i) out += "---:|";
+  return out;
+}
+
+// The stages' ms of a Runtime's compiles since `before`.
+std::array<double, mojo::kCompileStages> stage_ms_since(const mojo::Runtime& rt, const mojo::CacheStats& before) {
+  std::array<double, mojo::kCompileStages> out{};
+  const mojo::CacheStats now = rt.stats();
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = (now.compile_stage_seconds[i] - before.compile_stage_seconds[i]) * 1e3;
+  return out;
+}
 
 enum class Mode { per_kernel, one_module };
 
@@ -44,10 +79,12 @@ Timing time_mode(Mode mode, const std::string& compiler, mojo::Emit emit, int jo
   mojo::RuntimeOptions o;
   o.cache_dir = dir;
   o.compiler = compiler;
+  o.time_compile_stages = true;
   Timing t;
   {
     mojo::Runtime rt(o);
     rt.compile("rms_norm", rms_specs(mojo::DType::f32, 1, 77), {}, target, emit);
+    const mojo::CacheStats before = rt.stats();
     const double cpu0 = cpu_ms();
     const auto start = Clock::now();
     if (mode == Mode::per_kernel) {
@@ -55,12 +92,40 @@ Timing time_mode(Mode mode, const std::string& compiler, mojo::Emit emit, int jo
     } else {
       rt.compile_all(items, emit, jobs);
     }
-    t = {ms_since(start), cpu_ms() - cpu0};
+    t = {ms_since(start), cpu_ms() - cpu0, stage_ms_since(rt, before)};
     if (rt.stats().compiles != (mode == Mode::per_kernel ? items.size() : 1) + 1)
       throw mojo::Error(fmt::format("bench: expected every kernel compiled, got {} compiles", rt.stats().compiles));
   }
   std::filesystem::remove_all(dir);
   return t;
+}
+
+// An op's example specialization of `dtype` for `arch` (the op's example shapes).
+mojo::PrewarmItem example(const char* op, mojo::DType dtype, const char* arch) {
+  for (mojo::PrewarmItem& item : mojo::Manifest::examples({op}).items({mojo::Target::parse(arch)}))
+    if (item.tensors.front().spec.dtype() == dtype) return item;
+  throw mojo::Error(fmt::format("bench: {} has no {} example", op, mojo::dtype_name(dtype)));
+}
+
+// One new specialization of a small kernel (rms_norm) and a large one (the sm_90a sdpa: the wgmma prefill
+// path), with each compiler, in a Runtime that has compiled once already: where its time goes.
+void compile_breakdown(const Options& options, int tries) {
+  fmt::print("\n## Where one new specialization's compile time goes (ms, fastest of {})\n\n", tries);
+  fmt::print("| kernel | compiler | output | wall ms |{}\n|---|---|---|---:|{}\n", stage_names(), stage_rule());
+  const std::pair<const char*, mojo::PrewarmItem> kernels[] = {
+      {"rms_norm bf16 4096, sm_90", example("rms_norm", mojo::DType::bf16, "sm_90")},
+      {"sdpa bf16 (wgmma prefill), sm_90a", example("sdpa", mojo::DType::bf16, "sm_90a")}};
+  for (const auto& [label, item] : kernels)
+    for (const std::string& compiler : available_compilers(options))
+      for (mojo::Emit emit : {mojo::Emit::ptx, mojo::Emit::cubin}) {
+        Timing fastest;
+        for (int i = 0; i < tries; ++i) {
+          const Timing t = time_mode(Mode::per_kernel, compiler, emit, 1, {item}, item.target);
+          if (i == 0 || t.wall_ms < fastest.wall_ms) fastest = t;
+        }
+        fmt::print("| {} | {} | {} | {:.0f} |{}\n", label, compiler, mojo::emit_name(emit), fastest.wall_ms,
+                   stage_cells(fastest));
+      }
 }
 
 }  // namespace
@@ -96,12 +161,14 @@ void bench_compile_modes(const mojo::Target& target, const Options& options) {
   const int tries = options.smoke || options.quick ? 1 : 3;
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   const double n = double(items.size());
+  compile_breakdown(options, tries);
   fmt::print("\n## Compile modes: {} at its example shapes = {} kernels, {}, {} cores, fastest of {}\n\n",
              options.smoke ? "rms_norm x dtype" : "every op x dtype", items.size(), target.sm_name(), cores, tries);
-  fmt::print("| mode | compiler | output | wall ms | CPU ms | ms per kernel (wall) |\n|---|---|---|---:|---:|---:|\n");
+  fmt::print("| mode | compiler | output | wall ms | CPU ms | ms per kernel (wall) |{}\n", stage_names());
+  fmt::print("|---|---|---|---:|---:|---:|{}\n", stage_rule());
   auto row = [&](const char* mode, const std::string& compiler, mojo::Emit emit, Timing t) {
-    fmt::print("| {} | {} | {} | {:.0f} | {:.0f} | {:.1f} |\n", mode, compiler, mojo::emit_name(emit), t.wall_ms,
-               t.cpu, t.wall_ms / n);
+    fmt::print("| {} | {} | {} | {:.0f} | {:.0f} | {:.1f} |{}\n", mode, compiler, mojo::emit_name(emit), t.wall_ms,
+               t.cpu, t.wall_ms / n, stage_cells(t));
   };
   std::vector<std::string> summary;
   double nvrtc_ptx_per_kernel = 0;
