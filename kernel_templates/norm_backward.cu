@@ -255,7 +255,7 @@ template <bool BIAS, class T, int HIDDEN, class Term>
 __device__ __forceinline__ void column_sums(T* __restrict__ grad_weight, T* __restrict__ grad_bias, long long terms,
                                             Term term) {
   constexpr int WARPS = 8;
-  __shared__ float partial_w[WARPS][32], partial_b[WARPS][32];
+  __shared__ float partial_w[WARPS][32], partial_b[BIAS ? WARPS : 1][32];
   const unsigned tid = mojo::thread_x();
   const int lane = int(tid % 32), warp = int(tid / 32);
   const int col = int(mojo::block_x()) * 32 + lane;
@@ -267,13 +267,13 @@ __device__ __forceinline__ void column_sums(T* __restrict__ grad_weight, T* __re
       db += t.b;
     }
   partial_w[warp][lane] = dw;
-  partial_b[warp][lane] = db;
+  if constexpr (BIAS) partial_b[warp][lane] = db;
   mojo::sync_block();
   if (warp == 0 && col < HIDDEN) {
 #pragma unroll
     for (int w = 1; w < WARPS; ++w) {
       dw += partial_w[w][lane];
-      db += partial_b[w][lane];
+      if constexpr (BIAS) db += partial_b[w][lane];
     }
     grad_weight[col] = mojo::from_float<T>(dw);
     if constexpr (BIAS) grad_bias[col] = mojo::from_float<T>(db);

@@ -2,6 +2,7 @@
 // it, every emission stage is what it says, and errors (even LLVM's fatal
 // ones) become CompileError with the process alive.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <llvm/AsmParser/Parser.h>
 #include <llvm/IR/LLVMContext.h>
@@ -10,9 +11,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <regex>
 #include <thread>
 
 #include "mojo/error.hpp"
+#include "mojo/manifest.hpp"
+#include "mojo/op.hpp"
+#include "mojo/perf_model.hpp"
 #include "mojo/runtime.hpp"
 #include "test_util.hpp"
 
@@ -177,4 +183,75 @@ TEST(LlvmCompiler, CliEmitsWithTheLlvmCompiler) {
   auto env = test::run_command("MOJO_JIT_COMPILER=llvm " + std::string(MOJO_TEST_CLI) +
                                " describe rms_norm --dtype bf16 --shape x=4x4096 --arch sm_90 --cache-dir " + cache.str());
   EXPECT_NE(env.output.find("compiler: llvm-19"), std::string::npos) << env.output;
+}
+
+// The kernels LLVM still builds worse than NVRTC (issue 29, open), as patterns of their names: what
+// NoKernelNeedsMoreThanNvrtcs measured on 2026-11-27 (LLVM 19.1, NVRTC and ptxas 13.0, sm_90a). O2 instead of
+// O3 changes none of them.
+constexpr std::pair<const char*, const char*> kKnownWorse[] = {
+    {"^layer_norm_bf16_hidden_4096", "64 registers against 48: 8 blocks of 128 an SM against 10"},
+    {"^layer_norm_backward_.*_step_0$", "24 to 120 bytes of spills under the same launch bounds, NVRTC none"},
+    {"_f32_.*bm_64_bn_64_.*(offsets_8|ta_0_tb_1)",
+     "f32 products on CUDA cores (grouped, or B transposed): 92-96 registers against 80, 2 blocks an SM against 3"},
+    {"^reject_sample_", "48 bytes of stack, NVRTC none"},
+    {"^moe_gate_", "35 registers against 32: 12 blocks an SM against 16"},
+    {"^moe_(combine|mlp)_b?f16_.*_top_k_8", "moe_combine: 38 registers against 30-32, 24 blocks an SM against 32"},
+};
+
+// Every op's kernels at their example shapes for sm_90a from both compilers (each a bundle, one module):
+// LLVM's kernels may not be worse than NVRTC's by ptxas's figures, i.e. no more local memory (spills or
+// stack arrays), and no fewer blocks an SM at the kernel's block size (registers and shared memory, as
+// `mojo-jit describe` counts them), except those kKnownWorse names, which must still be worse (the list only
+// shrinks). Prints every kernel whose figures differ.
+TEST(LlvmCompiler, NoKernelNeedsMoreThanNvrtcs) {
+  test::TempDir cache;
+  const Target target = Target::parse("sm_90a");
+  const std::vector<PrewarmItem> items = Manifest::examples().items({target});
+  auto bundle = [&](const char* compiler) {
+    RuntimeOptions o;
+    o.cache_dir = cache.path() / compiler;
+    o.compiler = compiler;
+    std::vector<Bundle> b = Runtime(o).compile_all(items, Emit::cubin, 2);
+    EXPECT_EQ(b.size(), 1u);
+    return b.front();
+  };
+  const Bundle nvrtc = bundle("nvrtc"), llvm = bundle("llvm");
+  ASSERT_EQ(nvrtc.kernels, llvm.kernels);
+  // Each kernel's block: threads and dynamic shared memory, from its op's plan.
+  std::map<std::string, LaunchGeometry> geometry;
+  for (const PrewarmItem& item : items) {
+    const OpDef& op = find_op(item.op);
+    for (const Params& step : op.plan(op.specialize(item.tensors, item.scalar_args(), target)))
+      geometry.emplace(op.kernel_name(step), op.geometry(step, item.tensors));
+  }
+  const SmLimits limits = sm_limits(target);
+  std::vector<std::string> worse, fixed, differ;
+  for (const std::string& kernel : nvrtc.kernels) {
+    const KernelResources n = kernel_resources(*nvrtc.binary, kernel), l = kernel_resources(*llvm.binary, kernel);
+    ASSERT_TRUE(geometry.count(kernel)) << kernel;
+    const LaunchGeometry& g = geometry.at(kernel);
+    auto blocks = [&](const KernelResources& r) {
+      return occupancy(limits, g.block.x * g.block.y * g.block.z, r.registers,
+                       r.static_shared_bytes + g.dynamic_smem, 1, limits.sm_count)
+          .blocks_per_sm;
+    };
+    const std::string line = fmt::format(
+        "{}: registers {} / {}, stack {} / {} bytes, static smem {} / {}, blocks an SM {} / {} (nvrtc / llvm)", kernel,
+        n.registers, l.registers, n.stack_bytes, l.stack_bytes, n.static_shared_bytes, l.static_shared_bytes,
+        blocks(n), blocks(l));
+    const bool is_worse = l.stack_bytes > n.stack_bytes || blocks(l) < blocks(n);
+    const bool known = std::any_of(std::begin(kKnownWorse), std::end(kKnownWorse),
+                                   [&](const auto& k) { return std::regex_search(kernel, std::regex(k.first)); });
+    if (is_worse && !known) worse.push_back(line);
+    if (!is_worse && known) fixed.push_back(line);
+    if (is_worse || l.registers != n.registers || l.stack_bytes != n.stack_bytes ||
+        l.static_shared_bytes != n.static_shared_bytes)
+      differ.push_back(fmt::format("{}{}", is_worse ? "WORSE " : "", line));
+  }
+  std::printf("%zu kernels; these differ:\n  %s\n", nvrtc.kernels.size(),
+              fmt::format("{}", fmt::join(differ, "\n  ")).c_str());
+  EXPECT_TRUE(worse.empty()) << worse.size() << " LLVM kernels newly worse than NVRTC's:\n  "
+                             << fmt::format("{}", fmt::join(worse, "\n  "));
+  EXPECT_TRUE(fixed.empty()) << "no longer worse: take them off kKnownWorse:\n  "
+                             << fmt::format("{}", fmt::join(fixed, "\n  "));
 }
