@@ -212,38 +212,31 @@ __device__ __forceinline__ void backward_rows_and_partials(T* grad_x, const T* _
     }
   }
 
-  // The block's partial: its row groups' sums added in group order (narrow rows), then row `block` of each.
-  if constexpr (ROWS == 1) {
+  // The block's partial, row `block` of each sum: the thread's own sums (ROWS 1), or its row groups' added in
+  // group order in shared memory first (narrow rows).
+  __shared__ float block_sums[ROWS == 1 ? 1 : SUMS][ROWS == 1 ? 1 : HIDDEN];
+  for (int g = 0; g < ROWS; ++g) {
+    if (ROWS == 1 || group == g)
 #pragma unroll
-    for (int s = 0; s < SUMS; ++s)
+      for (int s = 0; s < SUMS; ++s)
 #pragma unroll
-      for (int i = 0; i < ITEMS; ++i) {
-        const int v = lane + i * THREADS;
-        if (v < NV)
+        for (int i = 0; i < ITEMS; ++i) {
+          const int v = lane + i * THREADS;
+          if (v < NV)
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) partials[(s * parts + block) * HIDDEN + v * VEC + j] = sums[s][i][j];
-      }
-  } else {
-    __shared__ float block_sums[SUMS][HIDDEN];
-    for (int g = 0; g < ROWS; ++g) {
-      if (group == g)
-#pragma unroll
-        for (int s = 0; s < SUMS; ++s)
-#pragma unroll
-          for (int i = 0; i < ITEMS; ++i) {
-            const int v = lane + i * THREADS;
-            if (v < NV)
-#pragma unroll
-              for (int j = 0; j < VEC; ++j) {
-                const int c = v * VEC + j;
+            for (int j = 0; j < VEC; ++j) {
+              const int c = v * VEC + j;
+              if constexpr (ROWS == 1)
+                partials[(s * parts + block) * HIDDEN + c] = sums[s][i][j];
+              else
                 block_sums[s][c] = g == 0 ? sums[s][i][j] : block_sums[s][c] + sums[s][i][j];
-              }
-          }
-      mojo::sync_block();
-    }
+            }
+        }
+    if constexpr (ROWS > 1) mojo::sync_block();
+  }
+  if constexpr (ROWS > 1)
     for (int s = 0; s < SUMS; ++s)
       for (int c = int(tid); c < HIDDEN; c += THREADS * ROWS) partials[(s * parts + block) * HIDDEN + c] = block_sums[s][c];
-  }
 }
 
 // Step 1: grad_weight (and grad_bias when BIAS) of the 32 columns of this block: warp w of 8 adds terms w,

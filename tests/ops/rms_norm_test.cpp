@@ -311,10 +311,9 @@ struct RmsNormGpu : GpuOps {};
 TEST_P(RmsNormGpu, RmsNormBackwardIsCorrectAndDeterministic) {
   const Tensor absent{TensorSpec(), 0};
   for (DType d : kFloatTypes)
-    // layer_norm_backward's shapes: narrow rows (several a block), rows over one block each, 140 rows over a
-    // wave of blocks (some take two); and 40000 columns (the wide rows' form).
-    for (Rows s : {Rows{1, 2}, Rows{3, 31}, Rows{7, 4097}, Rows{64, 4096}, Rows{1000, 64}, Rows{140, 4100},
-                   Rows{3, 40000}}) {
+    // Narrow rows (several a block), rows over one block each, 140 rows over a wave of blocks (some take two),
+    // and 40000 columns (the wide rows' form).
+    for (Rows s : {Rows{1, 2}, Rows{3, 31}, Rows{7, 4097}, Rows{1000, 64}, Rows{140, 4100}, Rows{3, 40000}}) {
       SCOPED_TRACE(fmt::format("{} {}", dtype_name(d), str(s)));
       const std::int64_t n = s.rows * s.cols;
       const TensorSpec x(d, {s.rows, s.cols}), v(d, {s.cols});
