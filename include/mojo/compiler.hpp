@@ -31,7 +31,6 @@ struct CompileRequest {
   bool time_stages = false;
 };
 
-
 struct CompileResult {
   std::string binary;  // PTX text, cubin bytes (no trailing NUL) or a host shared object
   std::string log;     // warnings, if any

@@ -38,7 +38,7 @@ struct Timing {
 };
 
 // The stages' columns of a row: each stage's ms, then the runtime's rest of the wall time (specializing,
-// expanding the templates, the key, the cache's writes). Under -j, stages overlap nothing of the rest.
+// expanding the templates, the key, the cache's writes).
 std::string stage_cells(const Timing& t) {
   std::string out;
   double stages = 0;
@@ -100,6 +100,17 @@ Timing time_mode(Mode mode, const std::string& compiler, mojo::Emit emit, int jo
   return t;
 }
 
+// The fastest of `tries` runs of time_mode: on a shared VM single runs vary by 30%.
+Timing fastest_mode(int tries, Mode mode, const std::string& compiler, mojo::Emit emit, int jobs,
+                    const std::vector<mojo::PrewarmItem>& items, const mojo::Target& target) {
+  Timing fastest = time_mode(mode, compiler, emit, jobs, items, target);
+  for (int i = 1; i < tries; ++i) {
+    const Timing t = time_mode(mode, compiler, emit, jobs, items, target);
+    if (t.wall_ms < fastest.wall_ms) fastest = t;
+  }
+  return fastest;
+}
+
 // An op's example specialization of `dtype` for `arch` (the op's example shapes).
 mojo::PrewarmItem example(const char* op, mojo::DType dtype, const char* arch) {
   for (mojo::PrewarmItem& item : mojo::Manifest::examples({op}).items({mojo::Target::parse(arch)}))
@@ -118,11 +129,7 @@ void compile_breakdown(const Options& options, int tries) {
   for (const auto& [label, item] : kernels)
     for (const std::string& compiler : available_compilers(options))
       for (mojo::Emit emit : {mojo::Emit::ptx, mojo::Emit::cubin}) {
-        Timing fastest;
-        for (int i = 0; i < tries; ++i) {
-          const Timing t = time_mode(Mode::per_kernel, compiler, emit, 1, {item}, item.target);
-          if (i == 0 || t.wall_ms < fastest.wall_ms) fastest = t;
-        }
+        const Timing fastest = fastest_mode(tries, Mode::per_kernel, compiler, emit, 1, {item}, item.target);
         fmt::print("| {} | {} | {} | {:.0f} |{}\n", label, compiler, mojo::emit_name(emit), fastest.wall_ms,
                    stage_cells(fastest));
       }
@@ -174,15 +181,7 @@ void bench_compile_modes(const mojo::Target& target, const Options& options) {
   double nvrtc_ptx_per_kernel = 0;
   for (const std::string& compiler : available_compilers(options)) {
     for (mojo::Emit emit : {mojo::Emit::ptx, mojo::Emit::cubin}) {
-      // The fastest of three runs of each: on a shared VM single runs vary by 30%.
-      auto best = [&](Mode mode, int jobs) {
-        Timing fastest = time_mode(mode, compiler, emit, jobs, items, target);
-        for (int i = 1; i < tries; ++i) {
-          Timing t = time_mode(mode, compiler, emit, jobs, items, target);
-          if (t.wall_ms < fastest.wall_ms) fastest = t;
-        }
-        return fastest;
-      };
+      auto best = [&](Mode mode, int jobs) { return fastest_mode(tries, mode, compiler, emit, jobs, items, target); };
       Timing per = best(Mode::per_kernel, 1);
       Timing one = best(Mode::one_module, 1);
       row("per kernel, one after another", compiler, emit, per);
