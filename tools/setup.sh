@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine and builds mojo-jit into build/:
 # installs the Debian packages it needs (only those missing), checks for the
-# CUDA toolkit, then configures and builds with the "default" CMake preset.
+# CUDA toolkit, makes .venv/ (nvdisasm; nanobind, numpy and pytest for the
+# Python module), then configures and builds with the "default" CMake preset.
 #
 #   bash tools/setup.sh && build/examples/quickstart     # the main job
 #   bash tools/setup.sh && ctest --preset default        # the test suite
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-packages=(cmake ninja-build g++ pkg-config libfmt-dev libxxhash-dev libcli11-dev libtomlplusplus-dev libhiredis-dev redis-server
+packages=(cmake ninja-build g++ pkg-config python3-dev python3-venv libfmt-dev libxxhash-dev libcli11-dev libtomlplusplus-dev libhiredis-dev redis-server
   nlohmann-json3-dev libgtest-dev googletest clang-14 libclang-rt-14-dev
   llvm-19-dev libclang-19-dev libclang-cpp19-dev)
 missing=()
@@ -40,6 +41,13 @@ if [ ! -x .venv/bin/nvdisasm ]; then
   else
     echo "setup: could not install nvdisasm from PyPI; SASS checks will be skipped" >&2
   fi
+fi
+
+# The Python module's build (nanobind) and tests (numpy, pytest), in the same .venv/ (best effort: without them the
+# module is not built, and CMake says so).
+if [ -x .venv/bin/python ] && ! .venv/bin/python -c "import nanobind, numpy, pytest" >/dev/null 2>&1; then
+  .venv/bin/pip install -q --disable-pip-version-check "nanobind>=2.4" numpy pytest >/dev/null 2>&1 ||
+    echo "setup: could not install nanobind, numpy and pytest from PyPI; the Python module will not be built" >&2
 fi
 
 cmake --preset default >/dev/null

@@ -179,7 +179,7 @@ using ShapeMap = std::map<std::string, std::vector<std::int64_t>, std::less<>>;
 
 struct TensorArgInfo {
   std::string_view name;
-  std::string_view role;  // "in", "out", "inout"
+  std::string_view role;  // "in", "out", "inout"; "stats": an optional output (layer_norm's mean and rstd)
   std::string_view doc;
 };
 struct ScalarArgInfo {

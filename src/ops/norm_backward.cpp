@@ -23,8 +23,8 @@ constexpr TensorArgInfo kLayerNormBackwardTensors[] = {
     {"grad_out", "in", "[..., hidden], contiguous"},
     {"x", "in", "[..., hidden], contiguous"},
     {"weight", "in", "[hidden]"},
-    {"mean", "stats", "f32 [rows], from layer_norm"},
-    {"rstd", "stats", "f32 [rows], from layer_norm"},
+    {"mean", "in", "f32 [rows], from layer_norm"},
+    {"rstd", "in", "f32 [rows], from layer_norm"},
 };
 constexpr TensorArgInfo kRmsNormBackwardTensors[] = {
     {"grad_x", "out", "[..., hidden], contiguous; may be grad_residual's memory (added to in place)"},

@@ -22,6 +22,7 @@
 #include <map>
 #include <optional>
 
+#include "inspect.hpp"
 #include "mojo/check.hpp"
 #include "mojo/mojo.hpp"
 
@@ -102,42 +103,14 @@ struct SpecOptions {
     return o;
   }
 
-  mojo::Target target() const {
-    if (!arch.empty()) return mojo::Target::parse(arch);
-    if (mojo::device_available()) return mojo::Device::open().target();
-    return mojo::Target::parse("sm_90");
-  }
+  mojo::Target target() const { return mojo::inspect::target_or_default(arch); }
 
   std::vector<mojo::Tensor> tensors(const mojo::OpDef& op) const {
-    const mojo::ShapeMap named = mojo::parse_shapes(op, shapes);
-    const mojo::DType dt = mojo::parse_dtype(dtype);
-    std::vector<mojo::TensorSpec> specs = op.specs_from_shapes(dt, named);
-    // A scalar trans_X (gemm's trans_a, trans_b) says tensor X is stored with its last two dims swapped, while the
-    // op infers the tensors left out (gemm's c) from the untransposed layout: those are inferred from X's dims
-    // swapped back, then given with X as stored.
     std::vector<std::string> storage;
-    mojo::ShapeMap untransposed = named;
-    bool transposed = false;
-    for (const mojo::ScalarArg& s : scalars(storage)) {
-      if (!s.name.starts_with("trans_") || s.value.as_double() == 0) continue;
-      const auto it = untransposed.find(s.name.substr(6));
-      if (it == untransposed.end() || it->second.size() < 2) continue;
-      std::swap(it->second[it->second.size() - 2], it->second[it->second.size() - 1]);
-      transposed = true;
-    }
-    if (transposed) {
-      const std::vector<mojo::TensorSpec> inferred = op.specs_from_shapes(dt, untransposed);
-      const auto args = op.tensor_args();
-      mojo::ShapeMap complete = named;
-      for (std::size_t i = 0; i < args.size() && i < inferred.size(); ++i)
-        if (!named.contains(args[i].name) && inferred[i].rank() > 0) {
-          const auto dims = inferred[i].shape();
-          complete.emplace(std::string(args[i].name), std::vector<std::int64_t>(dims.begin(), dims.end()));
-        }
-      specs = op.specs_from_shapes(dt, complete);
-    }
     std::vector<mojo::Tensor> out;
-    for (const mojo::TensorSpec& spec : specs) out.push_back({spec, 0});
+    for (const mojo::TensorSpec& spec :
+         mojo::inspect::specs_for(op, mojo::parse_dtype(dtype), mojo::parse_shapes(op, shapes), scalars(storage)))
+      out.push_back({spec, 0});
     return out;
   }
 
@@ -298,36 +271,6 @@ int run_emit(int argc, char** argv) {
   return 0;
 }
 
-// One kernel of a plan as describe shows it: its geometry and, from its cubin, what the performance model
-// makes of it on `sms` SMs of the target's reference GPU.
-nlohmann::json kernel_json(const mojo::OpDef& op, const mojo::Params& step, mojo::TensorList tensors,
-                           const mojo::SmLimits* limits, int sms, const mojo::KernelResources* resources) {
-  const mojo::LaunchGeometry g = op.geometry(step, tensors);
-  nlohmann::json k = {{"name", op.kernel_name(step)},
-                      {"params", step.str()},
-                      {"grid", {g.grid.x, g.grid.y, g.grid.z}},
-                      {"block", {g.block.x, g.block.y, g.block.z}},
-                      {"dynamic_smem", g.dynamic_smem},
-                      {"persistent", g.persistent}};
-  if (resources == nullptr) return k;
-  const mojo::KernelResources& r = *resources;
-  const unsigned threads = g.block.x * g.block.y * g.block.z;
-  const std::uint64_t grid = std::uint64_t(g.grid.x) * g.grid.y * g.grid.z;
-  // A persistent kernel's grid is clamped to one block per SM, each looping over tiles.
-  const std::uint64_t blocks = g.persistent ? std::min<std::uint64_t>(grid, std::uint64_t(sms)) : grid;
-  const mojo::Occupancy o =
-      mojo::occupancy(*limits, threads, r.registers, r.static_shared_bytes + g.dynamic_smem, blocks, sms);
-  k["registers"] = r.registers;
-  k["stack_bytes"] = r.stack_bytes;
-  k["static_smem"] = r.static_shared_bytes;
-  k["blocks"] = blocks;
-  k["blocks_per_sm"] = o.blocks_per_sm;
-  k["limited_by"] = o.limited_by;
-  k["warps_fraction"] = o.warps_fraction;
-  k["waves"] = o.blocks_per_sm == 0 ? nlohmann::json(nullptr) : nlohmann::json(o.waves);
-  return k;
-}
-
 void print_kernel(const nlohmann::json& k, const mojo::SmLimits* limits, int sms) {
   fmt::print("kernel:   {}\n", k["name"].get<std::string>());
   fmt::print("grid:     [{}, {}, {}]{}\nblock:    [{}, {}, {}]\nsmem:     {}\n", k["grid"][0].get<unsigned>(),
@@ -348,24 +291,6 @@ void print_kernel(const nlohmann::json& k, const mojo::SmLimits* limits, int sms
              limiter, 100 * k["warps_fraction"].get<double>());
   fmt::print("waves:    {:.2f} ({} blocks on {} SMs{}{})\n", k["waves"].get<double>(), k["blocks"].get<std::uint64_t>(),
              sms, sms == limits->sm_count ? ", " : "", sms == limits->sm_count ? limits->gpu : "");
-}
-
-// What the op's shapes need at the least, and the time that takes on the target's reference GPU.
-nlohmann::json ideal_json(const mojo::IdealCost& cost, const mojo::Target& target, mojo::DType dtype,
-                          const mojo::SmLimits& limits) {
-  const mojo::Roofline roof = mojo::roofline(target);
-  const mojo::RooflineTime t = mojo::roofline_time(roof, cost, dtype);
-  return {{"bytes", cost.bytes},
-          {"flops", cost.flops},
-          {"weight_bytes", cost.weight_bytes},
-          {"roofline_us", t.seconds * 1e6},
-          {"bound", t.compute_bound ? "compute" : "memory"},
-          {"gpu", limits.gpu},
-          {"copy_gb_per_s", roof.copy_bytes_per_s * 1e-9},
-          {"peak_tflops", (dtype == mojo::DType::f16 || dtype == mojo::DType::bf16 ? roof.tensor_flops_per_s
-                                                                                   : roof.fp32_flops_per_s) *
-                              1e-12},
-          {"source", roof.source}};
 }
 
 // describe and cache explain: one specialization, its params and the parts of its key.
@@ -393,37 +318,12 @@ int run_describe(int argc, char** argv, bool explain) {
   auto scalars = spec.scalars(names);
   mojo::Target target = spec.target();
   mojo::Emit kind = mojo::parse_emit(emit);
-  mojo::Params params = op.specialize(tensors, scalars, target);
-  auto parts = rt.key_parts(spec.op, tensors, scalars, target, kind);
-  // Every kernel of the op's plan, in launch order, with its geometry and (describe) what the performance model
-  // makes of it on the target's reference GPU, from the registers and stack of the compiled cubin.
-  const std::vector<mojo::Params> plan = op.plan(params);
-  std::optional<mojo::Artifact> cubin;
-  std::optional<mojo::SmLimits> limits;
-  if (!explain) {
-    limits = mojo::sm_limits(target);
-    if (sms == 0) sms = limits->sm_count;
-    cubin = rt.compile(spec.op, tensors, scalars, target, mojo::Emit::cubin);
-  }
-  nlohmann::json d = {{"op", op.name()}, {"target", parts.target}, {"compiler", parts.compiler}, {"params", parts.params}};
-  d["tensors"] = nlohmann::json::object();
-  for (std::size_t i = 0; i < tensors.size(); ++i) d["tensors"][op.tensor_args()[i].name] = tensors[i].spec.str();
-  d["kernels"] = nlohmann::json::array();
-  for (std::size_t i = 0; i < plan.size(); ++i) {
-    std::optional<mojo::KernelResources> r;
-    if (cubin) r = mojo::kernel_resources(*cubin->binary, cubin->kernels[i]);
-    d["kernels"].push_back(kernel_json(op, plan[i], tensors, limits ? &*limits : nullptr, sms, r ? &*r : nullptr));
-  }
-  d["workspace_bytes"] = op.workspace_bytes(params, tensors);
-  d["runs"] = op.repeats(params, tensors);
-  if (!explain) {
-    // The products' unit: tensor cores where any operand is 16-bit, else the CUDA cores.
-    mojo::DType math = mojo::DType::f32;
-    for (const mojo::Tensor& t : tensors)
-      if (t.spec.dtype() == mojo::DType::f16 || t.spec.dtype() == mojo::DType::bf16) math = t.spec.dtype();
-    d["ideal"] = ideal_json(op.ideal_cost(tensors, scalars), target, math, *limits);
-  }
-  d["key"] = parts.key.hex();
+  const nlohmann::json d = mojo::inspect::describe(rt, op, tensors, scalars, target, kind, sms, !explain);
+  const std::optional<mojo::SmLimits> limits =
+      explain ? std::nullopt : std::optional<mojo::SmLimits>(mojo::sm_limits(target));
+  if (!explain) sms = d["sms"].get<int>();
+  const std::vector<mojo::Params> plan = op.plan(op.specialize(tensors, scalars, target));
+  const auto parts = rt.key_parts(spec.op, tensors, scalars, target, kind);
   if (json) {
     fmt::print("{}\n", d.dump(2));
     return 0;
@@ -602,85 +502,8 @@ int run_cache(int argc, char** argv) {
   app.add_option("--max-bytes", max_bytes, "prune: the size to prune down to (default: $MOJO_JIT_CACHE_MAX_BYTES or 1 GiB)");
   MOJO_CLI_PARSE(app, argc, argv);
 
-  mojo::DiskCache cache(cache_dir.empty() ? mojo::DiskCache::default_dir() : std::filesystem::path(cache_dir));
-  nlohmann::json j;
-  j["dir"] = cache.dir().string();
-  std::string text;
-  if (action == "path") {
-    text = cache.dir().string();
-  } else if (action == "clear") {
-    std::size_t n = cache.clear();
-    j["removed_files"] = n;
-    text = fmt::format("removed {} files from {}", n, cache.dir().string());
-  } else if (action == "prune") {
-    if (max_bytes == 0) {
-      max_bytes = mojo::environment::cache_max_bytes()
-                      .value_or(std::uint64_t(1) << 30);
-    }
-    std::size_t n = cache.prune(max_bytes);
-    mojo::DiskUsage u = cache.usage();
-    j["evicted"] = n;
-    j["entries"] = u.entries;
-    j["bytes"] = u.bytes;
-    text = fmt::format("evicted {} least-recently-used entries; {} entries, {} bytes remain (cap {})", n, u.entries,
-                       u.bytes, max_bytes);
-  } else if (action == "push" || action == "pull") {
-    if (remote.empty()) {
-      remote = mojo::environment::remote_cache().value_or("");
-      if (remote.empty())
-        throw mojo::InvalidArgumentError(fmt::format("cache {}: give --remote or MOJO_JIT_REMOTE", action));
-    }
-    const mojo::CacheSyncResult r =
-        action == "push" ? mojo::push_to_remote(cache, remote) : mojo::pull_from_remote(cache, remote);
-    const std::size_t copied = r.copied, skipped = r.skipped;
-    j["copied"] = copied;
-    j["skipped"] = skipped;
-    text = fmt::format("{} {} entries {} {} ({} skipped: aliases into bundles, or not valid)",
-                       action == "push" ? "pushed" : "pulled", copied, action == "push" ? "from" : "into",
-                       cache.dir().string(), skipped);
-  } else if (action == "verify") {
-    std::vector<std::string> problems;
-    std::size_t good = cache.verify(&problems, /*remove=*/true);
-    j["good"] = good;
-    j["bad"] = problems;
-    text = fmt::format("{}: {} good entries, {} bad (removed)", cache.dir().string(), good, problems.size());
-    for (const auto& p : problems) text += "\nbad: " + p;
-  } else {  // stats, ls
-    std::vector<std::string> problems;
-    auto entries = cache.list(&problems);
-    mojo::DiskUsage u = cache.usage();
-    std::uint64_t bytes = 0;
-    std::map<std::string, std::size_t> by_kind;
-    for (const auto& e : entries) {
-      bytes += e.payload_bytes;
-      ++by_kind[std::string(e.kind.name())];
-    }
-    j["entries"] = entries.size();
-    j["payload_bytes"] = bytes;
-    j["file_bytes"] = u.bytes;
-    j["stale_files"] = u.stale_files;
-    j["by_kind"] = by_kind;
-    j["bad"] = problems;
-    if (action != "stats") {
-      j["list"] = nlohmann::json::array();
-      for (const auto& e : entries) {
-        std::string meta = e.meta;
-        j["list"].push_back({{"key", e.key.hex()}, {"kind", e.kind.name()}, {"bytes", e.payload_bytes},
-                             {"path", e.path.string()}, {"meta", meta}});
-        std::replace(meta.begin(), meta.end(), '\n', ' ');
-        text += fmt::format("{} {:>5}{} {:>8} B  {}\n", e.key.hex(), e.kind.name(), e.alias ? " alias" : "",
-                            e.payload_bytes, meta);
-      }
-    }
-    std::vector<std::string> kinds;
-    for (const auto& [k, n] : by_kind) kinds.push_back(fmt::format("{} {}", n, k));
-    text += fmt::format("{}: {} entries ({}), {} bytes", cache.dir().string(), entries.size(),
-                        kinds.empty() ? "none" : fmt::format("{}", fmt::join(kinds, ", ")), bytes);
-    if (!problems.empty()) text += fmt::format(", {} bad", problems.size());
-    if (u.stale_files) text += fmt::format(", {} temp/lock files", u.stale_files);
-    for (const auto& p : problems) text += "\nbad: " + p;
-  }
-  fmt::print("{}\n", json ? j.dump(2) : text);
+  const mojo::inspect::CacheReport report = mojo::inspect::cache_action(action, cache_dir, max_bytes, remote);
+  fmt::print("{}\n", json ? report.json.dump(2) : report.text);
   return 0;
 }
 

@@ -1,0 +1,138 @@
+"""mojo_jit.torch where torch is installed (skipped elsewhere, with the reason): the golden functions against the C++
+float64 references, every op registered with a schema and a fake kernel, the kernels through the torch op on the CPU
+device, torch.compile(fullgraph=True) keeping an op whole, and the backend switch."""
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch to run these)")
+
+import mojo_jit  # noqa: E402
+import mojo_jit.torch as mt  # noqa: E402
+from mojo_jit import _C, _check  # noqa: E402
+from mojo_jit.torch import golden  # noqa: E402
+from test_ops import CASES, _inputs  # noqa: E402
+
+TORCH = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i32": torch.int32, "i64": torch.int64,
+         "u8": torch.uint8}
+
+
+def _schema_call(op, tensors, scalars):
+    """(args, kwargs, returned names, mutated names) calling `op` in its torch schema's form on these arrays."""
+    reg = mt._registered[op]
+    arrays = {name: (torch.from_numpy(array.copy()) if array is not None else
+                     torch.empty(shape, dtype=TORCH[dtype]) if shape is not None else None)
+              for name, array, shape, dtype in tensors}
+    args = [arrays[n] for n in reg.f.inputs]
+    kwargs = {n: arrays[n] for n in reg.args[len(reg.f.inputs):] if arrays.get(n) is not None}
+    kwargs.update({n: float(v) for n, v in scalars.items()})
+    return args, kwargs, reg.returned, arrays
+
+
+def _reference(op, tensors, scalars):
+    ref = {}
+    arrays = []
+    for name, array, shape, dtype in tensors:
+        a = array.copy() if array is not None else None if shape is None else np.zeros(shape, array_dtype(dtype))
+        arrays.append(a)
+        ref[name] = a
+    _check.reference(op, arrays, scalars)
+    return ref
+
+
+def array_dtype(dtype):
+    return {"f32": np.float32, "f16": np.float16, "i32": np.int32, "i64": np.int64, "u8": np.uint8}[dtype]
+
+
+def _expect_close(op, dtype, shapes, scalars, name, got, want):
+    rtol, atol = _check.tolerance(op, dtype, shapes, scalars, name)
+    wrong, report = _check.mismatches(np.ascontiguousarray(got), want, rtol, atol)
+    assert wrong == 0, f"{op} {name}: {wrong} of {got.size} outside rtol {rtol} atol {atol}: {report}"
+
+
+GOLDEN_CASES = [c for c in CASES if hasattr(golden, c[0])]
+
+
+def test_goldens_cover_all_but_the_listed_ops():
+    missing = sorted(c[0] for c in CASES if not hasattr(golden, c[0]))
+    assert missing == ["apply_penalties_temperature", "moe_gate", "moe_mlp", "reject_sample", "sample"]
+
+
+@pytest.mark.parametrize("op,dtype,shapes,scalars", GOLDEN_CASES, ids=[c[0] for c in GOLDEN_CASES])
+def test_golden_matches_the_reference(op, dtype, shapes, scalars):
+    tensors = _inputs(op, dtype, shapes, scalars)
+    args, kwargs, returned, arrays = _schema_call(op, tensors, scalars)
+    result = getattr(golden, op)(*args, **kwargs)
+    result = () if result is None else result if isinstance(result, tuple) else (result,)
+    assert len(result) == len(returned)
+    got = dict(zip(returned, result))
+    want = _reference(op, tensors, scalars)
+    reg = mt._registered[op]
+    for name in set(returned) | set(reg.f.in_place) | {n for n in reg.given if arrays.get(n) is not None}:
+        value = got[name] if name in got else arrays[name]
+        _expect_close(op, dtype, shapes, scalars, name, value.numpy(), want[name])
+
+
+def test_every_op_is_registered_with_a_schema():
+    for op in mojo_jit.op_names():
+        assert hasattr(torch.ops.mojo_jit, op), op
+    assert mt.schema("rms_norm") == "rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor"
+    assert mt.schema("add_rms_norm").startswith("add_rms_norm(Tensor(a0!) residual, Tensor x, Tensor weight")
+    assert "Tensor(a6!)? lse=None" in mt.schema("sdpa")
+
+
+def test_the_torch_op_runs_the_kernel_and_matches():
+    x = torch.randn(17, 896)
+    w = torch.randn(896)
+    y = torch.ops.mojo_jit.rms_norm(x, w, eps=1e-6)
+    torch.testing.assert_close(y, golden.rms_norm(x, w, 1e-6), rtol=1e-5, atol=1e-5)
+    residual = torch.randn(17, 896)
+    updated = residual + x
+    out = torch.ops.mojo_jit.add_rms_norm(residual, x, w)
+    torch.testing.assert_close(residual, updated)
+    torch.testing.assert_close(out, golden.rms_norm(updated, w), rtol=1e-5, atol=1e-5)
+
+
+def test_opcheck():
+    x, w = torch.randn(3, 256), torch.randn(256)
+    torch.library.opcheck(torch.ops.mojo_jit.rms_norm, (x, w), {"eps": 1e-5},
+                          test_utils=("test_schema", "test_faketensor"))
+    q, k = torch.randn(5, 4, 64), torch.randn(5, 2, 64)
+    cache = torch.randn(10, 64)
+    positions = torch.arange(5)
+    torch.library.opcheck(torch.ops.mojo_jit.rotary_embedding, (q, k, positions, cache), {},
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_compile_keeps_the_op_whole():
+    def step(x, w, residual):
+        return torch.ops.mojo_jit.add_rms_norm(residual, x, w) * 2
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    x, w, r = torch.randn(4, 128), torch.randn(128), torch.randn(4, 128)
+    r_eager = r.clone()
+    torch.testing.assert_close(compiled(x, w, r), step(x, w, r_eager), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(r, r_eager)
+
+
+def test_backend_switch(monkeypatch):
+    x, w = torch.randn(4, 128), torch.randn(128)
+    want = golden.rms_norm(x, w)
+    torch.testing.assert_close(mt.rms_norm(x, w, backend="torch"), want, rtol=0, atol=0)
+    torch.testing.assert_close(mt.rms_norm(x, w, backend="mojo"), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(mojo_jit.InvalidArgumentError, match="MOJO_JIT_BACKEND=fast"):
+        mt.rms_norm(x, w, backend="fast")
+    if _C.device_available():
+        return
+    # auto, no GPU and no MOJO_JIT_DEVICE: the golden function, with one warning per op and reason.
+    monkeypatch.delenv("MOJO_JIT_DEVICE")
+    mt._warned.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(mt.rms_norm(x, w), want, rtol=0, atol=0)
+        mt.rms_norm(x, w)
+    assert len(caught) == 1 and "rms_norm runs its golden function (PyTorch): no GPU" in str(caught[0].message)
+    with pytest.raises(NotImplementedError, match="golden has no sample"):
+        mt.sample(torch.randn(2, 100), torch.ones(2, dtype=torch.int64), torch.ones(2), torch.zeros(2),
+                  torch.zeros(2, dtype=torch.int64), torch.zeros(2, dtype=torch.int64))

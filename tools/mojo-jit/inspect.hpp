@@ -1,0 +1,42 @@
+// What mojo-jit shows of a specialization and of the disk cache, as JSON: `mojo-jit describe --json`,
+// `mojo-jit cache ACTION --json` and the Python module's describe() and cache() are these functions, so the two
+// front ends never disagree.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mojo/mojo.hpp"
+
+namespace mojo::inspect {
+
+// Tensor specs for `op` from the shapes a user names (the rest derived by OpDef::specs_from_shapes). A scalar
+// trans_X (gemm's trans_a, trans_b) says tensor X is stored with its last two dims swapped, while the op derives the
+// tensors left out (gemm's c) from the untransposed layout: those are derived from X's dims swapped back.
+std::vector<TensorSpec> specs_for(const OpDef& op, DType dtype, const ShapeMap& named, ScalarList scalars);
+
+// The target `arch` names ("sm_90a"); empty: this machine's GPU's, else sm_90 (compiling needs no GPU).
+Target target_or_default(std::string_view arch);
+
+// One specialization: op, target, compiler, params, tensors, every kernel of the plan with its geometry, the
+// workspace, the runs and the key of `key_emit`. With `model`, also each kernel's registers, stack and occupancy from
+// its cubin (compiled, or found in the cache) and waves on `sms` SMs (0: the target's reference GPU's), and the op's
+// ideal bytes, FLOPs and roofline time.
+nlohmann::json describe(Runtime& rt, const OpDef& op, TensorList tensors, ScalarList scalars, const Target& target,
+                        Emit key_emit, int sms, bool model);
+
+// One `mojo-jit cache` action on the disk cache at `dir`: path, stats, ls (list), verify (removes bad entries),
+// prune (to `max_bytes`; 0: $MOJO_JIT_CACHE_MAX_BYTES or 1 GiB), clear, push and pull (to and from `remote`; empty:
+// $MOJO_JIT_REMOTE). InvalidArgumentError for any other action.
+struct CacheReport {
+  nlohmann::json json;
+  std::string text;  // what the CLI prints without --json
+};
+CacheReport cache_action(const std::string& action, const std::filesystem::path& dir, std::uint64_t max_bytes = 0,
+                         std::string remote = {});
+
+}  // namespace mojo::inspect
