@@ -11,6 +11,7 @@
 #   racecheck    one test per kernel family under compute-sanitizer racecheck (slow: shared memory)
 #   bench        mojo-bench, every table                                   -> OUT/bench.md, OUT/ops.json
 #   torch        PyTorch eager and torch.compile on the benchmarked ops    -> OUT/torch.md
+#   python       the Python package's tests on the GPU, and its per-call overhead -> OUT/python.txt
 #
 # Each step runs under `timeout` with what is left of the budget (GPU_CHECK_BUDGET seconds, default 560:
 # the lent machine's commands stop at 600), so a hung kernel costs one step, not the run; a hung shard's
@@ -26,10 +27,10 @@
 # then copy the ops.json that came back into the working tree (untracked files travel) and
 #   GPU_CHECK_OPS_JSON=ops.json GPU_CHECK_TORCH_ROWS=0:45 bash .gpu/run bash tools/gpu_check.sh $OUT torch
 set -uo pipefail
-out=${1:?usage: tools/gpu_check.sh OUT_DIR [tests conformance example sass memcheck racecheck synccheck initcheck bench torch]}
+out=${1:?usage: tools/gpu_check.sh OUT_DIR [tests conformance example sass memcheck racecheck synccheck initcheck bench torch python]}
 shift
 steps=("$@")
-((${#steps[@]})) || steps=(tests conformance example sass memcheck racecheck synccheck initcheck bench torch)
+((${#steps[@]})) || steps=(tests conformance example sass memcheck racecheck synccheck initcheck bench torch python)
 build=${GPU_CHECK_BUILD:-build}
 export PATH=$PATH:${CUDA_HOME:-/usr/local/cuda}/bin  # cuobjdump, compute-sanitizer
 jobs=${GPU_CHECK_JOBS:-$(nproc)}
@@ -165,6 +166,20 @@ run_step() {  # STEP: prints what it found, returns non-zero on a failure
         >"$out/torch.md" 2>"$out/torch.log"
       local status=$?
       cat "$out/torch.md"
+      return $status ;;
+    python)
+      # The Python package on the GPU: its pytest suite (torch ops, compile, goldens) and the per-call overhead. Its
+      # modules are built for the build machine's Python; another Python here cannot import them, and this says so.
+      if ! PYTHONPATH=$build/python python3 -c "import mojo_jit, pytest" 2>"$out/python.log"; then
+        echo "mojo_jit or pytest does not import here: $(tail -1 "$out/python.log")"
+        return 1
+      fi
+      MOJO_JIT_DEVICE=cuda PYTHONPATH=$build/python timeout -k 10 "$(left)" python3 -m pytest -q -p no:cacheprovider \
+        -rs "$(dirname "$0")/../python/tests" >"$out/python.txt" 2>&1
+      local status=$?
+      PYTHONPATH=$build/python timeout -k 10 "$(left)" python3 "$(dirname "$0")/bench/python_overhead.py" \
+        >>"$out/python.txt" 2>&1 || status=1
+      tail -40 "$out/python.txt"
       return $status ;;
     *) echo "unknown step '$1'"; return 2 ;;
   esac

@@ -21,21 +21,77 @@ import inspect
 import sys
 from typing import Any, Callable
 
+import numpy as _numpy
+from numpy import ndarray as _numpy_ndarray
+
 from . import _C
 from ._runtime import runtime, default_device
 
 # mojo-jit's dtype names by the names array libraries give their dtypes.
 _DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int32": "i32", "int64": "i64", "uint8": "u8"}
 _FLOAT = ("f32", "f16", "bf16")
+_NUMPY_NAMES = {_numpy.dtype(k): v for k, v in _DTYPES.items() if k != "bfloat16"}
+
+
+def _is_torch(array: Any) -> bool:
+    tensor_type = _torch_tensor_type()
+    return tensor_type is not None and isinstance(array, tensor_type)
+
+
+def _torch_strided() -> Any:
+    return sys.modules["torch"].strided
+
+
+def _torch_tensor_type() -> Any:
+    torch = sys.modules.get("torch")
+    return torch.Tensor if torch is not None else None
+
+
+_TORCH_NAMES: dict = {}
+
+
+def _torch_names() -> dict:
+    if not _TORCH_NAMES:
+        import torch
+
+        _TORCH_NAMES.update({getattr(torch, k): v for k, v in _DTYPES.items()})
+    return _TORCH_NAMES
+
+
+def array_meta(array: Any, name: str = "array") -> tuple[str, tuple[int, ...], str]:
+    """(dtype, shape, device) of an array as a launch sees it ("f32", (16, 4096), "cpu" or "cuda:N"): read off numpy
+    and torch arrays directly, others through the module's converter, which raises the launch's errors."""
+    if type(array) is _numpy_ndarray:
+        dtype = _NUMPY_NAMES.get(array.dtype)
+        if dtype is not None:
+            return dtype, array.shape, "cpu"
+    else:
+        tensor_type = _torch_tensor_type()
+        if tensor_type is not None and isinstance(array, tensor_type):
+            dtype = _torch_names().get(array.dtype)
+            if dtype is not None:
+                device = array.device
+                return dtype, tuple(array.shape), "cpu" if device.type == "cpu" else f"cuda:{device.index or 0}"
+    return _C.array_spec(array, name)
 
 
 def dtype_name(array: Any) -> str:
     """mojo-jit's name of an array's element type ("f32", "bf16", ...); DTypeError for one it does not take."""
-    return _C.array_spec(array)[0]
+    return array_meta(array)[0]
 
 
-def _is_torch(array: Any) -> bool:
-    return type(array).__module__.startswith("torch") and "torch" in sys.modules
+def _raw(array: Any) -> Any:
+    """A torch tensor as the tuple the module takes without DLPack (dtype, shape, strides, address, device; 4x
+    faster); anything else as it is."""
+    tensor_type = _torch_tensor_type()
+    if tensor_type is None or not isinstance(array, tensor_type):
+        return array
+    dtype = _torch_names().get(array.dtype)
+    if dtype is None or array.layout is not _torch_strided():
+        return array  # the converter says what is wrong with it
+    device = array.device
+    return (dtype, tuple(array.shape), array.stride(), array.data_ptr(), -1 if device.type == "cpu" else
+            device.index or 0)
 
 
 def empty_like_array(like: Any, shape: tuple[int, ...], dtype: str) -> Any:
@@ -61,14 +117,9 @@ def empty_like_array(like: Any, shape: tuple[int, ...], dtype: str) -> Any:
     return numpy.empty(shape, dtype=getattr(numpy, library_name))
 
 
-def _device_of(devices: list[str]) -> str:
-    """The arrays' GPU ("cuda:N") if any is on one, else the default device."""
-    return next((d for d in devices if d != "cpu"), None) or default_device()
-
-
 def _stream_of(arrays: list[Any]) -> int:
     for a in arrays:
-        if _is_torch(a) and a.device.type == "cuda":
+        if a is not None and _is_torch(a) and a.device.type == "cuda":
             import torch
 
             return torch.cuda.current_stream(a.device).cuda_stream
@@ -107,6 +158,12 @@ class OpFunction:
         self.inputs = [n for n in self.tensor_names if self.roles[n] in ("in", "inout") and n not in self.optional]
         self.outputs = [n for n in self.tensor_names if self.roles[n] not in ("in", "inout")]
         self.in_place = [n for n in self.tensor_names if self.roles[n] == "inout"]
+        self._keywords = {n: "tensor" for n in self.tensor_names}
+        self._keywords.update({n: "scalar" for n in self.scalar_defaults})
+        self._keywords.update({"device": "device", "stream": "stream"})
+        if "out" not in self.tensor_names:
+            self._keywords["out"] = "out"
+        self._allocations: dict = {}
         P = inspect.Parameter
         params = [P(n, P.POSITIONAL_OR_KEYWORD) for n in self.inputs]
         params += [P(n, P.KEYWORD_ONLY, default=None) for n in self.tensor_names if n not in self.inputs]
@@ -123,10 +180,7 @@ class OpFunction:
         self.__doc__ = "\n".join(lines)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        bound = self.__signature__.bind(*args, **kwargs)
-        given = bound.arguments
-        arrays = {n: given[n] for n in self.tensor_names if given.get(n) is not None}
-        out = None if "out" in self.tensor_names else given.get("out")
+        arrays, scalars, out, device, stream = self._parse(args, kwargs)
         if out is not None:
             outs = out if isinstance(out, (tuple, list)) else (out,)
             required = [n for n in self.outputs if n not in self.optional]
@@ -134,23 +188,70 @@ class OpFunction:
                 raise _C.InvalidArgumentError(
                     f"{self.name}: out= gives {len(outs)} arrays; the op writes {len(required)} ({', '.join(required)})")
             arrays.update(zip(required, outs))
-        scalars = {n: given[n] for n in self.scalar_defaults if n in given}
-        reads = [arrays[n] for n in self.inputs]
-        specs = {n: _C.array_spec(a, n) for n, a in arrays.items()}  # (dtype, shape, device), as the launch sees it
-        dtype = next((specs[n][0] for n in self.inputs if specs[n][0] in _FLOAT), self.info["dtypes"][0])
-        shapes = {n: spec[1] for n, spec in specs.items()}
-        allocated = []
-        for name, spec_dtype, shape in _C.tensor_specs(self.name, dtype, shapes, scalars):
-            if name not in arrays and shape is not None and name in self.outputs and name not in self.optional:
-                arrays[name] = empty_like_array(reads[0] if reads else None, shape, spec_dtype)
-                allocated.append(name)
-        tensors = [arrays.get(n) for n in self.tensor_names]
-        present = [a for a in tensors if a is not None]
-        device = given.get("device") or _device_of([spec[2] for spec in specs.values()])
-        stream = given.get("stream")
-        runtime(device).launch(self.name, tensors, scalars, _stream_of(present) if stream is None else stream)
+        metas = {n: array_meta(a, n) for n, a in arrays.items()}
+        for name, dtype, shape in self.missing_outputs(metas, scalars):
+            arrays[name] = empty_like_array(arrays[self.inputs[0]] if self.inputs else None, shape, dtype)
+            metas[name] = (dtype, shape, metas[self.inputs[0]][2] if self.inputs else "cpu")
+        self.launch(arrays, metas, scalars, device, stream)
         written = [arrays[n] for n in self.outputs if n in arrays] or [arrays[n] for n in self.in_place]
         return written[0] if len(written) == 1 else tuple(written)
+
+    def _parse(self, args: tuple, kwargs: dict) -> tuple:
+        """(arrays by name, scalars, out, device, stream) of a call, checked as Python checks a signature (bind() is
+        4x slower)."""
+        if len(args) > len(self.inputs):
+            raise TypeError(f"{self.name}() takes {len(self.inputs)} positional arguments but {len(args)} were given")
+        arrays = dict(zip(self.inputs, args))
+        scalars = {}
+        out = device = stream = None
+        for key, value in kwargs.items():
+            kind = self._keywords.get(key)
+            if kind is None:
+                raise TypeError(f"{self.name}() got an unexpected keyword argument '{key}'")
+            if kind == "tensor":
+                if key in arrays:
+                    raise TypeError(f"{self.name}() got multiple values for argument '{key}'")
+                if value is not None:
+                    arrays[key] = value
+            elif kind == "scalar":
+                scalars[key] = value
+            elif key == "out":
+                out = value
+            elif key == "device":
+                device = value
+            else:
+                stream = value
+        if len(args) < len(self.inputs):
+            missing = [n for n in self.inputs if n not in arrays]
+            if missing:
+                raise TypeError(f"{self.name}() missing required arguments: {', '.join(missing)}")
+        return arrays, scalars, out, device, stream
+
+    def missing_outputs(self, metas: dict, scalars: dict) -> list:
+        """(name, dtype, shape) of each output to allocate for arrays of these (dtype, shape, device)s: what the op's
+        shape rules say, remembered per dtypes, shapes and scalars."""
+        dtype = next((metas[n][0] for n in self.inputs if metas[n][0] in _FLOAT), self.info["dtypes"][0])
+        try:
+            key = (dtype, tuple(metas), tuple([m[1] for m in metas.values()]), tuple(scalars.items()))
+            hit = self._allocations.get(key)
+        except TypeError:  # an unhashable scalar: the op will say what is wrong with it
+            key, hit = None, None
+        if hit is None:
+            shapes = {n: m[1] for n, m in metas.items()}
+            hit = [(name, d, shape) for name, d, shape in _C.tensor_specs(self.name, dtype, shapes, scalars)
+                   if name not in metas and shape is not None and name in self.outputs and name not in self.optional]
+            if key is not None and len(self._allocations) < 1024:
+                self._allocations[key] = hit
+        return hit
+
+    def launch(self, arrays: dict, metas: dict, scalars: dict, device: str | None, stream: int | None) -> None:
+        """One launch of the op on these arrays (by tensor name; metas: their array_meta)."""
+        tensors = [arrays.get(n) for n in self.tensor_names]
+        if device is None:
+            device = next((m[2] for m in metas.values() if m[2] != "cpu"), None) or default_device()
+        if stream is None:
+            stream = _stream_of(tensors)
+        runtime(device).launch(self.name, [_raw(t) for t in tensors], scalars, stream)
 
     def __repr__(self) -> str:
         return f"<mojo_jit op {self.name}{self.__signature__}>"

@@ -18,7 +18,7 @@ namespace mojo::config {
 // The variables, as README documents them (a MOJO_JIT_* variable not in this
 // list is reported once, so that a misspelt one is not silently ignored).
 inline constexpr std::string_view kVariables[] = {
-    "MOJO_JIT_AUTOTUNE",      "MOJO_JIT_CACHE_DIR",        "MOJO_JIT_CACHE_MAX_BYTES",   "MOJO_JIT_CACHE_READONLY_DIRS",
+    "MOJO_JIT_AUTOTUNE",      "MOJO_JIT_BACKEND" /* read by the Python package */, "MOJO_JIT_CACHE_DIR",        "MOJO_JIT_CACHE_MAX_BYTES",   "MOJO_JIT_CACHE_READONLY_DIRS",
     "MOJO_JIT_CACHE_TRUST",   "MOJO_JIT_COMPILER",         "MOJO_JIT_CPU_POISON",        "MOJO_JIT_CPU_SCHEDULE",      "MOJO_JIT_CPU_THREADS",
     "MOJO_JIT_DEBUG_CHECKS",  "MOJO_JIT_DEVICE",           "MOJO_JIT_DISABLE_DISK_CACHE", "MOJO_JIT_DUMP",
     "MOJO_JIT_HOST_CXX",      "MOJO_JIT_LOCK_TIMEOUT_MS",  "MOJO_JIT_LOG",               "MOJO_JIT_OFFLINE",     "MOJO_JIT_PTXAS",
