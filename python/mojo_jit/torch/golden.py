@@ -3,9 +3,9 @@ the output's dtype, the way the C++ references compute (tests/test_torch.py chec
 
 They take the arguments of `torch.ops.mojo_jit.<op>` (mojo_jit.torch.schema(op)): the tensors the op reads, then the
 optional and caller-given ones, then the scalars; they return what that op returns and update in place what it
-declares mutated. mojo_jit.torch falls back to them (MOJO_JIT_BACKEND=auto|torch). Ops not here yet: sample,
-reject_sample, apply_penalties_temperature, moe_gate, moe_mlp (their kernels draw with Philox or route with tie
-rules this file does not restate yet).
+declares mutated. mojo_jit.torch falls back to them (MOJO_JIT_BACKEND=auto|torch). The sampling ops draw with
+the kernels' own random numbers (Philox 4x32-10 on each request's seed and offset), so their tokens are the kernels'
+tokens, not only the same distribution.
 """
 from __future__ import annotations
 
@@ -277,7 +277,173 @@ def paged_decode_gqa(q, k_cache, v_cache, block_tables, context_lens, sinks=None
     return torch.cat(out).to(q.dtype)
 
 
+# ---- sampling ----------------------------------------------------------------------------------------------------
+def _philox_random24(seed: int, offset: int, stream: int) -> int:
+    """The 24 random bits of a request's draw `stream` (kernel_templates/mojo_random.cuh): Philox 4x32-10 on counter
+    (offset, stream) and key seed, first word's top 24 bits."""
+    mask = 0xFFFFFFFF
+    seed, offset = seed & 0xFFFFFFFFFFFFFFFF, offset & 0xFFFFFFFFFFFFFFFF
+    c = [offset & mask, offset >> 32, stream & mask, 0]
+    k0, k1 = seed & mask, seed >> 32
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k0, p1 & mask, (p0 >> 32) ^ c[3] ^ k1, p0 & mask]
+        k0, k1 = (k0 + 0x9E3779B9) & mask, (k1 + 0xBB67AE85) & mask
+    return c[0] >> 8
+
+
+def _sampling_weights(row, top_k: int, top_p: float, min_p: float):
+    """exp(l - max) of the tokens top_k keeps (0: all; ties with the k-th kept), then top_p (the fewest highest
+    holding that fraction of the top-k mass, ties kept), then min_p (exp(l - max) >= min_p); 0 for the others."""
+    finite = torch.isfinite(row)
+    if not bool(finite.any()):
+        return torch.zeros_like(row)
+    w = torch.where(finite, torch.exp(row - row[finite].max()), torch.zeros_like(row))
+    key = torch.where(w > 0, row, torch.full_like(row, -math.inf))
+    order = torch.sort(key, descending=True, stable=True).indices  # ties: the lower index first
+    floor = -math.inf
+    if 0 < top_k < row.shape[0]:
+        floor = float(row[order[top_k - 1]])
+    if top_p < 1.0:
+        total = float(torch.cumsum(torch.where(row >= floor, w, torch.zeros_like(w)), 0)[-1])
+        ranked = row[order] >= floor
+        cum = torch.cumsum(w[order], 0)
+        reach = (cum >= top_p * total) & ranked
+        stop = int((~ranked).nonzero()[0]) if bool((~ranked).any()) else row.shape[0]
+        hits = reach[:stop].nonzero()
+        if hits.numel():
+            floor = float(row[order[int(hits[0])]])
+    return torch.where((row >= floor) & (w >= min_p), w, torch.zeros_like(w))
+
+
+def _inverse_cdf(w, r24: int, greedy: bool) -> int:
+    """The index where r24 / 2^24 of the total weight falls, in index order; greedy: the first nonzero one."""
+    cum = torch.cumsum(w, 0)
+    if not float(cum[-1]) > 0:
+        return -1
+    point = 0.0 if greedy else float(cum[-1]) * r24 * 2.0 ** -24
+    nonzero = w > 0
+    hit = (nonzero & (cum > point)).nonzero()
+    return int(hit[0]) if hit.numel() else int(nonzero.nonzero()[-1])
+
+
+def sample(logits, top_k, top_p, min_p, seed, offset):
+    """Each row's token (top_k 1: greedy) and its log-probability under the unfiltered softmax; offset += 1."""
+    tokens = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)
+    logprobs = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+    for r in range(logits.shape[0]):
+        row = logits[r].float().to(_F64)
+        k = int(top_k[r])
+        w = _sampling_weights(row, k, float(top_p[r]), float(min_p[r]))
+        token = _inverse_cdf(w, _philox_random24(int(seed[r]), int(offset[r]), 0), k == 1)
+        tokens[r] = token
+        finite = row[torch.isfinite(row)]
+        logprobs[r] = math.nan if token < 0 else float(row[token] - torch.logsumexp(finite, 0))
+    offset += 1
+    return tokens, logprobs
+
+
+def reject_sample(draft_tokens, draft_probs, target_probs, seed, offset):
+    """Speculative decoding's chain check: each draft token accepted while u * p_draft < p_target (u from the
+    request's Philox draw j); then one token from the residual max(0, target - draft) (all of target after the last
+    draft), -1 after it; offset += 1. Returns (out [batch, spec + 1], accepted [batch])."""
+    batch, spec = draft_tokens.shape
+    vocab = target_probs.shape[-1]
+    out = torch.full((batch, spec + 1), -1, dtype=torch.int64, device=draft_tokens.device)
+    accepted = torch.zeros(batch, dtype=torch.int64, device=draft_tokens.device)
+    for r in range(batch):
+        s, o = int(seed[r]), int(offset[r])
+        j = 0
+        while j < spec:
+            d = int(draft_tokens[r, j])
+            if d < 0 or d >= vocab:
+                break
+            u = torch.tensor(_philox_random24(s, o, j), dtype=torch.float32) * 2.0 ** -24
+            if not bool(u * draft_probs[r, j, d].float() < target_probs[r, j, d].float()):
+                break
+            j += 1
+        target = target_probs[r, j].to(_F64).clamp(min=0)
+        residual = (target - draft_probs[r, j].to(_F64)).clamp(min=0) if j < spec else target
+        r24 = _philox_random24(s, o, spec)
+        token = _inverse_cdf(residual, r24, False)
+        if token < 0:
+            token = _inverse_cdf(target, r24, False)
+        out[r, :j] = draft_tokens[r, :j]
+        out[r, j] = token
+        accepted[r] = j
+    offset += 1
+    return out, accepted
+
+
+def apply_penalties_temperature(logits, token_ids, token_counts, repetition_penalty, presence_penalty,
+                                frequency_penalty, temperature):
+    """In place: logits / temperature (none where it is 0), then for each (id, count) of a request's list (id < 0
+    pads): l / repetition if l > 0 else l * repetition, minus (frequency * count + presence if count > 0) /
+    temperature."""
+    batch, vocab = logits.shape
+    temp = temperature.to(_F64)
+    scale = torch.where(temp > 0, 1.0 / temp, torch.ones_like(temp)).reshape(-1, 1)
+    out = logits.to(_F64) * scale
+    rows = torch.arange(batch, device=logits.device)
+    rep, pres, freq = (t.to(_F64) for t in (repetition_penalty, presence_penalty, frequency_penalty))
+    for j in range(token_ids.shape[1]):  # in list order, as a repeated id would be penalised twice
+        ids, counts = token_ids[:, j].long(), token_counts[:, j].to(_F64)
+        valid = (ids >= 0) & (ids < vocab)
+        at = ids.clamp(0, vocab - 1)
+        l = out[rows, at]
+        l = torch.where(l > 0, l / rep, l * rep)
+        l = l - (freq * counts + torch.where(counts > 0, pres, torch.zeros_like(pres))) * scale.reshape(-1)
+        out[rows[valid], at[valid]] = l[valid]
+    logits.copy_(out.to(logits.dtype))
+
+
 # ---- MoE routing -------------------------------------------------------------------------------------------------
+def moe_gate(logits, ids, bias=None, sigmoid=0, groups=1, top_groups=0, renormalize=1, routed_scaling=1.0):
+    """Each token's top_k experts (k: ids' second dim) by score (softmax or sigmoid of the logits; with bias, chosen
+    by score + bias, DeepSeek-V3's correction), within the top_groups groups ranked by their two best (groups > 1);
+    ties go to the lower expert or group. Writes ids; returns the weights: the chosen scores, renormalised to sum to
+    1 if asked, times routed_scaling."""
+    l = logits.to(_F64)
+    tokens, experts = l.shape
+    k = ids.shape[1]
+    score = torch.sigmoid(l) if sigmoid else torch.softmax(l, -1)
+    choice = l if bias is None else score + bias.to(_F64)
+    groups = int(groups)
+    top = int(top_groups) or groups
+    allowed = torch.ones_like(choice, dtype=torch.bool)
+    if groups > 1:
+        members = choice.reshape(tokens, groups, experts // groups).sort(-1, descending=True).values
+        group_score = members[..., 0] + (members[..., 1] if members.shape[-1] > 1 else 0)
+        kept = torch.sort(group_score, dim=-1, descending=True, stable=True).indices[:, :top]
+        allowed = torch.zeros(tokens, groups, dtype=torch.bool, device=l.device).scatter_(1, kept, True)
+        allowed = allowed.repeat_interleave(experts // groups, dim=1)
+    masked = torch.where(allowed, choice, torch.full_like(choice, -math.inf))
+    order = torch.sort(masked, dim=-1, descending=True, stable=True).indices[:, :k]
+    valid = torch.arange(k, device=l.device).reshape(1, -1) < allowed.sum(-1, keepdim=True)
+    chosen = torch.where(valid, score.gather(1, order), torch.zeros((), dtype=_F64))
+    total = chosen.sum(-1, keepdim=True)
+    norm = routed_scaling / total if renormalize else torch.full_like(total, float(routed_scaling))
+    norm = torch.where(total > 0, norm, torch.full_like(total, float(routed_scaling)))
+    ids.copy_(torch.where(valid, order, torch.full_like(order, -1)).to(ids.dtype))
+    return (chosen * norm).to(torch.float32)
+
+
+def moe_mlp(x, ids, weights, w13, w2, activation=3, path=0):
+    """out[t] = sum over k of weights[t, k] * expert e's MLP of x[t], e = ids[t, k] (negative: none): w2[e] (act(gate)
+    * up), with w13[e]'s rows (gate_j, up_j) interleaved."""
+    xd = x.to(_F64)
+    out = torch.zeros_like(xd)
+    for e in range(w13.shape[0]):
+        token, slot = (ids == e).nonzero(as_tuple=True)
+        if token.numel() == 0:
+            continue
+        h = xd[token] @ w13[e].to(_F64).T
+        h = _act(h[:, 0::2], activation) * h[:, 1::2]
+        y = h @ w2[e].to(_F64).T
+        out.index_add_(0, token, y * weights[token, slot].to(_F64).unsqueeze(1))
+    return out.to(x.dtype)
+
+
 def moe_dispatch(ids, expert_offsets, x=None):
     """The stable sort of the (token, slot) pairs by expert: writes expert_offsets [experts + 1]; returns
     sorted_token_ids [pairs] (-1 past the routed ones), positions [tokens, top_k] (each pair's row in the sorted
