@@ -105,14 +105,12 @@ def test_the_torch_op_runs_the_kernel_and_matches():
     torch.testing.assert_close(out, golden.rms_norm(updated, w), rtol=1e-5, atol=1e-5)
 
 
-def test_opcheck():
-    x, w = torch.randn(3, 256), torch.randn(256)
-    torch.library.opcheck(torch.ops.mojo_jit.rms_norm, (x, w), {"eps": 1e-5},
-                          test_utils=("test_schema", "test_faketensor"))
-    q, k = torch.randn(5, 4, 64), torch.randn(5, 2, 64)
-    cache = torch.randn(10, 64)
-    positions = torch.arange(5)
-    torch.library.opcheck(torch.ops.mojo_jit.rotary_embedding, (q, k, positions, cache), {},
+@pytest.mark.parametrize("op,dtype,shapes,scalars", CASES, ids=[c[0] for c in CASES])
+def test_opcheck(op, dtype, shapes, scalars):
+    """The schema (what the kernel mutates is declared, nothing else) and the fake kernel (outputs of the kernel's
+    shapes, dtypes and strides) of every op, on the kernels (the CPU device here)."""
+    args, kwargs, _, _ = _schema_call(op, _inputs(op, dtype, shapes, scalars), scalars)
+    torch.library.opcheck(getattr(torch.ops.mojo_jit, op), tuple(args), kwargs,
                           test_utils=("test_schema", "test_faketensor"))
 
 
@@ -144,3 +142,22 @@ def test_backend_switch(monkeypatch):
         torch.testing.assert_close(mt.rms_norm(x, w), want, rtol=0, atol=0)
         mt.rms_norm(x, w)
     assert len(caught) == 1 and "rms_norm runs its golden function (PyTorch): no GPU" in str(caught[0].message)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU with torch's CUDA")
+def test_on_the_gpu_in_a_cuda_graph(monkeypatch):
+    """On a GPU: the kernel on torch's current stream, eager and captured in a CUDA graph (replayed on new data)."""
+    monkeypatch.setenv("MOJO_JIT_DEVICE", "cuda")
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    torch.testing.assert_close(mt.rms_norm(x, w, backend="mojo"), golden.rms_norm(x, w), rtol=2e-2, atol=2e-2)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        torch.ops.mojo_jit.rms_norm(x, w)  # compile and load outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            out = torch.ops.mojo_jit.rms_norm(x, w)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, golden.rms_norm(x, w), rtol=2e-2, atol=2e-2)
