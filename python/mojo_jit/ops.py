@@ -190,6 +190,8 @@ class OpFunction:
             arrays.update(zip(required, outs))
         metas = {n: array_meta(a, n) for n, a in arrays.items()}
         for name, dtype, shape in self.missing_outputs(metas, scalars):
+            if shape is None:
+                continue  # absent for these inputs (moe_dispatch's sorted_x without x)
             arrays[name] = empty_like_array(arrays[self.inputs[0]] if self.inputs else None, shape, dtype)
             metas[name] = (dtype, shape, metas[self.inputs[0]][2] if self.inputs else "cpu")
         self.launch(arrays, metas, scalars, device, stream)
@@ -228,8 +230,8 @@ class OpFunction:
         return arrays, scalars, out, device, stream
 
     def missing_outputs(self, metas: dict, scalars: dict) -> list:
-        """(name, dtype, shape) of each output to allocate for arrays of these (dtype, shape, device)s: what the op's
-        shape rules say, remembered per dtypes, shapes and scalars."""
+        """(name, dtype, shape) of each output not given for arrays of these (dtype, shape, device)s (shape None:
+        absent for these inputs): what the op's shape rules say, remembered per dtypes, shapes and scalars."""
         dtype = next((metas[n][0] for n in self.inputs if metas[n][0] in _FLOAT), self.info["dtypes"][0])
         try:
             key = (dtype, tuple(metas), tuple([m[1] for m in metas.values()]), tuple(scalars.items()))
@@ -239,7 +241,7 @@ class OpFunction:
         if hit is None:
             shapes = {n: m[1] for n, m in metas.items()}
             hit = [(name, d, shape) for name, d, shape in _C.tensor_specs(self.name, dtype, shapes, scalars)
-                   if name not in metas and shape is not None and name in self.outputs and name not in self.optional]
+                   if name not in metas and name in self.outputs and name not in self.optional]
             if key is not None and len(self._allocations) < 1024:
                 self._allocations[key] = hit
         return hit

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "convert.hpp"
-#include "inspect.hpp"
 #include "mojo/check.hpp"
 #include "mojo/mojo.hpp"
 
@@ -25,11 +24,6 @@ using namespace mojo::python;
 namespace {
 
 using HostArray = nb::ndarray<nb::c_contig, nb::device::cpu>;
-
-std::vector<mojo::TensorSpec> specs_of(const mojo::OpDef& op, const std::string& dtype, nb::dict shapes,
-                                       const std::vector<mojo::ScalarArg>& scalars) {
-  return mojo::inspect::specs_for(op, mojo::parse_dtype(dtype), shapes_of(shapes), scalars);
-}
 
 // The op's random inputs (OpCheck::random_data) for the tensors it reads, as bytes in tensor order; None for the
 // tensors it only writes and for absent ones.

@@ -1,4 +1,5 @@
-// What both Python modules convert the same way: DLPack element types, scalars and shapes from Python objects.
+// What both Python modules convert the same way: DLPack element types, scalars, shapes and tensor specs from Python
+// objects.
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -10,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "inspect.hpp"
 #include "mojo/mojo.hpp"
 
 namespace mojo::python {
@@ -63,6 +65,13 @@ inline mojo::ShapeMap shapes_of(nb::dict d) {
     out.emplace(nb::cast<std::string>(key), std::move(dims));
   }
   return out;
+}
+
+// Every tensor spec of `op` for the shapes named (a dict of name -> dims), the rest derived as `mojo-jit describe`
+// derives them.
+inline std::vector<mojo::TensorSpec> specs_of(const mojo::OpDef& op, const std::string& dtype, nb::dict shapes,
+                                              mojo::ScalarList scalars) {
+  return mojo::inspect::specs_for(op, mojo::parse_dtype(dtype), shapes_of(shapes), scalars);
 }
 
 }  // namespace mojo::python

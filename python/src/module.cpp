@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "convert.hpp"
-#include "inspect.hpp"
 #include "mojo/mojo.hpp"
 
 namespace nb = nanobind;
@@ -334,15 +333,7 @@ class PyRuntime {
     mojo::Manifest manifest;
     if (!manifest_path.empty() && !ops.empty())
       throw mojo::InvalidArgumentError("prewarm: give a manifest or ops, not both");
-    if (!manifest_path.empty()) {
-      manifest = mojo::Manifest::load(manifest_path);
-    } else {
-      std::vector<std::string> names;
-      for (const std::string& o : ops)
-        if (o != "all") names.push_back(o);
-      manifest = mojo::Manifest::examples(names);
-      manifest.targets = {mojo::Target::parse("sm_90")};
-    }
+    manifest = manifest_path.empty() ? mojo::inspect::examples_manifest(ops) : mojo::Manifest::load(manifest_path);
     std::vector<mojo::Target> targets;
     for (const std::string& a : arch) targets.push_back(mojo::Target::parse(a));
     const std::vector<mojo::PrewarmItem> items = manifest.items(targets);
@@ -399,8 +390,7 @@ class PyRuntime {
   std::vector<mojo::Tensor> tensors_for(const mojo::OpDef& op, nb::dict shapes, const std::string& dtype,
                                         const std::vector<mojo::ScalarArg>& scalars) {
     std::vector<mojo::Tensor> out;
-    for (const mojo::TensorSpec& spec : mojo::inspect::specs_for(op, mojo::parse_dtype(dtype), shapes_of(shapes), scalars))
-      out.push_back({spec, 0});
+    for (const mojo::TensorSpec& spec : specs_of(op, dtype, shapes, scalars)) out.push_back({spec, 0});
     return out;
   }
 
@@ -436,7 +426,7 @@ nb::list tensor_specs(const std::string& op_name, const std::string& dtype, nb::
   const mojo::OpDef& op = mojo::find_op(op_name);
   std::vector<std::string> names;
   const auto scalars = scalars_of(scalar_dict, names);
-  const auto specs = mojo::inspect::specs_for(op, mojo::parse_dtype(dtype), shapes_of(shapes), scalars);
+  const auto specs = specs_of(op, dtype, shapes, scalars);
   nb::list out;
   for (std::size_t i = 0; i < specs.size(); ++i) {
     nb::object shape = nb::none();

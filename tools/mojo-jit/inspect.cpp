@@ -85,6 +85,15 @@ Target target_or_default(std::string_view arch) {
   return Target::parse("sm_90");
 }
 
+Manifest examples_manifest(const std::vector<std::string>& ops) {
+  std::vector<std::string> names;
+  for (const std::string& name : ops)
+    if (!name.empty() && name != "all") names.push_back(name);
+  Manifest m = Manifest::examples(names);
+  m.targets = {Target::parse("sm_90")};
+  return m;
+}
+
 nlohmann::json describe(Runtime& rt, const OpDef& op, TensorList tensors, ScalarList scalars, const Target& target,
                         Emit key_emit, int sms, bool model) {
   const Params params = op.specialize(tensors, scalars, target);

@@ -22,6 +22,10 @@ std::vector<TensorSpec> specs_for(const OpDef& op, DType dtype, const ShapeMap& 
 // The target `arch` names ("sm_90a"); empty: this machine's GPU's, else sm_90 (compiling needs no GPU).
 Target target_or_default(std::string_view arch);
 
+// Every dtype of `ops` ("all" or none: every op; empty names skipped) at their example shapes, for sm_90 unless the
+// caller names targets: what `prewarm --ops` and `compile-all --ops` compile.
+Manifest examples_manifest(const std::vector<std::string>& ops);
+
 // One specialization: op, target, compiler, params, tensors, every kernel of the plan with its geometry, the
 // workspace, the runs and the key of `key_emit`. With `model`, also each kernel's registers, stack and occupancy from
 // its cubin (compiled, or found in the cache) and waves on `sms` SMs (0: the target's reference GPU's), and the op's

@@ -322,8 +322,6 @@ int run_describe(int argc, char** argv, bool explain) {
   const std::optional<mojo::SmLimits> limits =
       explain ? std::nullopt : std::optional<mojo::SmLimits>(mojo::sm_limits(target));
   if (!explain) sms = d["sms"].get<int>();
-  const std::vector<mojo::Params> plan = op.plan(op.specialize(tensors, scalars, target));
-  const auto parts = rt.key_parts(spec.op, tensors, scalars, target, kind);
   if (json) {
     fmt::print("{}\n", d.dump(2));
     return 0;
@@ -332,10 +330,12 @@ int run_describe(int argc, char** argv, bool explain) {
   fmt::print("op:       {}\n", op.name());
   for (std::size_t i = 0; i < tensors.size(); ++i)
     fmt::print("tensor:   {} = {}\n", op.tensor_args()[i].name, tensors[i].spec.str());
-  fmt::print("target:   {}\ncompiler: {}\nparams:   {}\n", parts.target, parts.compiler, parts.params);
-  for (std::size_t i = 0; i < plan.size(); ++i) {
-    if (plan.size() > 1) fmt::print("step {}:   {{{}}}\n", i, plan[i].str());
-    print_kernel(d["kernels"][i], limits ? &*limits : nullptr, sms);
+  fmt::print("target:   {}\ncompiler: {}\nparams:   {}\n", d["target"].get<std::string>(),
+             d["compiler"].get<std::string>(), d["params"].get<std::string>());
+  const nlohmann::json& kernels = d["kernels"];
+  for (std::size_t i = 0; i < kernels.size(); ++i) {
+    if (kernels.size() > 1) fmt::print("step {}:   {{{}}}\n", i, kernels[i]["params"].get<std::string>());
+    print_kernel(kernels[i], limits ? &*limits : nullptr, sms);
   }
   fmt::print("workspace: {} bytes\n", d["workspace_bytes"].get<std::size_t>());
   // A plan run once per slice (the fused cross-entropy's vocabulary slices): the grids above are the first run's.
@@ -347,24 +347,24 @@ int run_describe(int argc, char** argv, bool explain) {
                ideal["bytes"].get<double>() * 1e-6, ideal["flops"].get<double>() * 1e-9,
                ideal["roofline_us"].get<double>(), ideal["copy_gb_per_s"].get<double>(),
                ideal["peak_tflops"].get<double>(), ideal["bound"].get<std::string>(), limits->gpu);
+    fmt::print("key:      {} ({})\n", d["key"].get<std::string>(), emit);
+    return 0;
   }
-  if (explain) {
-    fmt::print("source:   {} bytes, {} (the translation unit: template + prelude + instantiation)\n",
-               parts.source.size(), mojo::compute_key(mojo::KeyInputs{parts.source, "", "", "", "", kind}).hex());
-    fmt::print("emit:     {}\nformat:   v{}\n", emit, mojo::kCacheFormatVersion);
-  }
+  // explain: what went into the key, and which layers hold it.
+  const auto parts = rt.key_parts(spec.op, tensors, scalars, target, kind);
+  fmt::print("source:   {} bytes, {} (the translation unit: template + prelude + instantiation)\n",
+             parts.source.size(), mojo::compute_key(mojo::KeyInputs{parts.source, "", "", "", "", kind}).hex());
+  fmt::print("emit:     {}\nformat:   v{}\n", emit, mojo::kCacheFormatVersion);
   fmt::print("key:      {} ({})\n", parts.key.hex(), emit);
-  if (explain) {
-    auto show = [&](const std::filesystem::path& dir, const char* layer) {
-      mojo::DiskCache cache(dir);
-      std::string problem;
-      bool hit = cache.load(parts.key, kind, &problem, /*remove_bad=*/false).has_value();
-      fmt::print("{:<9} {}: {}\n", layer, cache.entry_path(parts.key, kind).string(),
-                 hit ? "present" : problem.empty() ? "absent" : "bad (" + problem + ")");
-    };
-    if (!rt.cache_dir().empty()) show(rt.cache_dir(), "cache:");
-    for (const std::filesystem::path& dir : mojo::environment::readonly_cache_dirs()) show(dir, "readonly:");
-  }
+  auto show = [&](const std::filesystem::path& dir, const char* layer) {
+    mojo::DiskCache cache(dir);
+    std::string problem;
+    bool hit = cache.load(parts.key, kind, &problem, /*remove_bad=*/false).has_value();
+    fmt::print("{:<9} {}: {}\n", layer, cache.entry_path(parts.key, kind).string(),
+               hit ? "present" : problem.empty() ? "absent" : "bad (" + problem + ")");
+  };
+  if (!rt.cache_dir().empty()) show(rt.cache_dir(), "cache:");
+  for (const std::filesystem::path& dir : mojo::environment::readonly_cache_dirs()) show(dir, "readonly:");
   return 0;
 }
 
@@ -416,11 +416,8 @@ struct ManifestOptions {
     if (ops.empty()) throw mojo::InvalidArgumentError("give --manifest FILE or --ops all|OP,OP,...");
     std::vector<std::string> names;
     std::stringstream ss(ops);
-    for (std::string name; std::getline(ss, name, ',');)
-      if (!name.empty() && name != "all") names.push_back(name);
-    mojo::Manifest m = mojo::Manifest::examples(names);
-    m.targets = {mojo::Target::parse("sm_90")};
-    return m;
+    for (std::string name; std::getline(ss, name, ',');) names.push_back(name);
+    return mojo::inspect::examples_manifest(names);
   }
   mojo::RuntimeOptions runtime_options() const {
     mojo::RuntimeOptions o;

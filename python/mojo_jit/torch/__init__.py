@@ -67,30 +67,33 @@ class _Op:
         scalars = {n: values[n] for n in self.f.scalar_defaults if n in values}
         return tensors, scalars
 
-    def outputs(self, tensors: dict, scalars: dict) -> list:
-        """Empty returned outputs for these inputs (the fake kernel's answer, and the eager path's memory)."""
-        like = tensors[self.f.inputs[0]]
-        # From the tensors' metadata only: under torch.compile they are fake, with no memory to look at.
-        dtypes = [_DTYPE_NAMES.get(tensors[n].dtype) for n in self.f.inputs]
-        dtype = next((d for d in dtypes if d in ("f32", "f16", "bf16")), self.f.info["dtypes"][0])
-        shapes = {n: tuple(int(d) for d in t.shape) for n, t in tensors.items()}
-        specs = {name: (d, shape) for name, d, shape in _C.tensor_specs(self.name, dtype, shapes, scalars)}
-        # An output absent for these inputs (moe_dispatch's sorted_x without x) is an empty tensor.
-        return [torch.empty(specs[n][1] or (0,), dtype=_TORCH_DTYPES[specs[n][0]], device=like.device)
-                for n in self.returned]
+    def outputs(self, tensors: dict, metas: dict, scalars: dict) -> tuple[dict, Any]:
+        """The returned outputs for these inputs (metas: their array_meta), empty: (those the op writes, by name; the
+        op's return value, where an output absent for these inputs, moe_dispatch's sorted_x without x, is an empty
+        tensor). The fake kernel's answer and the eager path's memory."""
+        device = tensors[self.f.inputs[0]].device
+        written, returned = {}, {}
+        for name, dtype, shape in self.f.missing_outputs(metas, scalars):
+            if name in self.returned:
+                returned[name] = torch.empty(shape or (0,), dtype=_TORCH_DTYPES[dtype], device=device)
+                if shape is not None:
+                    written[name] = returned[name]
+        return written, _as_returned([returned[n] for n in self.returned])
 
     def fake(self, *args: Any, **kwargs: Any) -> Any:
-        return _as_returned(self.outputs(*self.split(args, kwargs)))
+        tensors, scalars = self.split(args, kwargs)
+        # From the tensors' metadata only: under torch.compile they are fake, with no memory to look at, and their
+        # sizes may be symbolic (int() specialises them).
+        metas = {n: (_DTYPE_NAMES.get(t.dtype), tuple(int(d) for d in t.shape), "cpu") for n, t in tensors.items()}
+        return self.outputs(tensors, metas, scalars)[1]
 
     def eager(self, *args: Any, **kwargs: Any) -> Any:
         tensors, scalars = self.split(args, kwargs)
         metas = {n: _ops.array_meta(t, n) for n, t in tensors.items()}
-        allocated = {name: torch.empty(shape, dtype=_TORCH_DTYPES[dtype], device=tensors[self.f.inputs[0]].device)
-                     for name, dtype, shape in self.f.missing_outputs(metas, scalars)}
-        tensors.update(allocated)
+        written, returned = self.outputs(tensors, metas, scalars)
+        tensors.update(written)
         self.f.launch(tensors, metas, scalars, None, None)
-        # An output absent for these inputs (moe_dispatch's sorted_x without x) is an empty tensor.
-        return _as_returned([allocated[n] if n in allocated else torch.empty(0) for n in self.returned])
+        return returned
 
 
 def _as_returned(out: list) -> Any:
