@@ -4,7 +4,9 @@
 // without TRANS_B), which wgmma reads transposed. gemm, gemm_batched, linear
 // and group_gemm (the groups as batches of varying rows).
 //
-// Warp-specialised and persistent: each block loops over tiles of C.
+// Warp-specialised and persistent: each block loops over tiles of C, BM = 64
+// or 128 rows by BN = any multiple of 16 up to 256 columns (of 64 when B is
+// MN-major), the tile chosen to fill the SMs' last wave.
 // Warpgroup 0 is the producer: one thread issues TMA loads of the A (BM x 64)
 // and B (BN x 64) tiles into a STAGES-deep ring of shared memory (a K-major
 // tile in one box of 64 k x rows, an MN-major one in boxes of 64 m/n x 64 k,
@@ -44,6 +46,7 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
   constexpr unsigned A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
   constexpr unsigned CHUNK = 64 * BK * 2;  // 64 rows of a tile: one consumer's A, one MN-major box
   static_assert(BM % 64 == 0 && CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups of 64 rows");
+  static_assert(BN % 16 == 0 && BN <= 256 && (!MN_B || BN % 64 == 0), "BN: 16 to 256, MN-major in boxes of 64");
   static_assert(sizeof(T) == 2, "wgmma here takes f16 or bf16");
   static_assert(OFFSETS == 0 || !MN_A, "groups' rows are K-major");
   MOJO_DYNAMIC_SMEM(smem);

@@ -71,7 +71,7 @@ __device__ __forceinline__ void wgmma_fence_operand(float&) {}
 __device__ __forceinline__ void fence_proxy_async() {}  // the emulated wgmma reads shared memory as it is
 template <class T, int N, int MN_MAJOR_A, int MN_MAJOR_B>
 __device__ __forceinline__ void wgmma(float (&d)[N / 2], unsigned long long a, unsigned long long b, int scale_d) {
-  static_assert(N == 128 || N == 256, "wgmma tiles are 64 x 128 or 64 x 256");
+  static_assert(N % 16 == 0 && N >= 16 && N <= 256, "wgmma tiles here are 64 x N, N a multiple of 16 up to 256");
   cpu::api().wgmma(d, N, a, b, scale_d, MN_MAJOR_A, MN_MAJOR_B, is_bf16<T> ? 2 : 1);
 }
 #else
@@ -144,60 +144,169 @@ __device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" 
 
 #define MOJO_ACC4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define MOJO_ACC8(d, i) MOJO_ACC4(d, i), MOJO_ACC4(d, i + 4)
-#define MOJO_ACC32(d, i) MOJO_ACC8(d, i), MOJO_ACC8(d, i + 8), MOJO_ACC8(d, i + 16), MOJO_ACC8(d, i + 24)
-#define MOJO_ACC64(d) MOJO_ACC32(d, 0), MOJO_ACC32(d, 32)
-#define MOJO_ACC128(d) MOJO_ACC32(d, 0), MOJO_ACC32(d, 32), MOJO_ACC32(d, 64), MOJO_ACC32(d, 96)
+// The accumulator operands of an m64nNk16 (N = 16 C): %0 .. %(8 C - 1), their
+// constraints, and the operands after them (a, b, scale_d, the two majors).
+#define MOJO_DREGS_1 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define MOJO_DREGS_2 MOJO_DREGS_1 ", " "%8, %9, %10, %11, %12, %13, %14, %15"
+#define MOJO_DREGS_3 MOJO_DREGS_2 ", " "%16, %17, %18, %19, %20, %21, %22, %23"
+#define MOJO_DREGS_4 MOJO_DREGS_3 ", " "%24, %25, %26, %27, %28, %29, %30, %31"
+#define MOJO_DREGS_5 MOJO_DREGS_4 ", " "%32, %33, %34, %35, %36, %37, %38, %39"
+#define MOJO_DREGS_6 MOJO_DREGS_5 ", " "%40, %41, %42, %43, %44, %45, %46, %47"
+#define MOJO_DREGS_7 MOJO_DREGS_6 ", " "%48, %49, %50, %51, %52, %53, %54, %55"
+#define MOJO_DREGS_8 MOJO_DREGS_7 ", " "%56, %57, %58, %59, %60, %61, %62, %63"
+#define MOJO_DREGS_9 MOJO_DREGS_8 ", " "%64, %65, %66, %67, %68, %69, %70, %71"
+#define MOJO_DREGS_10 MOJO_DREGS_9 ", " "%72, %73, %74, %75, %76, %77, %78, %79"
+#define MOJO_DREGS_11 MOJO_DREGS_10 ", " "%80, %81, %82, %83, %84, %85, %86, %87"
+#define MOJO_DREGS_12 MOJO_DREGS_11 ", " "%88, %89, %90, %91, %92, %93, %94, %95"
+#define MOJO_DREGS_13 MOJO_DREGS_12 ", " "%96, %97, %98, %99, %100, %101, %102, %103"
+#define MOJO_DREGS_14 MOJO_DREGS_13 ", " "%104, %105, %106, %107, %108, %109, %110, %111"
+#define MOJO_DREGS_15 MOJO_DREGS_14 ", " "%112, %113, %114, %115, %116, %117, %118, %119"
+#define MOJO_DREGS_16 MOJO_DREGS_15 ", " "%120, %121, %122, %123, %124, %125, %126, %127"
+#define MOJO_DOPS_1(d) MOJO_ACC8(d, 0)
+#define MOJO_DOPS_2(d) MOJO_DOPS_1(d), MOJO_ACC8(d, 8)
+#define MOJO_DOPS_3(d) MOJO_DOPS_2(d), MOJO_ACC8(d, 16)
+#define MOJO_DOPS_4(d) MOJO_DOPS_3(d), MOJO_ACC8(d, 24)
+#define MOJO_DOPS_5(d) MOJO_DOPS_4(d), MOJO_ACC8(d, 32)
+#define MOJO_DOPS_6(d) MOJO_DOPS_5(d), MOJO_ACC8(d, 40)
+#define MOJO_DOPS_7(d) MOJO_DOPS_6(d), MOJO_ACC8(d, 48)
+#define MOJO_DOPS_8(d) MOJO_DOPS_7(d), MOJO_ACC8(d, 56)
+#define MOJO_DOPS_9(d) MOJO_DOPS_8(d), MOJO_ACC8(d, 64)
+#define MOJO_DOPS_10(d) MOJO_DOPS_9(d), MOJO_ACC8(d, 72)
+#define MOJO_DOPS_11(d) MOJO_DOPS_10(d), MOJO_ACC8(d, 80)
+#define MOJO_DOPS_12(d) MOJO_DOPS_11(d), MOJO_ACC8(d, 88)
+#define MOJO_DOPS_13(d) MOJO_DOPS_12(d), MOJO_ACC8(d, 96)
+#define MOJO_DOPS_14(d) MOJO_DOPS_13(d), MOJO_ACC8(d, 104)
+#define MOJO_DOPS_15(d) MOJO_DOPS_14(d), MOJO_ACC8(d, 112)
+#define MOJO_DOPS_16(d) MOJO_DOPS_15(d), MOJO_ACC8(d, 120)
+#define MOJO_WGMMA_SCALE_1 "%10"
+#define MOJO_WGMMA_TAIL_1 "%8, %9, p, 1, 1, %11, %12"
+#define MOJO_WGMMA_SCALE_2 "%18"
+#define MOJO_WGMMA_TAIL_2 "%16, %17, p, 1, 1, %19, %20"
+#define MOJO_WGMMA_SCALE_3 "%26"
+#define MOJO_WGMMA_TAIL_3 "%24, %25, p, 1, 1, %27, %28"
+#define MOJO_WGMMA_SCALE_4 "%34"
+#define MOJO_WGMMA_TAIL_4 "%32, %33, p, 1, 1, %35, %36"
+#define MOJO_WGMMA_SCALE_5 "%42"
+#define MOJO_WGMMA_TAIL_5 "%40, %41, p, 1, 1, %43, %44"
+#define MOJO_WGMMA_SCALE_6 "%50"
+#define MOJO_WGMMA_TAIL_6 "%48, %49, p, 1, 1, %51, %52"
+#define MOJO_WGMMA_SCALE_7 "%58"
+#define MOJO_WGMMA_TAIL_7 "%56, %57, p, 1, 1, %59, %60"
+#define MOJO_WGMMA_SCALE_8 "%66"
+#define MOJO_WGMMA_TAIL_8 "%64, %65, p, 1, 1, %67, %68"
+#define MOJO_WGMMA_SCALE_9 "%74"
+#define MOJO_WGMMA_TAIL_9 "%72, %73, p, 1, 1, %75, %76"
+#define MOJO_WGMMA_SCALE_10 "%82"
+#define MOJO_WGMMA_TAIL_10 "%80, %81, p, 1, 1, %83, %84"
+#define MOJO_WGMMA_SCALE_11 "%90"
+#define MOJO_WGMMA_TAIL_11 "%88, %89, p, 1, 1, %91, %92"
+#define MOJO_WGMMA_SCALE_12 "%98"
+#define MOJO_WGMMA_TAIL_12 "%96, %97, p, 1, 1, %99, %100"
+#define MOJO_WGMMA_SCALE_13 "%106"
+#define MOJO_WGMMA_TAIL_13 "%104, %105, p, 1, 1, %107, %108"
+#define MOJO_WGMMA_SCALE_14 "%114"
+#define MOJO_WGMMA_TAIL_14 "%112, %113, p, 1, 1, %115, %116"
+#define MOJO_WGMMA_SCALE_15 "%122"
+#define MOJO_WGMMA_TAIL_15 "%120, %121, p, 1, 1, %123, %124"
+#define MOJO_WGMMA_SCALE_16 "%130"
+#define MOJO_WGMMA_TAIL_16 "%128, %129, p, 1, 1, %131, %132"
 
 // d (64 x N, fp32) (+)= a (64 x 16) * b (N x 16), both operands read from
 // shared memory through their descriptors, each K-major or (MN_MAJOR_A/B = 1)
-// MN-major; scale_d = 0 overwrites d. Thread t of the warpgroup holds, for each 8 columns j,
-// d[4j + e] at row 16 * (t / 32) + (t % 32) / 4 (+ 8 for e >= 2), column
-// 8j + 2 * (t % 4) + e % 2.
-#define MOJO_WGMMA_M64N128K16(TYPE)                                                                      \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"                                                \
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {"                         \
-               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                  \
-               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "        \
-               "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "        \
-               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "       \
-               "%64, %65, p, 1, 1, %67, %68; }"                                                          \
-               : MOJO_ACC64(d)                                                                           \
+// MN-major; scale_d = 0 overwrites d. N is any multiple of 16 up to 256 (C =
+// N / 16 chunks of 8 accumulators). Thread t of the warpgroup holds, for each
+// 8 columns j, d[4j + e] at row 16 * (t / 32) + (t % 32) / 4 (+ 8 for e >= 2),
+// column 8j + 2 * (t % 4) + e % 2.
+#define MOJO_WGMMA_ASM(N, C, TYPE)                                                                           \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, " MOJO_WGMMA_SCALE_##C ", 0;\n"                               \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " {" MOJO_DREGS_##C "}, "     \
+               MOJO_WGMMA_TAIL_##C "; }"                                                                     \
+               : MOJO_DOPS_##C(d)                                                                            \
                : "l"(a), "l"(b), "r"(scale_d), "n"(MN_MAJOR_A), "n"(MN_MAJOR_B))
-#define MOJO_WGMMA_M64N256K16(TYPE)                                                                      \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"                                               \
-               "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " {"                         \
-               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                  \
-               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "        \
-               "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "        \
-               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "        \
-               "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "        \
-               "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "        \
-               "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, "  \
-               "%111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, "    \
-               "%125, %126, %127}, "                                                                     \
-               "%128, %129, p, 1, 1, %131, %132; }"                                                      \
-               : MOJO_ACC128(d)                                                                          \
-               : "l"(a), "l"(b), "r"(scale_d), "n"(MN_MAJOR_A), "n"(MN_MAJOR_B))
-
-template <class T, int N, int MN_MAJOR_A, int MN_MAJOR_B>
-__device__ __forceinline__ void wgmma(float (&d)[N / 2], unsigned long long a, unsigned long long b, int scale_d) {
-  static_assert(N == 128 || N == 256, "wgmma tiles are 64 x 128 or 64 x 256");
-  if constexpr (N == 128) {
-    if constexpr (is_bf16<T>) MOJO_WGMMA_M64N128K16("bf16");
-    else MOJO_WGMMA_M64N128K16("f16");
-  } else {
-    if constexpr (is_bf16<T>) MOJO_WGMMA_M64N256K16("bf16");
-    else MOJO_WGMMA_M64N256K16("f16");
+#define MOJO_WGMMA_CASE(N, C)                      \
+  if constexpr (N_ == N) {                         \
+    if constexpr (is_bf16<T>) MOJO_WGMMA_ASM(N, C, "bf16"); \
+    else MOJO_WGMMA_ASM(N, C, "f16");              \
   }
+
+template <class T, int N_, int MN_MAJOR_A, int MN_MAJOR_B>
+__device__ __forceinline__ void wgmma(float (&d)[N_ / 2], unsigned long long a, unsigned long long b, int scale_d) {
+  static_assert(N_ % 16 == 0 && N_ >= 16 && N_ <= 256, "wgmma tiles here are 64 x N, N a multiple of 16 up to 256");
+  MOJO_WGMMA_CASE(16, 1) else MOJO_WGMMA_CASE(32, 2) else MOJO_WGMMA_CASE(48, 3) else MOJO_WGMMA_CASE(64, 4)
+  else MOJO_WGMMA_CASE(80, 5) else MOJO_WGMMA_CASE(96, 6) else MOJO_WGMMA_CASE(112, 7) else MOJO_WGMMA_CASE(128, 8)
+  else MOJO_WGMMA_CASE(144, 9) else MOJO_WGMMA_CASE(160, 10) else MOJO_WGMMA_CASE(176, 11)
+  else MOJO_WGMMA_CASE(192, 12) else MOJO_WGMMA_CASE(208, 13) else MOJO_WGMMA_CASE(224, 14)
+  else MOJO_WGMMA_CASE(240, 15) else MOJO_WGMMA_CASE(256, 16)
 }
 
-#undef MOJO_WGMMA_M64N128K16
-#undef MOJO_WGMMA_M64N256K16
-#undef MOJO_ACC128
-#undef MOJO_ACC64
-#undef MOJO_ACC32
+#undef MOJO_WGMMA_CASE
+#undef MOJO_WGMMA_ASM
 #undef MOJO_ACC8
 #undef MOJO_ACC4
+#undef MOJO_DREGS_1
+#undef MOJO_DOPS_1
+#undef MOJO_WGMMA_SCALE_1
+#undef MOJO_WGMMA_TAIL_1
+#undef MOJO_DREGS_2
+#undef MOJO_DOPS_2
+#undef MOJO_WGMMA_SCALE_2
+#undef MOJO_WGMMA_TAIL_2
+#undef MOJO_DREGS_3
+#undef MOJO_DOPS_3
+#undef MOJO_WGMMA_SCALE_3
+#undef MOJO_WGMMA_TAIL_3
+#undef MOJO_DREGS_4
+#undef MOJO_DOPS_4
+#undef MOJO_WGMMA_SCALE_4
+#undef MOJO_WGMMA_TAIL_4
+#undef MOJO_DREGS_5
+#undef MOJO_DOPS_5
+#undef MOJO_WGMMA_SCALE_5
+#undef MOJO_WGMMA_TAIL_5
+#undef MOJO_DREGS_6
+#undef MOJO_DOPS_6
+#undef MOJO_WGMMA_SCALE_6
+#undef MOJO_WGMMA_TAIL_6
+#undef MOJO_DREGS_7
+#undef MOJO_DOPS_7
+#undef MOJO_WGMMA_SCALE_7
+#undef MOJO_WGMMA_TAIL_7
+#undef MOJO_DREGS_8
+#undef MOJO_DOPS_8
+#undef MOJO_WGMMA_SCALE_8
+#undef MOJO_WGMMA_TAIL_8
+#undef MOJO_DREGS_9
+#undef MOJO_DOPS_9
+#undef MOJO_WGMMA_SCALE_9
+#undef MOJO_WGMMA_TAIL_9
+#undef MOJO_DREGS_10
+#undef MOJO_DOPS_10
+#undef MOJO_WGMMA_SCALE_10
+#undef MOJO_WGMMA_TAIL_10
+#undef MOJO_DREGS_11
+#undef MOJO_DOPS_11
+#undef MOJO_WGMMA_SCALE_11
+#undef MOJO_WGMMA_TAIL_11
+#undef MOJO_DREGS_12
+#undef MOJO_DOPS_12
+#undef MOJO_WGMMA_SCALE_12
+#undef MOJO_WGMMA_TAIL_12
+#undef MOJO_DREGS_13
+#undef MOJO_DOPS_13
+#undef MOJO_WGMMA_SCALE_13
+#undef MOJO_WGMMA_TAIL_13
+#undef MOJO_DREGS_14
+#undef MOJO_DOPS_14
+#undef MOJO_WGMMA_SCALE_14
+#undef MOJO_WGMMA_TAIL_14
+#undef MOJO_DREGS_15
+#undef MOJO_DOPS_15
+#undef MOJO_WGMMA_SCALE_15
+#undef MOJO_WGMMA_TAIL_15
+#undef MOJO_DREGS_16
+#undef MOJO_DOPS_16
+#undef MOJO_WGMMA_SCALE_16
+#undef MOJO_WGMMA_TAIL_16
 #endif  // MOJO_CPU
 
 }  // namespace mojo

@@ -149,6 +149,9 @@ TEST_F(Cli, DescribeJsonHasTheModelAndTheRoofline) {
   EXPECT_EQ(k["stack_bytes"], 0);
   EXPECT_GT(k["blocks_per_sm"].get<int>(), 0);
   EXPECT_NEAR(k["waves"].get<double>(), 4096.0 / (k["blocks_per_sm"].get<int>() * 132), 1e-9);
+  const int slots = k["blocks_per_sm"].get<int>() * 132, waves = (4096 + slots - 1) / slots;
+  EXPECT_NEAR(k["wave_fill"].get<double>(), 4096.0 / (waves * slots), 1e-9);
+  EXPECT_FALSE(k.contains("tiles")) << "not persistent";
   const nlohmann::json& ideal = d["ideal"];
   const double bytes = 2 * 4096.0 * 4096 * 2 + 4096 * 2;
   EXPECT_DOUBLE_EQ(ideal["bytes"].get<double>(), bytes);
@@ -158,8 +161,18 @@ TEST_F(Cli, DescribeJsonHasTheModelAndTheRoofline) {
   EXPECT_EQ(ideal["gpu"], "H100 SXM");
   EXPECT_EQ(d["key"].get<std::string>().size(), 32u);
 
+  // The sm_90a M = 128 qkv linear: a persistent kernel's tiles fill the SMs' last wave.
+  r = run("describe linear --dtype bf16 --shape x=128x4096 --shape weight=6144x4096 --arch sm_90a --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json qkv = nlohmann::json::parse(r.output)["kernels"][0];
+  EXPECT_TRUE(qkv["persistent"].get<bool>());
+  EXPECT_EQ(qkv["tiles"], 128) << "64 x 96 tiles";
+  EXPECT_NEAR(qkv["wave_fill"].get<double>(), 128.0 / 132, 1e-9);
+
   r = run("describe gemm --dtype bf16 --shape a=4096x4096 --shape b=4096x4096 --arch sm_90a");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tiles:    512 over 132 persistent blocks, the last wave of tiles 97% full"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("ideal:    100.663 MB, 137.439 GFLOP: 171.80 us at 3000 GB/s and 800 TFLOP/s (compute-bound on "
                           "H100 SXM)"),
             std::string::npos)

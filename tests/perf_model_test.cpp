@@ -69,6 +69,18 @@ TEST(PerfModel, SharedMemoryAndWhatDoesNotFit) {
   EXPECT_TRUE(std::isinf(o.waves));
 }
 
+// The last wave's fill: how much of the slots the final wave of a grid keeps busy.
+TEST(PerfModel, WaveFillIsTheShareOfTheWavesSlotsInUse) {
+  EXPECT_DOUBLE_EQ(wave_fill(132, 132), 1.0);
+  EXPECT_DOUBLE_EQ(wave_fill(264, 132), 1.0);
+  EXPECT_DOUBLE_EQ(wave_fill(133, 132), 133.0 / 264);  // one tile past a wave: a second wave nearly empty
+  EXPECT_DOUBLE_EQ(wave_fill(128, 132), 128.0 / 132);
+  EXPECT_DOUBLE_EQ(wave_fill(24, 132), 24.0 / 132);  // the 128 x 256 tiles of the M = 128 qkv linear
+  EXPECT_DOUBLE_EQ(wave_fill(192, 396), 192.0 / 396);  // the M = 128 linear's 64 x 64 blocks, 3 an SM
+  EXPECT_DOUBLE_EQ(wave_fill(0, 132), 0.0);
+  EXPECT_DOUBLE_EQ(wave_fill(5, 0), 0.0);
+}
+
 // The roofline: the H100 figures this project measured (copy 3.0 TB/s, cuBLAS bf16 800 TFLOP/s), the bytes at
 // copy speed or the FLOPs at the peak of the dtype's unit, whichever is longer.
 TEST(PerfModel, RooflineTimeIsTheLongerOfBytesAndFlops) {

@@ -66,4 +66,9 @@ struct Occupancy {
 Occupancy occupancy(const SmLimits& limits, unsigned threads, int registers, std::uint64_t shared_bytes,
                     std::uint64_t blocks, int sm_count);
 
+// The share of its waves' slots a grid of `units` keeps busy, when `slots` of them run at once and each takes
+// as long: units / (ceil(units / slots) * slots). 1 when the last wave is as full as the others; 0.5 for one
+// unit past a wave. For a persistent kernel, the units are its tiles and the slots its SMs.
+double wave_fill(std::uint64_t units, std::uint64_t slots);
+
 }  // namespace mojo

@@ -71,4 +71,10 @@ Occupancy occupancy(const SmLimits& limits, unsigned threads, int registers, std
   return o;
 }
 
+double wave_fill(std::uint64_t units, std::uint64_t slots) {
+  if (units == 0 || slots == 0) return 0;
+  const std::uint64_t waves = (units + slots - 1) / slots;
+  return double(units) / double(waves * slots);
+}
+
 }  // namespace mojo

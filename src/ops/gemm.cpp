@@ -75,7 +75,8 @@ class Gemm final : public TileOp {
         d.batch == 1 || (d.batch_a >= (d.trans_a ? d.k : d.m) * d.lda && d.batch_b >= (d.trans_b ? d.n : d.k) * d.ldb);
     const bool wgmma_ok = wgmma_possible(target, a.dtype(), aligned && batches_apart, d.m, d.n, d.k);
     const TileConfig tile =
-        pick_tile(d.m, d.n, d.k, a.dtype(), tf32, target, wgmma_ok, d.batch, path_of(*this, scalars, wgmma_ok, target));
+        pick_tile(d.m, d.n, d.k, a.dtype(), tf32, target, wgmma_ok, d.batch, path_of(*this, scalars, wgmma_ok, target),
+                  d.trans_b ? Sm90Tiles::any_width : Sm90Tiles::widths_of_64);
     add_tile(p, tile);
     p.add("ta", d.trans_a);
     p.add("tb", d.trans_b);

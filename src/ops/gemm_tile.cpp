@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <climits>
+#include <cmath>
 
 #include "gemm_args.h"
 #include "mojo/error.hpp"
@@ -60,11 +61,39 @@ Params with_tile(const Params& p, const TileConfig& c) {
 
 }  // namespace
 
+TileConfig pick_wgmma_tile(std::int64_t m, std::int64_t n, std::int64_t batch, Sm90Tiles widths, const Target& target) {
+  const std::int64_t sms = reference_sm_count(target);
+  TileConfig best{};
+  std::int64_t best_waves = 0;
+  double best_fill = 0;
+  for (int bm : {64, 128}) {
+    if (bm == 128 && m <= 64) continue;  // all padding
+    for (int bn = 256; bn >= 16; bn -= widths == Sm90Tiles::widths_of_64 ? 64 : 16) {
+      const std::int64_t tiles = ((m + bm - 1) / bm) * ((n + bn - 1) / bn) * batch;
+      const std::int64_t waves = (tiles + sms - 1) / sms;
+      const double fill = wave_fill(std::uint64_t(tiles), std::uint64_t(sms));
+      // Ties go to the larger tile (fewer tiles read the same rows of A and B), then to the squarer one
+      // (of equal area, it loads the fewest bytes a k step: bm + bn rows).
+      const bool tie = waves == best_waves && std::abs(fill - best_fill) < 1e-9;
+      const bool better = best_waves == 0 || waves < best_waves || (waves == best_waves && fill > best_fill + 1e-9) ||
+                          (tie && (bm * bn > best.bm * best.bn || (bm * bn == best.bm * best.bn && bm + bn < best.bm + best.bn)));
+      if (better) {
+        best = {bm, bn, 64, bm / 64, 1, 8, 2, true, true};
+        best_waves = waves;
+        best_fill = fill;
+      }
+    }
+  }
+  return fit(best, 2, target);
+}
+
 TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, bool tf32, const Target& target,
-                     bool wgmma_ok, std::int64_t batch, Path path) {
+                     bool wgmma_ok, std::int64_t batch, Path path, Sm90Tiles sm90_tiles) {
   if (dtype == DType::f32 && !tf32) return {64, 64, 16, 2, 4, 1, 4, false};  // 256 threads of 4 x 4 outputs
   const std::int64_t sms = reference_sm_count(target);
   auto tiles = [&](const TileConfig& c) { return ((m + c.bm - 1) / c.bm) * ((n + c.bn - 1) / c.bn) * batch; };
+  if (sm90_tiles != Sm90Tiles::fixed && (path == Path::sm90 || (wgmma_ok && path == Path::any)))
+    return pick_wgmma_tile(m, n, batch, sm90_tiles, target);
   if (path == Path::sm90) return fit(n > 128 ? kWgmmaWide : kWgmmaNarrow, 2, target);
   if (wgmma_ok && m > 64 && path == Path::any) {
     if (tiles(kWgmmaWide) >= sms) return fit(kWgmmaWide, 2, target);

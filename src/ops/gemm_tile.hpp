@@ -39,15 +39,25 @@ struct TileConfig {
 // The "path" scalar: 0 lets the heuristic choose, 80 and 90 pin the sm_80 or sm_90a path.
 enum class Path { any = 0, sm80 = 80, sm90 = 90 };
 
+// How gemm and linear take the sm_90a path (`any_width`, or `widths_of_64` when B is MN-major: TMA loads
+// it in boxes of 64 columns): at every M, with 64-row tiles where M is small and any width that is a
+// multiple of 16, chosen as DeepGEMM does: the fewest waves of tiles on the reference GPU's SMs, then the
+// fullest last wave (perf_model's wave_fill), then the larger tile. The grouped products (`fixed`) keep
+// the two 128-row tiles below and take the path only where M fills them.
+enum class Sm90Tiles { fixed, any_width, widths_of_64 };
+TileConfig pick_wgmma_tile(std::int64_t m, std::int64_t n, std::int64_t batch, Sm90Tiles widths, const Target& target);
+
 // The M bucket picks the tile; when its grid would leave SMs idle, a
 // narrower tile makes more blocks (decode and mid-size M on wide GPUs), and
 // a decode tile splits K over up to 4 warp groups so that about four tiles'
 // worth of loads per SM are in flight (each group keeping >= 2 k tiles).
-// Where the sm_90a path may run (`wgmma_ok`), it takes every problem with
-// enough 128-row tiles to fill half the SMs; thin problems stay on the
-// sm_80 path, whose small tiles spread the weights over more SMs.
+// Where the sm_90a path may run (`wgmma_ok`), gemm and linear take it at
+// every M (`sm90_tiles`, above); the grouped products take it for problems
+// with enough 128-row tiles to fill half the SMs, and leave thin ones to
+// the sm_80 path, whose small tiles spread the weights over more SMs.
 TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, bool tf32, const Target& target,
-                     bool wgmma_ok = false, std::int64_t batch = 1, Path path = Path::any);
+                     bool wgmma_ok = false, std::int64_t batch = 1, Path path = Path::any,
+                     Sm90Tiles sm90_tiles = Sm90Tiles::fixed);
 // The tile params: bm, bn, bk, wm, wn, stages, ks, swizzle.
 void add_tile(Params& p, const TileConfig& c);
 TileConfig tile_of(const Params& p);

@@ -55,7 +55,8 @@ class Linear final : public TileOp {
     const bool aligned = chunk_aligned(dtype, t[1].data, {d.ldx}) && chunk_aligned(dtype, t[2].data, {d.ldw});
     const bool wgmma_ok = wgmma_possible(target, dtype, aligned, d.m, d.n, d.k);
     const TileConfig tile =
-        pick_tile(d.m, d.n, d.k, dtype, tf32, target, wgmma_ok, 1, path_of(*this, scalars, wgmma_ok, target));
+        pick_tile(d.m, d.n, d.k, dtype, tf32, target, wgmma_ok, 1, path_of(*this, scalars, wgmma_ok, target),
+                  Sm90Tiles::any_width);  // the weights [N, K]: K-major
     add_tile(p, tile);
     p.add("vec", vec_param(tile, aligned));
     p.add("bias", t[3].spec.rank() != 0 ? 1 : 0);

@@ -2,7 +2,8 @@
 // with each compiler: odd shapes (M = 1, 17, 4095; K not a multiple of the
 // tile), both transposes, alpha/beta, f32 output, every epilogue, strided
 // and unaligned inputs. Where there is no GPU they run on the CPU device, the
-// sm_90a path on one emulating sm_90a at smaller shapes (path = 90 pins it).
+// sm_90a path on one emulating sm_90a at smaller shapes (the heuristic takes
+// it there at every M).
 //
 // Tolerance: a dot product of K terms accumulated in fp32 (tensor cores for
 // f16/bf16, FMAs for f32) vs float64: |gpu - cpu| <= rtol * |cpu| + atol *
@@ -71,17 +72,23 @@ void check_gemm(Runtime& rt, DType in, DType out, Case s, double alpha, double b
   EXPECT_EQ(ad.read(), ah);
 }
 
-// The heuristic (or the path scalar) picks the sm_90a path with a tile `bn` wide for these tensors.
-void expect_wgmma(Runtime& rt, std::string_view op, TensorList tensors, ScalarList scalars, std::int64_t bn) {
+// An sm_90a tile: bm x bn.
+struct Sm90Tile {
+  std::int64_t bm = 0, bn = 0;
+};
+
+// The heuristic (or the path scalar) picks the sm_90a path with this tile for these tensors.
+void expect_wgmma(Runtime& rt, std::string_view op, TensorList tensors, ScalarList scalars, Sm90Tile tile) {
   const Params p = rt.get_kernel(op, tensors, scalars).params();
   EXPECT_EQ(p.get("wgmma"), 1) << p.str();
-  EXPECT_EQ(p.get("bn"), bn) << p.str();
+  EXPECT_EQ(p.get("bm"), tile.bm) << p.str();
+  EXPECT_EQ(p.get("bn"), tile.bn) << p.str();
 }
 
-// linear on random inputs vs the reference; `wgmma_bn` > 0: it must take the
-// sm_90a path with that tile width.
+// linear on random inputs vs the reference; `wgmma_tile` given: it must take
+// the sm_90a path with that tile.
 void check_linear(Runtime& rt, DType d, std::int64_t m, std::int64_t n, std::int64_t k, int act, bool bias,
-                  bool residual, std::int64_t wgmma_bn = 0, int path = 0) {
+                  bool residual, Sm90Tile wgmma_tile = {}, int path = 0) {
   SCOPED_TRACE(
       fmt::format("linear {} m {} n {} k {} act {} bias {} residual {}", dtype_name(d), m, n, k, act, bias, residual));
   const TensorSpec x(d, {m, k}), w(d, {n, k}), y(d, {m, n}), bs(d, {n});
@@ -91,7 +98,7 @@ void check_linear(Runtime& rt, DType d, std::int64_t m, std::int64_t n, std::int
   const Tensor absent{TensorSpec(), 0};
   const std::vector<Tensor> tensors{yd, xd, wd, bias ? bd.tensor() : absent, residual ? rd.tensor() : absent};
   const std::vector<ScalarArg> scalars = {{"activation", act}, {"path", path}};
-  if (wgmma_bn > 0) expect_wgmma(rt, "linear", tensors, scalars, wgmma_bn);
+  if (wgmma_tile.bn > 0) expect_wgmma(rt, "linear", tensors, scalars, wgmma_tile);
   rt.launch("linear", tensors, scalars);
   rt.device().synchronize();
   std::vector<std::uint8_t> want(y.nbytes());
@@ -170,52 +177,56 @@ TEST_P(GpuGemm, LinearResidualMayBeTheOutputItself) {
 }
 
 // Decode shapes whose K is split over 2 or 4 warp groups, with k tiles that
-// do not divide evenly among the groups (and K not a multiple of 64).
+// do not divide evenly among the groups (and K not a multiple of 64), on the
+// sm_80 path (pinned: on Hopper the sm_90a path takes decode).
 TEST_P(GpuGemm, DecodeSplitK) {
   for (auto [m, n, k] : {std::array<std::int64_t, 3>{1, 4096, 4168}, {16, 4096, 1000}, {5, 6144, 520}, {3, 200, 300}}) {
     const std::vector<Tensor> t = {{TensorSpec(DType::bf16, {m, n}), 0x1000},
                                    {TensorSpec(DType::bf16, {m, k}), 0x1000},
                                    {TensorSpec(DType::bf16, {n, k}), 0x1000}};
-    const std::vector<ScalarArg> scalars = {{"trans_b", 1}};
+    const std::vector<ScalarArg> scalars = {{"trans_b", 1}, {"path", 80}};
     EXPECT_GE(rt->get_kernel("gemm", t, scalars).params().get("ks"), 2) << m << "x" << n << "x" << k << ": K is split";
-    check_gemm(*rt, DType::bf16, DType::bf16, {m, n, k, false, true}, 1.0, 0.0);
-    check_gemm(*rt, DType::f16, DType::f32, {m, n, k, false, true}, 0.5, 1.0);
+    check_gemm(*rt, DType::bf16, DType::bf16, {m, n, k, false, true}, 1.0, 0.0, 1, false, 80);
+    check_gemm(*rt, DType::f16, DType::f32, {m, n, k, false, true}, 0.5, 1.0, 1, false, 80);
   }
 }
 
 // The sm_90a path (TMA + wgmma, warp-specialised, persistent) on Hopper:
-// shapes with enough tiles to take it, both of its tiles (128 x 256 and
-// 128 x 128), every layout (K-major and MN-major operands), K not a multiple
-// of 64 and K below one step, M and N not tile multiples, beta and an f32
-// output, batches, and linear's whole epilogue.
+// tiles of 64 and 128 rows and widths from 16 to 256 (the heuristic's pick,
+// each case's tile), every layout (K-major and MN-major operands), K not a
+// multiple of 64 and K below one step, M and N not tile multiples, beta and
+// an f32 output, batches, and linear's whole epilogue.
 namespace {
 struct HopperCase {
   DType in, out;
   Case shape;
   double alpha, beta;
-  std::int64_t batch, bn;  // bn: the tile width the heuristic must pick
+  std::int64_t batch;
+  Sm90Tile tile;  // the tile the heuristic must pick
 };
-const HopperCase kHopperCases[] = {{DType::bf16, DType::bf16, {1100, 1000, 136, false, true}, 1.0, 0.0, 1, 128},
-                                   {DType::f16, DType::f32, {1100, 1000, 136, false, true}, 0.5, 2.0, 1, 128},
-                                   {DType::bf16, DType::bf16, {1024, 4352, 72, false, true}, 1.0, 0.0, 1, 256},
-                                   {DType::f16, DType::f16, {4095, 2000, 8, false, true}, -1.0, 0.0, 1, 256},
-                                   {DType::f16, DType::f16, {700, 1000, 200, false, true}, 1.0, 0.5, 3, 128},
+const HopperCase kHopperCases[] = {{DType::bf16, DType::bf16, {1100, 1000, 136, false, true}, 1.0, 0.0, 1, {64, 160}},
+                                   {DType::f16, DType::f32, {1100, 1000, 136, false, true}, 0.5, 2.0, 1, {64, 160}},
+                                   {DType::bf16, DType::bf16, {1024, 4352, 72, false, true}, 1.0, 0.0, 1, {128, 144}},
+                                   {DType::f16, DType::f16, {4095, 2000, 8, false, true}, -1.0, 0.0, 1, {128, 256}},
+                                   {DType::f16, DType::f16, {700, 1000, 200, false, true}, 1.0, 0.5, 3, {64, 256}},
                                    // MN-major operands (read transposed by wgmma): B [K, N], A [K, M], both.
-                                   {DType::bf16, DType::bf16, {1100, 1000, 136, false, false}, 1.0, 0.0, 1, 128},
-                                   {DType::f16, DType::f32, {1024, 4352, 200, true, true}, 1.0, 0.5, 1, 256},
-                                   {DType::bf16, DType::bf16, {1000, 1104, 72, true, false}, 2.0, 0.0, 1, 128},
-                                   {DType::f16, DType::f16, {704, 1000, 200, true, false}, 1.0, 0.0, 3, 128}};
-// The same features at shapes the CPU device emulates in moments, the path
-// pinned (MN-major operands keep 16-byte aligned rows: M or N a multiple of 8).
-const HopperCase kEmulatedHopperCases[] = {{DType::bf16, DType::bf16, {200, 300, 136, false, true}, 1.0, 0.0, 1, 256},
-                                           {DType::f16, DType::f32, {130, 128, 136, false, true}, 0.5, 2.0, 1, 128},
-                                           {DType::bf16, DType::bf16, {256, 512, 72, false, true}, 1.0, 0.0, 1, 256},
-                                           {DType::f16, DType::f16, {300, 200, 8, false, true}, -1.0, 0.0, 1, 256},
-                                           {DType::f16, DType::f16, {140, 100, 200, false, true}, 1.0, 0.5, 3, 128},
-                                           {DType::bf16, DType::bf16, {200, 104, 136, false, false}, 1.0, 0.0, 1, 128},
-                                           {DType::f16, DType::f32, {128, 320, 200, true, true}, 1.0, 0.5, 1, 256},
-                                           {DType::bf16, DType::bf16, {200, 144, 72, true, false}, 2.0, 0.0, 1, 256},
-                                           {DType::f16, DType::f16, {136, 104, 200, true, false}, 1.0, 0.0, 3, 128}};
+                                   {DType::bf16, DType::bf16, {1100, 1000, 136, false, false}, 1.0, 0.0, 1, {64, 192}},
+                                   {DType::f16, DType::f32, {1024, 4352, 200, true, true}, 1.0, 0.5, 1, {128, 144}},
+                                   {DType::bf16, DType::bf16, {1000, 1104, 72, true, false}, 2.0, 0.0, 1, {64, 192}},
+                                   {DType::f16, DType::f16, {704, 1000, 200, true, false}, 1.0, 0.0, 3, {64, 256}}};
+// The same features at shapes the CPU device emulates in moments (MN-major
+// operands keep 16-byte aligned rows: M or N a multiple of 8).
+const HopperCase kEmulatedHopperCases[] = {
+    {DType::bf16, DType::bf16, {200, 300, 136, false, true}, 1.0, 0.0, 1, {64, 16}},
+    {DType::f16, DType::f32, {130, 128, 136, false, true}, 0.5, 2.0, 1, {64, 16}},
+    {DType::bf16, DType::bf16, {192, 1024, 72, false, true}, 1.0, 0.0, 1, {128, 16}},
+    {DType::f16, DType::f16, {16, 6144, 72, false, true}, -1.0, 0.0, 1, {64, 48}},
+    {DType::f16, DType::f16, {300, 200, 8, false, true}, -1.0, 0.0, 1, {64, 16}},
+    {DType::f16, DType::f16, {140, 100, 200, false, true}, 1.0, 0.5, 3, {64, 16}},
+    {DType::bf16, DType::bf16, {200, 104, 136, false, false}, 1.0, 0.0, 1, {64, 64}},
+    {DType::f16, DType::f32, {128, 320, 200, true, true}, 1.0, 0.5, 1, {64, 16}},
+    {DType::bf16, DType::bf16, {200, 144, 72, true, false}, 2.0, 0.0, 1, {64, 64}},
+    {DType::f16, DType::f16, {136, 104, 200, true, false}, 1.0, 0.0, 3, {64, 64}}};
 
 void check_hopper_gemm(Runtime& rt, const HopperCase& c) {
   const bool batched = c.batch > 1;
@@ -226,11 +237,9 @@ void check_hopper_gemm(Runtime& rt, const HopperCase& c) {
   const std::vector<Tensor> t = {{TensorSpec(c.out, shape(s.m, s.n)), 0x1000},
                                  {TensorSpec(c.in, s.ta ? shape(s.k, s.m) : shape(s.m, s.k)), 0x1000},
                                  {TensorSpec(c.in, s.tb ? shape(s.n, s.k) : shape(s.k, s.n)), 0x1000}};
-  const int path = rt.device().is_cpu() ? 90 : 0;
-  const std::vector<ScalarArg> scalars = {
-      {"trans_a", s.ta ? 1 : 0}, {"trans_b", s.tb ? 1 : 0}, {"beta", c.beta}, {"path", path}};
-  expect_wgmma(rt, batched ? "gemm_batched" : "gemm", t, scalars, c.bn);
-  check_gemm(rt, c.in, c.out, c.shape, c.alpha, c.beta, c.batch, false, path);
+  const std::vector<ScalarArg> scalars = {{"trans_a", s.ta ? 1 : 0}, {"trans_b", s.tb ? 1 : 0}, {"beta", c.beta}};
+  expect_wgmma(rt, batched ? "gemm_batched" : "gemm", t, scalars, c.tile);
+  check_gemm(rt, c.in, c.out, c.shape, c.alpha, c.beta, c.batch);
 }
 }  // namespace
 
@@ -238,11 +247,12 @@ TEST_P(GpuGemm, HopperPathAgainstTheReference) {
   Runtime* h = hopper();
   if (h == nullptr) GTEST_SKIP() << "the sm_90a path needs a Hopper GPU (or no GPU: the CPU device emulates one)";
   const bool cpu = h->device().is_cpu();
-  for (const HopperCase& c : cpu ? std::span(kEmulatedHopperCases) : std::span(kHopperCases)) check_hopper_gemm(*h, c);
-  const std::int64_t m = cpu ? 150 : 1000, n = cpu ? 272 : 4352;
+  for (const HopperCase& c : cpu ? std::span<const HopperCase>(kEmulatedHopperCases) : std::span<const HopperCase>(kHopperCases)) check_hopper_gemm(*h, c);
+  const std::int64_t m = cpu ? 200 : 1000, n = cpu ? 1500 : 4352;
+  const Sm90Tile tile = cpu ? Sm90Tile{64, 48} : Sm90Tile{128, 144};
   for (DType d : {DType::bf16, DType::f16}) {
-    check_linear(*h, d, m, n, 200, 0, false, false, 256, cpu ? 90 : 0);  // the plain product
-    check_linear(*h, d, m, n, 200, 3, true, true, 256, cpu ? 90 : 0);    // bias + silu + residual fused
+    check_linear(*h, d, m, n, cpu ? 72 : 200, 0, false, false, tile);  // the plain product
+    check_linear(*h, d, m, n, cpu ? 72 : 200, 3, true, true, tile);    // bias + silu + residual fused
   }
 }
 

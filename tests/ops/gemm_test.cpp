@@ -6,6 +6,7 @@
 
 #include "gemm_args.h"
 #include "mojo/error.hpp"
+#include "mojo/perf_model.hpp"
 #include "mojo/runtime.hpp"
 #include "op_test_util.hpp"
 #include "reference/reference.hpp"
@@ -349,15 +350,28 @@ TEST(Gemm, HopperPathForSixteenBitOperandsInAnyLayout) {
       << "TMA needs 16-byte aligned rows";
   const TensorSpec f(DType::f32, {4096, 4096});
   EXPECT_EQ(gemm.specialize(specs({f, f, f}), {{"trans_b", 1}, {"tf32", 1}}, sm90a).get("wgmma"), 0);
-  // Thin problems keep the sm_80 path's small tiles; mid-size ones get 128 x 128.
+  // Every M takes it: decode in 64-row tiles (one consumer warpgroup) 32 wide, for 128 tiles on 132 SMs;
+  // mid-size M in 128 x 128, the pipeline as deep as shared memory allows.
   const TensorSpec w(DType::bf16, {4096, 4096});
-  EXPECT_EQ(
-      linear.specialize(specs({bf({16, 4096}), bf({16, 4096}), w, TensorSpec(), TensorSpec()}), {}, sm90a).get("wgmma"),
-      0);
+  Params decode = linear.specialize(specs({bf({16, 4096}), bf({16, 4096}), w, TensorSpec(), TensorSpec()}), {}, sm90a);
+  EXPECT_EQ(decode.get("wgmma"), 1);
+  EXPECT_EQ(decode.get("bm"), 64);
+  EXPECT_EQ(decode.get("bn"), 32);
+  EXPECT_EQ(decode.get("stages"), 8);
+  EXPECT_EQ(linear.geometry(decode, specs({bf({16, 4096}), bf({16, 4096}), w, TensorSpec(), TensorSpec()})).block.x,
+            256u)
+      << "a producer and one consumer warpgroup";
   Params mid = linear.specialize(specs({bf({512, 4096}), bf({512, 4096}), w, TensorSpec(), TensorSpec()}), {}, sm90a);
   EXPECT_EQ(mid.get("wgmma"), 1);
   EXPECT_EQ(mid.get("bn"), 128);
-  EXPECT_EQ(mid.get("stages"), 6);
+  EXPECT_EQ(mid.get("stages"), 7);
+  EXPECT_EQ(linear.specialize(specs({bf({16, 4096}), bf({16, 4096}), w, TensorSpec(), TensorSpec()}),
+                              {{"path", 80}}, sm90a)
+                .get("wgmma"),
+            0)
+      << "path = 80 pins the sm_80 path";
+  // B [K, N] is MN-major: TMA loads it in boxes of 64 columns, so the widths are multiples of 64.
+  EXPECT_EQ(gemm.specialize(specs({bf({16, 4096}), bf({16, 4096}), bf({4096, 4096})}), {}, sm90a).get("bn"), 64);
   // Batches apart from each other: TMA walks them by stride.
   const auto batched = specs({bf({8, 1024, 1024}), bf({8, 1024, 512}), bf({8, 1024, 512})});
   EXPECT_EQ(find_op("gemm_batched").specialize(batched, {{"trans_b", 1}}, sm90a).get("wgmma"), 1);
@@ -375,6 +389,32 @@ TEST(Gemm, HopperPathForSixteenBitOperandsInAnyLayout) {
   EXPECT_EQ(std::count_if(candidates.begin(), candidates.end(), [](const Params& c) { return c.get("wgmma") == 1; }),
             2);
   EXPECT_GT(candidates.size(), 4u);
+}
+
+// The issue-27 model test: every linear of Qwen3-8B (qkv, o, gate_up, down), from decode to prefill, takes
+// the sm_90a path on sm_90a with a tile that leaves at least 0.9 of its last wave of SMs busy, as the
+// performance model counts it (a persistent block per SM looping over tiles). The old fixed tiles gave
+// 0.18 (qkv, M = 128: 24 tiles of 128 x 256) and the sm_80 path 0.48 waves; both ran at a third of cuBLAS.
+TEST(Linear, EveryQwen3LinearFillsTheLastWaveOnHopper) {
+  const OpDef& linear = find_op("linear");
+  const Target sm90a = Target::parse("sm_90a");
+  const int sms = reference_sm_count(sm90a);
+  const std::int64_t features[][2] = {{6144, 4096}, {4096, 4096}, {24576, 4096}, {4096, 12288}};  // N, K
+  for (std::int64_t m : {1, 16, 128, 512, 2048, 4096})
+    for (auto [n, k] : features) {
+      SCOPED_TRACE(fmt::format("M {} N {} K {}", m, n, k));
+      const auto t = specs({TensorSpec(DType::bf16, {m, n}), TensorSpec(DType::bf16, {m, k}),
+                            TensorSpec(DType::bf16, {n, k}), TensorSpec(), TensorSpec()});
+      const Params p = linear.specialize(t, {}, sm90a);
+      ASSERT_EQ(p.get("wgmma"), 1) << p.str();
+      const LaunchGeometry g = linear.geometry(p, t);
+      ASSERT_TRUE(g.persistent);
+      const std::uint64_t tiles = g.grid.x;
+      EXPECT_EQ(tiles, std::uint64_t((m + p.get("bm") - 1) / p.get("bm") * ((n + p.get("bn") - 1) / p.get("bn"))));
+      EXPECT_GE(wave_fill(tiles, std::uint64_t(sms)), 0.9) << p.str() << ": " << tiles << " tiles";
+      EXPECT_LE(g.dynamic_smem, 227u * 1024) << "fits the H100's opt-in shared memory";
+      EXPECT_GE(p.get("stages"), 4) << "a pipeline at least 4 deep";
+    }
 }
 
 // Both paths through each compiler to a cubin: no local memory, and the SASS
@@ -432,6 +472,24 @@ TEST_P(GemmCompiles, HopperPathIsHgmmaAndSm80PathIsHmma) {
       {"group_gemm bf16 (MoE prefill)",
        "group_gemm",
        specs({bf({32768, 1536}), bf({32768, 4096}), bf({64, 1536, 4096}), TensorSpec(DType::i32, {65})}),
+       {},
+       "sm_90a",
+       1},
+      {"linear bf16 decode, 64 x 48 (one consumer warpgroup)",
+       "linear",
+       specs({bf({16, 6144}), bf({16, 4096}), bf({6144, 4096}), TensorSpec(), TensorSpec()}),
+       {},
+       "sm_90a",
+       1},
+      {"linear f16 M = 128, 64 x 96, bias + gelu",
+       "linear",
+       specs({hf({128, 6144}), hf({128, 4096}), hf({6144, 4096}), hf({6144}), TensorSpec()}),
+       {{"activation", 1}},
+       "sm_90a",
+       1},
+      {"gemm bf16 -> f32 M = 16, B [K, N] (MN-major) 64 x 64",
+       "gemm",
+       specs({TensorSpec(DType::f32, {16, 4096}), bf({16, 4096}), bf({4096, 4096})}),
        {},
        "sm_90a",
        1},

@@ -36,6 +36,9 @@ nlohmann::json kernel_json(const OpDef& op, const Params& step, TensorList tenso
   k["limited_by"] = o.limited_by;
   k["warps_fraction"] = o.warps_fraction;
   k["waves"] = o.blocks_per_sm == 0 ? nlohmann::json(nullptr) : nlohmann::json(o.waves);
+  // How full the last wave is: of blocks on the SMs' slots, or of a persistent kernel's tiles on the SMs.
+  if (g.persistent) k["tiles"] = grid;
+  k["wave_fill"] = wave_fill(g.persistent ? grid : blocks, std::uint64_t(g.persistent ? 1 : o.blocks_per_sm) * sms);
   return k;
 }
 

@@ -291,6 +291,11 @@ void print_kernel(const nlohmann::json& k, const mojo::SmLimits* limits, int sms
              limiter, 100 * k["warps_fraction"].get<double>());
   fmt::print("waves:    {:.2f} ({} blocks on {} SMs{}{})\n", k["waves"].get<double>(), k["blocks"].get<std::uint64_t>(),
              sms, sms == limits->sm_count ? ", " : "", sms == limits->sm_count ? limits->gpu : "");
+  if (k.contains("tiles"))
+    fmt::print("tiles:    {} over {} persistent blocks, the last wave of tiles {:.0f}% full\n",
+               k["tiles"].get<std::uint64_t>(), k["blocks"].get<std::uint64_t>(), 100 * k["wave_fill"].get<double>());
+  else
+    fmt::print("fill:     the last wave {:.0f}% full\n", 100 * k["wave_fill"].get<double>());
 }
 
 // describe and cache explain: one specialization, its params and the parts of its key.
