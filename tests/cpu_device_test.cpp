@@ -147,11 +147,12 @@ TEST_F(DeliberateBugs, TmaBoxOneRowOff) {
 }
 
 TEST_F(DeliberateBugs, WgmmaDescriptorWithTheWrongLeadingOffset) {
-  // b [K, N] is MN-major: the next 64 columns are CHUNK bytes further, not half of that.
+  // b [K, N] is MN-major: the next 64 columns are CHUNK bytes further, not half of that. N = 133 x 64
+  // columns make the heuristic's tile 128 wide (64 would take a second wave of tiles for one of them).
   const Variant v{"gemm_sm90.cuh", "mojo::wgmma_descriptor(b_tile + kk * 2048, CHUNK)",
                   "mojo::wgmma_descriptor(b_tile + kk * 2048, CHUNK / 2)"};
-  EXPECT_EQ(gemm(*runtime("sm_90a"), 128, 256, 128, false, 90).wrong, 0u) << "the real template";
-  expect_caught(gemm(*runtime("sm_90a", &v), 128, 256, 128, false, 90));
+  EXPECT_EQ(gemm(*runtime("sm_90a"), 64, 133 * 64, 64, false, 90).wrong, 0u) << "the real template";
+  expect_caught(gemm(*runtime("sm_90a", &v), 64, 133 * 64, 64, false, 90));
 }
 
 TEST_F(DeliberateBugs, StageReleasedBeforeItsWgmmaCompletes) {
