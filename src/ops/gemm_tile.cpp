@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <climits>
-#include <cmath>
+#include <tuple>
 
 #include "gemm_args.h"
 #include "mojo/error.hpp"
@@ -63,28 +63,20 @@ Params with_tile(const Params& p, const TileConfig& c) {
 
 TileConfig pick_wgmma_tile(std::int64_t m, std::int64_t n, std::int64_t batch, Sm90Tiles widths, const Target& target) {
   const std::int64_t sms = reference_sm_count(target);
-  TileConfig best{};
-  std::int64_t best_waves = 0;
-  double best_fill = 0;
+  // DeepGEMM's order: fewer waves of tiles; a fuller last wave; a larger tile (fewer tiles read the same rows
+  // of A and B); a squarer one (of equal area, it loads the fewest bytes a k step: bm + bn rows).
+  auto rank = [&](int bm, int bn) {
+    const std::int64_t tiles = ((m + bm - 1) / bm) * ((n + bn - 1) / bn) * batch;
+    return std::tuple{-(tiles + sms - 1) / sms, wave_fill(std::uint64_t(tiles), std::uint64_t(sms)), bm * bn,
+                      -(bm + bn)};
+  };
+  int best_bm = 0, best_bn = 0;
   for (int bm : {64, 128}) {
     if (bm == 128 && m <= 64) continue;  // all padding
-    for (int bn = 256; bn >= 16; bn -= widths == Sm90Tiles::widths_of_64 ? 64 : 16) {
-      const std::int64_t tiles = ((m + bm - 1) / bm) * ((n + bn - 1) / bn) * batch;
-      const std::int64_t waves = (tiles + sms - 1) / sms;
-      const double fill = wave_fill(std::uint64_t(tiles), std::uint64_t(sms));
-      // Ties go to the larger tile (fewer tiles read the same rows of A and B), then to the squarer one
-      // (of equal area, it loads the fewest bytes a k step: bm + bn rows).
-      const bool tie = waves == best_waves && std::abs(fill - best_fill) < 1e-9;
-      const bool better = best_waves == 0 || waves < best_waves || (waves == best_waves && fill > best_fill + 1e-9) ||
-                          (tie && (bm * bn > best.bm * best.bn || (bm * bn == best.bm * best.bn && bm + bn < best.bm + best.bn)));
-      if (better) {
-        best = {bm, bn, 64, bm / 64, 1, 8, 2, true, true};
-        best_waves = waves;
-        best_fill = fill;
-      }
-    }
+    for (int bn = 256; bn >= 16; bn -= widths == Sm90Tiles::widths_of_64 ? 64 : 16)
+      if (best_bm == 0 || rank(bm, bn) > rank(best_bm, best_bn)) best_bm = bm, best_bn = bn;
   }
-  return fit(best, 2, target);
+  return fit({best_bm, best_bn, 64, best_bm / 64, 1, 8, 2, true, true}, 2, target);
 }
 
 TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, bool tf32, const Target& target,
