@@ -42,7 +42,8 @@ enum class Path { any = 0, sm80 = 80, sm90 = 90 };
 // How gemm and linear take the sm_90a path (`any_width`, or `widths_of_64` when B is MN-major: TMA loads
 // it in boxes of 64 columns): at every M, with 64-row tiles where M is small and any width that is a
 // multiple of 16, chosen as DeepGEMM does: the fewest waves of tiles on the reference GPU's SMs, then the
-// fullest last wave (perf_model's wave_fill), then the larger tile. The grouped products (`fixed`) keep
+// fullest last wave (perf_model's wave_fill), then the larger tile, then the squarer one; the pipeline as
+// deep as shared memory allows (at most 8 stages). The grouped products (`fixed`) keep
 // the two 128-row tiles below and take the path only where M fills them.
 enum class Sm90Tiles { fixed, any_width, widths_of_64 };
 TileConfig pick_wgmma_tile(std::int64_t m, std::int64_t n, std::int64_t batch, Sm90Tiles widths, const Target& target);
