@@ -65,25 +65,27 @@ TileConfig pick_wgmma_tile(std::int64_t m, std::int64_t n, std::int64_t batch, S
   const std::int64_t sms = reference_sm_count(target);
   // DeepGEMM's order: fewer waves of tiles; a fuller last wave; a larger tile (fewer tiles read the same rows
   // of A and B); a squarer one (of equal area, it loads the fewest bytes a k step: bm + bn rows).
-  auto rank = [&](int bm, int bn) {
-    const std::int64_t tiles = ((m + bm - 1) / bm) * ((n + bn - 1) / bn) * batch;
-    return std::tuple{-(tiles + sms - 1) / sms, wave_fill(std::uint64_t(tiles), std::uint64_t(sms)), bm * bn,
-                      -(bm + bn)};
+  auto rank = [&](const TileConfig& c) {
+    const std::int64_t tiles = c.tiles(m, n, batch);
+    return std::tuple{-(tiles + sms - 1) / sms, wave_fill(std::uint64_t(tiles), std::uint64_t(sms)), c.bm * c.bn,
+                      -(c.bm + c.bn)};
   };
-  int best_bm = 0, best_bn = 0;
+  TileConfig best{};
   for (int bm : {64, 128}) {
     if (bm == 128 && m <= 64) continue;  // all padding
-    for (int bn = 256; bn >= 16; bn -= widths == Sm90Tiles::widths_of_64 ? 64 : 16)
-      if (best_bm == 0 || rank(bm, bn) > rank(best_bm, best_bn)) best_bm = bm, best_bn = bn;
+    for (int bn = 256; bn >= 16; bn -= widths == Sm90Tiles::widths_of_64 ? 64 : 16) {
+      const TileConfig c{bm, bn, 64, bm / 64, 1, 8, 2, true, true};
+      if (best.bm == 0 || rank(c) > rank(best)) best = c;
+    }
   }
-  return fit({best_bm, best_bn, 64, best_bm / 64, 1, 8, 2, true, true}, 2, target);
+  return fit(best, 2, target);
 }
 
 TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, bool tf32, const Target& target,
                      bool wgmma_ok, std::int64_t batch, Path path, Sm90Tiles sm90_tiles) {
   if (dtype == DType::f32 && !tf32) return {64, 64, 16, 2, 4, 1, 4, false};  // 256 threads of 4 x 4 outputs
   const std::int64_t sms = reference_sm_count(target);
-  auto tiles = [&](const TileConfig& c) { return ((m + c.bm - 1) / c.bm) * ((n + c.bn - 1) / c.bn) * batch; };
+  auto tiles = [&](const TileConfig& c) { return c.tiles(m, n, batch); };
   if (sm90_tiles != Sm90Tiles::fixed && (path == Path::sm90 || (wgmma_ok && path == Path::any)))
     return pick_wgmma_tile(m, n, batch, sm90_tiles, target);
   if (path == Path::sm90) return fit(n > 128 ? kWgmmaWide : kWgmmaNarrow, 2, target);
@@ -238,7 +240,7 @@ bool tf32_of(const OpDef& op, ScalarList scalars, DType dtype) {
 
 LaunchGeometry tile_geometry(const Params& p, std::int64_t m, std::int64_t n, std::int64_t batch) {
   const TileConfig c = tile_of(p);
-  const std::int64_t blocks = ((m + c.bm - 1) / c.bm) * ((n + c.bn - 1) / c.bn);
+  const std::int64_t blocks = c.tiles(m, n);
   LaunchGeometry g;
   // The sm_90a kernel is persistent: its blocks loop over every batch's tiles.
   g.grid = c.wgmma ? Dim3{unsigned(blocks * batch), 1, 1} : Dim3{unsigned(blocks), 1, unsigned(batch)};

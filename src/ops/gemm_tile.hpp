@@ -34,6 +34,10 @@ struct TileConfig {
     return tensor_cores ? unsigned(ks * stages * (bm + bn) * bk * element_bytes) : 0;
   }
   unsigned threads() const { return wgmma ? unsigned(bm / 64 + 1) * 128 : unsigned(wm * wn * ks * 32); }
+  // Tiles of C for an m x n product, `batch` times.
+  std::int64_t tiles(std::int64_t m, std::int64_t n, std::int64_t batch = 1) const {
+    return ((m + bm - 1) / bm) * ((n + bn - 1) / bn) * batch;
+  }
 };
 
 // The "path" scalar: 0 lets the heuristic choose, 80 and 90 pin the sm_80 or sm_90a path.
