@@ -243,7 +243,7 @@ __device__ __forceinline__ void combine(T* __restrict__ out, const T* __restrict
 }  // namespace mojo_moe
 
 #define MOJO_KERNEL_moe_gate(NAME, P)                                                                              \
-  extern "C" __global__ void __launch_bounds__(32 * P::rows)                                                      \
+  extern "C" __global__ void __launch_bounds__(32 * P::rows, mojo::kFullOccupancyBlocks<32 * P::rows>)          \
       NAME(MOJO_ARG_PARAMS(MOJO_MOE_GATE_ARGS, P::dtype, P::index)) {                                             \
     mojo_moe::gate<P::dtype, P::index, P::experts, P::top_k, P::softmax, P::groups, P::top_groups, P::renormalize, \
                    P::rows>(weights, ids, logits, bias, scaling, tokens);                                         \
@@ -258,7 +258,7 @@ __device__ __forceinline__ void combine(T* __restrict__ out, const T* __restrict
   MOJO_EMBEDDING_KERNEL(NAME, P::dtype, P::index, P::hidden, P::vec, P::gather_threads, P::rows)
 
 #define MOJO_KERNEL_moe_combine(NAME, P)                                                                           \
-  extern "C" __global__ void __launch_bounds__(P::threads * P::rows)                                              \
+  extern "C" __global__ void __launch_bounds__(P::threads * P::rows, mojo::kFullOccupancyBlocks<P::threads * P::rows>)\
       NAME(MOJO_ARG_PARAMS(MOJO_MOE_COMBINE_ARGS, P::dtype, P::index)) {                                          \
     mojo_moe::combine<P::dtype, P::index, P::hidden, P::vec, P::threads, P::rows, P::top_k>(                       \
         out, expert_out, positions, weights, tokens);                                                              \

@@ -226,6 +226,20 @@ template <int ACT> __device__ __forceinline__ float activate(float x) {
   }
 }
 
+// ---- occupancy -------------------------------------------------------------------
+// The blocks of THREADS an SM holds when it is full (the CUDA guide's limits: 2048 threads and 32 blocks on
+// sm_80 and sm_90, 1536 threads and 16 or 24 blocks on sm_86/sm_87 and sm_89), as __launch_bounds__'s second
+// argument of a kernel that streams memory and wants every warp it can get: ptxas then fits the kernel in
+// the registers that allow it (32 a thread on sm_90) whichever compiler wrote the PTX, where it would
+// otherwise take what the PTX's schedule asks (moe_combine: 38 under clang, 30 under NVVM).
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890)
+inline constexpr int kSmThreads = 1536, kSmBlocks = __CUDA_ARCH__ == 890 ? 24 : 16;
+#else
+inline constexpr int kSmThreads = 2048, kSmBlocks = 32;
+#endif
+template <int THREADS>
+inline constexpr int kFullOccupancyBlocks = kSmThreads / THREADS < kSmBlocks ? kSmThreads / THREADS : kSmBlocks;
+
 // ---- vector loads and stores ---------------------------------------------------
 // Pack<T, N> is N elements moved as one aligned load/store of N * sizeof(T) bytes.
 template <int BYTES> struct Bits;

@@ -109,6 +109,7 @@ __device__ long long draw(W weight, unsigned r24, bool greedy, u64* scan, Shared
     const u64 point = greedy ? 0 : scale(total, r24);
     s.prefix = WARPS;  // none: every weight is 0
     u64 before = 0;
+#pragma unroll 1  // one thread, once a draw: unrolled (LLVM did), its 32 steps' sums stayed live and spilled
     for (int w = 0; total > 0 && w < WARPS; ++w) {
       if (point < before + s.lane_sums[w]) {
         s.prefix = unsigned(w);
