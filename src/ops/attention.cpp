@@ -1,8 +1,9 @@
 // Attention: sdpa (packed keys, one sequence or varlen), paged_prefill_gqa and
 // paged_decode_gqa (keys from store_kv_cache's paged cache), one template
 // (kernel_templates/attention.cu, params there). Paged decode splits the keys
-// over blocks when the batch alone would leave the GPU idle: a plan of the
-// partial pass and a merge, through a workspace.
+// over blocks when the batch alone would leave the GPU idle (as many as fill
+// the model's last wave: decode_splits): a plan of the partial pass and a
+// merge, through a workspace.
 #include "ops/attention.hpp"
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 
 #include "attention_args.h"
 #include "mojo/error.hpp"
+#include "mojo/perf_model.hpp"
 #include "ops/checks.hpp"
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
@@ -146,7 +148,11 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
     wn = 4 / wm;
     bn = 32;
     while (wn * 2 * 2 * bn * dp * 2 > 64 * 1024) bn > 16 ? bn /= 2 : wn /= 2;
-    splits = decode_splits(s, wm);
+    Params ring;  // what the kernel's shared memory depends on
+    for (auto [name, value] : {std::pair<const char*, std::int64_t>{"head_dim", s.head_dim}, {"wm", wm}, {"wn", wn},
+                               {"bn", bn}, {"stages", stages}, {"splits", 1}, {"wgmma", 0}})
+      ring.add(name, value);
+    splits = decode_splits(s, wm, unsigned(32 * wm * wn), max_dynamic_smem(ring), target);
   }
   p.add("wm", wm);
   p.add("wn", wn);
@@ -385,13 +391,27 @@ void AttentionOp::index_vector(std::string_view arg, const TensorSpec& t) const 
     throw ShapeError(fmt::format("{}: {} is {}; expected a contiguous i32 vector", name(), arg, t.str()));
 }
 
-// Decode: split each sequence's keys over enough blocks to fill a GPU (about 4 blocks per SM of a
-// 132-SM part), each split at least 512 keys, at most 16 splits.
-std::int64_t AttentionOp::decode_splits(const Shape& s, std::int64_t wm) {
+// Decode: the blocks of one split (batch x kv_heads x query tiles) run in the target's slots, its SMs times
+// the blocks an SM holds by threads and shared memory (registers are not known before the compile; the rings
+// are sized so that shared memory binds: 166 registers and 3 blocks an SM either way for Qwen3-8B's decode on
+// sm_90a). A sequence's time goes as its waves times its keys per split, i.e. as 1 / the last wave's fill.
+// Of 1 to 16 splits, each at least 512 keys: the most when even they fit one wave (each split more shortens
+// it); else the fewest whose fill is within 85% of the fullest any count reaches (FlashAttention's
+// num_splits_heuristic, on the model's slots): each split more costs its merge.
+std::int64_t AttentionOp::decode_splits(const Shape& s, std::int64_t wm, unsigned threads, unsigned smem,
+                                        const Target& target) {
   const std::int64_t blocks = s.batch * s.kv_heads * ((s.q_len * (s.heads / s.kv_heads) + 16 * wm - 1) / (16 * wm));
-  const std::int64_t by_work = (512 + blocks - 1) / std::max<std::int64_t>(blocks, 1);
-  const std::int64_t by_keys = std::max<std::int64_t>(1, s.max_blocks * s.page / 512);
-  return std::clamp<std::int64_t>(std::min(by_work, by_keys), 1, 16);
+  const SmLimits limits = sm_limits(target);
+  const std::uint64_t slots =
+      std::uint64_t(limits.sm_count) * std::uint64_t(std::max(1, occupancy(limits, threads, 0, smem, 1, 1).blocks_per_sm));
+  const std::int64_t most = std::clamp<std::int64_t>(s.max_blocks * s.page / 512, 1, 16);
+  if (std::uint64_t(blocks * most) <= slots) return most;
+  auto fill = [&](std::int64_t splits) { return wave_fill(std::uint64_t(blocks * splits), slots); };
+  double best = 0;
+  for (std::int64_t n = 1; n <= most; ++n) best = std::max(best, fill(n));
+  std::int64_t splits = 1;
+  while (fill(splits) < 0.85 * best) ++splits;
+  return splits;
 }
 
 // Keys per split: the longest possible context over the splits, in whole key tiles.

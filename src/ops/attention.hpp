@@ -88,9 +88,10 @@ class AttentionOp final : public OpDef {
 
   void index_vector(std::string_view arg, const TensorSpec& t) const;
 
-  // Decode: split each sequence's keys over enough blocks to fill a GPU (about 4 blocks per SM of a
-  // 132-SM part), each split at least 512 keys, at most 16 splits.
-  static std::int64_t decode_splits(const Shape& s, std::int64_t wm);
+  // Decode: how many splits of each sequence's keys, from the performance model (attention.cpp says how).
+  // `threads` and `smem`: a block's threads and dynamic shared memory.
+  static std::int64_t decode_splits(const Shape& s, std::int64_t wm, unsigned threads, unsigned smem,
+                                    const Target& target);
   // Keys per split: the longest possible context over the splits, in whole key tiles.
   static std::int64_t chunk(const Params& p, const Shape& s);
 

@@ -8,6 +8,7 @@
 
 #include "attention_args.h"
 #include "mojo/check.hpp"
+#include "mojo/perf_model.hpp"
 #include "op_test_util.hpp"
 
 using namespace mojo;
@@ -19,24 +20,55 @@ TEST(AttentionOp, PrefillPacksTheGroupIntoRowsAndDecodeSplitsTheKeys) {
   EXPECT_EQ(params("sdpa", DType::bf16, "q=4096x32x128 k=4096x8x128").str(),
             "dtype=bf16 head_dim=128 group=4 wm=4 wn=1 bn=64 stages=2 causal=1 window=0 softcap=0 sinks=0 lse=0 "
             "paged=0 page=0 splits=1 wgmma=0");
-  // Batch 32 x 8 KV heads is 256 blocks: split each 8k context in two, a partial pass and a merge.
+  // Batch 32 x 8 KV heads is 256 blocks, 3 an SM: split each 8k context in three (768 blocks, 1.94 waves of
+  // 396), a partial pass and a merge.
   const OpDef& decode = find_op("paged_decode_gqa");
   const auto t = example(decode, DType::bf16, "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512");
   const Params p = decode.specialize(t, {}, kSm90);
-  EXPECT_EQ(p.get("splits"), 2);
+  EXPECT_EQ(p.get("splits"), 3);
   EXPECT_EQ(p.get("wm"), 1);
   EXPECT_EQ(p.get("wn"), 4);
   const std::vector<Params> plan = decode.plan(p);
   ASSERT_EQ(plan.size(), 2u);
   EXPECT_EQ(decode.entry_macro(plan[1]), "MOJO_ATTENTION_MERGE");
   EXPECT_NE(decode.kernel_name(plan[0]), decode.kernel_name(plan[1]));
-  EXPECT_EQ(decode.workspace_bytes(p, t), 2u * 32 * 32 * (128 + 1) * 4) << "O and lse per split, token and head";
-  EXPECT_EQ(decode.geometry(plan[0], t).grid.z, 2u);
+  EXPECT_EQ(decode.workspace_bytes(p, t), 3u * 32 * 32 * (128 + 1) * 4) << "O and lse per split, token and head";
+  EXPECT_EQ(decode.geometry(plan[0], t).grid.z, 3u);
   // One long sequence fills the GPU by itself: no split, one kernel, no workspace.
   const auto big = example(decode, DType::bf16, "q=256x32x128 k_cache=16384x16x8x128 block_tables=256x64");
   const Params one = decode.specialize(big, {}, kSm90);
   EXPECT_EQ(decode.plan(one).size(), 1u);
   EXPECT_EQ(decode.workspace_bytes(one, big), 0u);
+}
+
+// The issue-27 model test for decode: Qwen3-8B's paged decode (32 query heads over 8 KV heads, head_dim 128,
+// pages of 16) splits its keys so that the blocks fill the GPU as the performance model counts it: the
+// target's SMs x the blocks an SM holds. One partial wave takes the most splits (16, at least 512 keys each);
+// more than one fills its last wave to at least 85%. The fixed rule before (about 512 blocks) left B 32's
+// last wave 65% full on sm_90a.
+TEST(AttentionOp, DecodeSplitsFillTheLastWaveOfTheModel) {
+  const OpDef& decode = find_op("paged_decode_gqa");
+  for (const char* arch : {"sm_90a", "sm_80"})
+    for (std::int64_t context : {8192, 32768})
+      for (std::int64_t batch : {1, 8, 32, 64, 128, 256}) {
+        SCOPED_TRACE(fmt::format("{} batch {} context {}", arch, batch, context));
+        const Target target = Target::parse(arch);
+        const std::int64_t pages = context / 16;
+        const auto t = example(decode, DType::bf16,
+                               fmt::format("q={}x32x128 k_cache={}x16x8x128 block_tables={}x{}", batch,
+                                           batch * pages, batch, pages));
+        const Params p = decode.specialize(t, {}, target);
+        const LaunchGeometry g = decode.geometry(decode.plan(p).front(), t);
+        const SmLimits limits = sm_limits(target);
+        const int per_sm = occupancy(limits, g.block.x, 0, g.dynamic_smem, 1, 1).blocks_per_sm;
+        const std::uint64_t blocks = std::uint64_t(g.grid.x) * g.grid.y * g.grid.z,
+                            slots = std::uint64_t(limits.sm_count) * std::uint64_t(per_sm);
+        EXPECT_EQ(g.grid.z, std::uint64_t(p.get("splits")));
+        if (std::uint64_t(g.grid.x) * g.grid.y * 16 <= slots)
+          EXPECT_EQ(p.get("splits"), 16) << "one partial wave: the most splits";
+        else
+          EXPECT_GE(wave_fill(blocks, slots), 0.85) << p.str() << ": " << blocks << " blocks in " << slots << " slots";
+      }
 }
 
 // Every kernel of a plan takes one mojo_attention::Args (attention_args.h): the split plan's merge too.
@@ -73,7 +105,7 @@ TEST(AttentionOp, EveryKernelOfThePlanTakesOneArgsStruct) {
     EXPECT_EQ(a.kv_heads, 8);
     EXPECT_EQ(a.max_blocks, 512);
     EXPECT_EQ(a.q_len, 1);
-    EXPECT_EQ(a.chunk, 512 * 16 / 2) << "keys per split";
+    EXPECT_EQ(a.chunk, 2736) << "keys per split: 8192 / 3 in whole key tiles of 16";
     EXPECT_FLOAT_EQ(a.scale, 1.f / std::sqrt(128.f)) << "1 / sqrt(head_dim) by default";
     EXPECT_FLOAT_EQ(a.softcap, 0.f);
     EXPECT_EQ(a.window, 100);
@@ -257,7 +289,7 @@ TEST(AttentionOp, CompilingAPlanCompilesEveryKernelOfIt) {
   const Artifact a = rt.compile(op.name(), example(op, DType::bf16, shapes), {}, kSm90, Emit::ptx);
   ASSERT_EQ(a.kernels.size(), 2u);
   EXPECT_EQ(a.kernel_name, a.kernels[0]);
-  EXPECT_EQ(a.workspace_bytes, 2u * 32 * 32 * 129 * 4);
+  EXPECT_EQ(a.workspace_bytes, 3u * 32 * 32 * 129 * 4);
   for (const std::string& k : a.kernels) EXPECT_NE(a.binary->find(".entry " + k), std::string::npos) << k;
   PrewarmItem item{std::string(op.name()), example(op, DType::bf16, shapes), {}, kSm90, "decode"};
   const std::vector<Bundle> bundles = rt.compile_all({item}, Emit::ptx);
