@@ -209,7 +209,7 @@ LaunchGeometry AttentionOp::geometry(const Params& p, TensorList t) const {
   const std::int64_t bm = 16 * p.get("wm"), group = p.get("group");
   std::int64_t tiles = (s.tokens * group + bm - 1) / bm;
   if (kind_ == Kind::paged_decode)
-    tiles = s.batch * ((s.q_len * group + bm - 1) / bm);
+    tiles = decode_tiles(s, p.get("wm"));
   else if (s.batch > 1 || present(t, slots_.cu_q))
     tiles += s.batch;  // each sequence may end in a part tile
   g.grid = {unsigned(tiles), unsigned(s.kv_heads), unsigned(p.get("splits"))};
@@ -400,7 +400,7 @@ void AttentionOp::index_vector(std::string_view arg, const TensorSpec& t) const 
 // num_splits_heuristic, on the model's slots): each split more costs its merge.
 std::int64_t AttentionOp::decode_splits(const Shape& s, std::int64_t wm, unsigned threads, unsigned smem,
                                         const Target& target) {
-  const std::int64_t blocks = s.batch * s.kv_heads * ((s.q_len * (s.heads / s.kv_heads) + 16 * wm - 1) / (16 * wm));
+  const std::int64_t blocks = decode_tiles(s, wm) * s.kv_heads;
   const SmLimits limits = sm_limits(target);
   const std::uint64_t slots =
       std::uint64_t(limits.sm_count) * std::uint64_t(std::max(1, occupancy(limits, threads, 0, smem, 1, 1).blocks_per_sm));

@@ -88,6 +88,10 @@ class AttentionOp final : public OpDef {
 
   void index_vector(std::string_view arg, const TensorSpec& t) const;
 
+  // Decode: the query tiles of 16 * wm rows (q_len x group) of every sequence, the grid's x.
+  static std::int64_t decode_tiles(const Shape& s, std::int64_t wm) {
+    return s.batch * ((s.q_len * (s.heads / s.kv_heads) + 16 * wm - 1) / (16 * wm));
+  }
   // Decode: how many splits of each sequence's keys, from the performance model (attention.cpp says how).
   // `threads` and `smem`: a block's threads and dynamic shared memory.
   static std::int64_t decode_splits(const Shape& s, std::int64_t wm, unsigned threads, unsigned smem,
