@@ -333,6 +333,13 @@ __device__ __forceinline__ void simt_tile(const Problem<float, TC>& p, int row0,
 template <class T> constexpr bool is_f32 = false;
 template <> constexpr bool is_f32<float> = true;
 
+// Blocks an SM the kernel asks ptxas to fit (launch bounds). The exact f32
+// tile needs 16 accumulators and 8 operands a thread, about 80 registers, so
+// three blocks of 256 fit an SM's 64K registers; saying so keeps a compiler
+// whose schedule wants a few more (LLVM's: 90) from losing a block an SM.
+// The tensor-core tiles size their registers themselves: one block.
+template <class TA, bool TF32> constexpr int kMinBlocks = is_f32<TA> && !TF32 ? 3 : 1;
+
 template <class TA, class TC, int BM, int BN, int BK, int WM, int WN, int STAGES, int KS, int SWIZZLE, bool TRANS_A,
           bool TRANS_B, int VEC, bool BETA, bool BIAS, int ACT, bool RESIDUAL, int OFFSETS, bool TF32>
 __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* __restrict__ b,
@@ -386,7 +393,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
   }
 #define MOJO_GEMM_KERNEL_0(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, BIAS,   \
                            ACT, RESIDUAL, OFFSETS, TF32)                                                               \
-  extern "C" __global__ void __launch_bounds__(WM * WN * KS * 32, 1)                                                   \
+  extern "C" __global__ void __launch_bounds__(WM * WN * KS * 32, mojo_gemm::kMinBlocks<TA, TF32>)                     \
       NAME(MOJO_ARG_PARAMS(MOJO_GEMM_ARGS, TA, TC)) {                                                                  \
     mojo_gemm::run<TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT,            \
                    RESIDUAL, OFFSETS, TF32>(c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr,         \

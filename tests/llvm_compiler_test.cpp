@@ -193,8 +193,6 @@ TEST(LlvmCompiler, CliEmitsWithTheLlvmCompiler) {
 constexpr std::pair<const char*, const char*> kKnownWorse[] = {
     {"^layer_norm_bf16_hidden_4096", "64 registers against 48: 8 blocks of 128 an SM against 10"},
     {"^layer_norm_backward_.*_step_0$", "24 to 120 bytes of spills under the same launch bounds, NVRTC none"},
-    {"_f32_.*bm_64_bn_64_.*(offsets_8|ta_0_tb_1)",
-     "f32 products on CUDA cores (grouped, or B transposed): 92-96 registers against 80, 2 blocks an SM against 3"},
 };
 
 // Every op's kernels at their example shapes for sm_90a from both compilers (each a bundle, one module):
