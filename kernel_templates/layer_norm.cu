@@ -52,7 +52,7 @@ __device__ __forceinline__ void forward(T* __restrict__ out, float* __restrict__
     const int v = lane + i * THREADS;
     if (active && v < NV) {
       P p;
-      if constexpr (IN_REGISTERS) p = cached[i];
+      if constexpr (IN_REGISTERS) p = mojo::opaque(cached[i]);
       else p = mojo::load<T, VEC>(xr + v * VEC);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
@@ -71,7 +71,7 @@ __device__ __forceinline__ void forward(T* __restrict__ out, float* __restrict__
     const int v = lane + i * THREADS;
     if (active && v < NV) {
       P p;
-      if constexpr (IN_REGISTERS) p = cached[i];
+      if constexpr (IN_REGISTERS) p = mojo::opaque(cached[i]);
       else p = mojo::load<T, VEC>(xr + v * VEC);
       const P w = mojo::load<T, VEC>(weight + v * VEC);
       const P b = mojo::load<T, VEC>(bias + v * VEC);

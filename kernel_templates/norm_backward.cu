@@ -196,7 +196,7 @@ __device__ __forceinline__ void backward_rows_and_partials(T* grad_x, const T* _
       if (active && v < NV) {
         dy[i] = mojo::load<T, VEC>(grad_out + offset + v * VEC);
         xv[i] = mojo::load<T, VEC>(x + offset + v * VEC);
-        add_row_sums<RMS>(dy[i], xv[i], w[i], mu, rs, s1, s2);
+        add_row_sums<RMS>(dy[i], xv[i], mojo::opaque(w[i]), mu, rs, s1, s2);
         if constexpr (!RMS) add_to_columns(i, mu, rs);
       }
     }
@@ -206,7 +206,8 @@ __device__ __forceinline__ void backward_rows_and_partials(T* grad_x, const T* _
       const int v = lane + i * THREADS;
       if (active && v < NV) {
         mojo::store<T, VEC>(grad_x + offset + v * VEC,
-                            grad_x_of<RESIDUAL, T, VEC>(dy[i], xv[i], w[i], terms, grad_residual, offset + v * VEC));
+                            grad_x_of<RESIDUAL, T, VEC>(mojo::opaque(dy[i]), mojo::opaque(xv[i]), mojo::opaque(w[i]),
+                                                        terms, grad_residual, offset + v * VEC));
         if constexpr (RMS) add_to_columns(i, terms.mu, terms.rs);
       }
     }
