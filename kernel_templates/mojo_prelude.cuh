@@ -254,18 +254,28 @@ template <class T, int N> union Pack {
   T v[N];
 };
 
-// `p` as a value the optimizer cannot see into (an empty asm, no instruction). A pack used by two passes of
+// opaque(x): x as a value the optimizer cannot see into (an empty asm: no instruction). A pack used by two passes of
 // a row, or at every row of a loop, stays packed in registers: without this LLVM keeps the floats it
 // converted from the pack for the next pass (common subexpressions, or conversions hoisted out of the
-// loop), twice the registers of a 16-bit pack (layer_norm bf16 4096: 64 registers against NVVM's 48).
+// loop), twice the registers of a 16-bit pack (layer_norm bf16 4096: 64 registers against NVVM's 48). A
+// row index through it gives loop strength reduction nothing to turn into a 64-bit pointer per stream.
+// On the CPU device registers are not what limits a kernel: there it is the plain value.
 template <class P>
 __device__ __forceinline__ P opaque(P p) {
+#if !defined(MOJO_CPU)
   if constexpr (sizeof(P) % 4 == 0) {
     unsigned* words = reinterpret_cast<unsigned*>(&p);
 #pragma unroll
     for (int k = 0; k < int(sizeof(P) / 4); ++k) asm volatile("" : "+r"(words[k]));
   }
+#endif
   return p;
+}
+__device__ __forceinline__ long long opaque(long long x) {
+#if !defined(MOJO_CPU)
+  asm volatile("" : "+l"(x));
+#endif
+  return x;
 }
 
 template <class T, int N> __device__ __forceinline__ Pack<T, N> load(const T* p) {

@@ -174,7 +174,7 @@ __device__ __forceinline__ void backward_rows_and_partials(T* grad_x, const T* _
   }
   // Every thread of the block goes round as often (the row reductions may be block-wide).
   for (long long first = block * ROWS; first < rows; first += parts * ROWS) {
-    const long long row = first + group;
+    const long long row = mojo::opaque(first + group);
     const bool active = row < rows;
     const long long offset = (active ? row : 0) * HIDDEN;
     const float mu = !RMS && active ? mean[row] : 0.f, rs = !RMS && active ? rstd[row] : 0.f;

@@ -190,11 +190,11 @@ TEST(LlvmCompiler, CliEmitsWithTheLlvmCompiler) {
 // O3 changes none of them. Fixed since: reject_sample (LLVM unrolled draw's 32-step search loop), moe_gate and
 // moe_combine (they ask for full occupancy in their launch bounds), the f32 CUDA-core products (they ask for
 // the three blocks an SM NVVM's 80 registers give), layer_norm's forward (mojo::opaque keeps x packed
-// between the row's passes). layer_norm_backward's row step: LICM and loop strength reduction keep more
-// than its 64 or 80 registers live across the row loop; mojo::opaque on its packs took bf16 from 72 to 24
-// bytes, f32 spills the same without any conversion.
+// between the row's passes), layer_norm_backward's f16 and bf16 row step (mojo::opaque on its packs, and on
+// the row index so that loop strength reduction makes no 64-bit pointer per stream). Its f32 row step went
+// from 120 to 72 bytes by the same.
 constexpr std::pair<const char*, const char*> kKnownWorse[] = {
-    {"^layer_norm_backward_.*_step_0$", "24 to 120 bytes of spills under the same launch bounds, NVRTC none"},
+    {"^layer_norm_backward_f32_.*_step_0$", "72 bytes of spills at the same 64 registers, NVRTC none"},
 };
 
 // Every op's kernels at their example shapes for sm_90a from both compilers (each a bundle, one module):
