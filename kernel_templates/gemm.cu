@@ -334,10 +334,11 @@ template <class T> constexpr bool is_f32 = false;
 template <> constexpr bool is_f32<float> = true;
 
 // Blocks an SM the kernel asks ptxas to fit (launch bounds). The exact f32
-// tile needs 16 accumulators and 8 operands a thread, about 80 registers, so
-// three blocks of 256 fit an SM's 64K registers; saying so keeps a compiler
-// whose schedule wants a few more (LLVM's: 90) from losing a block an SM.
-// The tensor-core tiles size their registers themselves: one block.
+// tile (16 accumulators and 8 operands a thread, with its addresses) takes
+// about 80 registers under NVVM, so three blocks of 256 fit an SM's 64K
+// registers; saying so keeps a compiler whose schedule wants a few more
+// (LLVM's: 90-96) from losing a block an SM. The tensor-core tiles size their
+// registers themselves: one block.
 template <class TA, bool TF32> constexpr int kMinBlocks = is_f32<TA> && !TF32 ? 3 : 1;
 
 template <class TA, class TC, int BM, int BN, int BK, int WM, int WN, int STAGES, int KS, int SWIZZLE, bool TRANS_A,

@@ -254,12 +254,12 @@ template <class T, int N> union Pack {
   T v[N];
 };
 
-// opaque(x): x as a value the optimizer cannot see into (an empty asm: no instruction). A pack used by two passes of
-// a row, or at every row of a loop, stays packed in registers: without this LLVM keeps the floats it
-// converted from the pack for the next pass (common subexpressions, or conversions hoisted out of the
-// loop), twice the registers of a 16-bit pack (layer_norm bf16 4096: 64 registers against NVVM's 48). A
-// row index through it gives loop strength reduction nothing to turn into a 64-bit pointer per stream.
-// On the CPU device registers are not what limits a kernel: there it is the plain value.
+// opaque(x): x as a value the optimizer cannot see into (an empty asm: no instruction). A pack used by
+// two passes of a row, or at every row of a loop, stays packed in registers: without this LLVM keeps the
+// floats it converted from the pack for the next pass (common subexpressions, or conversions hoisted out
+// of the loop), twice the registers of a 16-bit pack (layer_norm bf16 4096: 64 registers against NVVM's
+// 48). A row index through it gives loop strength reduction nothing to turn into a 64-bit pointer per
+// stream. On the CPU device registers are not what limits a kernel: there it is the plain value.
 template <class P>
 __device__ __forceinline__ P opaque(P p) {
 #if !defined(MOJO_CPU)
