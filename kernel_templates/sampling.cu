@@ -149,20 +149,30 @@ __device__ long long draw(W weight, unsigned r24, bool greedy, u64* scan, Shared
 // ---- sample: a plan of kPhases<T> launches of one kernel ----------------------------
 // Row r is split into CHUNKS chunks of vectors, block (r, c) reads chunk c,
 // and the blocks of a row pass their parts on through the workspace. Phase:
-//   0          stats: each chunk's max and sum of exp(l - max) (online);
-//   1 .. D     top-k: the radix select of the k-th highest key, digit d (8 bits) in phase 1 + d;
-//   D+1 .. 2D  top-p: the select of the highest key where the mass from the top reaches top_p of the
-//              mass top-k kept, digit d in phase D + 1 + d;
-//   2D + 1     each chunk's kept mass; the row's last block finds the chunk that holds the draw's point;
-//   2D + 2     that chunk's block finds the token.
+//   0           stats: each chunk's max and sum of exp(l - max) (online), and
+//               its histogram of top-k's first digit (counts need no max);
+//   1 .. D-1    top-k: the radix select of the k-th highest key, digit d (8
+//               bits) in phase d; phase 1 first picks digit 0 from phase 0's
+//               histograms, in every block;
+//   D .. 2D-1   top-p: the select of the highest key where the mass from the
+//               top reaches top_p of the mass top-k kept, digit d in phase D + d;
+//               without min-p, each phase's merge also adds up what each chunk
+//               keeps above the digit picked (in slot entry 256), and the last
+//               one places the draw's point;
+//   2D          each chunk's kept mass; the row's last block finds the chunk
+//               that holds the draw's point (nothing to do where top-p placed it);
+//   2D + 1      that chunk's block finds the token.
 // A select phase histograms its chunk's weights (counts, or masses) by the
 // digit into kCopies copies in shared memory: lane l adds to copy l % kCopies,
 // so that tied keys make no more atomics collide than spread ones. Each block
 // writes its histogram, and the row's last block to arrive (mojo::arrive)
-// merges them and picks the digit. A filter a row does not use makes its
-// phases return at once. Every phase reads each chunk once at most, so the
-// time does not depend on the values: ties, a single spike or -inf rows cost
-// what random logits cost.
+// merges them and picks the digit. Phase 0 has no such merge: it zeroes the
+// later phases' counters (the workspace comes uncleared), so its own cannot
+// be trusted. The histograms alternate between two buffers by phase parity,
+// since phase 1 reads phase 0's while writing its own. A filter a row does
+// not use makes its phases return at once. Every phase reads each chunk once
+// at most, so the time does not depend on the values: ties, a single spike or
+// -inf rows cost what random logits cost.
 template <class T> constexpr int kDigits = kKeyBits<T> / 8;
 template <class T> constexpr int kPhases = MOJO_SAMPLE_PHASES(kKeyBits<T>);
 constexpr int kCopies = 16;
@@ -180,6 +190,27 @@ struct SampleShared {
   long long chosen;
 };
 
+template <int THREADS> __device__ __forceinline__ void clear_histogram(SampleShared<THREADS>& s) {
+  for (int i = int(mojo::thread_x()); i < 256 * kCopies; i += THREADS) s.hist[i] = 0;
+  mojo::sync_block();
+}
+
+// Adds w to bin `bin` of the calling lane's copy.
+template <int THREADS> __device__ __forceinline__ void add_to_bin(SampleShared<THREADS>& s, unsigned bin, u64 w) {
+  mojo::shared_add(&s.hist[bin * kCopies + mojo::thread_x() % kCopies], w);
+}
+
+// The block's histogram, its copies summed, to out[0 .. 256).
+template <int THREADS> __device__ __forceinline__ void write_histogram(SampleShared<THREADS>& s, u64* out) {
+  mojo::sync_block();
+  for (int b = int(mojo::thread_x()); b < 256; b += THREADS) {
+    u64 sum = 0;
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) sum += s.hist[b * kCopies + i];
+    out[b] = sum;
+  }
+}
+
 // Whether this block is the last of its row's CHUNKS to arrive at `counter`; the last one may then read
 // every block's writes made before its arrival (with load_gpu).
 template <int CHUNKS, int THREADS>
@@ -193,15 +224,19 @@ __device__ __forceinline__ bool last_to_arrive(unsigned* counter, SampleShared<T
   return last;
 }
 
-// The sum over the row's chunks of partials[c * 256 + b] (written during this launch), loads first.
-template <int CHUNKS> __device__ __forceinline__ u64 merge(const u64* partials, int b) {
-  u64 v[CHUNKS];
+// s.bins: the sum over the row's chunks of their histograms in `slots` (loads first).
+template <int CHUNKS, int THREADS>
+__device__ __forceinline__ void merge_histograms(const u64* slots, SampleShared<THREADS>& s) {
+  for (int b = int(mojo::thread_x()); b < 256; b += THREADS) {
+    u64 v[CHUNKS];
 #pragma unroll
-  for (int c = 0; c < CHUNKS; ++c) v[c] = mojo::load_gpu(partials + c * 256 + b);
-  u64 sum = 0;
+    for (int c = 0; c < CHUNKS; ++c) v[c] = mojo::load_gpu(slots + c * kSlot + b);
+    u64 sum = 0;
 #pragma unroll
-  for (int c = 0; c < CHUNKS; ++c) sum += v[c];
-  return sum;
+    for (int c = 0; c < CHUNKS; ++c) sum += v[c];
+    s.bins[b] = sum;
+  }
+  mojo::sync_block();
 }
 
 // Picks the digit: the value b such that the weight in bins b..255 reaches `want` (bin 0 when the
@@ -244,6 +279,43 @@ __device__ __forceinline__ void pick_digit(unsigned prefix, u64 want, float frac
   mojo::sync_block();
 }
 
+// s.lane_sums[c] for each chunk c < CHUNKS: its kept mass in `above`'s slots (entry 256; none when null)
+// plus its weights in bins first_bin .. 255 of `bins`' slots. Ends synced.
+template <int CHUNKS, int THREADS>
+__device__ __forceinline__ void kept_masses(const u64* above, const u64* bins, int first_bin, SampleShared<THREADS>& s) {
+  const unsigned tid = mojo::thread_x();
+  mojo::sync_block();  // every thread is done with lane_sums' last use
+  if (tid < 32)
+    s.lane_sums[tid] = above != nullptr && int(tid) < CHUNKS ? mojo::load_gpu(above + tid * kSlot + 256) : 0ull;
+  mojo::sync_block();
+  for (int i = int(tid); i < CHUNKS * 256; i += THREADS) {
+    const int c = i / 256, b = i % 256;
+    const u64 v = b >= first_bin ? mojo::load_gpu(bins + c * kSlot + b) : 0ull;
+    if (v != 0) mojo::shared_add(&s.lane_sums[c], v);
+  }
+  mojo::sync_block();
+}
+
+// Thread 0 of the placing block: the chunk that holds the draw's point and the point within it, from
+// the chunks' kept masses in s.lane_sums (greedy: the point 0, the first kept token).
+template <int CHUNKS, int THREADS>
+__device__ __forceinline__ void place_point(const SampleShared<THREADS>& s, bool greedy, long long seed,
+                                            long long offset, RowState* state) {
+  u64 sum = 0;
+  for (int i = 0; i < CHUNKS; ++i) sum += s.lane_sums[i];
+  u64 point = greedy ? 0ull : scale(sum, mojo::random24(seed, offset, 0));
+  int holder = -1;
+  for (int i = 0; sum > 0 && i < CHUNKS; ++i) {
+    if (point < s.lane_sums[i]) {
+      holder = i;
+      break;
+    }
+    point -= s.lane_sums[i];
+  }
+  state->chunk = holder;
+  state->point = point;
+}
+
 template <class T, class I, int VOCAB, int VEC, int THREADS, int CHUNKS>
 __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __restrict__ logprobs,
                                        const T* __restrict__ logits, long long stride, const I* __restrict__ top_k,
@@ -252,6 +324,7 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
                                        u64* __restrict__ partials, float* __restrict__ stats,
                                        RowState* __restrict__ states, unsigned* __restrict__ counters, int phase) {
   static_assert(VOCAB % VEC == 0, "VEC must divide VOCAB");
+  static_assert(CHUNKS <= 32, "a row's chunks' kept masses sit in one warp's lane_sums");
   constexpr int D = kDigits<T>, PHASES = kPhases<T>, KEY_BITS = kKeyBits<T>;
   __shared__ SampleShared<THREADS> s;
   const unsigned tid = mojo::thread_x();
@@ -261,12 +334,19 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
   const Chunk chunk(c);
   const T* row = logits + r * stride;
   float* row_stats = stats + r * CHUNKS * 2;
-  u64* row_partials = partials + r * CHUNKS * 256;
+  u64* slots = partials + (r * 2 + (phase & 1)) * CHUNKS * kSlot;  // this phase's buffer, a slot a chunk
   unsigned* counter = counters + r * PHASES + phase;
+  const long long k = (long long)top_k[r];
+  const bool by_top_k = k > 0 && k < VOCAB;
 
-  if (phase == 0) {  // stats, and the row's state and counters made ready for the later phases
+  if (phase == 0) {  // stats, top-k's first histogram, and the row's state and counters made ready
+    if (by_top_k) clear_histogram(s);
     mojo::OnlineSum part;
-    chunk.for_each(row, [&](int, float l) { part.add(l); });
+    chunk.for_each(row, [&](int, float l) {
+      part.add(l);
+      if (by_top_k) add_to_bin(s, order_key<T>(l) >> (KEY_BITS - 8), 1ull);
+    });
+    if (by_top_k) write_histogram(s, slots + c * kSlot);
     part = part.block<THREADS>(s.reduce);
     if (tid == 0) {
       row_stats[2 * c] = part.max;
@@ -284,38 +364,43 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
 
   const unsigned threshold = states[r].threshold;
   const float m = mojo::OnlineSum::of_parts(row_stats, CHUNKS).max;
-  if (phase <= 2 * D) {  // a digit of top-k's or top-p's select
-    const bool by_count = phase <= D;
-    const int d = by_count ? phase - 1 : phase - 1 - D, shift = KEY_BITS - 8 * (d + 1);
-    const long long k = (long long)top_k[r];
-    const float p = top_p[r];
-    if (by_count ? !(k > 0 && k < VOCAB) : !(p < 1.f)) return;
-    const unsigned floor = by_count ? 0u : threshold, prefix = states[r].prefix;
-    for (int i = int(tid); i < 256 * kCopies; i += THREADS) s.hist[i] = 0;
-    mojo::sync_block();
-    const int copy = int(tid % kCopies);
+  const float p = top_p[r];
+  const bool placed_by_top_p = p < 1.f && !(min_p[r] > 0.f);  // every kept token is in top-p's last histogram
+  if (phase < 2 * D) {  // a digit of top-k's or top-p's select
+    const bool by_count = phase < D;
+    const int d = by_count ? phase : phase - D, shift = KEY_BITS - 8 * (d + 1);
+    if (by_count ? !by_top_k : !(p < 1.f)) return;
+    unsigned prefix = states[r].prefix;
+    u64 want = states[r].want;
+    if (by_count && d == 1) {  // digit 0, the same in every block
+      merge_histograms<CHUNKS>(partials + r * 2 * CHUNKS * kSlot, s);
+      pick_digit<THREADS>(0u, u64(k), 0.f, s);
+      prefix = s.prefix;
+      want = s.want;
+    }
+    const unsigned floor = by_count ? 0u : threshold;
+    clear_histogram(s);
     chunk.for_each(row, [&](int, float l) {
       const unsigned key = order_key<T>(l);
       if (key < floor || (d > 0 && (key >> (shift + 8)) != prefix)) return;
       const u64 w = by_count ? 1ull : mass(mojo::exp_approx(l - m));
-      if (w != 0) mojo::shared_add(&s.hist[((key >> shift) & 255u) * kCopies + copy], w);
+      if (w != 0) add_to_bin(s, (key >> shift) & 255u, w);
     });
-    mojo::sync_block();
-    for (int b = int(tid); b < 256; b += THREADS) {
-      u64 sum = 0;
-#pragma unroll
-      for (int i = 0; i < kCopies; ++i) sum += s.hist[b * kCopies + i];
-      row_partials[c * 256 + b] = sum;
-    }
+    write_histogram(s, slots + c * kSlot);
     if (!last_to_arrive<CHUNKS>(counter, s)) return;
-    for (int b = int(tid); b < 256; b += THREADS) s.bins[b] = merge<CHUNKS>(row_partials, b);
-    mojo::sync_block();
-    pick_digit<THREADS>(d == 0 ? 0u : prefix, d == 0 && by_count ? u64(k) : states[r].want,
-                        d == 0 && !by_count ? p : 0.f, s);
+    merge_histograms<CHUNKS>(slots, s);
+    pick_digit<THREADS>(d == 0 ? 0u : prefix, d == 0 && by_count ? u64(k) : want, d == 0 && !by_count ? p : 0.f, s);
     if (tid == 0) {  // field by field: a whole RowState copied went through local memory
       states[r].prefix = s.prefix;
       states[r].want = s.want;
       if (d == D - 1) states[r].threshold = s.prefix;
+    }
+    if (!by_count && placed_by_top_p) {  // each chunk keeps its mass above the prefix, and the bins above the pick
+      const u64* before = d == 0 ? nullptr : partials + (r * 2 + ((phase - 1) & 1)) * CHUNKS * kSlot;
+      const int pick = int(s.prefix & 255u);
+      kept_masses<CHUNKS>(before, slots, d == D - 1 ? pick : pick + 1, s);  // the last digit keeps its pick too
+      if (d < D - 1 && int(tid) < CHUNKS) slots[tid * kSlot + 256] = s.lane_sums[tid];
+      if (d == D - 1 && tid == 0) place_point<CHUNKS>(s, k == 1, seed[r], offset[r], states + r);
     }
     return;
   }
@@ -326,34 +411,20 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
     const float e = mojo::exp_approx(l - m);
     return order_key<T>(l) >= threshold && e >= floor_e ? mass(e) : 0ull;
   };
-  if (phase == 2 * D + 1) {  // each chunk's kept mass; the last block places the point
+  if (phase == 2 * D) {  // each chunk's kept mass; the last block places the point
+    if (placed_by_top_p) return;
     u64 mine = 0;
     chunk.for_each(row, [&](int, float l) { mine += kept(l); });
     u64 total;
     mojo::block_exclusive_sum<THREADS>(mine, s.scan, total);
-    if (tid == 0) row_partials[c * 256] = total;
+    if (tid == 0) slots[c * kSlot + 256] = total;
     if (!last_to_arrive<CHUNKS>(counter, s)) return;
-    if (tid < 32) s.lane_sums[tid] = int(tid) < CHUNKS ? mojo::load_gpu(row_partials + tid * 256) : 0ull;
-    mojo::sync_block();
-    if (tid == 0) {
-      u64 sum = 0;
-      for (int i = 0; i < CHUNKS; ++i) sum += s.lane_sums[i];
-      u64 point = top_k[r] == 1 ? 0ull : scale(sum, mojo::random24(seed[r], offset[r], 0));
-      int holder = -1;
-      for (int i = 0; sum > 0 && i < CHUNKS; ++i) {
-        if (point < s.lane_sums[i]) {
-          holder = i;
-          break;
-        }
-        point -= s.lane_sums[i];
-      }
-      states[r].chunk = holder;
-      states[r].point = point;
-    }
+    kept_masses<CHUNKS>(slots, slots, 256, s);
+    if (tid == 0) place_point<CHUNKS>(s, k == 1, seed[r], offset[r], states + r);
     return;
   }
 
-  // phase 2D + 2: the chunk that holds the point walks to it (chunk 0 reports a row with none).
+  // phase 2D + 1: the chunk that holds the point walks to it (chunk 0 reports a row with none).
   const int holder = states[r].chunk;
   const u64 point = states[r].point;
   if (c != (holder < 0 ? 0 : holder)) return;

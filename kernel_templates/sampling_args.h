@@ -36,7 +36,7 @@
   ARG(const float* __restrict__, min_p)                                                          \
   ARG(const long long* __restrict__, seed)                                                       \
   ARG(long long* __restrict__, offset)           /* advanced by one (the last phase) */          \
-  ARG(unsigned long long* __restrict__, partials) /* workspace: [batch, chunks, 256] */          \
+  ARG(unsigned long long* __restrict__, partials) /* workspace: [batch, 2, chunks, kSlot] */     \
   ARG(float* __restrict__, stats)                 /* workspace: [batch, chunks, 2] max, sum */   \
   ARG(mojo_sampling::RowState* __restrict__, states) /* workspace: [batch] */                    \
   ARG(unsigned* __restrict__, counters)           /* workspace: [batch, phases] */               \
@@ -52,12 +52,16 @@
   ARG(long long* __restrict__, offset) /* advanced by one */
 
 // The launches of sample's plan when the logits' order keys are KEY_BITS
-// wide (f32 32, f16 24, bf16 16): the stats, one phase per 8-bit digit for
-// top-k and again for top-p, the kept mass per chunk, the walk to the token.
-// A macro: NVRTC takes no host function, and the host has no device one.
-#define MOJO_SAMPLE_PHASES(KEY_BITS) (2 * ((KEY_BITS) / 8) + 3)
+// wide (f32 32, f16 24, bf16 16): one phase per 8-bit digit for top-k (the
+// first with the stats) and again for top-p, the kept mass per chunk, the
+// walk to the token. A macro: NVRTC takes no host function, and the host has
+// no device one.
+#define MOJO_SAMPLE_PHASES(KEY_BITS) (2 * ((KEY_BITS) / 8) + 2)
 
 namespace mojo_sampling {
+// A chunk's slot in sample's partials: a 256-bin histogram, then the chunk's kept mass above the bins.
+constexpr int kSlot = 257;
+
 // What the phases of `sample` pass on about a row, between launches.
 struct RowState {
   unsigned long long want;   // the select under way: the weight still wanted below `prefix`

@@ -220,13 +220,14 @@ constexpr OpInfo kSample{
 // The logits' order keys are this many bits wide (sampling.cu's kKeyBits): bf16 keeps 16, f16 24.
 int key_bits(DType dtype) { return dtype == DType::f32 ? 32 : dtype == DType::f16 ? 24 : 16; }
 
-// sample's workspace, per row: the chunks' histograms (or kept masses), their stats, the state, the counters.
+// sample's workspace, per row: the chunks' slots (histograms, kept masses) in two buffers, their stats, the
+// state, the counters.
 struct SampleWorkspace {
   std::size_t stats, states, counters, bytes;
   SampleWorkspace(std::int64_t batch, std::int64_t chunks, int phases) {
     const auto align = [](std::size_t n) { return (n + 255) / 256 * 256; };
     const auto rows = std::size_t(batch);
-    stats = align(rows * std::size_t(chunks) * 256 * sizeof(std::uint64_t));
+    stats = align(rows * 2 * std::size_t(chunks) * mojo_sampling::kSlot * sizeof(std::uint64_t));
     states = stats + align(rows * std::size_t(chunks) * 2 * sizeof(float));
     counters = states + align(rows * sizeof(mojo_sampling::RowState));
     bytes = counters + align(rows * std::size_t(phases) * sizeof(unsigned));
