@@ -153,7 +153,12 @@ __device__ long long draw(W weight, unsigned r24, bool greedy, u64* scan, Shared
 //               its histogram of top-k's first digit (counts need no max);
 //   1 .. D-1    top-k: the radix select of the k-th highest key, digit d (8
 //               bits) in phase d; phase 1 first picks digit 0 from phase 0's
-//               histograms, in every block;
+//               histograms, in every block. Where THREADS or fewer keys lie at
+//               or above the last digit's prefix (top-k's survivors and the
+//               keys they may tie with: about k on most rows), its blocks also
+//               keep those tokens in the workspace, and its merge finishes the
+//               row there, one candidate a thread: top-p, min-p and the draw
+//               (draw_from_candidates); the later phases return at once;
 //   D .. 2D-1   top-p: the select of the highest key where the mass from the
 //               top reaches top_p of the mass top-k kept, digit d in phase D + d;
 //               without min-p, each phase's merge also adds up what each chunk
@@ -316,12 +321,85 @@ __device__ __forceinline__ void place_point(const SampleShared<THREADS>& s, bool
   state->point = point;
 }
 
+constexpr int kTokenWritten = -2;  // RowState::chunk once the row's token is written
+
+// The keys at or above the prefix pick_digit just chose, in a count select for the k highest: those above
+// its region (k less what is still wanted there) and those in it.
+template <int THREADS> __device__ __forceinline__ unsigned at_or_above_prefix(long long k, const SampleShared<THREADS>& s) {
+  return unsigned(u64(k) - s.want + s.bins[s.prefix & 255u]);
+}
+
+// What the phases after top-k's select do, for a row whose top-k survivors are few: `count` <= THREADS
+// candidates (the row's tokens at or above the select's last prefix, as (index << 32) | logit bits, in
+// any order), one a thread. Top-p's select over the masses of those at or above `threshold` (top-k's),
+// digit by digit as its phases do, then min-p, then the draw in vocabulary order: the same sums, so the
+// same token as the phases give. Returns the token (-1: no kept mass) to every thread.
+template <class T, int THREADS>
+__device__ __forceinline__ long long draw_from_candidates(const u64* candidates, unsigned count, unsigned threshold,
+                                                          float m, float p, float floor_e, bool greedy,
+                                                          unsigned r24, SampleShared<THREADS>& s) {
+  constexpr int D = kDigits<T>, KEY_BITS = kKeyBits<T>;
+  const unsigned tid = mojo::thread_x();
+  const bool mine = tid < count;
+  const u64 candidate = mine ? mojo::load_gpu(candidates + tid) : 0ull;
+  const float l = mojo::bits_to_float(unsigned(candidate));
+  const unsigned key = mine ? order_key<T>(l) : 0u;
+  const u64 index = candidate >> 32;
+  const float e = mojo::exp_approx(l - m);
+  if (p < 1.f) {
+    unsigned prefix = 0;
+    u64 want = 0;
+#pragma unroll 1  // once a row: one copy of pick_digit, not D
+    for (int d = 0; d < D; ++d) {
+      const int shift = KEY_BITS - 8 * (d + 1);
+      clear_histogram(s);
+      if (mine && key >= threshold && (d == 0 || (key >> (shift + 8)) == prefix) && mass(e) != 0)
+        add_to_bin(s, (key >> shift) & 255u, mass(e));
+      write_histogram(s, s.bins);
+      mojo::sync_block();
+      pick_digit<THREADS>(prefix, want, d == 0 ? p : 0.f, s);
+      prefix = s.prefix;
+      want = s.want;
+    }
+    threshold = prefix;
+  }
+  const u64 kept = mine && key >= threshold && e >= floor_e ? mass(e) : 0ull;
+  u64* masses = s.scan;
+  u64* indices = s.scan + THREADS;
+  masses[tid] = kept;
+  indices[tid] = index;
+  if (tid == 0) s.chosen = -1;
+  mojo::sync_block();
+  u64 total = 0, before = 0;  // the kept mass of all candidates, and of those before this one in the vocabulary
+  for (unsigned j = 0; j < count; ++j) {
+    total += masses[j];
+    if (indices[j] < index) before += masses[j];
+  }
+  const u64 point = greedy ? 0ull : scale(total, r24);
+  if (kept != 0 && before <= point && point < before + kept) s.chosen = (long long)index;
+  mojo::sync_block();
+  const long long token = s.chosen;
+  mojo::sync_block();  // every thread has read s before the caller's next use of it
+  return token;
+}
+
+// Thread 0: the row's token, its log_softmax (before the filters; NaN for none) and the request's next offset.
+template <class T, int CHUNKS>
+__device__ __forceinline__ void write_token(long long token, long long r, const T* row, float m, const float* row_stats,
+                                            long long* tokens, float* logprobs, long long* offset) {
+  tokens[r] = token;
+  if (logprobs != nullptr)
+    logprobs[r] = token < 0 ? mojo::bits_to_float(0x7fc00000u)
+                            : mojo::to_float(row[token]) - m - mojo::log_approx(mojo::OnlineSum::of_parts(row_stats, CHUNKS).sum);
+  offset[r] = offset[r] + 1;
+}
+
 template <class T, class I, int VOCAB, int VEC, int THREADS, int CHUNKS>
 __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __restrict__ logprobs,
                                        const T* __restrict__ logits, long long stride, const I* __restrict__ top_k,
                                        const float* __restrict__ top_p, const float* __restrict__ min_p,
                                        const long long* __restrict__ seed, long long* __restrict__ offset,
-                                       u64* __restrict__ partials, float* __restrict__ stats,
+                                       u64* __restrict__ partials, u64* __restrict__ candidates, float* __restrict__ stats,
                                        RowState* __restrict__ states, unsigned* __restrict__ counters, int phase) {
   static_assert(VOCAB % VEC == 0, "VEC must divide VOCAB");
   static_assert(CHUNKS <= 32, "a row's chunks' kept masses sit in one warp's lane_sums");
@@ -336,6 +414,8 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
   float* row_stats = stats + r * CHUNKS * 2;
   u64* slots = partials + (r * 2 + (phase & 1)) * CHUNKS * kSlot;  // this phase's buffer, a slot a chunk
   unsigned* counter = counters + r * PHASES + phase;
+  unsigned* candidate_tickets = counters + r * PHASES;  // phase 0 has no arrivals: its counter numbers candidates
+  u64* row_candidates = candidates + r * THREADS;
   const long long k = (long long)top_k[r];
   const bool by_top_k = k > 0 && k < VOCAB;
 
@@ -357,7 +437,7 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
         states[r].threshold = 0u;
         states[r].chunk = -1;
       }
-      for (int i = int(tid) + 1; i < PHASES; i += THREADS) counters[r * PHASES + i] = 0u;
+      for (int i = int(tid); i < PHASES; i += THREADS) counters[r * PHASES + i] = 0u;
     }
     return;
   }
@@ -366,22 +446,30 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
   const float m = mojo::OnlineSum::of_parts(row_stats, CHUNKS).max;
   const float p = top_p[r];
   const bool placed_by_top_p = p < 1.f && !(min_p[r] > 0.f);  // every kept token is in top-p's last histogram
+  const float floor_e = min_p[r] > 0.f ? min_p[r] : 0.f;      // exp(l - max) >= min_p: p >= min_p * p_max
   if (phase < 2 * D) {  // a digit of top-k's or top-p's select
     const bool by_count = phase < D;
     const int d = by_count ? phase : phase - D, shift = KEY_BITS - 8 * (d + 1);
-    if (by_count ? !by_top_k : !(p < 1.f)) return;
-    unsigned prefix = states[r].prefix;
+    if (by_count ? !by_top_k : (!(p < 1.f) || states[r].chunk == kTokenWritten)) return;
+    unsigned prefix = states[r].prefix, at_or_above = states[r].candidates;
     u64 want = states[r].want;
     if (by_count && d == 1) {  // digit 0, the same in every block
       merge_histograms<CHUNKS>(partials + r * 2 * CHUNKS * kSlot, s);
       pick_digit<THREADS>(0u, u64(k), 0.f, s);
       prefix = s.prefix;
       want = s.want;
+      at_or_above = at_or_above_prefix(k, s);
     }
+    // top-k's last digit, with few keys at or above its prefix: keep those (key >> 8 >= prefix) as candidates
+    const bool keep_candidates = by_count && d == D - 1 && at_or_above <= unsigned(THREADS);
     const unsigned floor = by_count ? 0u : threshold;
     clear_histogram(s);
-    chunk.for_each(row, [&](int, float l) {
+    chunk.for_each(row, [&](int i, float l) {
       const unsigned key = order_key<T>(l);
+      if (keep_candidates && (key >> 8) >= prefix) {
+        const unsigned ticket = mojo::arrive(candidate_tickets);  // a slot of the row's list
+        if (ticket < unsigned(THREADS)) row_candidates[ticket] = (u64(unsigned(i)) << 32) | mojo::float_to_bits(l);
+      }
       if (key < floor || (d > 0 && (key >> (shift + 8)) != prefix)) return;
       const u64 w = by_count ? 1ull : mass(mojo::exp_approx(l - m));
       if (w != 0) add_to_bin(s, (key >> shift) & 255u, w);
@@ -393,7 +481,17 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
     if (tid == 0) {  // field by field: a whole RowState copied went through local memory
       states[r].prefix = s.prefix;
       states[r].want = s.want;
+      if (by_count) states[r].candidates = at_or_above_prefix(k, s);
       if (d == D - 1) states[r].threshold = s.prefix;
+    }
+    if (keep_candidates) {  // the rest of the row, here
+      const long long token = draw_from_candidates<T, THREADS>(row_candidates, at_or_above, s.prefix, m, p, floor_e,
+                                                               k == 1, mojo::random24(seed[r], offset[r], 0), s);
+      if (tid == 0) {
+        write_token<T, CHUNKS>(token, r, row, m, row_stats, tokens, logprobs, offset);
+        states[r].chunk = kTokenWritten;
+      }
+      return;
     }
     if (!by_count && placed_by_top_p) {  // each chunk keeps its mass above the prefix, and the bins above the pick
       const u64* before = d == 0 ? nullptr : partials + (r * 2 + ((phase - 1) & 1)) * CHUNKS * kSlot;
@@ -406,13 +504,12 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
   }
 
   // The draw: the inverse CDF in vocabulary order over the kept tokens' masses.
-  const float floor_e = min_p[r] > 0.f ? min_p[r] : 0.f;  // exp(l - max) >= min_p: p >= min_p * p_max
   auto kept = [&](float l) {
     const float e = mojo::exp_approx(l - m);
     return order_key<T>(l) >= threshold && e >= floor_e ? mass(e) : 0ull;
   };
   if (phase == 2 * D) {  // each chunk's kept mass; the last block places the point
-    if (placed_by_top_p) return;
+    if (placed_by_top_p || states[r].chunk == kTokenWritten) return;
     u64 mine = 0;
     chunk.for_each(row, [&](int, float l) { mine += kept(l); });
     u64 total;
@@ -427,7 +524,7 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
   // phase 2D + 1: the chunk that holds the point walks to it (chunk 0 reports a row with none).
   const int holder = states[r].chunk;
   const u64 point = states[r].point;
-  if (c != (holder < 0 ? 0 : holder)) return;
+  if (holder == kTokenWritten || c != (holder < 0 ? 0 : holder)) return;
   long long token = -1;
   if (holder >= 0) {
     constexpr int PER_THREAD = (Chunk::CV + THREADS - 1) / THREADS;  // vectors, contiguous
@@ -456,13 +553,7 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
     mojo::sync_block();
     token = s.chosen;
   }
-  if (tid == 0) {
-    tokens[r] = token;
-    if (logprobs != nullptr)
-      logprobs[r] = token < 0 ? mojo::bits_to_float(0x7fc00000u)
-                              : mojo::to_float(row[token]) - m - mojo::log_approx(mojo::OnlineSum::of_parts(row_stats, CHUNKS).sum);
-    offset[r] = offset[r] + 1;
-  }
+  if (tid == 0) write_token<T, CHUNKS>(token, r, row, m, row_stats, tokens, logprobs, offset);
 }
 
 // What a request's logits are multiplied by: 1 / temperature, or 1 (left as they are) for a temperature of 0.
@@ -558,8 +649,8 @@ __device__ __forceinline__ void reject_sample(long long* __restrict__ out, long 
   extern "C" __global__ void __launch_bounds__(P::threads)                                                  \
       NAME(MOJO_ARG_PARAMS(MOJO_SAMPLING_SAMPLE_ARGS, P::dtype, P::index)) {                                \
     mojo_sampling::sample<P::dtype, P::index, P::vocab, P::vec, P::threads, P::chunks>(                     \
-        tokens, logprobs, logits, stride, top_k, top_p, min_p, seed, offset, partials, stats, states, counters, \
-        phase);                                                                                              \
+        tokens, logprobs, logits, stride, top_k, top_p, min_p, seed, offset, partials, candidates, stats, states, \
+        counters, phase);                                                                                    \
   }
 
 #define MOJO_KERNEL_apply_temperature(NAME, P)                                                                       \

@@ -37,6 +37,7 @@
   ARG(const long long* __restrict__, seed)                                                       \
   ARG(long long* __restrict__, offset)           /* advanced by one (the last phase) */          \
   ARG(unsigned long long* __restrict__, partials) /* workspace: [batch, 2, chunks, kSlot] */     \
+  ARG(unsigned long long* __restrict__, candidates) /* workspace: [batch, threads] */            \
   ARG(float* __restrict__, stats)                 /* workspace: [batch, chunks, 2] max, sum */   \
   ARG(mojo_sampling::RowState* __restrict__, states) /* workspace: [batch] */                    \
   ARG(unsigned* __restrict__, counters)           /* workspace: [batch, phases] */               \
@@ -68,8 +69,9 @@ struct RowState {
   unsigned long long point;  // the draw: where the point falls within `chunk`
   unsigned threshold;        // keys >= threshold are kept (0, then top-k's, then top-p's)
   unsigned prefix;           // the select under way: the digits chosen so far
-  int chunk;                 // the draw: the chunk that holds the point; -1: none (no finite logit)
-  unsigned unused;
+  int chunk;                 // the draw: the chunk that holds the point; -1: none (no finite logit);
+                             // kTokenWritten: the token is written (top-k's survivors were few)
+  unsigned candidates;       // top-k's select: the keys at or above its prefix
 };
 
 template <class T>

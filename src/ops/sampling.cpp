@@ -220,15 +220,16 @@ constexpr OpInfo kSample{
 // The logits' order keys are this many bits wide (sampling.cu's kKeyBits): bf16 keeps 16, f16 24.
 int key_bits(DType dtype) { return dtype == DType::f32 ? 32 : dtype == DType::f16 ? 24 : 16; }
 
-// sample's workspace, per row: the chunks' slots (histograms, kept masses) in two buffers, their stats, the
-// state, the counters.
+// sample's workspace, per row: the chunks' slots (histograms, kept masses) in two buffers, top-k's
+// candidates (a thread's worth), the chunks' stats, the state, the counters.
 struct SampleWorkspace {
-  std::size_t stats, states, counters, bytes;
-  SampleWorkspace(std::int64_t batch, std::int64_t chunks, int phases) {
+  std::size_t candidates, stats, states, counters, bytes;
+  SampleWorkspace(std::int64_t batch, const Params& p, int phases) {
     const auto align = [](std::size_t n) { return (n + 255) / 256 * 256; };
-    const auto rows = std::size_t(batch);
-    stats = align(rows * 2 * std::size_t(chunks) * mojo_sampling::kSlot * sizeof(std::uint64_t));
-    states = stats + align(rows * std::size_t(chunks) * 2 * sizeof(float));
+    const auto rows = std::size_t(batch), chunks = std::size_t(p.get("chunks"));
+    candidates = align(rows * 2 * chunks * mojo_sampling::kSlot * sizeof(std::uint64_t));
+    stats = candidates + align(rows * std::size_t(p.get("threads")) * sizeof(std::uint64_t));
+    states = stats + align(rows * chunks * 2 * sizeof(float));
     counters = states + align(rows * sizeof(mojo_sampling::RowState));
     bytes = counters + align(rows * std::size_t(phases) * sizeof(unsigned));
   }
@@ -269,7 +270,7 @@ class Sample final : public OpDef {
     return MOJO_SAMPLE_PHASES(key_bits(p.dtype("dtype")));
   }
   std::size_t workspace_bytes(const Params& p, TensorList t) const override {
-    return SampleWorkspace(t[2].spec.dim(0), p.get("chunks"), int(repeats(p, t))).bytes;
+    return SampleWorkspace(t[2].spec.dim(0), p, int(repeats(p, t))).bytes;
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
@@ -283,7 +284,7 @@ class Sample final : public OpDef {
     for (std::size_t i = 0; i < t.size(); ++i)
       if (i != 2 && !(i == 1 && t[1].spec.rank() == 0))
         checks::expect_pointer(name(), kSampleTensors[i].name, t[i].data, unsigned(dtype_size(t[i].spec.dtype())));
-    const SampleWorkspace w(t[2].spec.dim(0), p.get("chunks"), int(repeats(p, t)));
+    const SampleWorkspace w(t[2].spec.dim(0), p, int(repeats(p, t)));
     args.push_args(mojo_sampling::SampleArgs<void, void>{
         .tokens = static_cast<long long*>(ptr(t[0])),
         .logprobs = t[1].spec.rank() == 0 ? nullptr : ptr<float>(t[1]),
@@ -295,6 +296,7 @@ class Sample final : public OpDef {
         .seed = static_cast<const long long*>(ptr(t[6])),
         .offset = static_cast<long long*>(ptr(t[7])),
         .partials = ptr<unsigned long long>(workspace),
+        .candidates = ptr<unsigned long long>(workspace + w.candidates),
         .stats = ptr<float>(workspace + w.stats),
         .states = ptr<mojo_sampling::RowState>(workspace + w.states),
         .counters = ptr<unsigned>(workspace + w.counters),

@@ -187,7 +187,7 @@ TEST_P(SamplingGpu, TokensMatchTheSortingReference) {
         std::int64_t k;
         float p, min_p;
       } filters[] = {{0, 1.f, 0.f},   {1, 1.f, 0.f},     {50, 1.f, 0.f},      {0, 0.8f, 0.f}, {0, 1.f, 0.05f},
-                     {20, 0.9f, 0.f}, {40, 0.5f, 0.02f}, {vocab, 0.99f, 0.f}, {3, 0.01f, 0.f}};
+                     {20, 0.9f, 0.f}, {40, 0.5f, 0.02f}, {vocab, 0.99f, 0.f}, {3, 0.01f, 0.f}, {30, 1.f, 0.1f}};
       for (std::size_t f = 0; f < std::size(filters); ++f)
         for (int rep = 0; rep < 3; ++rep)
           b.add(normal_logits(vocab, std::uint32_t(f * 10 + rep)), filters[f].k, filters[f].p, filters[f].min_p,
@@ -212,8 +212,9 @@ TEST_P(SamplingGpu, TokensMatchTheSortingReference) {
 // tied values, one spike, -inf and NaN among finite values, no finite value,
 // the largest finite floats. The same token as the sorting reference under
 // every filter, with the row split into 5, 4, 3, 2 and 1 chunks (the batch
-// sets the split). The phases are the same whatever the values (the test
-// above), so such rows cost what random logits cost.
+// sets the split). The launches are the same whatever the values (the test
+// above); rows whose top-k survivors do not fit a block (ties with the k-th)
+// take top-p's and the draw's phases, the others finish in top-k's last merge.
 TEST_P(SamplingGpu, WorstCaseRowsMatchTheReferenceWhateverTheSplit) {
   const std::int64_t vocab = 4097;
   std::vector<std::vector<float>> rows;
