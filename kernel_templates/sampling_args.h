@@ -26,21 +26,21 @@
   ARG(const float* __restrict__, temperature)
 
 // sample: every phase of the plan is a launch of one kernel (sampling.cu).
-#define MOJO_SAMPLING_SAMPLE_ARGS(T, I, ARG)                                                     \
-  ARG(long long* __restrict__, tokens)                                                           \
-  ARG(float* __restrict__, logprobs) /* null: not wanted */                                      \
-  ARG(const T* __restrict__, logits)                                                             \
-  ARG(long long, stride) /* elements between rows */                                             \
-  ARG(const I* __restrict__, top_k)                                                              \
-  ARG(const float* __restrict__, top_p)                                                          \
-  ARG(const float* __restrict__, min_p)                                                          \
-  ARG(const long long* __restrict__, seed)                                                       \
-  ARG(long long* __restrict__, offset)           /* advanced by one (the last phase) */          \
-  ARG(unsigned long long* __restrict__, partials) /* workspace: [batch, 2, chunks, kSlot] */     \
-  ARG(unsigned long long* __restrict__, candidates) /* workspace: [batch, threads] */            \
-  ARG(float* __restrict__, stats)                 /* workspace: [batch, chunks, 2] max, sum */   \
-  ARG(mojo_sampling::RowState* __restrict__, states) /* workspace: [batch] */                    \
-  ARG(unsigned* __restrict__, counters)           /* workspace: [batch, phases] */               \
+#define MOJO_SAMPLING_SAMPLE_ARGS(T, I, ARG)                                                                       \
+  ARG(long long* __restrict__, tokens)                                                                             \
+  ARG(float* __restrict__, logprobs)                /* null: not wanted */                                         \
+  ARG(const T* __restrict__, logits)                                                                               \
+  ARG(long long, stride)                            /* elements between rows */                                    \
+  ARG(const I* __restrict__, top_k)                                                                                \
+  ARG(const float* __restrict__, top_p)                                                                            \
+  ARG(const float* __restrict__, min_p)                                                                            \
+  ARG(const long long* __restrict__, seed)                                                                         \
+  ARG(long long* __restrict__, offset)              /* advanced by one */                                          \
+  ARG(unsigned long long* __restrict__, partials)   /* workspace: [batch, 2, chunks, kSlot] */                     \
+  ARG(unsigned long long* __restrict__, candidates) /* workspace: [batch, threads] */                              \
+  ARG(float* __restrict__, stats)                   /* workspace: [batch, chunks, 2] max, sum */                   \
+  ARG(mojo_sampling::RowState* __restrict__, states) /* workspace: [batch] */                                      \
+  ARG(unsigned* __restrict__, counters)             /* workspace: [batch, phases]; phase 0's numbers candidates */ \
   ARG(int, phase)
 
 #define MOJO_SAMPLING_REJECT_ARGS(T, I, ARG)                              \
