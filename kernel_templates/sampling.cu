@@ -176,8 +176,9 @@ __device__ long long draw(W weight, unsigned r24, bool greedy, u64* scan, Shared
 // be trusted. The histograms alternate between two buffers by phase parity,
 // since phase 1 reads phase 0's while writing its own. A filter a row does
 // not use makes its phases return at once. Every phase reads each chunk once
-// at most, so the time does not depend on the values: ties, a single spike or
-// -inf rows cost what random logits cost.
+// at most, so the time depends on the values only through the survivors'
+// path: a row of ties with the k-th (all equal, say) reads the row up to
+// 2D + 1 times where a typical top-k row reads it D times.
 template <class T> constexpr int kDigits = kKeyBits<T> / 8;
 template <class T> constexpr int kPhases = MOJO_SAMPLE_PHASES(kKeyBits<T>);
 constexpr int kCopies = 16;
@@ -323,6 +324,18 @@ __device__ __forceinline__ void place_point(const SampleShared<THREADS>& s, bool
 
 constexpr int kTokenWritten = -2;  // RowState::chunk once the row's token is written
 
+// Whether `key` counts in digit d's histogram of a select: at or above its floor and, past the first
+// digit, in the region of the digits picked so far (`prefix`).
+__device__ __forceinline__ bool in_select(unsigned key, unsigned floor, int d, int shift, unsigned prefix) {
+  return key >= floor && (d == 0 || (key >> (shift + 8)) == prefix);
+}
+
+// A token's weight in the draw: its mass where its key passes the filters' threshold and its exp(l - max)
+// min-p's floor, else 0.
+__device__ __forceinline__ u64 kept_mass(unsigned key, float e, unsigned threshold, float floor_e) {
+  return key >= threshold && e >= floor_e ? mass(e) : 0ull;
+}
+
 // The keys at or above the prefix pick_digit just chose, in a count select for the k highest: those above
 // its region (k less what is still wanted there) and those in it.
 template <int THREADS> __device__ __forceinline__ unsigned at_or_above_prefix(long long k, const SampleShared<THREADS>& s) {
@@ -353,7 +366,7 @@ __device__ __forceinline__ long long draw_from_candidates(const u64* candidates,
     for (int d = 0; d < D; ++d) {
       const int shift = KEY_BITS - 8 * (d + 1);
       clear_histogram(s);
-      if (mine && key >= threshold && (d == 0 || (key >> (shift + 8)) == prefix) && mass(e) != 0)
+      if (mine && in_select(key, threshold, d, shift, prefix) && mass(e) != 0)
         add_to_bin(s, (key >> shift) & 255u, mass(e));
       write_histogram(s, s.bins);
       mojo::sync_block();
@@ -363,7 +376,7 @@ __device__ __forceinline__ long long draw_from_candidates(const u64* candidates,
     }
     threshold = prefix;
   }
-  const u64 kept = mine && key >= threshold && e >= floor_e ? mass(e) : 0ull;
+  const u64 kept = mine ? kept_mass(key, e, threshold, floor_e) : 0ull;
   u64* masses = s.scan;
   u64* indices = s.scan + THREADS;
   masses[tid] = kept;
@@ -470,7 +483,7 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
         const unsigned ticket = mojo::arrive(candidate_tickets);  // a slot of the row's list
         if (ticket < unsigned(THREADS)) row_candidates[ticket] = (u64(unsigned(i)) << 32) | mojo::float_to_bits(l);
       }
-      if (key < floor || (d > 0 && (key >> (shift + 8)) != prefix)) return;
+      if (!in_select(key, floor, d, shift, prefix)) return;
       const u64 w = by_count ? 1ull : mass(mojo::exp_approx(l - m));
       if (w != 0) add_to_bin(s, (key >> shift) & 255u, w);
     });
@@ -504,10 +517,7 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
   }
 
   // The draw: the inverse CDF in vocabulary order over the kept tokens' masses.
-  auto kept = [&](float l) {
-    const float e = mojo::exp_approx(l - m);
-    return order_key<T>(l) >= threshold && e >= floor_e ? mass(e) : 0ull;
-  };
+  auto kept = [&](float l) { return kept_mass(order_key<T>(l), mojo::exp_approx(l - m), threshold, floor_e); };
   if (phase == 2 * D) {  // each chunk's kept mass; the last block places the point
     if (placed_by_top_p || states[r].chunk == kTokenWritten) return;
     u64 mine = 0;
