@@ -70,6 +70,13 @@ template <class T> __device__ __forceinline__ unsigned order_key(float x) {
   return ((b & 0x80000000u) ? ~b : b | 0x80000000u) >> (32 - kKeyBits<T>);
 }
 
+// The logit whose order key is `key` (order_key's inverse; key 0 gives a NaN): what tied tokens share.
+template <class T> __device__ __forceinline__ float key_logit(unsigned key) {
+  constexpr int SHIFT = 32 - kKeyBits<T>;
+  const unsigned b = key << SHIFT;  // a 16-bit dtype's dropped low bits are 0 in the logit
+  return mojo::bits_to_float(b & 0x80000000u ? b & 0x7fffffffu : ~b & ~((1u << SHIFT) - 1u));
+}
+
 // draw's shared memory.
 struct Shared {
   u64 lane_sums[32];  // per warp's segment
@@ -158,7 +165,12 @@ __device__ long long draw(W weight, unsigned r24, bool greedy, u64* scan, Shared
 //               keys they may tie with: about k on most rows), its blocks also
 //               keep those tokens in the workspace, and its merge finishes the
 //               row there, one candidate a thread: top-p, min-p and the draw
-//               (draw_from_candidates); the later phases return at once;
+//               (finish_from_candidates); the later phases return at once;
+//   D           on a top-k row with more survivors (ties with the k-th key),
+//               for k <= THREADS: the keys above the k-th (fewer than k) to the
+//               workspace, and the merge does top-p and min-p over them and the
+//               ties as one weight, and places the draw's point for phase
+//               2D + 1 (finish_from_candidates); the phases between return;
 //   D .. 2D-1   top-p: the select of the highest key where the mass from the
 //               top reaches top_p of the mass top-k kept, digit d in phase D + d;
 //               without min-p, each phase's merge also adds up what each chunk
@@ -176,9 +188,10 @@ __device__ long long draw(W weight, unsigned r24, bool greedy, u64* scan, Shared
 // be trusted. The histograms alternate between two buffers by phase parity,
 // since phase 1 reads phase 0's while writing its own. A filter a row does
 // not use makes its phases return at once. Every phase reads each chunk once
-// at most, so the time depends on the values only through the survivors'
-// path: a row of ties with the k-th (all equal, say) reads the row up to
-// 2D + 1 times where a typical top-k row reads it D times.
+// at most. A top-k row (k <= THREADS) reads the row D times, or D + 1 and one
+// chunk with ties at its k-th key (all equal, say): the time depends on the
+// values by that much. Other rows (no top-k, or k > THREADS) read it at most
+// 2D + 1 + 1/CHUNKS times, whatever the values.
 template <class T> constexpr int kDigits = kKeyBits<T> / 8;
 template <class T> constexpr int kPhases = MOJO_SAMPLE_PHASES(kKeyBits<T>);
 constexpr int kCopies = 16;
@@ -323,6 +336,7 @@ __device__ __forceinline__ void place_point(const SampleShared<THREADS>& s, bool
 }
 
 constexpr int kTokenWritten = -2;  // RowState::chunk once the row's token is written
+constexpr int kNotPlaced = -3;     // RowState::chunk until the draw's point is placed (-1 and up: placed)
 
 // Whether `key` counts in digit d's histogram of a select: at or above its floor and, past the first
 // digit, in the region of the digits picked so far (`prefix`).
@@ -342,59 +356,44 @@ template <int THREADS> __device__ __forceinline__ unsigned at_or_above_prefix(lo
   return unsigned(u64(k) - s.want + s.bins[s.prefix & 255u]);
 }
 
-// What the phases after top-k's select do, for a row whose top-k survivors are few: `count` <= THREADS
-// candidates (the row's tokens at or above the select's last prefix, as (index << 32) | logit bits, in
-// any order), one a thread. Top-p's select over the masses of those at or above `threshold` (top-k's),
-// digit by digit as its phases do, then min-p, then the draw in vocabulary order: the same sums, so the
-// same token as the phases give. Returns the token (-1: no kept mass) to every thread.
+// Top-p's select over the weights the block's threads hold (a key each, its weight 0 for none), digit by
+// digit as its phases do over the row, among the keys at or above `threshold`: the kept keys' new threshold
+// (`threshold` itself without top-p). Every thread calls it and gets the result.
 template <class T, int THREADS>
-__device__ __forceinline__ long long draw_from_candidates(const u64* candidates, unsigned count, unsigned threshold,
-                                                          float m, float p, float floor_e, bool greedy,
-                                                          unsigned r24, SampleShared<THREADS>& s) {
+__device__ __forceinline__ unsigned top_p_threshold(unsigned key, u64 weight, unsigned threshold, float p,
+                                                    SampleShared<THREADS>& s) {
   constexpr int D = kDigits<T>, KEY_BITS = kKeyBits<T>;
-  const unsigned tid = mojo::thread_x();
-  const bool mine = tid < count;
-  const u64 candidate = mine ? mojo::load_gpu(candidates + tid) : 0ull;
-  const float l = mojo::bits_to_float(unsigned(candidate));
-  const unsigned key = mine ? order_key<T>(l) : 0u;
-  const u64 index = candidate >> 32;
-  const float e = mojo::exp_approx(l - m);
-  if (p < 1.f) {
-    unsigned prefix = 0;
-    u64 want = 0;
+  if (!(p < 1.f)) return threshold;
+  unsigned prefix = 0;
+  u64 want = 0;
 #pragma unroll 1  // once a row: one copy of pick_digit, not D
-    for (int d = 0; d < D; ++d) {
-      const int shift = KEY_BITS - 8 * (d + 1);
-      clear_histogram(s);
-      if (mine && in_select(key, threshold, d, shift, prefix) && mass(e) != 0)
-        add_to_bin(s, (key >> shift) & 255u, mass(e));
-      write_histogram(s, s.bins);
-      mojo::sync_block();
-      pick_digit<THREADS>(prefix, want, d == 0 ? p : 0.f, s);
-      prefix = s.prefix;
-      want = s.want;
-    }
-    threshold = prefix;
+  for (int d = 0; d < D; ++d) {
+    const int shift = KEY_BITS - 8 * (d + 1);
+    clear_histogram(s);
+    if (weight != 0 && in_select(key, threshold, d, shift, prefix)) add_to_bin(s, (key >> shift) & 255u, weight);
+    write_histogram(s, s.bins);
+    mojo::sync_block();
+    pick_digit<THREADS>(prefix, want, d == 0 ? p : 0.f, s);
+    prefix = s.prefix;
+    want = s.want;
   }
-  const u64 kept = mine ? kept_mass(key, e, threshold, floor_e) : 0ull;
-  u64* masses = s.scan;
-  u64* indices = s.scan + THREADS;
-  masses[tid] = kept;
-  indices[tid] = index;
-  if (tid == 0) s.chosen = -1;
-  mojo::sync_block();
-  u64 total = 0, before = 0;  // the kept mass of all candidates, and of those before this one in the vocabulary
-  for (unsigned j = 0; j < count; ++j) {
-    total += masses[j];
-    if (indices[j] < index) before += masses[j];
-  }
-  const u64 point = greedy ? 0ull : scale(total, r24);
-  if (kept != 0 && before <= point && point < before + kept) s.chosen = (long long)index;
-  mojo::sync_block();
-  const long long token = s.chosen;
-  mojo::sync_block();  // every thread has read s before the caller's next use of it
-  return token;
+  return prefix;
 }
+
+// A candidate token of the row's list (top-k's survivors, or those above a tied k-th key), as a thread holds it.
+template <class T> struct Candidate {
+  unsigned key = 0;  // 0 (NaN's, weight 0) for a thread without one
+  float e = 0.f;     // exp(l - max)
+  u64 index = 0;
+  __device__ __forceinline__ Candidate(const u64* list, unsigned count, float m) {
+    if (mojo::thread_x() >= count) return;
+    const u64 c = mojo::load_gpu(list + mojo::thread_x());
+    const float l = mojo::bits_to_float(unsigned(c));
+    key = order_key<T>(l);
+    e = mojo::exp_approx(l - m);
+    index = c >> 32;
+  }
+};
 
 // Thread 0: the row's token, its log_softmax (before the filters; NaN for none) and the request's next offset.
 template <class T, int CHUNKS>
@@ -405,6 +404,65 @@ __device__ __forceinline__ void write_token(long long token, long long r, const 
     logprobs[r] = token < 0 ? mojo::bits_to_float(0x7fc00000u)
                             : mojo::to_float(row[token]) - m - mojo::log_approx(mojo::OnlineSum::of_parts(row_stats, CHUNKS).sum);
   offset[r] = offset[r] + 1;
+}
+
+// What the phases after top-k's select do, done by one block for a row whose top-k survivors fit it:
+// `count` <= THREADS candidates in `list` ((index << 32) | logit bits, in any order), one a thread. Top-p's
+// select over their masses among those at or above `threshold` (top-k's), then min-p, then the draw in
+// vocabulary order: the same integer sums as the phases', so the same token. Two cases:
+// - tied == 0: the candidates are every key at or above `threshold` (top-k's last merge). The draw is made
+//   here: thread 0 writes the token, and RowState::chunk = kTokenWritten.
+// - tied > 0: ties with the k-th key. The candidates are the keys above `threshold` (count < THREADS), and
+//   the `tied` tokens of key `threshold` count as one weight (thread `count` holds it; all kept or none),
+//   tied_counts[c * kSlot] of them in chunk c (top-k's last histograms). The chunks' kept masses place the
+//   draw's point (place_point), and the walk phase finds the token in vocabulary order.
+// `offset` is every row's (write_token advances row r's). One call site in sample(): a second inlined copy
+// of the select made ptxas spill (f32 at B 1).
+template <class T, int THREADS, int CHUNK_ELEMENTS, int CHUNKS>
+__device__ __forceinline__ void finish_from_candidates(const u64* list, unsigned count, unsigned threshold, u64 tied,
+                                                       const u64* tied_counts, float m, float p, float floor_e,
+                                                       bool greedy, long long seed, long long* offset, long long r,
+                                                       const T* row, const float* row_stats, long long* tokens,
+                                                       float* logprobs, RowState* state, SampleShared<THREADS>& s) {
+  const unsigned tid = mojo::thread_x();
+  const Candidate<T> mine(list, count, m);
+  const float tied_e = mojo::exp_approx(key_logit<T>(threshold) - m);
+  const bool holds_tied = tied != 0 && tid == count;
+  const unsigned kept_from = top_p_threshold<T, THREADS>(holds_tied ? threshold : mine.key,
+                                                         holds_tied ? tied * mass(tied_e) : mass(mine.e), threshold, p, s);
+  const u64 kept = kept_mass(mine.key, mine.e, kept_from, floor_e);
+  if (tied != 0) {  // each chunk's kept mass, its candidates' and its tied tokens', places the point
+    const u64 tied_kept = kept_mass(threshold, tied_e, kept_from, floor_e);  // a tied token's
+    if (tid < 32) s.lane_sums[tid] = 0;
+    mojo::sync_block();
+    if (kept != 0) mojo::shared_add(&s.lane_sums[int(mine.index) / CHUNK_ELEMENTS], kept);
+    mojo::sync_block();
+    if (int(tid) < CHUNKS) s.lane_sums[tid] += mojo::load_gpu(tied_counts + tid * kSlot) * tied_kept;
+    mojo::sync_block();
+    if (tid == 0) {
+      state->threshold = kept_from;
+      place_point<CHUNKS>(s, greedy, seed, offset[r], state);
+    }
+    return;
+  }
+  u64* masses = s.scan;
+  u64* indices = s.scan + THREADS;
+  masses[tid] = kept;
+  indices[tid] = mine.index;
+  if (tid == 0) s.chosen = -1;
+  mojo::sync_block();
+  u64 total = 0, before = 0;  // the kept mass of all candidates, and of those before this one in the vocabulary
+  for (unsigned j = 0; j < count; ++j) {
+    total += masses[j];
+    if (indices[j] < mine.index) before += masses[j];
+  }
+  const u64 point = greedy ? 0ull : scale(total, mojo::random24(seed, offset[r], 0));
+  if (kept != 0 && before <= point && point < before + kept) s.chosen = (long long)mine.index;
+  mojo::sync_block();
+  if (tid == 0) {
+    write_token<T, CHUNKS>(s.chosen, r, row, m, row_stats, tokens, logprobs, offset);
+    state->chunk = kTokenWritten;
+  }
 }
 
 template <class T, class I, int VOCAB, int VEC, int THREADS, int CHUNKS>
@@ -448,7 +506,7 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
     if (c == 0) {
       if (tid == 0) {
         states[r].threshold = 0u;
-        states[r].chunk = -1;
+        states[r].chunk = kNotPlaced;
       }
       for (int i = int(tid); i < PHASES; i += THREADS) counters[r * PHASES + i] = 0u;
     }
@@ -460,10 +518,27 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
   const float p = top_p[r];
   const bool placed_by_top_p = p < 1.f && !(min_p[r] > 0.f);  // every kept token is in top-p's last histogram
   const float floor_e = min_p[r] > 0.f ? min_p[r] : 0.f;      // exp(l - max) >= min_p: p >= min_p * p_max
-  if (phase < 2 * D) {  // a digit of top-k's or top-p's select
+  const bool placed = states[r].chunk != kNotPlaced;  // or the token written
+  // A row that finishes from a list of candidates (finish_from_candidates): the count, top-k's threshold,
+  // and the tokens tied at it that are not in the list.
+  bool from_candidates = false;
+  unsigned listed = 0, kth_key = threshold;
+  u64 tied = 0;
+  const u64 above_kth = phase == D && by_top_k && !placed ? u64(k) - states[r].want : ~0ull;
+  if (above_kth < u64(THREADS)) {  // ties with the k-th key left too many survivors: list the keys above it
+    chunk.for_each(row, [&](int i, float l) {
+      if (order_key<T>(l) <= threshold) return;
+      const unsigned ticket = mojo::arrive(candidate_tickets);  // a slot of the row's list: above_kth of them
+      if (ticket < unsigned(THREADS)) row_candidates[ticket] = (u64(unsigned(i)) << 32) | mojo::float_to_bits(l);
+    });
+    if (!last_to_arrive<CHUNKS>(counter, s)) return;
+    from_candidates = true;
+    listed = unsigned(above_kth);
+    tied = states[r].candidates - above_kth;
+  } else if (phase < 2 * D) {  // a digit of top-k's or top-p's select
     const bool by_count = phase < D;
     const int d = by_count ? phase : phase - D, shift = KEY_BITS - 8 * (d + 1);
-    if (by_count ? !by_top_k : (!(p < 1.f) || states[r].chunk == kTokenWritten)) return;
+    if (by_count ? !by_top_k : (!(p < 1.f) || placed)) return;
     unsigned prefix = states[r].prefix, at_or_above = states[r].candidates;
     u64 want = states[r].want;
     if (by_count && d == 1) {  // digit 0, the same in every block
@@ -497,29 +572,30 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
       if (by_count) states[r].candidates = at_or_above_prefix(k, s);
       if (d == D - 1) states[r].threshold = s.prefix;
     }
-    if (keep_candidates) {  // the rest of the row, here
-      const long long token = draw_from_candidates<T, THREADS>(row_candidates, at_or_above, s.prefix, m, p, floor_e,
-                                                               k == 1, mojo::random24(seed[r], offset[r], 0), s);
-      if (tid == 0) {
-        write_token<T, CHUNKS>(token, r, row, m, row_stats, tokens, logprobs, offset);
-        states[r].chunk = kTokenWritten;
-      }
-      return;
-    }
-    if (!by_count && placed_by_top_p) {  // each chunk keeps its mass above the prefix, and the bins above the pick
+    if (keep_candidates) {  // the rest of the row, here (below)
+      from_candidates = true;
+      listed = at_or_above;
+      kth_key = s.prefix;
+    } else if (!by_count && placed_by_top_p) {  // each chunk keeps its mass above the prefix, and the bins above the pick
       const u64* before = d == 0 ? nullptr : partials + (r * 2 + ((phase - 1) & 1)) * CHUNKS * kSlot;
       const int pick = int(s.prefix & 255u);
       kept_masses<CHUNKS>(before, slots, d == D - 1 ? pick : pick + 1, s);  // the last digit keeps its pick too
       if (d < D - 1 && int(tid) < CHUNKS) slots[tid * kSlot + 256] = s.lane_sums[tid];
       if (d == D - 1 && tid == 0) place_point<CHUNKS>(s, k == 1, seed[r], offset[r], states + r);
     }
+    if (!from_candidates) return;
+  }
+  if (from_candidates) {
+    finish_from_candidates<T, THREADS, Chunk::CV * VEC, CHUNKS>(
+        row_candidates, listed, kth_key, tied, partials + (r * 2 + ((D - 1) & 1)) * CHUNKS * kSlot + (kth_key & 255u),
+        m, p, floor_e, k == 1, seed[r], offset, r, row, row_stats, tokens, logprobs, states + r, s);
     return;
   }
 
   // The draw: the inverse CDF in vocabulary order over the kept tokens' masses.
   auto kept = [&](float l) { return kept_mass(order_key<T>(l), mojo::exp_approx(l - m), threshold, floor_e); };
   if (phase == 2 * D) {  // each chunk's kept mass; the last block places the point
-    if (placed_by_top_p || states[r].chunk == kTokenWritten) return;
+    if (placed) return;  // by top-p's last merge, among ties, or the token written
     u64 mine = 0;
     chunk.for_each(row, [&](int, float l) { mine += kept(l); });
     u64 total;

@@ -70,7 +70,8 @@ struct RowState {
   unsigned threshold;        // keys >= threshold are kept (0, then top-k's, then top-p's)
   unsigned prefix;           // the select under way: the digits chosen so far
   int chunk;                 // the draw: the chunk that holds the point; -1: none (no finite logit);
-                             // kTokenWritten: the token is written (top-k's survivors were few)
+                             // kNotPlaced: not yet; kTokenWritten: the token is written (top-k's
+                             // survivors were few)
   unsigned candidates;       // top-k's select: the keys at or above its prefix
 };
 

@@ -210,11 +210,13 @@ TEST_P(SamplingGpu, TokensMatchTheSortingReference) {
 
 // Rows whose values break a select that branches on the data: all equal, two
 // tied values, one spike, -inf and NaN among finite values, no finite value,
-// the largest finite floats. The same token as the sorting reference under
-// every filter, with the row split into 5, 4, 3, 2 and 1 chunks (the batch
-// sets the split). The launches are the same whatever the values (the test
-// above); rows whose top-k survivors do not fit a block (ties with the k-th)
-// take top-p's and the draw's phases, the others finish in top-k's last merge.
+// the largest finite floats, a few distinct values above many ties. The same
+// token as the sorting reference under every filter, with the row split into
+// 5, 4, 3, 2 and 1 chunks (the batch sets the split). The launches are the
+// same whatever the values (the test above); a top-k row finishes in top-k's
+// last merge when its survivors fit the block, else (ties with the k-th) in
+// the phase after, with the ties as one weight; only top-k beyond the block's
+// threads (k 600 here) takes top-p's and the draw's phases.
 TEST_P(SamplingGpu, WorstCaseRowsMatchTheReferenceWhateverTheSplit) {
   const std::int64_t vocab = 4097;
   std::vector<std::vector<float>> rows;
@@ -233,10 +235,16 @@ TEST_P(SamplingGpu, WorstCaseRowsMatchTheReferenceWhateverTheSplit) {
   v = normal_logits(vocab, 13);
   v[100] = 3.0e38f, v[4000] = -3.0e38f;
   rows.push_back(v);
+  // 40 distinct values above 2049 ties: top-p 0.9 keeps the ties only when it weighs them all (their mass
+  // is ~15x the 40's), min-p 0.5 drops them.
+  v = std::vector<float>(std::size_t(vocab), -5.f);
+  for (std::size_t i = 0; i < v.size(); i += 2) v[i] = 0.f;
+  for (std::size_t j = 0; j < 40; ++j) v[j * 100 + 1] = 1.f + 0.01f * float(j);
+  rows.push_back(v);
   const struct {
     std::int64_t k;
     float p, min_p;
-  } filters[] = {{0, 1.f, 0.f}, {1, 1.f, 0.f}, {50, 0.9f, 0.f}, {0, 0.5f, 0.1f}};
+  } filters[] = {{0, 1.f, 0.f}, {1, 1.f, 0.f}, {50, 0.9f, 0.f}, {0, 0.5f, 0.1f}, {60, 0.95f, 0.5f}, {600, 0.9f, 0.f}};
   for (DType dtype : {DType::f32, DType::bf16})
     for (const auto& [batch, chunks] : {std::pair<std::int64_t, std::int64_t>{1, 5}, {66, 4}, {88, 3}, {132, 2}, {264, 1}}) {
       if (dtype == DType::bf16 && chunks % 2 == 0) continue;  // f32's keys have the most digits; bf16 at 5, 3, 1
@@ -257,7 +265,8 @@ TEST_P(SamplingGpu, WorstCaseRowsMatchTheReferenceWhateverTheSplit) {
         const auto w = reference::sampling_weights(row, b.top_k[ri], b.top_p[ri], b.min_p[ri]);
         ASSERT_EQ(got.tokens[ri],
                   reference::inverse_cdf(w, reference::random24(b.seed[ri], b.offset[ri], 0), b.top_k[ri] == 1))
-            << "row " << r << " (kind " << ri % rows.size() << ", filter " << ri % (rows.size() * 4) / rows.size()
+            << "row " << r << " (kind " << ri % rows.size() << ", filter "
+            << ri % (rows.size() * std::size(filters)) / rows.size()
             << ")";
         EXPECT_EQ(got.offsets[ri], b.offset[ri] + 1);
       }
