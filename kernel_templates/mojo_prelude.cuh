@@ -471,6 +471,11 @@ __device__ __forceinline__ void shared_add(unsigned long long* p, unsigned long 
 __device__ __forceinline__ unsigned arrive(unsigned* counter) {
   return __atomic_fetch_add(counter, 1u, __ATOMIC_ACQ_REL);
 }
+// A number no other caller of take_ticket on `counter` gets (its old value). Relaxed: it orders nothing (a
+// block publishes what it wrote in the numbered slot with its arrive() later).
+__device__ __forceinline__ unsigned take_ticket(unsigned* counter) {
+  return __atomic_fetch_add(counter, 1u, __ATOMIC_RELAXED);
+}
 __device__ __forceinline__ void fence_gpu() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 __device__ __forceinline__ unsigned long long load_gpu(const unsigned long long* p) {
   return __atomic_load_n(p, __ATOMIC_RELAXED);
@@ -479,6 +484,11 @@ __device__ __forceinline__ unsigned long long load_gpu(const unsigned long long*
 __device__ __forceinline__ unsigned arrive(unsigned* counter) {
   unsigned old;
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+  return old;
+}
+__device__ __forceinline__ unsigned take_ticket(unsigned* counter) {
+  unsigned old;
+  asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
   return old;
 }
 __device__ __forceinline__ void fence_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }

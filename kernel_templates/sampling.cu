@@ -528,7 +528,7 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
   if (above_kth < u64(THREADS)) {  // ties with the k-th key left too many survivors: list the keys above it
     chunk.for_each(row, [&](int i, float l) {
       if (order_key<T>(l) <= threshold) return;
-      const unsigned ticket = mojo::arrive(candidate_tickets);  // a slot of the row's list: above_kth of them
+      const unsigned ticket = mojo::take_ticket(candidate_tickets);  // a slot of the row's list: above_kth of them
       if (ticket < unsigned(THREADS)) row_candidates[ticket] = (u64(unsigned(i)) << 32) | mojo::float_to_bits(l);
     });
     if (!last_to_arrive<CHUNKS>(counter, s)) return;
@@ -555,7 +555,7 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
     chunk.for_each(row, [&](int i, float l) {
       const unsigned key = order_key<T>(l);
       if (keep_candidates && (key >> 8) >= prefix) {
-        const unsigned ticket = mojo::arrive(candidate_tickets);  // a slot of the row's list
+        const unsigned ticket = mojo::take_ticket(candidate_tickets);  // a slot of the row's list
         if (ticket < unsigned(THREADS)) row_candidates[ticket] = (u64(unsigned(i)) << 32) | mojo::float_to_bits(l);
       }
       if (!in_select(key, floor, d, shift, prefix)) return;
