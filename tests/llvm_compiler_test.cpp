@@ -115,6 +115,46 @@ TEST(LlvmCompiler, SyntaxErrorIsACompileErrorWithSource) {
   }
 }
 
+// The prelude is parsed once per process and GPU into a precompiled header, from its second use on
+// (clang_front_end.cpp): a compile that reads it gives the bytes of one that parses the prelude, and a
+// compile error after the prelude names the template's line as before.
+TEST(LlvmCompiler, ThePrecompiledPreludeChangesNoByte) {
+  Runtime rt(llvm_only());
+  const Target sm90 = Target::parse("sm_90");
+  const std::string rms = rt.key_parts("rms_norm", rms_args(DType::bf16, 4, 4096), {}, sm90, Emit::ptx).source;
+  const std::string other = rt.key_parts("rms_norm", rms_args(DType::f32, 2, 1000), {}, sm90, Emit::ptx).source;
+  const std::unique_ptr<Compiler> llvm = make_compiler("llvm");
+  auto compile = [&](const std::string& source) {
+    CompileRequest r;
+    r.program_name = "rms_norm.cu";
+    r.source = source;
+    r.target = sm90;
+    r.emit = Emit::ptx;
+    r.description = "rms_norm";
+    return llvm->compile(r).binary;
+  };
+  // A line of code before the prelude turns the precompiled header off (the prelude might depend on it).
+  const std::string no_pch = "#define MOJO_JIT_UNUSED 1\n";
+  const std::string first = compile(rms);  // parses the prelude
+  EXPECT_EQ(compile(rms), first);          // precompiles it, and reads it
+  EXPECT_EQ(compile(rms), first);          // reads it
+  EXPECT_EQ(compile(other), compile(no_pch + other)) << "another kernel, with and without it";
+
+  std::string broken = other;
+  broken.insert(broken.find("  const float scale"), "  this is not C++;\n");
+  auto error = [&](const std::string& source) {
+    try {
+      compile(source);
+    } catch (const CompileError& e) {
+      return std::string(e.what());
+    }
+    return std::string("compiled");
+  };
+  const std::string with_pch = error(broken);
+  EXPECT_NE(with_pch.find("rms_norm.cu:"), std::string::npos) << with_pch;
+  EXPECT_EQ(with_pch, error(no_pch + broken));
+}
+
 TEST(LlvmCompiler, BackEndFatalErrorLeavesTheProcessAlive) {
   // __builtin_sinf has no NVPTX lowering: instruction selection hits
   // report_fatal_error("Cannot select"), which would exit() the process.

@@ -1,11 +1,5 @@
 #include "compiler/llvm_compiler.hpp"
 
-#include <clang/Basic/Diagnostic.h>
-#include <clang/Basic/DiagnosticOptions.h>
-#include <clang/CodeGen/CodeGenAction.h>
-#include <clang/Frontend/CompilerInstance.h>
-#include <clang/Frontend/CompilerInvocation.h>
-#include <clang/Frontend/TextDiagnosticPrinter.h>
 #include <fmt/format.h>
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/Bitcode/BitcodeWriter.h>
@@ -21,7 +15,6 @@
 #include <llvm/Support/ErrorHandling.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
-#include <llvm/Support/VirtualFileSystem.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
@@ -35,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "compiler/clang_front_end.hpp"
 #include "compiler/diagnostics.hpp"
 #include "compiler/identity.hpp"
 #include "compiler/ptxas.hpp"
@@ -43,7 +37,7 @@
 namespace mojo {
 namespace {
 
-constexpr const char* kTriple = "nvptx64-nvidia-cuda";
+constexpr const char* kTriple = clang_front_end::kNvptxTriple;
 constexpr const char* kPtxFeature = compiler_identity::kLlvmPtxFeature;
 constexpr int kSupportedSms[] = {50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90};
 
@@ -249,46 +243,7 @@ class Compilation {
       : request_(request), cpu_(request.target.sm_name()), file_(fmt::format("/mojo/{}", request.program_name)) {}
 
   bool front_end() {
-    llvm::raw_string_ostream diag_stream(front_end_log);
-    auto diag_options = llvm::makeIntrusiveRefCnt<clang::DiagnosticOptions>();
-    diag_options->ShowColors = false;
-    auto* printer = new clang::TextDiagnosticPrinter(diag_stream, diag_options.get());
-    clang::DiagnosticsEngine diags(llvm::makeIntrusiveRefCnt<clang::DiagnosticIDs>(), diag_options, printer);
-    // Only the in-memory file is read: no system or CUDA SDK headers.
-    std::vector<const char*> args = {"-triple",
-                                     kTriple,
-                                     "-aux-triple",
-                                     "x86_64-unknown-linux-gnu",
-                                     "-fcuda-is-device",
-                                     "-target-cpu",
-                                     cpu_.c_str(),
-                                     "-target-feature",
-                                     kPtxFeature,
-                                     "-x",
-                                     "cuda",
-                                     "-std=c++17",
-                                     "-O3",
-                                     "-disable-llvm-passes",
-                                     "-ffp-contract=fast",
-                                     "-nostdsysteminc",
-                                     "-nobuiltininc",
-                                     "-emit-llvm",
-                                     file_.c_str()};
-    auto invocation = std::make_shared<clang::CompilerInvocation>();
-    if (!clang::CompilerInvocation::CreateFromArgs(*invocation, args, diags)) return false;
-
-    clang::CompilerInstance ci;
-    ci.setInvocation(invocation);
-    ci.createDiagnostics(new clang::TextDiagnosticPrinter(diag_stream, &ci.getDiagnosticOpts()), true);
-    ci.setVerboseOutputStream(diag_stream);  // "N errors generated." goes to our log, not stderr
-    auto files = llvm::makeIntrusiveRefCnt<llvm::vfs::InMemoryFileSystem>();
-    files->addFile(file_, 0, llvm::MemoryBuffer::getMemBufferCopy(request_.source, file_));
-    ci.createFileManager(files);
-    ci.createSourceManager(ci.getFileManager());
-
-    clang::EmitLLVMOnlyAction action(context.get());
-    if (!ci.ExecuteAction(action)) return false;
-    module = action.takeModule();
+    module = clang_front_end::compile(request_.source, file_, cpu_, *context, &front_end_log);
     if (!module) return false;
     context->setDiagnosticHandler(std::make_unique<CollectingHandler>(&back_end_log, &back_end_failed));
     return true;
