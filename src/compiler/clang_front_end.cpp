@@ -95,7 +95,7 @@ std::shared_ptr<const std::string> precompile(const std::string& cpu, std::strin
   files->addFile(kPreludeFile, 0, llvm::MemoryBuffer::getMemBufferCopy(text, kPreludeFile));
   auto buffer = std::make_shared<clang::PCHBuffer>();
   InMemoryPchAction action(buffer);
-  std::string log;  // a prelude that does not compile fails the compile that reads it, with its diagnostics
+  std::string log;  // unread: without a PCH the compile parses the prelude itself and reports its errors
   if (!run(action, options(cpu), kPreludeFile, files, &log) || !buffer->IsComplete) return nullptr;
   return std::make_shared<const std::string>(buffer->Data.begin(), buffer->Data.end());
 }
@@ -103,13 +103,19 @@ std::shared_ptr<const std::string> precompile(const std::string& cpu, std::strin
 // The precompiled preludes of this process, by GPU and prelude text (a template path may change the text).
 class Preludes {
  public:
-  // The PCH of `text` for `cpu`, or null: it is built on the second use, so that a process that compiles
-  // once does not pay for it, and not again if that failed.
+  // The PCH of `text` for `cpu`, or null: the second use builds it, so that a process that compiles once
+  // does not pay for it; uses while it is being built go without, and so do all if building it failed.
+  // Built with no lock held: a fatal LLVM error jumps out of the compile (llvm_compiler.cpp) without
+  // unwinding, and must not leave the lock taken.
   std::shared_ptr<const std::string> get(const std::string& cpu, std::string_view text) {
+    {
+      std::lock_guard lock(mutex_);
+      Entry& e = entries_[{cpu, std::string(text)}];
+      if (++e.uses != 2) return e.pch;
+    }
+    std::shared_ptr<const std::string> pch = precompile(cpu, text);
     std::lock_guard lock(mutex_);
-    Entry& e = entries_[{cpu, std::string(text)}];
-    if (++e.uses == 2) e.pch = precompile(cpu, text);
-    return e.pch;
+    return entries_[{cpu, std::string(text)}].pch = std::move(pch);
   }
 
  private:
