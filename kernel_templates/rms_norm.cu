@@ -92,7 +92,7 @@ __device__ __forceinline__ void run(T* __restrict__ out, T* __restrict__ residua
 }  // namespace mojo_rms_norm
 
 #define MOJO_RMS_NORM_KERNEL(NAME, T, HIDDEN, VEC, THREADS, ROWS, ADD)                                    \
-  extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                            \
+  extern "C" __global__ void __launch_bounds__(THREADS * ROWS, mojo::kNormBlocksPerSm<HIDDEN, VEC, THREADS, ROWS>) \
       NAME(MOJO_ARG_PARAMS(MOJO_RMS_NORM_ARGS, T)) {                                                     \
     mojo_rms_norm::run<T, HIDDEN, VEC, THREADS, ROWS, ADD>(out, residual, x, weight, eps, rows, out_stride, \
                                                            residual_stride, x_stride);                    \

@@ -95,7 +95,7 @@ TEST(CacheLayers, OfflineMissIsACacheMissErrorNamingTheSpecialization) {
   o.offline = true;
   Runtime rt(o);
   std::string msg = test::error_of<CacheMissError>([&] { rt.compile("rms_norm", rms(DType::bf16, 4096), {}, kSm90, Emit::cubin); });
-  EXPECT_NE(msg.find("rms_norm {dtype=bf16 hidden=4096 vec=8 threads=128 rows=1} for sm_90 (cubin)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rms_norm {dtype=bf16 hidden=4096 vec=8 threads=256 rows=1} for sm_90 (cubin)"), std::string::npos) << msg;
   EXPECT_NE(msg.find("mojo-jit prewarm"), std::string::npos) << msg;
   EXPECT_EQ(rt.stats().compiles, 0u);
   Runtime(at(dir.path())).compile("rms_norm", rms(DType::bf16, 4096), {}, kSm90, Emit::cubin);

@@ -285,7 +285,7 @@ class OpDef {
   // The op's autotuning choices, or null when it has none.
   virtual const Tunable* tuning() const noexcept { return nullptr; }
 
-  // "rms_norm_bf16_hidden_4096_vec_8_threads_128_rows_1": readable in PTX and profiles.
+  // "rms_norm_bf16_hidden_4096_vec_8_threads_256_rows_1": readable in PTX and profiles.
   std::string kernel_name(const Params& params) const;
   // The lines appended to the template that instantiate the kernel: the
   // params as a struct the template reads by name, then the entry macro:

@@ -48,7 +48,8 @@ class LayerNorm final : public OpDef {
     const bool stats = rows::check_stats(name(), t, 1, rows::count(name(), x), true);
     Params p;
     p.add_dtype("dtype", x.dtype());
-    rows::add_params(p, "hidden", hidden, rows::pick(hidden, x.dtype(), {t[0], t[3], t[4], t[5]}));
+    rows::add_params(p, "hidden", hidden,
+                     rows::pick(hidden, x.dtype(), {t[0], t[3], t[4], t[5]}, 1024, rows::kNormVectorsPerThread));
     p.add("stats", stats ? 1 : 0);
     return p;
   }

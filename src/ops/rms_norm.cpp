@@ -65,8 +65,8 @@ class RmsNorm final : public OpDef {
     Params p;
     p.add_dtype("dtype", x.dtype());
     rows::add_params(p, "hidden", hidden,
-                     add_ ? rows::pick(hidden, x.dtype(), {t[0], t[1], t[2], t[3]})
-                          : rows::pick(hidden, x.dtype(), {t[0], t[1], t[2]}));
+                     add_ ? rows::pick(hidden, x.dtype(), {t[0], t[1], t[2], t[3]}, 1024, rows::kNormVectorsPerThread)
+                          : rows::pick(hidden, x.dtype(), {t[0], t[1], t[2]}, 1024, rows::kNormVectorsPerThread));
     return p;
   }
 

@@ -11,10 +11,6 @@
 
 namespace mojo::rows {
 
-// Vectors each thread should handle: enough loads in flight per thread to
-// cover HBM latency, few enough that short rows still use many threads.
-constexpr std::int64_t kVectorsPerThread = 4;
-
 std::int64_t cols_of(std::string_view op, std::string_view arg, const TensorSpec& t) {
   if (t.rank() < 1) throw ShapeError(fmt::format("{}: {} must have at least one dimension", op, arg));
   const std::int64_t cols = t.dim(t.rank() - 1);
@@ -95,11 +91,13 @@ unsigned alignment(DType dtype, std::initializer_list<Tensor> tensors) {
   return a;
 }
 
-Layout pick(std::int64_t cols, DType dtype, std::initializer_list<Tensor> tensors, std::int64_t max_threads) {
-  return pick_aligned(cols, dtype, alignment(dtype, tensors), max_threads);
+Layout pick(std::int64_t cols, DType dtype, std::initializer_list<Tensor> tensors, std::int64_t max_threads,
+            std::int64_t vectors_per_thread) {
+  return pick_aligned(cols, dtype, alignment(dtype, tensors), max_threads, vectors_per_thread);
 }
 
-Layout pick_aligned(std::int64_t cols, DType dtype, unsigned alignment, std::int64_t max_threads) {
+Layout pick_aligned(std::int64_t cols, DType dtype, unsigned alignment, std::int64_t max_threads,
+                    std::int64_t vectors_per_thread) {
   const std::int64_t size = std::int64_t(dtype_size(dtype));
   Layout l;
   l.vec = checks::widest_vector(cols, size, alignment);
@@ -109,7 +107,7 @@ Layout pick_aligned(std::int64_t cols, DType dtype, unsigned alignment, std::int
     l.threads = std::int64_t(std::bit_ceil(std::uint64_t(vectors)));
     l.rows_per_block = 128 / l.threads;
   } else {
-    l.threads = std::clamp<std::int64_t>((vectors + kVectorsPerThread - 1) / kVectorsPerThread, 32, max_threads);
+    l.threads = std::clamp<std::int64_t>((vectors + vectors_per_thread - 1) / vectors_per_thread, 32, max_threads);
     l.threads = (l.threads + 31) / 32 * 32;
     l.rows_per_block = l.threads == 32 ? 4 : 1;
   }

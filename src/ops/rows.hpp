@@ -45,10 +45,18 @@ struct Layout {
 
 // The widest vector (up to 16 bytes) that divides `cols` and to which every
 // tensor's address and row stride are aligned, and enough threads per row to
-// keep about four vectors in flight per thread.
-Layout pick(std::int64_t cols, DType dtype, std::initializer_list<Tensor> tensors, std::int64_t max_threads = 1024);
+// keep about `vectors_per_thread` vectors in flight per thread: by default
+// enough loads in flight per thread to cover HBM latency, few enough that
+// short rows still use many threads.
+constexpr std::int64_t kVectorsPerThread = 4;
+// The norms' (rms_norm, add_rms_norm, layer_norm): two, so that their blocks fill an SM
+// (mojo::kNormBlocksPerSm in the prelude).
+constexpr std::int64_t kNormVectorsPerThread = 2;
+Layout pick(std::int64_t cols, DType dtype, std::initializer_list<Tensor> tensors, std::int64_t max_threads = 1024,
+            std::int64_t vectors_per_thread = kVectorsPerThread);
 // The same for rows whose every start is aligned to `alignment` bytes.
-Layout pick_aligned(std::int64_t cols, DType dtype, unsigned alignment, std::int64_t max_threads = 1024);
+Layout pick_aligned(std::int64_t cols, DType dtype, unsigned alignment, std::int64_t max_threads = 1024,
+                    std::int64_t vectors_per_thread = kVectorsPerThread);
 // The alignment in bytes (at most 256) of every row start of every tensor.
 unsigned alignment(DType dtype, std::initializer_list<Tensor> tensors);
 

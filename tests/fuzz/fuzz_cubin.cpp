@@ -11,7 +11,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   try {
-    (void)mojo::kernel_resources(bytes, "rms_norm_bf16_hidden_4096_vec_8_threads_128_rows_1");
+    (void)mojo::kernel_resources(bytes, "rms_norm_bf16_hidden_4096_vec_8_threads_256_rows_1");
   } catch (const mojo::InvalidArgumentError&) {
   }
   return 0;

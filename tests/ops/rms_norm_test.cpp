@@ -33,14 +33,14 @@ Params params(DType d, std::int64_t rows, std::int64_t hidden, DevicePtr base = 
 
 TEST(RmsNormOp, HiddenIsACompileTimeParamAndVectorsAre16Bytes) {
   Params p = params(DType::bf16, 4096, 4096);
-  EXPECT_EQ(p.str(), "dtype=bf16 hidden=4096 vec=8 threads=128 rows=1");
+  EXPECT_EQ(p.str(), "dtype=bf16 hidden=4096 vec=8 threads=256 rows=1");
   EXPECT_EQ(params(DType::f32, 4096, 4096).get("vec"), 4);
-  EXPECT_EQ(op().kernel_name(p), "rms_norm_bf16_hidden_4096_vec_8_threads_128_rows_1");
+  EXPECT_EQ(op().kernel_name(p), "rms_norm_bf16_hidden_4096_vec_8_threads_256_rows_1");
   EXPECT_EQ(op().entry_line(p),
-            "struct rms_norm_bf16_hidden_4096_vec_8_threads_128_rows_1_p { using dtype = mojo::bf16; "
-            "static constexpr int hidden = 4096, vec = 8, threads = 128, rows = 1; };\n"
-            "MOJO_KERNEL_rms_norm(rms_norm_bf16_hidden_4096_vec_8_threads_128_rows_1, "
-            "rms_norm_bf16_hidden_4096_vec_8_threads_128_rows_1_p)");
+            "struct rms_norm_bf16_hidden_4096_vec_8_threads_256_rows_1_p { using dtype = mojo::bf16; "
+            "static constexpr int hidden = 4096, vec = 8, threads = 256, rows = 1; };\n"
+            "MOJO_KERNEL_rms_norm(rms_norm_bf16_hidden_4096_vec_8_threads_256_rows_1, "
+            "rms_norm_bf16_hidden_4096_vec_8_threads_256_rows_1_p)");
 }
 
 // The template reads its params by name: one it misspells (or one the op
@@ -74,13 +74,18 @@ TEST(RmsNormOp, NarrowRowsShareABlock) {
   Params p = params(DType::f32, 3, 1);
   EXPECT_EQ(p.get("threads"), 1);
   EXPECT_EQ(p.get("rows"), 128);
-  Params q = params(DType::f16, 3, 127);  // 127 vectors of 1
-  EXPECT_EQ(q.get("threads"), 32);
-  EXPECT_EQ(q.get("rows"), 4);
+  Params q = params(DType::f16, 3, 127);  // 127 vectors of 1, two a thread
+  EXPECT_EQ(q.get("threads"), 64);
+  EXPECT_EQ(q.get("rows"), 1);
+  Params r = params(DType::f16, 3, 63);  // 63 vectors of 1: one warp a row, four rows a block
+  EXPECT_EQ(r.get("threads"), 32);
+  EXPECT_EQ(r.get("rows"), 4);
 }
 
+// Two vectors a thread (rows::kNormVectorsPerThread), up to 1024 threads.
 TEST(RmsNormOp, WideRowsUseUpTo1024Threads) {
-  EXPECT_EQ(params(DType::f32, 1, 8192).get("threads"), 512);
+  EXPECT_EQ(params(DType::f32, 1, 4096).get("threads"), 512);
+  EXPECT_EQ(params(DType::f32, 1, 8192).get("threads"), 1024);
   EXPECT_EQ(params(DType::f32, 1, 1 << 20).get("threads"), 1024);
 }
 
@@ -97,7 +102,7 @@ TEST(RmsNormOp, GeometryCoversEveryRow) {
   auto t = args(DType::f32, 4097, 4096);
   LaunchGeometry g = op().geometry(op().specialize(t, {}, kSm90), t);
   EXPECT_EQ(g.grid.x, 4097u);
-  EXPECT_EQ(g.block.x, 256u);
+  EXPECT_EQ(g.block.x, 512u);
   auto narrow = args(DType::f32, 1000, 1);
   g = op().geometry(op().specialize(narrow, {}, kSm90), narrow);
   EXPECT_EQ(g.grid.x, 8u);  // ceil(1000 / 128)
@@ -219,7 +224,7 @@ TEST(Ops, UnknownOpListsTheKnownOnes) {
 
 TEST(AddRmsNormOp, ResidualIsInOutAndShapesMustMatch) {
   Params p = params("add_rms_norm", DType::bf16, "x=32x4096");
-  EXPECT_EQ(p.str(), "dtype=bf16 hidden=4096 vec=8 threads=128 rows=1");
+  EXPECT_EQ(p.str(), "dtype=bf16 hidden=4096 vec=8 threads=256 rows=1");
   EXPECT_EQ(find_op("add_rms_norm").tensor_args()[1].role, "inout");
   EXPECT_EQ(error_of<ShapeError>([] { params("add_rms_norm", DType::bf16, "x=32x4096 residual=32x4095"); }),
             "add_rms_norm: residual has shape [32, 4095] but x has shape [32, 4096]; they must match");
