@@ -504,9 +504,13 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
       row_stats[2 * c + 1] = part.sum;
     }
     if (c == 0) {
-      if (tid == 0) {
+      if (tid == 0) {  // every field, so that no phase reads one no phase wrote (initcheck)
+        states[r].want = 0;
+        states[r].point = 0;
         states[r].threshold = 0u;
+        states[r].prefix = 0u;
         states[r].chunk = kNotPlaced;
+        states[r].candidates = 0u;
       }
       for (int i = int(tid); i < PHASES; i += THREADS) counters[r * PHASES + i] = 0u;
     }
