@@ -239,16 +239,6 @@ inline constexpr int kSmThreads = 2048, kSmBlocks = 32;
 #endif
 template <int THREADS>
 inline constexpr int kFullOccupancyBlocks = kSmThreads / THREADS < kSmBlocks ? kSmThreads / THREADS : kSmBlocks;
-// The blocks an SM a norm's kernel asks for in its launch bounds: a full SM where each thread holds at most
-// two vectors of its row (32 registers hold them without spills) and the blocks fill the SM's threads
-// exactly, so that the grid's last wave is as full as the row count allows (the occupancy the registers
-// left, 10 to 12 blocks of 128, gave 4096 rows 2.6 to 3.1 waves: 79-85% of copy measured on the H100);
-// else what the registers allow (blocks of 384 or 640 threads cannot fill an SM, and at 32 registers
-// add_rms_norm f32 spilled).
-template <int COLS, int VEC, int THREADS, int ROWS>
-inline constexpr int kNormBlocksPerSm =
-    (COLS / VEC + THREADS - 1) / THREADS <= 2 && kSmThreads % (THREADS * ROWS) == 0 ? kFullOccupancyBlocks<THREADS * ROWS>
-                                                                                     : 1;
 
 // ---- vector loads and stores ---------------------------------------------------
 // Pack<T, N> is N elements moved as one aligned load/store of N * sizeof(T) bytes.
@@ -386,6 +376,17 @@ struct RowTile {
     active = row < rows;
   }
 };
+
+// The blocks an SM a norm's kernel asks for in its launch bounds: a full SM where each thread holds at most
+// two vectors of its row (32 registers hold them without spills) and the blocks fill the SM's threads
+// exactly, so that the grid's last wave is as full as the row count allows (the occupancy the registers
+// left, 10 to 12 blocks of 128, gave 4096 rows 2.6 to 3.1 waves: 79-85% of copy measured on the H100);
+// else what the registers allow (blocks of 384 or 640 threads cannot fill an SM, and at 32 registers
+// add_rms_norm f32 spilled).
+template <int COLS, int VEC, int THREADS, int ROWS>
+inline constexpr int kNormBlocksPerSm =
+    RowTile<COLS, VEC, THREADS, ROWS>::ITEMS <= 2 && kSmThreads % (THREADS * ROWS) == 0 ? kFullOccupancyBlocks<THREADS * ROWS>
+                                                                                         : 1;
 
 // ---- a row split over CHUNKS blocks (sample, softmax of few long rows) ----------
 // Block c of a row reads the row's vectors [first, end): chunk c of CHUNKS.

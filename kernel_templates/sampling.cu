@@ -528,12 +528,14 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
   bool from_candidates = false;
   unsigned listed = 0, kth_key = threshold;
   u64 tied = 0;
+  auto list_candidate = [&](int i, float l) {  // in a slot of the row's list, numbered as they come
+    const unsigned ticket = mojo::take_ticket(candidate_tickets);
+    if (ticket < unsigned(THREADS)) row_candidates[ticket] = (u64(unsigned(i)) << 32) | mojo::float_to_bits(l);
+  };
   const u64 above_kth = phase == D && by_top_k && !placed ? u64(k) - states[r].want : ~0ull;
   if (above_kth < u64(THREADS)) {  // ties with the k-th key left too many survivors: list the keys above it
     chunk.for_each(row, [&](int i, float l) {
-      if (order_key<T>(l) <= threshold) return;
-      const unsigned ticket = mojo::take_ticket(candidate_tickets);  // a slot of the row's list: above_kth of them
-      if (ticket < unsigned(THREADS)) row_candidates[ticket] = (u64(unsigned(i)) << 32) | mojo::float_to_bits(l);
+      if (order_key<T>(l) > threshold) list_candidate(i, l);
     });
     if (!last_to_arrive<CHUNKS>(counter, s)) return;
     from_candidates = true;
@@ -558,10 +560,7 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
     clear_histogram(s);
     chunk.for_each(row, [&](int i, float l) {
       const unsigned key = order_key<T>(l);
-      if (keep_candidates && (key >> 8) >= prefix) {
-        const unsigned ticket = mojo::take_ticket(candidate_tickets);  // a slot of the row's list
-        if (ticket < unsigned(THREADS)) row_candidates[ticket] = (u64(unsigned(i)) << 32) | mojo::float_to_bits(l);
-      }
+      if (keep_candidates && (key >> 8) >= prefix) list_candidate(i, l);
       if (!in_select(key, floor, d, shift, prefix)) return;
       const u64 w = by_count ? 1ull : mass(mojo::exp_approx(l - m));
       if (w != 0) add_to_bin(s, (key >> shift) & 255u, w);

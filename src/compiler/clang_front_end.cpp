@@ -139,8 +139,14 @@ bool is_comment_or_line(std::string_view line) {
   return line.starts_with("//") || line.starts_with("#line ");
 }
 
-}  // namespace
-
+// `source` cut where its prelude can come from a precompiled header: the prelude's block (from its first
+// #line to the #line that returns to the template's own text: the rest of a header that includes the
+// prelude first, such as mojo_mma.cuh, comes with it), and the source without it. Empty when the source
+// has no such block or has anything but comments before it (which the prelude might depend on).
+struct PreludeSplit {
+  std::string_view prelude;
+  std::string rest;
+};
 PreludeSplit split_prelude(std::string_view source) {
   constexpr std::string_view kStart = "#line 1 \"mojo_prelude.cuh\"\n", kLine = "#line 1 \"";
   if (!source.starts_with(kLine)) return {};
@@ -164,6 +170,8 @@ PreludeSplit split_prelude(std::string_view source) {
   }
   return {};
 }
+
+}  // namespace
 
 std::unique_ptr<llvm::Module> compile(std::string_view source, const std::string& file, const std::string& cpu,
                                       llvm::LLVMContext& context, std::string* log) {

@@ -22,14 +22,4 @@ inline constexpr const char* kNvptxTriple = "nvptx64-nvidia-cuda";
 std::unique_ptr<llvm::Module> compile(std::string_view source, const std::string& file, const std::string& cpu,
                                       llvm::LLVMContext& context, std::string* log);
 
-// `source` cut where its prelude can come from a precompiled header: the prelude's block (from its first
-// #line to the #line that returns to the template's own text: the rest of a header that includes the
-// prelude first, such as mojo_mma.cuh, comes with it), and the source without it. Empty when the source
-// has no such block or has anything but comments before it (which the prelude might depend on).
-struct PreludeSplit {
-  std::string_view prelude;
-  std::string rest;
-};
-PreludeSplit split_prelude(std::string_view source);
-
 }  // namespace mojo::clang_front_end
