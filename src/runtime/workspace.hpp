@@ -19,8 +19,8 @@ class WorkspaceArena {
   // `bytes` of scratch for a launch on `stream` (of the current device),
   // 256-byte aligned. Growing allocates a larger buffer and keeps the old
   // one until the arena goes: work already queued, and CUDA graphs captured
-  // with it, may still use it. (Allocating is not allowed during a graph
-  // capture: launch a shape once before capturing it.)
+  // with it, may still use it. A capture may allocate: the graph keeps the
+  // buffer of its capture, which the arena keeps.
   DevicePtr get(StreamHandle stream, std::size_t bytes);
   // Bytes held, over all streams, outgrown buffers included.
   std::size_t bytes() const;

@@ -94,8 +94,17 @@ class CudaBackend final : public Backend {
   }
 
   DevicePtr allocate(std::size_t bytes) const override {
+    // In this thread's relaxed capture mode for the call: an op's workspace is first needed by the launch a
+    // CUDA graph captures when the graph is the shape's first launch, and the global and thread-local modes
+    // refuse cuMemAlloc then (the H200 run of 2026-11-27: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED). The memory
+    // is no stream's and outlives the graph (WorkspaceArena keeps it), as PyTorch's allocator does it.
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    driver::check(driver::api().cuThreadExchangeStreamCaptureMode(&mode), "cuThreadExchangeStreamCaptureMode");
     DevicePtr p = 0;
-    MOJO_CU(cuMemAlloc(&p, bytes));
+    device_hooks::count_driver_call();
+    const CUresult allocated = driver::api().cuMemAlloc(&p, bytes);
+    driver::api().cuThreadExchangeStreamCaptureMode(&mode);  // the caller's mode back, whatever the allocation did
+    driver::check(allocated, "cuMemAlloc(&p, bytes)");
     return p;
   }
   void release(void* context, DevicePtr p) const noexcept override {

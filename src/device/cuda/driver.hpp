@@ -21,7 +21,8 @@ namespace mojo::driver {
   X(cuMemcpyDtoH) X(cuMemcpyDtoDAsync) X(cuMemsetD8) X(cuModuleLoadData) X(cuModuleUnload)    \
   X(cuModuleGetFunction) X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel)        \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags)                \
-  X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuTensorMapEncodeTiled)
+  X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuTensorMapEncodeTiled)               \
+  X(cuThreadExchangeStreamCaptureMode)
 
 struct Api {
 #define MOJO_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;
