@@ -86,8 +86,10 @@ TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype
   if (dtype == DType::f32 && !tf32) return {64, 64, 16, 2, 4, 1, 4, false};  // 256 threads of 4 x 4 outputs
   const std::int64_t sms = reference_sm_count(target);
   auto tiles = [&](const TileConfig& c) { return c.tiles(m, n, batch); };
-  if (sm90_tiles != Sm90Tiles::fixed && (path == Path::sm90 || (wgmma_ok && path == Path::any)))
-    return pick_wgmma_tile(m, n, batch, sm90_tiles, target);
+  if (sm90_tiles != Sm90Tiles::fixed && (path == Path::sm90 || (wgmma_ok && path == Path::any))) {
+    const TileConfig c = pick_wgmma_tile(m, n, batch, sm90_tiles, target);
+    if (path == Path::sm90 || m > kSm80PathMaxRows || c.bn >= kDecodeWgmmaMinCols) return c;
+  }
   if (path == Path::sm90) return fit(n > 128 ? kWgmmaWide : kWgmmaNarrow, 2, target);
   if (wgmma_ok && m > 64 && path == Path::any) {
     if (tiles(kWgmmaWide) >= sms) return fit(kWgmmaWide, 2, target);

@@ -43,8 +43,18 @@ struct TileConfig {
 // The "path" scalar: 0 lets the heuristic choose, 80 and 90 pin the sm_80 or sm_90a path.
 enum class Path { any = 0, sm80 = 80, sm90 = 90 };
 
+// Decode sizes (M <= kSm80PathMaxRows) take the sm_90a path only where its tile is at least
+// kDecodeWgmmaMinCols wide; else the sm_80 path's 16-row tiles, K split, which keep more weight bytes in
+// flight per SM than one narrow 64-row wgmma block. Measured on an H200 (2026-11-27), Qwen3-8B's linears at
+// M 1 and 16 against cuBLAS: the sm_90a path's 32- and 48-wide tiles 0.37-0.60x (sm_80 path 0.74-1.04x),
+// its 192-wide tile (gate_up, N 24576) 0.94-0.96x (sm_80 path 0.79-0.81x). At M 32 and 64 the sm_90a path
+// was the faster at every shape. 128 lies between the widths measured, not at a measured edge.
+constexpr std::int64_t kSm80PathMaxRows = 16;
+constexpr int kDecodeWgmmaMinCols = 128;
+
 // How gemm and linear take the sm_90a path (`any_width`, or `widths_of_64` when B is MN-major: TMA loads
-// it in boxes of 64 columns): at every M, with 64-row tiles where M is small and any width that is a
+// it in boxes of 64 columns): at every M but decode's narrow tiles (above), with 64-row tiles where M is
+// small and any width that is a
 // multiple of 16, chosen as DeepGEMM does: the fewest waves of tiles on the reference GPU's SMs, then the
 // fullest last wave (perf_model's wave_fill), then the larger tile, then the squarer one; the pipeline as
 // deep as shared memory allows (at most 8 stages). The grouped products (`fixed`) keep
@@ -56,8 +66,8 @@ TileConfig pick_wgmma_tile(std::int64_t m, std::int64_t n, std::int64_t batch, S
 // narrower tile makes more blocks (decode and mid-size M on wide GPUs), and
 // a decode tile splits K over up to 4 warp groups so that about four tiles'
 // worth of loads per SM are in flight (each group keeping >= 2 k tiles).
-// Where the sm_90a path may run (`wgmma_ok`), gemm and linear take it at
-// every M (`sm90_tiles`, above); the grouped products take it for problems
+// Where the sm_90a path may run (`wgmma_ok`), gemm and linear take it
+// but for decode's narrow tiles (`sm90_tiles`, above); the grouped products take it for problems
 // with enough 128-row tiles to fill half the SMs, and leave thin ones to
 // the sm_80 path, whose small tiles spread the weights over more SMs.
 TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, bool tf32, const Target& target,

@@ -220,7 +220,7 @@ const HopperCase kEmulatedHopperCases[] = {
     {DType::bf16, DType::bf16, {200, 300, 136, false, true}, 1.0, 0.0, 1, {64, 16}},
     {DType::f16, DType::f32, {130, 128, 136, false, true}, 0.5, 2.0, 1, {64, 16}},
     {DType::bf16, DType::bf16, {192, 1024, 72, false, true}, 1.0, 0.0, 1, {128, 16}},
-    {DType::f16, DType::f16, {16, 6144, 72, false, true}, -1.0, 0.0, 1, {64, 48}},
+    {DType::f16, DType::f16, {24, 6144, 72, false, true}, -1.0, 0.0, 1, {64, 48}},  // M > 16: decode is sm_80
     {DType::f16, DType::f16, {300, 200, 8, false, true}, -1.0, 0.0, 1, {64, 16}},
     {DType::f16, DType::f16, {140, 100, 200, false, true}, 1.0, 0.5, 3, {64, 16}},
     {DType::bf16, DType::bf16, {200, 104, 136, false, false}, 1.0, 0.0, 1, {64, 64}},

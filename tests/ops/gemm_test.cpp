@@ -8,6 +8,7 @@
 #include "mojo/error.hpp"
 #include "mojo/perf_model.hpp"
 #include "mojo/runtime.hpp"
+#include "ops/gemm_tile.hpp"
 #include "op_test_util.hpp"
 #include "reference/reference.hpp"
 #include "test_util.hpp"
@@ -350,17 +351,26 @@ TEST(Gemm, HopperPathForSixteenBitOperandsInAnyLayout) {
       << "TMA needs 16-byte aligned rows";
   const TensorSpec f(DType::f32, {4096, 4096});
   EXPECT_EQ(gemm.specialize(specs({f, f, f}), {{"trans_b", 1}, {"tf32", 1}}, sm90a).get("wgmma"), 0);
-  // Every M takes it: decode in 64-row tiles (one consumer warpgroup) 32 wide, for 128 tiles on 132 SMs;
-  // mid-size M in 128 x 128, the pipeline as deep as shared memory allows.
+  // Every M above 16 takes it: 32 rows in 64-row tiles (one consumer warpgroup) 32 wide, for 128 tiles on 132
+  // SMs; mid-size M in 128 x 128, the pipeline as deep as shared memory allows. Decode (M <= 16) keeps the
+  // sm_80 path's 16-row tiles, K split (measured faster on an H200: gemm_tile.hpp).
   const TensorSpec w(DType::bf16, {4096, 4096});
+  const auto small_m = specs({bf({32, 4096}), bf({32, 4096}), w, TensorSpec(), TensorSpec()});
+  Params small = linear.specialize(small_m, {}, sm90a);
+  EXPECT_EQ(small.get("wgmma"), 1);
+  EXPECT_EQ(small.get("bm"), 64);
+  EXPECT_EQ(small.get("bn"), 32);
+  EXPECT_EQ(small.get("stages"), 8);
+  EXPECT_EQ(linear.geometry(small, small_m).block.x, 256u) << "a producer and one consumer warpgroup";
   Params decode = linear.specialize(specs({bf({16, 4096}), bf({16, 4096}), w, TensorSpec(), TensorSpec()}), {}, sm90a);
-  EXPECT_EQ(decode.get("wgmma"), 1);
-  EXPECT_EQ(decode.get("bm"), 64);
-  EXPECT_EQ(decode.get("bn"), 32);
-  EXPECT_EQ(decode.get("stages"), 8);
-  EXPECT_EQ(linear.geometry(decode, specs({bf({16, 4096}), bf({16, 4096}), w, TensorSpec(), TensorSpec()})).block.x,
-            256u)
-      << "a producer and one consumer warpgroup";
+  EXPECT_EQ(decode.get("wgmma"), 0);
+  EXPECT_EQ(decode.get("bm"), 16);
+  EXPECT_EQ(decode.get("ks"), 4) << "K split 4 ways: 512 warp groups of loads for 132 SMs";
+  EXPECT_EQ(linear.specialize(specs({bf({16, 4096}), bf({16, 4096}), w, TensorSpec(), TensorSpec()}),
+                              {{"path", 90}}, sm90a)
+                .get("wgmma"),
+            1)
+      << "path = 90 pins the sm_90a path at any M";
   Params mid = linear.specialize(specs({bf({512, 4096}), bf({512, 4096}), w, TensorSpec(), TensorSpec()}), {}, sm90a);
   EXPECT_EQ(mid.get("wgmma"), 1);
   EXPECT_EQ(mid.get("bn"), 128);
@@ -371,7 +381,7 @@ TEST(Gemm, HopperPathForSixteenBitOperandsInAnyLayout) {
             0)
       << "path = 80 pins the sm_80 path";
   // B [K, N] is MN-major: TMA loads it in boxes of 64 columns, so the widths are multiples of 64.
-  EXPECT_EQ(gemm.specialize(specs({bf({16, 4096}), bf({16, 4096}), bf({4096, 4096})}), {}, sm90a).get("bn"), 64);
+  EXPECT_EQ(gemm.specialize(specs({bf({32, 4096}), bf({32, 4096}), bf({4096, 4096})}), {}, sm90a).get("bn"), 64);
   // Batches apart from each other: TMA walks them by stride.
   const auto batched = specs({bf({8, 1024, 1024}), bf({8, 1024, 512}), bf({8, 1024, 512})});
   EXPECT_EQ(find_op("gemm_batched").specialize(batched, {{"trans_b", 1}}, sm90a).get("wgmma"), 1);
@@ -391,8 +401,8 @@ TEST(Gemm, HopperPathForSixteenBitOperandsInAnyLayout) {
   EXPECT_GT(candidates.size(), 4u);
 }
 
-// The issue-27 model test: every linear of Qwen3-8B (qkv, o, gate_up, down), from decode to prefill, takes
-// the sm_90a path on sm_90a with a tile that leaves at least 0.9 of its last wave of SMs busy, as the
+// The issue-27 model test: every linear of Qwen3-8B (qkv, o, gate_up, down), from a 128-token chunk to
+// prefill, takes the sm_90a path on sm_90a with a tile that leaves at least 0.9 of its last wave of SMs busy, as the
 // performance model counts it (a persistent block per SM looping over tiles). The old fixed tiles gave
 // 0.18 (qkv, M = 128: 24 tiles of 128 x 256) and the sm_80 path 0.48 waves; both ran at a third of cuBLAS.
 TEST(Linear, EveryQwen3LinearFillsTheLastWaveOnHopper) {
@@ -406,7 +416,15 @@ TEST(Linear, EveryQwen3LinearFillsTheLastWaveOnHopper) {
       const auto t = specs({TensorSpec(DType::bf16, {m, n}), TensorSpec(DType::bf16, {m, k}),
                             TensorSpec(DType::bf16, {n, k}), TensorSpec(), TensorSpec()});
       const Params p = linear.specialize(t, {}, sm90a);
+      // Decode: the sm_80 path's 16-row tiles, K split to fill the SMs, but for gate_up's 192-wide sm_90a tile.
+      if (m <= kSm80PathMaxRows && n != 24576) {
+        EXPECT_EQ(p.get("wgmma"), 0) << p.str();
+        EXPECT_EQ(p.get("bm"), 16) << p.str();
+        EXPECT_GE(linear.geometry(p, t).grid.x * p.get("ks"), std::uint64_t(sms)) << p.str() << ": a K slice an SM";
+        continue;
+      }
       ASSERT_EQ(p.get("wgmma"), 1) << p.str();
+      if (m <= kSm80PathMaxRows) EXPECT_GE(p.get("bn"), kDecodeWgmmaMinCols) << p.str();
       const LaunchGeometry g = linear.geometry(p, t);
       ASSERT_TRUE(g.persistent);
       const std::uint64_t tiles = g.grid.x;
@@ -475,9 +493,9 @@ TEST_P(GemmCompiles, HopperPathIsHgmmaAndSm80PathIsHmma) {
        {},
        "sm_90a",
        1},
-      {"linear bf16 decode, 64 x 48 (one consumer warpgroup)",
+      {"linear bf16 M = 32, 64 x 48 (one consumer warpgroup)",
        "linear",
-       specs({bf({16, 6144}), bf({16, 4096}), bf({6144, 4096}), TensorSpec(), TensorSpec()}),
+       specs({bf({32, 6144}), bf({32, 4096}), bf({6144, 4096}), TensorSpec(), TensorSpec()}),
        {},
        "sm_90a",
        1},
@@ -487,9 +505,9 @@ TEST_P(GemmCompiles, HopperPathIsHgmmaAndSm80PathIsHmma) {
        {{"activation", 1}},
        "sm_90a",
        1},
-      {"gemm bf16 -> f32 M = 16, B [K, N] (MN-major) 64 x 64",
+      {"gemm bf16 -> f32 M = 32, B [K, N] (MN-major) 64 x 64",
        "gemm",
-       specs({TensorSpec(DType::f32, {16, 4096}), bf({16, 4096}), bf({4096, 4096})}),
+       specs({TensorSpec(DType::f32, {32, 4096}), bf({32, 4096}), bf({4096, 4096})}),
        {},
        "sm_90a",
        1},
