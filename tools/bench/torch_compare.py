@@ -2,10 +2,12 @@
 """PyTorch eager and torch.compile on the computations of mojo-bench's op table.
 
     build/tools/mojo-bench --only ops --json ops.json
-    python3 tools/bench/torch_compare.py ops.json [FIRST:END]
+    python3 tools/bench/torch_compare.py ops.json [FIRST:END] [--eager-only]
 
 FIRST:END (a Python slice of the op table's rows, e.g. 0:40) splits the table
 over several runs: torch.compile compiles each row anew, ~90 rows in all.
+--eager-only skips torch.compile (seconds a row), for a short GPU lease where
+the peer is a library call (cuBLAS for linear) or eager PyTorch.
 
 Each op runs at the same shapes and dtype (gemm and linear: torch.matmul and
 F.linear, i.e. cuBLAS, plus a separate activation kernel in eager mode),
@@ -248,11 +250,13 @@ def input_sets(make, bytes_moved):
 
 
 def main():
-    if len(sys.argv) not in (2, 3):
+    args = [a for a in sys.argv[1:] if a != "--eager-only"]
+    eager_only = len(args) < len(sys.argv) - 1
+    if len(args) not in (1, 2):
         sys.exit(__doc__)
-    with open(sys.argv[1]) as f:
+    with open(args[0]) as f:
         bench = json.load(f)
-    first, _, end = (sys.argv[2] if len(sys.argv) == 3 else ":").partition(":")
+    first, _, end = (args[1] if len(args) == 2 else ":").partition(":")
     rows = bench["ops"][int(first) if first else None : int(end) if end else None]
     torch.backends.cuda.matmul.allow_tf32 = True
     print(f"\n## mojo-jit vs PyTorch {torch.__version__} on {torch.cuda.get_device_name()} "
@@ -274,7 +278,10 @@ def main():
                   f"{e} | - | - | - |".replace("\n", " "), flush=True)
             continue
         cells = []
-        for f in (fn, torch.compile(fn, dynamic=False)):
+        for f in (fn, None if eager_only else torch.compile(fn, dynamic=False)):
+            if f is None:
+                cells.append(float("nan"))
+                continue
             try:
                 cells.append(time_us(f, sets))
             except Exception as e:  # a computation torch cannot capture: say so, keep going
