@@ -16,16 +16,18 @@
 # Each step runs under `timeout` with what is left of the budget (GPU_CHECK_BUDGET seconds, default 560:
 # the lent machine's commands stop at 600), so a hung kernel costs one step, not the run; a hung shard's
 # last "[ RUN ]" line names the test. OUT/summary.md gets a line per step as it ends. Exits non-zero if
-# any step failed. Environment: GPU_CHECK_BUILD (default build), GPU_CHECK_JOBS (default: cores),
+# any step failed. Environment: GPU_CHECK_BUILD (default build), GPU_CHECK_JOBS (default: cores), GPU_CHECK_TAR
+# (a .tgz to pack OUT_DIR into at the end),
 # the torch step's GPU_CHECK_OPS_JSON (default OUT/ops.json, from the bench step) and GPU_CHECK_TORCH_ROWS
 # (a slice of its rows, e.g. 0:45; default all ~90, each compiled anew by torch.compile).
-# On the lent GPU machine (see ../shared/gpu/README.md): `bash tools/gpu_pack.sh` here, then carry .gpu in
-# calls of at most 10 minutes, most needed first:
-#   bash .gpu/run bash tools/gpu_check.sh $OUT tests conformance example sass
-#   bash .gpu/run bash tools/gpu_check.sh $OUT memcheck racecheck synccheck initcheck
-#   bash .gpu/run bash tools/gpu_check.sh $OUT bench
-# then copy the ops.json that came back into the working tree (untracked files travel) and
-#   GPU_CHECK_OPS_JSON=ops.json GPU_CHECK_TORCH_ROWS=0:45 bash .gpu/run bash tools/gpu_check.sh $OUT torch
+# On the lent GPU machine (see ../shared/gpu/README.md): 15 minutes of device time a session, starts
+# included, at most 10 a command, and at most 8 files back from $OUT. `bash tools/gpu_pack.sh` here, then
+# carry .gpu, write OUT_DIR outside $OUT and have it packed into one file (GPU_CHECK_TAR), most needed
+# first; on 2026-11-27 one H200 call ran `tests sass` (154 s on 16 cores) and both vs_torch case files:
+#   GPU_CHECK_BUDGET=230 GPU_CHECK_TAR=$OUT/check.tgz bash .gpu/run bash tools/gpu_check.sh /tmp/check tests sass
+#   VS_TORCH_EAGER_ONLY=1 bash .gpu/run bash tools/bench/vs_torch.sh tools/bench/cases/issue28.txt >$OUT/i28.md
+# Then, as time allows: memcheck racecheck synccheck initcheck; bench (its ops.json, copied into the working
+# tree, feeds GPU_CHECK_OPS_JSON=ops.json GPU_CHECK_TORCH_ROWS=0:45 ... torch in a later call).
 set -uo pipefail
 out=${1:?usage: tools/gpu_check.sh OUT_DIR [tests conformance example sass memcheck racecheck synccheck initcheck bench torch python]}
 shift
@@ -206,6 +208,8 @@ for step in "${steps[@]}"; do
 done
 
 cat "$out/summary.md"
+# Everything in one file, for a machine that returns few (the lent one: 8).
+[ -z "${GPU_CHECK_TAR:-}" ] || tar -C "$out" -czf "$GPU_CHECK_TAR" .
 if ((${#failed[@]})); then
   echo "gpu_check: FAILED: ${failed[*]}"
   exit 1
