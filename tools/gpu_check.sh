@@ -170,16 +170,20 @@ run_step() {  # STEP: prints what it found, returns non-zero on a failure
       cat "$out/torch.md"
       return $status ;;
     python)
-      # The Python package on the GPU: its pytest suite (torch ops, compile, goldens) and the per-call overhead. Its
-      # modules are built for the build machine's Python; another Python here cannot import them, and this says so.
-      if ! PYTHONPATH=$build/python python3 -c "import mojo_jit, pytest" 2>"$out/python.log"; then
-        echo "mojo_jit or pytest does not import here: $(tail -1 "$out/python.log")"
-        return 1
+      # The Python package on the GPU: its pytest suite (torch ops, compile, goldens) and the per-call overhead.
+      # The build's modules are for the build machine's Python; where they do not import, they are built here
+      # for this python3 (tools/python_modules.sh), against the same libraries.
+      local package=$build/python
+      if ! PYTHONPATH=$package python3 -c "import mojo_jit" 2>"$out/python.log"; then
+        package=$out/python-here
+        timeout -k 10 "$(left)" bash "$(dirname "$0")/python_modules.sh" "$build" "$package" >>"$out/python.log" 2>&1 ||
+          { echo "mojo_jit does not import here, nor build: $(tail -1 "$out/python.log")"; return 1; }
       fi
-      MOJO_JIT_DEVICE=cuda PYTHONPATH=$build/python timeout -k 10 "$(left)" python3 -m pytest -q -p no:cacheprovider \
+      python3 -c "import pytest" 2>>"$out/python.log" || { echo "no pytest here"; return 1; }
+      MOJO_JIT_DEVICE=cuda PYTHONPATH=$package timeout -k 10 "$(left)" python3 -m pytest -q -p no:cacheprovider \
         -rs "$(dirname "$0")/../python/tests" >"$out/python.txt" 2>&1
       local status=$?
-      PYTHONPATH=$build/python timeout -k 10 "$(left)" python3 "$(dirname "$0")/bench/python_overhead.py" \
+      PYTHONPATH=$package timeout -k 10 "$(left)" python3 "$(dirname "$0")/bench/python_overhead.py" \
         >>"$out/python.txt" 2>&1 || status=1
       tail -40 "$out/python.txt"
       return $status ;;

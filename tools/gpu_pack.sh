@@ -15,3 +15,5 @@ mkdir -p "$(git rev-parse --git-dir)/info"
 links=()
 while IFS= read -r -d '' link; do links+=("$link"); done < <(find "$build" -maxdepth 1 -type l -name 'lib*.so.*' -print0)
 bash "$shared/gpu/pack" "$build" "${links[@]}"
+# The headers tools/python_modules.sh needs to build the Python modules there for that machine's Python.
+tar -C /usr/include -cJf .gpu/headers.tar.xz fmt nlohmann
