@@ -54,11 +54,10 @@ constexpr int kDecodeWgmmaMinCols = 128;
 
 // How gemm and linear take the sm_90a path (`any_width`, or `widths_of_64` when B is MN-major: TMA loads
 // it in boxes of 64 columns): at every M but decode's narrow tiles (above), with 64-row tiles where M is
-// small and any width that is a
-// multiple of 16, chosen as DeepGEMM does: the fewest waves of tiles on the reference GPU's SMs, then the
-// fullest last wave (perf_model's wave_fill), then the larger tile, then the squarer one; the pipeline as
-// deep as shared memory allows (at most 8 stages). The grouped products (`fixed`) keep
-// the two 128-row tiles below and take the path only where M fills them.
+// small and any width that is a multiple of 16, chosen as DeepGEMM does: the fewest waves of tiles on the
+// reference GPU's SMs, then the fullest last wave (perf_model's wave_fill), then the larger tile, then the
+// squarer one; the pipeline as deep as shared memory allows (at most 8 stages). The grouped products (`fixed`)
+// keep the two 128-row tiles below and take the path only where M fills them.
 enum class Sm90Tiles { fixed, any_width, widths_of_64 };
 TileConfig pick_wgmma_tile(std::int64_t m, std::int64_t n, std::int64_t batch, Sm90Tiles widths, const Target& target);
 
@@ -67,9 +66,10 @@ TileConfig pick_wgmma_tile(std::int64_t m, std::int64_t n, std::int64_t batch, S
 // a decode tile splits K over up to 4 warp groups so that about four tiles'
 // worth of loads per SM are in flight (each group keeping >= 2 k tiles).
 // Where the sm_90a path may run (`wgmma_ok`), gemm and linear take it
-// but for decode's narrow tiles (`sm90_tiles`, above); the grouped products take it for problems
-// with enough 128-row tiles to fill half the SMs, and leave thin ones to
-// the sm_80 path, whose small tiles spread the weights over more SMs.
+// but for decode's narrow tiles (`sm90_tiles`, above); the grouped
+// products take it for problems with enough 128-row tiles to fill half the
+// SMs, and leave thin ones to the sm_80 path, whose small tiles spread the
+// weights over more SMs.
 TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, bool tf32, const Target& target,
                      bool wgmma_ok = false, std::int64_t batch = 1, Path path = Path::any,
                      Sm90Tiles sm90_tiles = Sm90Tiles::fixed);
