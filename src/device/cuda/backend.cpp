@@ -32,6 +32,21 @@ void use_context_noexcept(void* context) noexcept {
   if (driver::api().cuCtxSetCurrent(as_context(context)) == CUDA_SUCCESS) current.context = context;
 }
 
+// This thread in the relaxed stream-capture mode for the guard's scope, then back in the caller's mode.
+class RelaxedCaptureMode {
+ public:
+  // Not counted as a driver call: the CPU device's allocation counts one, as the cuMemAlloc alone.
+  RelaxedCaptureMode() {
+    driver::check(driver::api().cuThreadExchangeStreamCaptureMode(&mode_), "cuThreadExchangeStreamCaptureMode");
+  }
+  ~RelaxedCaptureMode() { driver::api().cuThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+};
+
 CUfunction_attribute driver_attribute(FunctionAttribute a) {
   switch (a) {
     case FunctionAttribute::registers:
@@ -98,13 +113,9 @@ class CudaBackend final : public Backend {
     // CUDA graph captures when the graph is the shape's first launch, and the global and thread-local modes
     // refuse cuMemAlloc then (the H200 run of 2026-11-27: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED). The memory
     // is no stream's and outlives the graph (WorkspaceArena keeps it), as PyTorch's allocator does it.
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    driver::check(driver::api().cuThreadExchangeStreamCaptureMode(&mode), "cuThreadExchangeStreamCaptureMode");
+    const RelaxedCaptureMode relaxed;
     DevicePtr p = 0;
-    device_hooks::count_driver_call();
-    const CUresult allocated = driver::api().cuMemAlloc(&p, bytes);
-    driver::api().cuThreadExchangeStreamCaptureMode(&mode);  // the caller's mode back, whatever the allocation did
-    driver::check(allocated, "cuMemAlloc(&p, bytes)");
+    MOJO_CU(cuMemAlloc(&p, bytes));
     return p;
   }
   void release(void* context, DevicePtr p) const noexcept override {
