@@ -22,6 +22,7 @@ nanobind=$("$py" -c "import nanobind, os; print(os.path.dirname(nanobind.__file_
 python_include=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 [ -f "$python_include/Python.h" ] || fail "no Python.h in $python_include (the python3 development headers)"
 suffix=$("$py" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+version=$(sed -n 's/^project(mojo_jit VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)  # as python/CMakeLists.txt gives it
 # By their SONAMEs, which the lent machine's unpacked build has too (tools/gpu_pack.sh).
 for lib in libmojo_jit.so.0 libmojo_jit_check.so.0; do
   [ -e "$build/$lib" ] || fail "no $build/$lib: build the project first"
@@ -45,7 +46,7 @@ nb_flags=(-I"$python_include" -I"$nanobind/include" -isystem "$nanobind/ext/robi
 "$cxx" "${common[@]}" "${nb_flags[@]}" -DNB_BUILD -DNB_COMPACT_ASSERTIONS -fno-strict-aliasing \
   -c "$nanobind/src/nb_combined.cpp" -o "$out/obj/nanobind.o" &
 "$cxx" "${common[@]}" -c tools/mojo-jit/inspect.cpp -o "$out/obj/inspect.o" &
-"$cxx" "${common[@]}" "${nb_flags[@]}" -DMOJO_JIT_VERSION="\"python-here\"" \
+"$cxx" "${common[@]}" "${nb_flags[@]}" -DMOJO_JIT_VERSION="\"$version\"" \
   -c python/src/module.cpp -o "$out/obj/module.o" &
 "$cxx" "${common[@]}" "${nb_flags[@]}" -c python/src/check_module.cpp -o "$out/obj/check_module.o" &
 status=0
