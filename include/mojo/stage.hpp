@@ -16,13 +16,14 @@ Emit parse_emit(std::string_view name);          // throws InvalidArgumentError
 // The stages a compile's time is reported in, common to both compilers (CompileResult::stage_ms,
 // CacheStats::compile_stage_seconds).
 enum class CompileStage {
+  load,       // loading the compiler's plugin and starting it, on the process's first compile (and any that waited)
   front_end,  // parsing and IR generation: clang, or NVRTC's "CUDA C++ Frontend"
   optimize,   // LLVM's O3 pipeline, or NVRTC's "NVVM Optimizer" (which also writes the PTX)
   codegen,    // LLVM's NVPTX back end: IR to PTX
   ptxas,      // PTX to cubin: the ptxas subprocess, or NVRTC's "PTX Translation"
   other,      // the rest of the compiler's call (NVRTC: its total less its phases)
 };
-inline constexpr int kCompileStages = 5;
-std::string_view compile_stage_name(CompileStage stage) noexcept;  // "front end", "optimize", ...
+inline constexpr int kCompileStages = 6;
+std::string_view compile_stage_name(CompileStage stage) noexcept;  // "load", "front end", "optimize", ...
 
 }  // namespace mojo

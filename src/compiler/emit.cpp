@@ -28,6 +28,7 @@ Emit parse_emit(std::string_view name) {
 
 std::string_view compile_stage_name(CompileStage stage) noexcept {
   switch (stage) {
+    case CompileStage::load: return "load";
     case CompileStage::front_end: return "front end";
     case CompileStage::optimize: return "optimize";
     case CompileStage::codegen: return "codegen";
