@@ -306,7 +306,14 @@ TEST_F(Cli, RunChecksASpecializationOnTheCpuDevice) {
 
   r = run("run gemm --dtype f16 --shape a=130x72 --shape b=72x136 --device cpu --arch sm_90a --param path=90 --seed 3");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("_wgmma_1 on cpu (emulating sm_90a)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("_wgmma_1 on cpu (emulating sm_90a)\n"), std::string::npos) << r.output;
+
+  // --graph: the checked launch is the first, captured in a CUDA graph and replayed (a multi-kernel plan here).
+  r = run("run sample --dtype f32 --shape logits=4x1000 --device cpu --graph");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(" on cpu (emulating sm_80), its first launch captured in a graph\n"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("\nPASS\n"), std::string::npos) << r.output;
 }
 
 TEST_F(Cli, RunFailsOnAMismatchAndOnBadInput) {

@@ -607,6 +607,49 @@ TEST_F(CpuRaces, TheRaceDetectorSeesAWarRaceThatLeavesTheValuesRight) {
 #endif
 }
 
+// While a thread captures a stream, a GPU refuses its synchronous calls (CUDA's thread-local capture mode,
+// Graph::capture's): the CPU device refuses the same ones, with the driver's error, so that a test here finds
+// what would fail there. Allocating and launching are allowed; so is waiting on a stream no one captures.
+TEST(CpuDevice, RefusesWhatAGpuRefusesWhileAThreadCaptures) {
+  const Device cpu = Device::cpu(Target::parse("sm_80"));
+  DeviceBuffer buffer(64);
+  std::vector<std::uint8_t> host(64, 7);
+  Stream captured, other;
+  Event in_capture;
+  const auto refused = [](const char* call, auto f) {
+    try {
+      f();
+      ADD_FAILURE() << call << " was allowed inside a capture";
+    } catch (const DeviceError& e) {
+      EXPECT_EQ(e.code(), 900);
+      EXPECT_TRUE(std::string_view(e.what()).starts_with(
+          fmt::format("{} failed: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (operation not permitted when stream is "
+                      "capturing",
+                      call)))
+          << e.what();
+    }
+  };
+  EXPECT_FALSE(is_capturing(captured));
+  const Graph graph = Graph::capture(captured, [&] {
+    EXPECT_TRUE(is_capturing(captured));
+    EXPECT_FALSE(is_capturing(other));
+    refused("cuMemcpyHtoD", [&] { buffer.copy_from_host(host.data(), host.size()); });
+    refused("cuMemcpyDtoH", [&] { buffer.copy_to_host(host.data(), host.size()); });
+    refused("cuMemsetD8", [&] { buffer.fill_bytes(0); });
+    refused("cuStreamSynchronize", [&] { captured.synchronize(); });
+    refused("cuStreamSynchronize", [&] { copy_to_host(host.data(), buffer.ptr(), host.size(), captured); });
+    refused("cuCtxSynchronize", [&] { cpu.synchronize(); });
+    DeviceBuffer scratch(128);  // allowed: the GPU allocates in the relaxed mode
+    other.synchronize();
+    in_capture.record(captured);
+  });
+  refused("cuEventSynchronize", [&] { in_capture.synchronize(); });
+  EXPECT_FALSE(is_capturing(captured));
+  buffer.copy_from_host(host.data(), host.size());  // the capture is over
+  captured.synchronize();
+  graph.launch(captured);
+}
+
 TEST(CpuDevice, GraphsReplayWhatTheStreamRecorded) {
   test::TempDir cache;
   RuntimeOptions o;

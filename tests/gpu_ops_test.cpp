@@ -38,6 +38,24 @@ TEST_P(GpuOps, DebugChecksNameTheBadIndexInsteadOfSkippingIt) {
   EXPECT_EQ(kc.read(), std::vector<std::uint8_t>(cache.nbytes(), 0xff)) << "both slots skipped";
 }
 
+// A launch a graph captures has no data yet to check (and its thread may not copy to the host): the debug
+// checks skip it, with one warning, and the graph runs it.
+TEST_P(GpuOps, DebugChecksSkipTheLaunchesAGraphCaptures) {
+  RuntimeOptions o = options();
+  o.debug_checks = true;
+  Runtime checked(o);
+  const TensorSpec w(DType::f32, {10, 8}), out(DType::f32, {3, 8}), ids(DType::i64, {3});
+  const std::vector<std::uint8_t> table = random_tensor(DType::f32, 80, 23);
+  GpuTensor weight(w, table), o_d(out), id_d(ids, test::index_bytes(DType::i64, {1, 9, 2}));
+  Stream stream;
+  const Graph graph = Graph::capture(stream, [&] { checked.launch("embedding", {o_d, id_d, weight}, {}, stream); });
+  graph.launch(stream);
+  stream.synchronize();
+  std::vector<std::uint8_t> want;
+  for (int row : {1, 9, 2}) want.insert(want.end(), table.begin() + row * 32, table.begin() + row * 32 + 32);
+  EXPECT_EQ(o_d.read(), want);
+}
+
 TEST_P(GpuOps, BundleOfEveryOpLoadsAsOneModuleAndEachKernelRuns) {
   // compile_all on the example set (one kernel per op x dtype), then ops at
   // those very shapes find their kernels in the bundle and compile nothing.

@@ -88,6 +88,12 @@ struct CheckReport {
   }
 };
 
+// How check_op's first launch is made: directly, or captured by name into a
+// CUDA graph that is then replayed, so that a specialization's first launch
+// (its load, its workspace) happens inside the capture, as it does in a server
+// that captures its decode step before it ran it once.
+enum class CheckLaunch { direct, graph };
+
 // Launches `op` on random inputs (seeded; OpCheck::random_data) with its
 // outputs poisoned (0xff: NaN in every float type), and compares every
 // tensor it writes with OpCheck::reference; then launches it again with zeros
@@ -95,7 +101,7 @@ struct CheckReport {
 // and requires the same bits in every "out" tensor. `specs` are contiguous, in
 // tensor_args() order; a rank-0 spec is an absent optional tensor.
 CheckReport check_op(Runtime& rt, std::string_view op, std::span<const TensorSpec> specs, ScalarList scalars,
-                     std::uint32_t seed = 0);
+                     std::uint32_t seed = 0, CheckLaunch first_launch = CheckLaunch::direct);
 
 // The elements of `got` outside `tol` of `want` (host bytes of `dtype`;
 // where the reference is not finite, the device must match it exactly);

@@ -224,8 +224,14 @@ void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle st
 // Waits for `stream`, then copies device memory to the host.
 void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, StreamHandle stream);
 
+// Whether `stream` is being captured into a CUDA graph, by Graph::capture or
+// by anyone else through the driver (torch.cuda.graph, say).
+bool is_capturing(StreamHandle stream);
+
 // A CUDA graph recorded from the work `record` enqueues on `stream` (which
-// must not be the legacy default stream), replayed with one launch.
+// must not be the legacy default stream), replayed with one launch. While it
+// records, the calling thread may launch and allocate, but not copy to or from
+// the host nor wait on the stream (CUDA's thread-local capture mode).
 class Graph {
  public:
   template <class F>

@@ -61,7 +61,11 @@ class Backend {
   virtual TensorMap encode_tensor_map(DType dtype, DevicePtr base, const std::uint64_t (&dims)[3],
                                       const std::uint64_t (&strides)[2], const std::uint32_t (&box)[3]) const = 0;
 
-  // Graphs: the work a stream records between begin and end, replayed by launch_graph.
+  // Graphs: the work a stream records between begin and end, replayed by launch_graph. While a thread
+  // captures, it may not make the synchronous calls above (copies to and from the host, fills, waits on a
+  // captured stream or event): the GPU refuses them (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), and so does the
+  // cpu device, so that CI finds such a call. `allocate` is allowed (in the relaxed mode on the GPU).
+  virtual bool is_capturing(StreamHandle stream) const = 0;
   virtual void begin_capture(StreamHandle stream) const = 0;
   virtual void abandon_capture(StreamHandle stream) const noexcept = 0;
   virtual void* end_capture(StreamHandle stream) const = 0;

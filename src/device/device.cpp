@@ -365,6 +365,8 @@ TensorMap encode_tile_tensor_map(const TensorMapKey& k) {
 
 // ---- Graph --------------------------------------------------------------------
 
+bool is_capturing(StreamHandle stream) { return current_backend().is_capturing(stream); }
+
 void Graph::begin_capture(StreamHandle stream) {
   if (stream == nullptr)
     throw InvalidArgumentError("Graph::capture needs a stream; the legacy default stream cannot be captured");

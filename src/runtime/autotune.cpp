@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/log.hpp"
+#include "mojo/device.hpp"
 #include "mojo/error.hpp"
 
 namespace mojo::autotune {
@@ -15,7 +16,12 @@ const Params& fastest(KernelCache& cache, std::string_view what, std::string_vie
   const std::string description = fmt::format("autotune {}", what);
   // The record is the winner's params ("dtype=bf16 bm=128 ..."), not its index: a
   // candidate list that changes between builds can never pick the wrong one.
+  const bool capturing = is_capturing(stream);
   auto time_all = [&] {
+    if (capturing)
+      throw CacheMissError(fmt::format("{}: not timed inside a graph capture; this process keeps the heuristic's "
+                                       "choice (launch the shape once before capturing to tune it)",
+                                       description));
     std::size_t best = 0;
     float best_ms = 0;
     for (std::size_t i = 0; i < candidates.size(); ++i) {
@@ -36,8 +42,9 @@ const Params& fastest(KernelCache& cache, std::string_view what, std::string_vie
   try {
     bool timed = false;
     record = cache.get(CacheRequest{key, EntryKind::tuning(), description, meta, ""}, time_all, &timed);
-  } catch (const CacheMissError&) {
-    return candidates[0];  // offline: untuned shapes keep the heuristic's choice
+  } catch (const CacheMissError& e) {
+    if (capturing) log::info(e.what());
+    return candidates[0];  // offline or capturing: untuned shapes keep the heuristic's choice
   }
   for (const Params& p : candidates)
     if (p.str() == *record) return p;

@@ -18,7 +18,9 @@ namespace mojo::autotune {
 // `prepare` loads each candidate (compiling it if need be) before its timing
 // and returns what launches it once on `stream`: 2 warm-ups, then 10 timed
 // launches. Returns the winner, or candidates[0] (the heuristic's choice)
-// where the record names none of them or the cache is offline.
+// where the record names none of them, the cache is offline, or `stream` is
+// being captured into a graph (whose launches run later, and whose thread may
+// not wait on an event): then only a record already made is used.
 using Launcher = std::function<void()>;
 const Params& fastest(KernelCache& cache, std::string_view what, std::string_view compiler,
                       std::span<const Params> candidates, StreamHandle stream,

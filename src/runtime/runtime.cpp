@@ -152,12 +152,24 @@ void for_each_launch(const OpDef& op, const LoadedKernel& kernel, TensorList ten
     }
 }
 
+// The op's checks of its index data (RuntimeOptions::debug_checks), which read it on the host: not for a launch
+// a graph captures, whose data is there only when the graph runs (and whose thread may not copy to the host).
+void check_data_unless_captured(const OpDef& op, TensorList tensors, ScalarList scalars, StreamHandle stream) {
+  if (!is_capturing(stream)) return op.check_data(tensors, scalars, stream);
+  static std::once_flag said;
+  std::call_once(said, [&] {
+    log::warn(fmt::format("{}: debug checks skip the launches a graph captures (their data is there only when the "
+                          "graph runs); launch without the graph to check them",
+                          op.name()));
+  });
+}
+
 // Launches the kernels of `kernel`'s plan in order; `packed`: their geometry and arguments, when already packed
 // for these tensors and this workspace.
 void launch_plan(const OpDef& op, const LoadedKernel& kernel, TensorList tensors, ScalarList scalars,
                  StreamHandle stream, DevicePtr workspace, const PackedStep* packed = nullptr) {
   kernel.device->ensure_current();  // before pack_args: TMA descriptors are encoded by the current device
-  if (kernel.debug_checks) op.check_data(tensors, scalars, stream);
+  if (kernel.debug_checks) check_data_unless_captured(op, tensors, scalars, stream);
   std::size_t i = 0;
   for_each_launch(op, kernel, tensors, [&](const LoadedKernel::Step& step, const Params& params) {
     const PackedStep* mine = packed ? &packed[i++] : nullptr;

@@ -359,5 +359,34 @@ TEST_P(GpuGemm, AutotuneTimesEveryCandidateAndKeepsTheWinner) {
   EXPECT_EQ(again.stats().compiles, 0u) << "the tuning record and the winner came from the disk cache";
 }
 
+// Autotune when a shape's first launch is captured into a CUDA graph: the candidates cannot be timed there
+// (their launches would be captured too, and the thread may not wait on an event), so the capture gets the
+// heuristic's choice, nothing is recorded, and the replay is right.
+TEST_P(GpuGemm, AutotuneInsideAGraphCaptureKeepsTheHeuristicsChoice) {
+  RuntimeOptions o = options();
+  o.autotune = true;
+  Runtime tuned(o);
+  const DType d = DType::bf16;
+  const std::int64_t m = 17, n = 136, k = 200;
+  const TensorSpec x(d, {m, k}), w(d, {n, k}), y(d, {m, n});
+  const auto xh = random_matrix(d, x.numel(), 6), wh = random_matrix(d, w.numel(), 7);
+  GpuTensor xd(x, xh), wd(w, wh), yd(y);
+  const Tensor absent{TensorSpec(), 0};
+  const std::vector<Tensor> tensors{yd, xd, wd, absent, absent};
+  Stream stream;
+  const Graph graph = Graph::capture(stream, [&] { tuned.launch("linear", tensors, {}, stream); });
+  EXPECT_EQ(tuned.stats().compiles, 1u) << "the heuristic's choice alone was compiled";
+  const std::vector<DiskEntryInfo> entries = DiskCache(cache.path()).list();
+  EXPECT_EQ(std::count_if(entries.begin(), entries.end(),
+                          [](const DiskEntryInfo& e) { return e.kind == EntryKind::tuning(); }),
+            0)
+      << "no tuning record";
+  graph.launch(stream);
+  stream.synchronize();
+  std::vector<std::uint8_t> want(y.nbytes());
+  reference::linear(d, xh.data(), wh.data(), nullptr, nullptr, want.data(), m, n, k, Act(0));
+  test::expect_close(d, yd.read(), want, "out", gemm_tolerance(d, k));
+}
+
 INSTANTIATE_TEST_SUITE_P(Compilers, GpuGemm, ::testing::ValuesIn(test::compilers()),
                          [](const auto& info) { return test::compiler_test_name(info.param); });

@@ -140,6 +140,10 @@ int run_check(int argc, char** argv) {
                  "cuda (a GPU) or cpu (the emulator; --arch picks the GPU it emulates, sm_80 by default); default: "
                  "$MOJO_JIT_DEVICE, else cuda where there is a GPU, else cpu");
   app.add_option("--seed", seed, "seed of the random inputs")->capture_default_str();
+  bool graph = false;
+  app.add_flag("--graph", graph,
+               "make the checked launch the first, inside a CUDA graph capture (the kernel's load and workspace "
+               "too), then replay the graph");
   app.footer("example: mojo-jit run gemm --dtype bf16 --shape a=100x72 --shape b=72x136 --device cpu --arch sm_90a "
              "--param path=90");
   MOJO_CLI_PARSE(app, argc, argv);
@@ -163,8 +167,9 @@ int run_check(int argc, char** argv) {
   for (const mojo::Tensor& t : spec.tensors(op)) specs.push_back(t.spec);
   std::vector<std::string> names;
   const auto scalars = spec.scalars(names);
-  const mojo::CheckReport r = mojo::check_op(rt, spec.op, specs, scalars, seed);
-  fmt::print("{} on {}\n", r.kernel, rt.device().name());
+  const mojo::CheckReport r =
+      mojo::check_op(rt, spec.op, specs, scalars, seed, graph ? mojo::CheckLaunch::graph : mojo::CheckLaunch::direct);
+  fmt::print("{} on {}{}\n", r.kernel, rt.device().name(), graph ? ", its first launch captured in a graph" : "");
   for (const auto& out : r.outputs)
     fmt::print("  {:<12} {:<4} {:>9} elements: max abs err {:.3g}, max rel err {:.3g}; tolerance rtol {:g} + atol {:g} "
                "x max|ref|: {} outside -> {}\n",

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -32,6 +33,26 @@ thread_local Limits t_limits;
 struct Recording {
   std::vector<std::function<void()>> work;
 };
+
+// The captures this thread began and has not ended (Graph::capture begins and ends one on the same thread). It
+// uses CUDA's thread-local capture mode, in which a GPU refuses a capturing thread's synchronous calls; the cpu
+// device refuses the same ones, so that a test on it finds the call a graph's first launch would fail on (the
+// sampler's workspace allocation did on an H200, 2026-11-27, before the GPU allocated in the relaxed mode).
+thread_local int t_captures = 0;
+constexpr int kCaptureUnsupported = 900;  // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+[[noreturn]] void refuse_in_capture(const char* call) {
+  throw DeviceError(fmt::format("{} failed: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (operation not permitted when "
+                                "stream is capturing: the cpu device refuses, as a GPU does, this synchronous call "
+                                "while the thread captures a stream into a graph)",
+                                call),
+                    kCaptureUnsupported);
+}
+void refuse_while_capturing(const char* call) {
+  if (t_captures > 0) refuse_in_capture(call);
+}
+// An event recorded on a stream being captured: a GPU refuses to wait on it or time it, even after the capture.
+constexpr std::int64_t kRecordedInCapture = INT64_MIN;
+
 // A stream: launches run as they are enqueued, unless the stream is being captured.
 struct Stream {
   Recording* capture = nullptr;
@@ -76,19 +97,27 @@ class CpuBackend final : public Backend {
     t_limits = Limits::of(target);
     current_device() = CurrentDevice{this, nullptr, target};
   }
-  void synchronize() const override {}  // every launch has completed
+  void synchronize() const override { refuse_while_capturing("cuCtxSynchronize"); }  // every launch has completed
 
   StreamHandle create_stream() const override { return reinterpret_cast<StreamHandle>(new Stream()); }
   void destroy_stream(void*, StreamHandle stream) const noexcept override { delete stream_of(stream); }
-  void synchronize_stream(void*, StreamHandle) const override {}
+  void synchronize_stream(void*, StreamHandle stream) const override {
+    if (capture_of(stream) != nullptr) refuse_in_capture("cuStreamSynchronize");
+  }
 
   // An event is the time it was recorded: work before the record has completed when it is recorded.
   void* create_event() const override { return new std::int64_t(0); }
   void destroy_event(void*, void* event) const noexcept override { delete static_cast<std::int64_t*>(event); }
-  void record_event(void*, void* event, StreamHandle) const override { *static_cast<std::int64_t*>(event) = now_ns(); }
-  void synchronize_event(void*, void*) const override {}
+  void record_event(void*, void* event, StreamHandle stream) const override {
+    *static_cast<std::int64_t*>(event) = capture_of(stream) != nullptr ? kRecordedInCapture : now_ns();
+  }
+  void synchronize_event(void*, void* event) const override {
+    if (*static_cast<std::int64_t*>(event) == kRecordedInCapture) refuse_in_capture("cuEventSynchronize");
+  }
   float elapsed_ms(void* start, void* end) const override {
-    return float(double(*static_cast<std::int64_t*>(end) - *static_cast<std::int64_t*>(start)) * 1e-6);
+    const std::int64_t from = *static_cast<std::int64_t*>(start), to = *static_cast<std::int64_t*>(end);
+    if (from == kRecordedInCapture || to == kRecordedInCapture) refuse_in_capture("cuEventElapsedTime");
+    return float(double(to - from) * 1e-6);
   }
 
   DevicePtr allocate(std::size_t bytes) const override {
@@ -97,12 +126,15 @@ class CpuBackend final : public Backend {
   }
   void release(void*, DevicePtr p) const noexcept override { cpu::release(reinterpret_cast<void*>(p)); }
   void copy_from_host(void*, DevicePtr dst, const void* src, std::size_t bytes) const override {
+    refuse_while_capturing("cuMemcpyHtoD");
     std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
   }
   void copy_to_host(void*, void* dst, DevicePtr src, std::size_t bytes) const override {
+    refuse_while_capturing("cuMemcpyDtoH");
     std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
   }
   void fill_bytes(void*, DevicePtr dst, std::uint8_t value, std::size_t bytes) const override {
+    refuse_while_capturing("cuMemsetD8");
     std::memset(reinterpret_cast<void*>(dst), value, bytes);
   }
   void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream) const override {
@@ -112,7 +144,9 @@ class CpuBackend final : public Backend {
     else
       copy();
   }
-  void copy_to_host_after(void* dst, DevicePtr src, std::size_t bytes, StreamHandle) const override {
+  void copy_to_host_after(void* dst, DevicePtr src, std::size_t bytes, StreamHandle stream) const override {
+    if (capture_of(stream) != nullptr) refuse_in_capture("cuStreamSynchronize");
+    refuse_while_capturing("cuMemcpyDtoH");
     std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
   }
 
@@ -153,15 +187,21 @@ class CpuBackend final : public Backend {
     return cpu::encode_tensor_map(base, dims, strides, box, 2);
   }
 
+  bool is_capturing(StreamHandle stream) const override { return capture_of(stream) != nullptr; }
   void begin_capture(StreamHandle stream) const override {
     if (capture_of(stream) != nullptr)
       throw InvalidArgumentError("Graph::capture: the stream is already being captured");
     stream_of(stream)->capture = new Recording();
+    ++t_captures;
   }
   void abandon_capture(StreamHandle stream) const noexcept override {
+    --t_captures;
     delete std::exchange(stream_of(stream)->capture, nullptr);
   }
-  void* end_capture(StreamHandle stream) const override { return std::exchange(stream_of(stream)->capture, nullptr); }
+  void* end_capture(StreamHandle stream) const override {
+    --t_captures;
+    return std::exchange(stream_of(stream)->capture, nullptr);
+  }
   void destroy_graph(void* graph) const noexcept override { delete static_cast<Recording*>(graph); }
   void launch_graph(void* graph, StreamHandle) const override {
     for (const auto& work : static_cast<Recording*>(graph)->work) work();

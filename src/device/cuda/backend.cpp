@@ -195,6 +195,13 @@ class CudaBackend final : public Backend {
     return map;
   }
 
+  bool is_capturing(StreamHandle stream) const override {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    const CUresult r = driver::api().cuStreamIsCapturing(stream, &status);
+    if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return true;  // the legacy stream while a blocking stream captures
+    driver::check(r, "cuStreamIsCapturing");
+    return status != CU_STREAM_CAPTURE_STATUS_NONE;
+  }
   void begin_capture(StreamHandle stream) const override {
     MOJO_CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
   }

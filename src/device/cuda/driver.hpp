@@ -22,7 +22,7 @@ namespace mojo::driver {
   X(cuModuleGetFunction) X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel)        \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags)                \
   X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuTensorMapEncodeTiled)               \
-  X(cuThreadExchangeStreamCaptureMode)
+  X(cuThreadExchangeStreamCaptureMode) X(cuStreamIsCapturing)
 
 struct Api {
 #define MOJO_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;
