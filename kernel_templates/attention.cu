@@ -112,7 +112,13 @@ __device__ __forceinline__ bool find_work(const Batch& a, int split, int chunk, 
     if (w.seq == a.batch) return false;
     w.sq = sequence(a, w.seq);
     const int tiles = (w.sq.q_count * G + BM - 1) / BM;
-    if (tile < tiles) break;
+    if (tile < tiles) {
+      // Causal tiles grow with their index: the longest of a sequence go first, so that the grid's last
+      // blocks are short ones and no SM is left with a long tile when the others are done (as FlashAttention
+      // 2 and 3 order them).
+      if (CAUSAL) tile = tiles - 1 - tile;
+      break;
+    }
     tile -= tiles;
   }
   w.row0 = tile * BM;
