@@ -9,17 +9,19 @@
 // each stage guarded by a "full" mbarrier (its bytes landed) and an "empty"
 // one (both consumers are done with it). Each consumer computes S = Q K^T with
 // wgmma from shared memory (its Q tile, which it loads itself), applies the
-// masks and the online softmax in registers, writes P (16-bit) to its own
-// swizzled tile, and accumulates O += P V with wgmma (V read MN-major). The
-// two consumers interleave on the tensor cores: one's softmax runs under the
-// other's matmuls. The producer gives up registers to the consumers.
+// masks and the online softmax in registers, and accumulates O += P V with
+// wgmma, P from registers (the layout of S's accumulators is that of A's
+// fragments: packed in pairs, they are the operand as they stand) and V read
+// MN-major. The two consumers interleave on the tensor cores: one's softmax
+// runs under the other's matmuls. The producer gives up registers to the
+// consumers.
 //
 // Kernel args: attention.cu's (MOJO_ATTENTION_ARGS), then the TMA descriptors
 // of k and v as 3-D tensors (head_dim, rows, kv_heads): rows are the packed
 // tokens (boxes of 64 x 128 x 1) or the cache's slots (boxes of 64 x
 // block_size x 1).
 // Geometry: 384 threads; grid as the sm_80 path's with 128-row tiles; dynamic
-// shared memory: 1024 (alignment) + Q 32 KB + STAGES x 64 KB + P 32 KB + barriers.
+// shared memory: 1024 (alignment) + Q 32 KB + STAGES x 64 KB + barriers.
 #pragma once
 
 #include "mojo_wgmma.cuh"
@@ -45,13 +47,12 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   static_assert(D == 128 && 16 * P::wm == BM && P::bn == BN, "the sm_90a path: head_dim 128, 128 x 128 tiles");
   static_assert(BN % BOX == 0 && BOX % 8 == 0, "whole cache blocks of 8 to 128 tokens per key tile");
   static_assert(sizeof(T) == 2, "wgmma here takes f16 or bf16");
-  constexpr unsigned Q_BYTES = 64 * D * 2, KV_BYTES = BN * D * 2, P_BYTES = 64 * BN * 2;
+  constexpr unsigned Q_BYTES = 64 * D * 2, KV_BYTES = BN * D * 2;
   MOJO_DYNAMIC_SMEM(smem);
   // 128-byte swizzling repeats every 1024 bytes: the tiles start on such a boundary.
   const unsigned base = (mojo::smem_address(smem) + 1023u) & ~1023u;
   unsigned char* const base_ptr = smem + (base - mojo::smem_address(smem));
-  const unsigned ring = base + 2 * Q_BYTES, p_tiles = ring + STAGES * 2 * KV_BYTES;
-  const unsigned full = p_tiles + 2 * P_BYTES, empty = full + 8 * STAGES;
+  const unsigned ring = base + 2 * Q_BYTES, full = ring + STAGES * 2 * KV_BYTES, empty = full + 8 * STAGES;
   const int tid = (int)mojo::thread_x(), warpgroup = tid / 128;
   const int kv_head = (int)mojo::block_y();
 
@@ -100,9 +101,8 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
 
   mojo::setmaxnreg_inc<232>();
   const int consumer = warpgroup - 1, ctid = tid % 128, lane = tid % 32, warp = ctid / 32;
-  const unsigned q_tile = base + consumer * Q_BYTES, p_tile = p_tiles + consumer * P_BYTES;
+  const unsigned q_tile = base + consumer * Q_BYTES;
   unsigned char* const q_ptr = base_ptr + consumer * Q_BYTES;
-  unsigned char* const p_ptr = base_ptr + (p_tile - base);
   const int first_row = w.row0 + consumer * 64;  // of this consumer's 64
 
   // Q: this consumer's rows into its swizzled tile, zeros past the sequence.
@@ -179,38 +179,29 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] *= correction[(i % 4) / 2];
 
-    // P to shared memory for the second MMA, once the previous one stopped reading it (waited below). Under
-    // clang its addresses are computed here: hoisted out of the loop (as clang does), 32 of them would stay
-    // live and spill the accumulators (NVRTC keeps them in the loop, and spills with the barrier instead).
-    int here = lane;
-#if !defined(MOJO_NVIDIA_FRONT_END)
-    asm volatile("" : "+r"(here));
-#endif
+    // P, 16-bit, in registers: S's accumulators 8 kk .. 8 kk + 8, packed in pairs, are k step kk's A.
+    unsigned p[BN / 16][4];
 #pragma unroll
-    for (int i = 0; i < BN / 2; i += 2) {
-      const int col = (i / 4) * 8 + 2 * (here % 4), row = warp * 16 + here / 4 + ((i % 4) / 2) * 8;
-      *reinterpret_cast<unsigned*>(p_ptr + swizzled<64>(row, col)) = pack_pair<T>(s[i], s[i + 1]);
-    }
-    mojo::fence_proxy_async();
-    mojo::sync_warps(1 + consumer, 128);
+    for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        p[kk][r] = pack_pair<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+        mojo::wgmma_fence_operand(p[kk][r]);
+      }
 
-    // O += P V: P K-major (keys along its rows), V MN-major (head_dim along its rows; its two 64-column
-    // sub-tiles BN * 128 bytes apart); a k step of 16 keys is 32 bytes of P's rows and 16 rows of V.
+    // O += P V: V MN-major (head_dim along its rows; its two 64-column sub-tiles BN * 128 bytes apart); a k
+    // step of 16 keys is 16 rows of V.
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) mojo::wgmma_fence_operand(o[i]);
     mojo::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      const unsigned long long pd = mojo::wgmma_descriptor(p_tile + (kk / 4) * 64 * 128 + (kk % 4) * 32);
-      const unsigned long long vd = mojo::wgmma_descriptor(v_tile + kk * 2048, BN * 128);
-      mojo::wgmma<T, D, 0, 1>(o, pd, vd, 1);
-    }
+    for (int kk = 0; kk < BN / 16; ++kk)
+      mojo::wgmma_rs<T, D, 1>(o, p[kk], mojo::wgmma_descriptor(v_tile + kk * 2048, BN * 128), 1);
     mojo::wgmma_commit();
     mojo::wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) mojo::wgmma_fence_operand(o[i]);
     mojo::mbarrier_arrive(empty + 8 * stage);
-    mojo::sync_warps(1 + consumer, 128);  // every warp's MMAs read P: it may be written again
   }
 
   // Normalise and store: each thread's pairs of columns, with the sink; lse per row.

@@ -4,7 +4,7 @@
 // emulator fills the table and hands it to each kernel library it loads.
 #pragma once
 
-#define MOJO_CPU_ABI_VERSION 1
+#define MOJO_CPU_ABI_VERSION 2
 
 extern "C" {
 
@@ -40,9 +40,10 @@ struct mojo_cpu_api {
   void (*mbarrier_wait)(unsigned bar, unsigned parity);
   void (*tma_load_3d)(unsigned dst, const void* map, unsigned bar, int c0, int c1, int c2);
   void (*wgmma_fence)();
-  // d (64 x n fp32, n / 2 per thread) (+)= a * b; type 1 f16, 2 bf16.
-  void (*wgmma)(float* d, int n, unsigned long long a_desc, unsigned long long b_desc, int scale_d, int mn_major_a,
-                int mn_major_b, int type);
+  // d (64 x n fp32, n / 2 per thread) (+)= a * b; type 1 f16, 2 bf16. a from shared memory through a_desc, or,
+  // where a_regs is not null, from the thread's 4 registers (a_desc and mn_major_a then unused).
+  void (*wgmma)(float* d, int n, unsigned long long a_desc, const unsigned* a_regs, unsigned long long b_desc,
+                int scale_d, int mn_major_a, int mn_major_b, int type);
   void (*wgmma_commit)();
   void (*wgmma_wait)(int pending);
 };

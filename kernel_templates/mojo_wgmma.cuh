@@ -68,11 +68,17 @@ __device__ __forceinline__ void wgmma_fence() { cpu::api().wgmma_fence(); }
 __device__ __forceinline__ void wgmma_commit() { cpu::api().wgmma_commit(); }
 template <int N> __device__ __forceinline__ void wgmma_wait() { cpu::api().wgmma_wait(N); }
 __device__ __forceinline__ void wgmma_fence_operand(float&) {}
+__device__ __forceinline__ void wgmma_fence_operand(unsigned&) {}
 __device__ __forceinline__ void fence_proxy_async() {}  // the emulated wgmma reads shared memory as it is
 template <class T, int N, int MN_MAJOR_A, int MN_MAJOR_B>
 __device__ __forceinline__ void wgmma(float (&d)[N / 2], unsigned long long a, unsigned long long b, int scale_d) {
   static_assert(N % 16 == 0 && N >= 16 && N <= 256, "wgmma tiles here are 64 x N, N a multiple of 16 up to 256");
-  cpu::api().wgmma(d, N, a, b, scale_d, MN_MAJOR_A, MN_MAJOR_B, is_bf16<T> ? 2 : 1);
+  cpu::api().wgmma(d, N, a, nullptr, b, scale_d, MN_MAJOR_A, MN_MAJOR_B, is_bf16<T> ? 2 : 1);
+}
+template <class T, int N, int MN_MAJOR_B>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long b, int scale_d) {
+  static_assert(N == 128, "wgmma with A in registers here: 64 x 128 tiles");
+  cpu::api().wgmma(d, N, 0, a, b, scale_d, 0, MN_MAJOR_B, is_bf16<T> ? 2 : 1);
 }
 #else
 
@@ -141,6 +147,7 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 // Keeps the compiler from moving reads or writes of an accumulator across
 // the asynchronous MMAs that own it.
 __device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void wgmma_fence_operand(unsigned& r) { asm volatile("" : "+r"(r)::"memory"); }
 
 #define MOJO_ACC4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define MOJO_ACC8(d, i) MOJO_ACC4(d, i), MOJO_ACC4(d, i + 4)
@@ -237,6 +244,29 @@ __device__ __forceinline__ void wgmma(float (&d)[N_ / 2], unsigned long long a, 
   else MOJO_WGMMA_CASE(144, 9) else MOJO_WGMMA_CASE(160, 10) else MOJO_WGMMA_CASE(176, 11)
   else MOJO_WGMMA_CASE(192, 12) else MOJO_WGMMA_CASE(208, 13) else MOJO_WGMMA_CASE(224, 14)
   else MOJO_WGMMA_CASE(240, 15) else MOJO_WGMMA_CASE(256, 16)
+}
+
+// d (64 x 128, fp32) (+)= a (64 x 16, from registers) * b (128 x 16, through its descriptor, K-major or
+// MN_MAJOR_B = 1). Thread t of the warpgroup holds a in 4 registers of two 16-bit values each: register r,
+// half h (the low half first) is element (row 16 * (t / 32) + (t % 32) / 4 + 8 * (r % 2), k 2 * (t % 4) + h +
+// 8 * (r / 2)). That is where the thread holds accumulators of the same 64 rows (wgmma above): accumulators
+// d[8c .. 8c + 8) of a product, packed in pairs, are the A of the next one's k step c (FlashAttention 3
+// keeps P so, never through shared memory).
+template <class T, int N_, int MN_MAJOR_B>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N_ / 2], const unsigned (&a)[4], unsigned long long b, int scale_d) {
+  static_assert(N_ == 128, "wgmma with A in registers here: 64 x 128 tiles");
+  if constexpr (is_bf16<T>)
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" MOJO_DREGS_8 "}, {%64, %65, %66, %67}, "
+                 "%68, p, 1, 1, %70; }"
+                 : MOJO_DOPS_8(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(MN_MAJOR_B));
+  else
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {" MOJO_DREGS_8 "}, {%64, %65, %66, %67}, "
+                 "%68, p, 1, 1, %70; }"
+                 : MOJO_DOPS_8(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(MN_MAJOR_B));
 }
 
 #undef MOJO_WGMMA_CASE

@@ -131,6 +131,40 @@ extern "C" __global__ void probe_wgmma(float* out, const mojo::TensorMap, const 
   for (int i = 0; i < 64; ++i) mojo::wgmma_fence_operand(acc[i]);
   for (int i = 0; i < 64; ++i) out[mojo::thread_x() * 64 + i] = acc[i];
 }
+// The same product with a from registers (a row-major bf16 [64, 64] in global memory): thread t's register r
+// of k step kk holds a's elements (16 (t / 32) + (t % 32) / 4 + 8 (r % 2), 16 kk + 2 (t % 4) + 8 (r / 2) + h),
+// h = 0 in the low half.
+extern "C" __global__ void probe_wgmma_rs(float* out, const unsigned short* a, const mojo::TensorMap) {
+  MOJO_DYNAMIC_SMEM(smem);
+  const unsigned b_tile = (mojo::smem_address(smem) + 1023u) & ~1023u, bar = b_tile + 16384;
+  if (mojo::thread_x() == 0) {
+    mojo::mbarrier_init(bar, 1);
+    mojo::fence_barrier_init();
+  }
+  mojo::sync_block();
+  if (mojo::thread_x() == 0) {
+    mojo::mbarrier_arrive_expect_tx(bar, 16384);
+    mojo::tma_load_3d(b_tile, MOJO_PARAM_ADDRESS(probe_wgmma_rs, 2), bar, 0, 0, 0);
+  }
+  const int t = (int)mojo::thread_x();
+  unsigned regs[4][4];
+  for (int kk = 0; kk < 4; ++kk)
+    for (int r = 0; r < 4; ++r) {
+      const int at = (16 * (t / 32) + (t % 32) / 4 + 8 * (r % 2)) * 64 + 16 * kk + 2 * (t % 4) + 8 * (r / 2);
+      regs[kk][r] = unsigned(a[at]) | unsigned(a[at + 1]) << 16;
+    }
+  mojo::mbarrier_wait(bar, 0);
+  float acc[64];
+  for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+  for (int i = 0; i < 64; ++i) mojo::wgmma_fence_operand(acc[i]);
+  mojo::wgmma_fence();
+  for (int kk = 0; kk < 4; ++kk)
+    mojo::wgmma_rs<mojo::bf16, 128, 0>(acc, regs[kk], mojo::wgmma_descriptor(b_tile + kk * 32), 1);
+  mojo::wgmma_commit();
+  mojo::wgmma_wait<0>();
+  for (int i = 0; i < 64; ++i) mojo::wgmma_fence_operand(acc[i]);
+  for (int i = 0; i < 64; ++i) out[mojo::thread_x() * 64 + i] = acc[i];
+}
 #endif
 )";
 
@@ -167,7 +201,7 @@ const std::string& probe_image(const Device& device, bool hopper) {
              (hopper ? kHopperProbes : "");
     for (const char* k : {"probe_math", "probe_shfl", "probe_ldmatrix", "probe_mma", "probe_cp_async"})
       source += fmt::format("MOJO_CPU_ENTRY({})\n", k);
-    if (hopper) source += "MOJO_CPU_ENTRY(probe_tma)\nMOJO_CPU_ENTRY(probe_wgmma)\n";
+    if (hopper) source += "MOJO_CPU_ENTRY(probe_tma)\nMOJO_CPU_ENTRY(probe_wgmma)\nMOJO_CPU_ENTRY(probe_wgmma_rs)\n";
   } else {
     source = templates.expand(std::vector<std::string>{"mojo_wgmma.cuh"}) + kProbes + (hopper ? kHopperProbes : "");
   }
@@ -489,8 +523,21 @@ TEST_F(Conformance, TmaAndWgmmaOnHopper) {
       reference::store(DType::f32, want.data(), std::size_t(t * 64 + i), float(sum));
     }
   test::expect_close(DType::f32, product.emulated[0], want, "emulated wgmma", Tolerance{1e-5, 1e-5});
+  // A from registers: the same product.
+  Probe rs{"probe_wgmma_rs",
+           {1, 1, 1},
+           {128, 1, 1},
+           16384 + 2048,
+           {std::vector<std::uint8_t>(128 * 64 * 4), a, b},
+           {{Arg::buffer, 0}, {Arg::buffer, 1}, {Arg::map, 2, 128, 128}}};
+  const Sides from_registers = both(rs, true);
+  test::expect_close(DType::f32, from_registers.emulated[0], want, "emulated wgmma, A from registers",
+                     Tolerance{1e-5, 1e-5});
   if (!tile.gpu) GTEST_SKIP() << no_gpu(true);
   expect_identical((*tile.gpu)[0], tile.emulated[0], "TMA box, 128-byte swizzle, zero fill past the end");
   test::expect_close(DType::f32, (*product.gpu)[0], product.emulated[0], "wgmma m64n128k16 x 4",
+                     Tolerance{1e-5, 1e-6});
+  test::expect_close(DType::f32, (*from_registers.gpu)[0], from_registers.emulated[0],
+                     "wgmma m64n128k16 x 4, A from registers (the register layout the attention's P relies on)",
                      Tolerance{1e-5, 1e-6});
 }

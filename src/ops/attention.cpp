@@ -221,9 +221,9 @@ LaunchGeometry AttentionOp::geometry(const Params& p, TensorList t) const {
 // attention.cu's smem_bytes(): the Q tile and the K/V rings, or after the loop the f32 O tile and row stats.
 unsigned AttentionOp::max_dynamic_smem(const Params& p) const {
   if (is_merge(p)) return 0;
-  if (p.get("wgmma")) {  // attention_sm90.cuh: alignment slack, Q, the K/V ring, P, barriers
+  if (p.get("wgmma")) {  // attention_sm90.cuh: alignment slack, Q, the K/V ring, barriers
     const std::int64_t d = p.get("head_dim"), bn = p.get("bn"), stages = p.get("stages");
-    return unsigned(1024 + 128 * d * 2 + stages * 2 * bn * d * 2 + 2 * 64 * bn * 2 + 16 * stages);
+    return unsigned(1024 + 128 * d * 2 + stages * 2 * bn * d * 2 + 16 * stages);
   }
   const std::int64_t bm = 16 * p.get("wm"), dp = padded(p.get("head_dim")), wn = p.get("wn");
   const std::int64_t loop = bm * dp * 2 + wn * p.get("stages") * 2 * p.get("bn") * dp * 2;

@@ -66,6 +66,7 @@ struct WgmmaOp {
   int n, scale_d, mn_major_a, mn_major_b, type;
   float* d[128];                // each thread's accumulator
   std::vector<float> operands;  // A (64 x 16) then B (n x 16) as read at issue
+  std::vector<float> a_registers;  // A (64 x 16) from the threads' registers at issue; empty: A is in shared memory
 };
 
 struct Warpgroup {

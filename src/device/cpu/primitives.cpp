@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -331,6 +332,7 @@ struct WgmmaLane {
   float* d;
   int n, scale_d, mn_major_a, mn_major_b, type;
   unsigned long long a_desc, b_desc;
+  const unsigned* a_regs;  // A from registers (4 a thread), or null
 };
 
 // Element (mn, k) of an operand tile, k < 16, at the address its descriptor
@@ -358,11 +360,16 @@ void check_descriptor(Block& b, unsigned long long desc, const char* which) {
   if (((desc >> 49) & 7) != 0) b.fail(fmt::format("wgmma {} descriptor 0x{:x}: base offset is not 0", which, desc));
 }
 
-// A (64 x 16) then B (n x 16), as the descriptors read them now (`issue`: by the wgmma itself).
+// A (64 x 16) then B (n x 16), as the descriptors read them now (`issue`: by the wgmma itself); A from the
+// registers it took at issue, where it took it so.
 std::vector<float> gather(Block& b, const WgmmaOp& op, bool issue) {
   std::vector<float> v(std::size_t(64 + op.n) * 16);
-  for (int m = 0; m < 64; ++m)
-    for (int k = 0; k < 16; ++k) v[std::size_t(m * 16 + k)] = operand(b, op.a_desc, m, k, op.mn_major_a, op.type, issue);
+  if (!op.a_registers.empty())
+    std::copy(op.a_registers.begin(), op.a_registers.end(), v.begin());
+  else
+    for (int m = 0; m < 64; ++m)
+      for (int k = 0; k < 16; ++k)
+        v[std::size_t(m * 16 + k)] = operand(b, op.a_desc, m, k, op.mn_major_a, op.type, issue);
   for (int n = 0; n < op.n; ++n)
     for (int k = 0; k < 16; ++k)
       v[std::size_t((64 + n) * 16 + k)] = operand(b, op.b_desc, n, k, op.mn_major_b, op.type, issue);
@@ -376,10 +383,25 @@ void wgmma_fence() {
   block().collective(true, "wgmma.fence", nullptr, [](void**) { my_warpgroup(block()).fenced = true; });
 }
 
-void wgmma(float* d, int n, unsigned long long a_desc, unsigned long long b_desc, int scale_d, int mn_major_a,
-           int mn_major_b, int type) {
+// A 64 x 16 operand from the warpgroup's registers: thread t's register r, half h (low first) is element (row
+// 16 (t / 32) + (t % 32) / 4 + 8 (r % 2), k 2 (t % 4) + h + 8 (r / 2)), as the PTX ISA lays out wgmma's A.
+std::vector<float> registers_operand(void** lanes, int type) {
+  std::vector<float> a(64 * 16);
+  for (int t = 0; t < 128; ++t) {
+    const unsigned* regs = static_cast<WgmmaLane*>(lanes[t])->a_regs;
+    for (int r = 0; r < 4; ++r)
+      for (int h = 0; h < 2; ++h) {
+        const int row = 16 * (t / 32) + (t % 32) / 4 + 8 * (r % 2), k = 2 * (t % 4) + h + 8 * (r / 2);
+        a[std::size_t(row * 16 + k)] = half_to_float(std::uint16_t(regs[r] >> (16 * h)), type);
+      }
+  }
+  return a;
+}
+
+void wgmma(float* d, int n, unsigned long long a_desc, const unsigned* a_regs, unsigned long long b_desc,
+           int scale_d, int mn_major_a, int mn_major_b, int type) {
   Quiet quiet;
-  WgmmaLane me{d, n, scale_d, mn_major_a, mn_major_b, type, a_desc, b_desc};
+  WgmmaLane me{d, n, scale_d, mn_major_a, mn_major_b, type, a_desc, b_desc, a_regs};
   if (block().lanes_of(true, block().tid() / 128) != 128) block().fail("wgmma needs a whole warpgroup (128 threads)");
   block().collective(true, "wgmma.mma_async", &me, [](void** lanes) {
     Block& b = block();
@@ -388,17 +410,19 @@ void wgmma(float* d, int n, unsigned long long a_desc, unsigned long long b_desc
     for (int t = 1; t < 128; ++t) {
       const auto& l = *static_cast<WgmmaLane*>(lanes[t]);
       if (l.n != first.n || l.a_desc != first.a_desc || l.b_desc != first.b_desc || l.scale_d != first.scale_d ||
-          l.mn_major_a != first.mn_major_a || l.mn_major_b != first.mn_major_b || l.type != first.type)
+          l.mn_major_a != first.mn_major_a || l.mn_major_b != first.mn_major_b || l.type != first.type ||
+          (l.a_regs == nullptr) != (first.a_regs == nullptr))
         b.fail(
             fmt::format("wgmma.mma_async: thread {} of the warpgroup gives other operands than thread 0 (descriptors "
                         "0x{:x}, 0x{:x} vs 0x{:x}, 0x{:x})",
                         t, l.a_desc, l.b_desc, first.a_desc, first.b_desc));
     }
     if (!wg.fenced) b.fail("wgmma.mma_async without a wgmma.fence since the warpgroup last touched its accumulators");
-    check_descriptor(b, first.a_desc, "A");
+    if (first.a_regs == nullptr) check_descriptor(b, first.a_desc, "A");
     check_descriptor(b, first.b_desc, "B");
     WgmmaOp op{first.a_desc, first.b_desc, first.n, first.scale_d, first.mn_major_a, first.mn_major_b,
-               first.type,   {},           {}};
+               first.type,   {},           {},      {}};
+    if (first.a_regs != nullptr) op.a_registers = registers_operand(lanes, first.type);
     for (int t = 0; t < 128; ++t) op.d[t] = static_cast<WgmmaLane*>(lanes[t])->d;
     op.operands = gather(b, op, true);
     // The accumulators now belong to the MMA: their values move here, the registers read NaN until the wait.
