@@ -128,13 +128,12 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
   float m[2] = {mojo::neg_inf(), mojo::neg_inf()}, l[2] = {0.f, 0.f};
 
-  for (int it = 0; it < w.kv_tiles; ++it) {
+  // S = Q K^T of key tile `it`, once its stage landed: issued and committed, not waited for. k steps of 16 are
+  // 32 bytes along a row, the second 64 columns a sub-tile further.
+  auto issue_scores = [&](int it) MOJO_INLINE_LAMBDA {
     const int stage = it % STAGES;
     mojo::mbarrier_wait(full + 8 * stage, (it / STAGES) & 1);
-    const unsigned k_tile = ring + stage * 2 * KV_BYTES, v_tile = k_tile + KV_BYTES;
-    const int k0 = w.tile_begin + it * BN;
-
-    // S = Q K^T: k steps of 16 are 32 bytes along a row, the second 64 columns a sub-tile further.
+    const unsigned k_tile = ring + stage * 2 * KV_BYTES;
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) mojo::wgmma_fence_operand(s[i]);
     mojo::wgmma_fence();
@@ -145,12 +144,15 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
       mojo::wgmma<T, BN, 0, 0>(s, qd, kd, kk > 0);
     }
     mojo::wgmma_commit();
-    mojo::wgmma_wait<0>();
+  };
+  // The online softmax of tile `it`'s scores (complete): scaled (and capped) into log2 units and masked, s
+  // becomes the tile's probabilities over the rows' new base, m and l move on, and `correction` is what O must
+  // be scaled by before it adds this tile. Element 4j + e of s is at row row_in(e / 2), column 8j + 2 (lane % 4)
+  // + e % 2.
+  auto softmax = [&](int it, float (&correction)[2]) MOJO_INLINE_LAMBDA {
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) mojo::wgmma_fence_operand(s[i]);
-
-    // Scale (and cap) into log2 units, mask, online softmax; element 4j + e is at row_of[e / 2],
-    // column 8j + 2 (lane % 4) + e % 2.
+    const int k0 = w.tile_begin + it * BN;
     float tile_max[2] = {mojo::neg_inf(), mojo::neg_inf()};
     const int pos[2] = {w.offset + (first_row + row_in(0)) / G, w.offset + (first_row + row_in(1)) / G};
 #pragma unroll
@@ -160,7 +162,7 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
       s[i] = visible<P::causal != 0, P::window != 0>(key, pos[h], w, window) ? x : mojo::neg_inf();
       tile_max[h] = mojo::max_f(tile_max[h], s[i]);
     }
-    float correction[2], row_base[2];
+    float row_base[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       tile_max[h] = mojo::max_f(tile_max[h], mojo::shfl_xor(tile_max[h], 1));
@@ -176,11 +178,10 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
       s[i] = mojo::exp2_approx(s[i] - row_base[(i % 4) / 2]);
       l[(i % 4) / 2] += s[i];
     }
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) o[i] *= correction[(i % 4) / 2];
+  };
 
-    // P, 16-bit, in registers: S's accumulators 8 kk .. 8 kk + 8, packed in pairs, are k step kk's A.
-    unsigned p[BN / 16][4];
+  // P, 16-bit, in registers: S's accumulators 8 kk .. 8 kk + 8, packed in pairs, are k step kk's A.
+  auto pack_probabilities = [&](unsigned (&p)[BN / 16][4]) MOJO_INLINE_LAMBDA {
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
@@ -188,20 +189,51 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
         p[kk][r] = pack_pair<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
         mojo::wgmma_fence_operand(p[kk][r]);
       }
-
-    // O += P V: V MN-major (head_dim along its rows; its two 64-column sub-tiles BN * 128 bytes apart); a k
-    // step of 16 keys is 16 rows of V.
+  };
+  // O = O * correction + P V of tile `it`, issued and committed: V MN-major (head_dim along its rows; its two
+  // 64-column sub-tiles BN * 128 bytes apart), a k step of 16 keys 16 rows of V.
+  auto issue_values = [&](int it, const unsigned (&p)[BN / 16][4],
+                          const float (&correction)[2]) MOJO_INLINE_LAMBDA {
+    const unsigned v_tile = ring + (it % STAGES) * 2 * KV_BYTES + KV_BYTES;
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) mojo::wgmma_fence_operand(o[i]);
+    for (int i = 0; i < D / 2; ++i) {
+      o[i] *= correction[(i % 4) / 2];
+      mojo::wgmma_fence_operand(o[i]);
+    }
     mojo::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk)
       mojo::wgmma_rs<T, D, 1>(o, p[kk], mojo::wgmma_descriptor(v_tile + kk * 2048, BN * 128), 1);
     mojo::wgmma_commit();
+  };
+  // Tile it's O += P V done: its stage (K and V) released to the producer.
+  auto finish_values = [&](int it) MOJO_INLINE_LAMBDA {
     mojo::wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) mojo::wgmma_fence_operand(o[i]);
-    mojo::mbarrier_arrive(empty + 8 * stage);
+    mojo::mbarrier_arrive(empty + 8 * (it % STAGES));
+  };
+
+  // FlashAttention 3's overlap within a warpgroup: tile it + 1's S = Q K^T and tile it's O += P V are in flight
+  // together, and tile it + 1's softmax runs under the second. The last tile's product comes after the loop, so
+  // that no branch decides which MMAs are in flight (ptxas then serializes them).
+  if (w.kv_tiles > 0) {  // a tile may see no key (a window's or a sequence's edge): its producer loads none
+    float correction[2];
+    unsigned p[BN / 16][4];
+    issue_scores(0);
+    mojo::wgmma_wait<0>();
+    softmax(0, correction);
+    for (int it = 0; it + 1 < w.kv_tiles; ++it) {
+      pack_probabilities(p);  // before the next scores overwrite s
+      issue_scores(it + 1);
+      issue_values(it, p, correction);
+      mojo::wgmma_wait<1>();  // the scores, committed first
+      softmax(it + 1, correction);
+      finish_values(it);
+    }
+    pack_probabilities(p);
+    issue_values(w.kv_tiles - 1, p, correction);
+    finish_values(w.kv_tiles - 1);
   }
 
   // Normalise and store: each thread's pairs of columns, with the sink; lse per row.
