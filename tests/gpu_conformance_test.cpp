@@ -89,69 +89,44 @@ extern "C" __global__ void probe_cp_async(const unsigned char* src, unsigned cha
 constexpr const char* kHopperProbes = R"(
 #if __CUDA_ARCH__ >= 900 || defined(MOJO_CPU)
 // A [64 x 64] tile of a bf16 [rows, 64] tensor from row r0 (rows past the end arrive as zeros), 128-byte swizzled.
-extern "C" __global__ void probe_tma(unsigned char* out, int r0, const mojo::TensorMap) {
-  MOJO_DYNAMIC_SMEM(smem);
-  const unsigned base = (mojo::smem_address(smem) + 1023u) & ~1023u, bar = base + 8192;
+// Thread 0 makes the mbarrier at `bar` and announces `bytes` of TMA loads on it, once every thread sees the
+// barrier: true in thread 0, which then issues the loads.
+__device__ __forceinline__ bool announce_loads(unsigned bar, unsigned bytes) {
   if (mojo::thread_x() == 0) {
     mojo::mbarrier_init(bar, 1);
     mojo::fence_barrier_init();
   }
   mojo::sync_block();
-  if (mojo::thread_x() == 0) {
-    mojo::mbarrier_arrive_expect_tx(bar, 8192);
-    mojo::tma_load_3d(base, MOJO_PARAM_ADDRESS(probe_tma, 2), bar, 0, r0, 0);
-  }
+  if (mojo::thread_x() != 0) return false;
+  mojo::mbarrier_arrive_expect_tx(bar, bytes);
+  return true;
+}
+extern "C" __global__ void probe_tma(unsigned char* out, int r0, const mojo::TensorMap) {
+  MOJO_DYNAMIC_SMEM(smem);
+  const unsigned base = (mojo::smem_address(smem) + 1023u) & ~1023u, bar = base + 8192;
+  if (announce_loads(bar, 8192)) mojo::tma_load_3d(base, MOJO_PARAM_ADDRESS(probe_tma, 2), bar, 0, r0, 0);
   mojo::mbarrier_wait(bar, 0);
   const unsigned char* tile = smem + (base - mojo::smem_address(smem));
   for (int i = (int)mojo::thread_x(); i < 8192; i += 128) out[i] = tile[i];
 }
-// d (64 x 128) = a (64 x 64, K-major) * b (128 x 64, K-major), both loaded by TMA, in 4 wgmma k16 steps.
-extern "C" __global__ void probe_wgmma(float* out, const mojo::TensorMap, const mojo::TensorMap) {
+// d (64 x 128) = a (64 x 64) * b (128 x 64, K-major) in 4 wgmma k16 steps, b loaded by TMA. a is loaded by TMA
+// too (K-major), or, with from_registers, read from global memory (a row-major bf16 [64, 64]) into registers:
+// thread t's register r of k step kk holds a's elements (16 (t / 32) + (t % 32) / 4 + 8 (r % 2), 16 kk + 2 (t %
+// 4) + 8 (r / 2) + h), h = 0 in the low half.
+extern "C" __global__ void probe_wgmma(float* out, const unsigned short* a, int from_registers, const mojo::TensorMap,
+                                       const mojo::TensorMap) {
   MOJO_DYNAMIC_SMEM(smem);
   const unsigned base = (mojo::smem_address(smem) + 1023u) & ~1023u, b_tile = base + 8192, bar = base + 8192 + 16384;
-  if (mojo::thread_x() == 0) {
-    mojo::mbarrier_init(bar, 1);
-    mojo::fence_barrier_init();
-  }
-  mojo::sync_block();
-  if (mojo::thread_x() == 0) {
-    mojo::mbarrier_arrive_expect_tx(bar, 8192 + 16384);
-    mojo::tma_load_3d(base, MOJO_PARAM_ADDRESS(probe_wgmma, 1), bar, 0, 0, 0);
-    mojo::tma_load_3d(b_tile, MOJO_PARAM_ADDRESS(probe_wgmma, 2), bar, 0, 0, 0);
-  }
-  mojo::mbarrier_wait(bar, 0);
-  float acc[64];
-  for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-  for (int i = 0; i < 64; ++i) mojo::wgmma_fence_operand(acc[i]);
-  mojo::wgmma_fence();
-  for (int kk = 0; kk < 4; ++kk)
-    mojo::wgmma<mojo::bf16, 128, 0, 0>(acc, mojo::wgmma_descriptor(base + kk * 32), mojo::wgmma_descriptor(b_tile + kk * 32), 1);
-  mojo::wgmma_commit();
-  mojo::wgmma_wait<0>();
-  for (int i = 0; i < 64; ++i) mojo::wgmma_fence_operand(acc[i]);
-  for (int i = 0; i < 64; ++i) out[mojo::thread_x() * 64 + i] = acc[i];
-}
-// The same product with a from registers (a row-major bf16 [64, 64] in global memory): thread t's register r
-// of k step kk holds a's elements (16 (t / 32) + (t % 32) / 4 + 8 (r % 2), 16 kk + 2 (t % 4) + 8 (r / 2) + h),
-// h = 0 in the low half.
-extern "C" __global__ void probe_wgmma_rs(float* out, const unsigned short* a, const mojo::TensorMap) {
-  MOJO_DYNAMIC_SMEM(smem);
-  const unsigned b_tile = (mojo::smem_address(smem) + 1023u) & ~1023u, bar = b_tile + 16384;
-  if (mojo::thread_x() == 0) {
-    mojo::mbarrier_init(bar, 1);
-    mojo::fence_barrier_init();
-  }
-  mojo::sync_block();
-  if (mojo::thread_x() == 0) {
-    mojo::mbarrier_arrive_expect_tx(bar, 16384);
-    mojo::tma_load_3d(b_tile, MOJO_PARAM_ADDRESS(probe_wgmma_rs, 2), bar, 0, 0, 0);
+  if (announce_loads(bar, (from_registers ? 0 : 8192) + 16384)) {
+    if (!from_registers) mojo::tma_load_3d(base, MOJO_PARAM_ADDRESS(probe_wgmma, 3), bar, 0, 0, 0);
+    mojo::tma_load_3d(b_tile, MOJO_PARAM_ADDRESS(probe_wgmma, 4), bar, 0, 0, 0);
   }
   const int t = (int)mojo::thread_x();
   unsigned regs[4][4];
   for (int kk = 0; kk < 4; ++kk)
     for (int r = 0; r < 4; ++r) {
       const int at = (16 * (t / 32) + (t % 32) / 4 + 8 * (r % 2)) * 64 + 16 * kk + 2 * (t % 4) + 8 * (r / 2);
-      regs[kk][r] = unsigned(a[at]) | unsigned(a[at + 1]) << 16;
+      regs[kk][r] = from_registers ? unsigned(a[at]) | unsigned(a[at + 1]) << 16 : 0u;
     }
   mojo::mbarrier_wait(bar, 0);
   float acc[64];
@@ -159,11 +134,15 @@ extern "C" __global__ void probe_wgmma_rs(float* out, const unsigned short* a, c
   for (int i = 0; i < 64; ++i) mojo::wgmma_fence_operand(acc[i]);
   mojo::wgmma_fence();
   for (int kk = 0; kk < 4; ++kk)
-    mojo::wgmma_rs<mojo::bf16, 128, 0>(acc, regs[kk], mojo::wgmma_descriptor(b_tile + kk * 32), 1);
+    if (from_registers)  // the same for the whole warpgroup
+      mojo::wgmma_rs<mojo::bf16, 128, 0>(acc, regs[kk], mojo::wgmma_descriptor(b_tile + kk * 32), 1);
+    else
+      mojo::wgmma<mojo::bf16, 128, 0, 0>(acc, mojo::wgmma_descriptor(base + kk * 32),
+                                         mojo::wgmma_descriptor(b_tile + kk * 32), 1);
   mojo::wgmma_commit();
   mojo::wgmma_wait<0>();
   for (int i = 0; i < 64; ++i) mojo::wgmma_fence_operand(acc[i]);
-  for (int i = 0; i < 64; ++i) out[mojo::thread_x() * 64 + i] = acc[i];
+  for (int i = 0; i < 64; ++i) out[t * 64 + i] = acc[i];
 }
 #endif
 )";
@@ -201,7 +180,7 @@ const std::string& probe_image(const Device& device, bool hopper) {
              (hopper ? kHopperProbes : "");
     for (const char* k : {"probe_math", "probe_shfl", "probe_ldmatrix", "probe_mma", "probe_cp_async"})
       source += fmt::format("MOJO_CPU_ENTRY({})\n", k);
-    if (hopper) source += "MOJO_CPU_ENTRY(probe_tma)\nMOJO_CPU_ENTRY(probe_wgmma)\nMOJO_CPU_ENTRY(probe_wgmma_rs)\n";
+    if (hopper) source += "MOJO_CPU_ENTRY(probe_tma)\nMOJO_CPU_ENTRY(probe_wgmma)\n";
   } else {
     source = templates.expand(std::vector<std::string>{"mojo_wgmma.cuh"}) + kProbes + (hopper ? kHopperProbes : "");
   }
@@ -503,13 +482,19 @@ TEST_F(Conformance, TmaAndWgmmaOnHopper) {
     }
   const auto a = reference::encode(DType::bf16, test::random_values(64 * 64, 8));
   const auto b = reference::encode(DType::bf16, test::random_values(128 * 64, 9));
-  Probe mm{"probe_wgmma",
-           {1, 1, 1},
-           {128, 1, 1},
-           8192 + 16384 + 2048,
-           {std::vector<std::uint8_t>(128 * 64 * 4), a, b},
-           {{Arg::buffer, 0}, {Arg::map, 1, 64, 64}, {Arg::map, 2, 128, 128}}};
-  const Sides product = both(mm, true);
+  const auto wgmma_probe = [&](int from_registers) {
+    return Probe{"probe_wgmma",
+                 {1, 1, 1},
+                 {128, 1, 1},
+                 8192 + 16384 + 2048,
+                 {std::vector<std::uint8_t>(128 * 64 * 4), a, b},
+                 {{Arg::buffer, 0},
+                  {Arg::buffer, 1},
+                  {Arg::i32, from_registers},
+                  {Arg::map, 1, 64, 64},
+                  {Arg::map, 2, 128, 128}}};
+  };
+  const Sides product = both(wgmma_probe(0), true);
   // The emulated product against the float64 reference: thread t holds d[4j + e] at row 16 (t / 32) + (t % 32) / 4
   // + 8 (e / 2), column 8j + 2 (t % 4) + e % 2.
   std::vector<std::uint8_t> want(64 * 128 * 4);
@@ -524,13 +509,7 @@ TEST_F(Conformance, TmaAndWgmmaOnHopper) {
     }
   test::expect_close(DType::f32, product.emulated[0], want, "emulated wgmma", Tolerance{1e-5, 1e-5});
   // A from registers: the same product.
-  Probe rs{"probe_wgmma_rs",
-           {1, 1, 1},
-           {128, 1, 1},
-           16384 + 2048,
-           {std::vector<std::uint8_t>(128 * 64 * 4), a, b},
-           {{Arg::buffer, 0}, {Arg::buffer, 1}, {Arg::map, 2, 128, 128}}};
-  const Sides from_registers = both(rs, true);
+  const Sides from_registers = both(wgmma_probe(1), true);
   test::expect_close(DType::f32, from_registers.emulated[0], want, "emulated wgmma, A from registers",
                      Tolerance{1e-5, 1e-5});
   if (!tile.gpu) GTEST_SKIP() << no_gpu(true);
