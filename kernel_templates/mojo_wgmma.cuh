@@ -252,22 +252,19 @@ __device__ __forceinline__ void wgmma(float (&d)[N_ / 2], unsigned long long a, 
 // 8 * (r / 2)). That is where the thread holds accumulators of the same 64 rows (wgmma above): accumulators
 // d[8c .. 8c + 8) of a product, packed in pairs, are the A of the next one's k step c (FlashAttention 3
 // keeps P so, never through shared memory).
+#define MOJO_WGMMA_RS_ASM(TYPE)                                                                                \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %69, 0;\n"                                                     \
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {" MOJO_DREGS_8 "}, "            \
+               "{%64, %65, %66, %67}, %68, p, 1, 1, %70; }"                                                  \
+               : MOJO_DOPS_8(d)                                                                              \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(MN_MAJOR_B))
 template <class T, int N_, int MN_MAJOR_B>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N_ / 2], const unsigned (&a)[4], unsigned long long b, int scale_d) {
   static_assert(N_ == 128, "wgmma with A in registers here: 64 x 128 tiles");
-  if constexpr (is_bf16<T>)
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" MOJO_DREGS_8 "}, {%64, %65, %66, %67}, "
-                 "%68, p, 1, 1, %70; }"
-                 : MOJO_DOPS_8(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(MN_MAJOR_B));
-  else
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {" MOJO_DREGS_8 "}, {%64, %65, %66, %67}, "
-                 "%68, p, 1, 1, %70; }"
-                 : MOJO_DOPS_8(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(MN_MAJOR_B));
+  if constexpr (is_bf16<T>) MOJO_WGMMA_RS_ASM("bf16");
+  else MOJO_WGMMA_RS_ASM("f16");
 }
+#undef MOJO_WGMMA_RS_ASM
 
 #undef MOJO_WGMMA_CASE
 #undef MOJO_WGMMA_ASM

@@ -126,18 +126,18 @@ TEST(CheckOp, HopperPathAtOddShapes) {
     graph_pass(rt, "linear", "x=17x200 weight=300x200 bias=300", dtype, {{"path", 90}, {"activation", 1}});
     graph_pass(rt, "group_gemm", "x=300x72 weight=3x136x72 offsets=4", dtype, {{"path", 90}});
     graph_pass(rt, "group_gemm", "x=300x72 weight=3x136x72 offsets=4 out=300x68", dtype,
-                {{"path", 90}, {"gated_activation", 3}});
+               {{"path", 90}, {"gated_activation", 3}});
     graph_pass(rt, "moe_mlp", "x=130x64 ids=130x4 w13=8x128x64", dtype, {{"path", 90}});
     graph_pass(rt, "linear_cross_entropy", "hidden=130x64 weight=300x64", dtype, {{"path", 90}, {"vocab_chunk", 128}});
     graph_pass(rt, "linear_cross_entropy_backward", "hidden=130x64 weight=300x64", dtype,
-                {{"path", 90}, {"vocab_chunk", 128}, {"softcap", 3.0}});
+               {{"path", 90}, {"vocab_chunk", 128}, {"softcap", 3.0}});
   }
   // The fused loss's backward with the products' configuration of the full-size plan (8192 tokens, hidden
   // 4096, vocabulary 151,936: 19 slices): 128x256 tiles, 4 stages, MN-major A (grad_weight) and B (logits,
   // grad_hidden), K loops of 8 steps that wrap the stage ring, and a last slice of 384 columns (as 4480 there,
   // 128 past a multiple of 256), in 5 slices.
   graph_pass(rt, "linear_cross_entropy_backward", "hidden=512x512 weight=2432x512", DType::bf16,
-              {{"path", 90}, {"vocab_chunk", 512}});
+             {{"path", 90}, {"vocab_chunk", 512}});
 }
 
 // The check library covers every built-in op, each check for its own op; any other name is an UnknownOpError.

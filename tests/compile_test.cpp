@@ -56,9 +56,9 @@ std::array<double, kCompileStages> stage_seconds(const std::string& compiler, bo
   EXPECT_GT(sum, 0.5 * s.compile_seconds) << "and most of them";
   return s.compile_stage_seconds;
 }
-constexpr auto load = std::size_t(CompileStage::load), front_end = std::size_t(CompileStage::front_end), optimize = std::size_t(CompileStage::optimize),
-               codegen = std::size_t(CompileStage::codegen), ptxas = std::size_t(CompileStage::ptxas),
-               other = std::size_t(CompileStage::other);
+constexpr auto load = std::size_t(CompileStage::load), front_end = std::size_t(CompileStage::front_end),
+               optimize = std::size_t(CompileStage::optimize), codegen = std::size_t(CompileStage::codegen),
+               ptxas = std::size_t(CompileStage::ptxas), other = std::size_t(CompileStage::other);
 }  // namespace
 
 TEST(Compile, NvrtcSaysWhereItsTimeWentWhenAsked) {
