@@ -44,9 +44,11 @@ TEST_F(Cli, SecondProcessFindsTheKernelOnDiskAndCompilesNothing) {
   auto first = run("--emit=cubin " + kSpec + " -o /dev/null --stats");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_NE(first.output.find("0 disk hits, 0 remote hits, 1 compiles"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("compile ms: load "), std::string::npos) << "the first compile loads NVRTC\n" << first.output;
   auto second = run("--emit=cubin " + kSpec + " -o /dev/null --stats");
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_NE(second.output.find("1 disk hits, 0 remote hits, 0 compiles"), std::string::npos) << second.output;
+  EXPECT_EQ(second.output.find("compile ms:"), std::string::npos) << second.output;
 }
 
 TEST_F(Cli, ParamsAreAccepted) {

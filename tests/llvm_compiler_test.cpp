@@ -4,10 +4,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
-#include <llvm/AsmParser/Parser.h>
-#include <llvm/IR/LLVMContext.h>
-#include <llvm/IR/Module.h>
-#include <llvm/Support/SourceMgr.h>
 
 #include <algorithm>
 #include <cstring>
@@ -74,14 +70,24 @@ TEST(LlvmCompiler, EveryStageIsWhatItSays) {
   Artifact ir = rt.compile("rms_norm", args, {}, sm90, Emit::llvm);
   Artifact opt = rt.compile("rms_norm", args, {}, sm90, Emit::llvm_opt);
   std::vector<int> defined;
+  test::TempDir dir;
   for (const Artifact* a : {&ir, &opt}) {
-    llvm::LLVMContext context;
-    llvm::SMDiagnostic error;
-    std::unique_ptr<llvm::Module> m = llvm::parseAssemblyString(*a->binary, error, context);
-    ASSERT_TRUE(m) << error.getMessage().str();
-    EXPECT_EQ(m->getTargetTriple(), "nvptx64-nvidia-cuda");
-    ASSERT_NE(m->getFunction(a->kernel_name), nullptr) << "the kernel is in the module";
-    defined.push_back(int(std::count_if(m->begin(), m->end(), [](const llvm::Function& f) { return !f.isDeclaration(); })));
+    const std::string& text = *a->binary;
+    EXPECT_NE(text.find("target triple = \"nvptx64-nvidia-cuda\""), std::string::npos);
+    EXPECT_NE(text.find("@" + a->kernel_name + "("), std::string::npos) << "the kernel is in the module";
+    // LLVM's printer starts each function definition on a line of its own with "define ".
+    int definitions = text.starts_with("define ") ? 1 : 0;
+    for (std::size_t at = text.find("\ndefine "); at != std::string::npos; at = text.find("\ndefine ", at + 1))
+      ++definitions;
+    defined.push_back(definitions);
+    // The text is IR that LLVM's own assembler reads (the tests link no LLVM: the plugin holds its own copy),
+    // where llvm-19 is installed (tools/setup.sh; a packed build on a GPU machine has no LLVM tools).
+    if (std::filesystem::exists(MOJO_TEST_LLVM_AS)) {
+      test::write_file(dir.path() / "m.ll", text);
+      const auto as = test::run_command(std::string(MOJO_TEST_LLVM_AS) + " " + (dir.path() / "m.ll").string() +
+                                        " -o /dev/null 2>&1");
+      EXPECT_EQ(as.exit_code, 0) << as.output;
+    }
   }
   EXPECT_GT(defined[0], 1) << "the front end's IR still has the prelude's helpers";
   EXPECT_EQ(defined[1], 1) << "after O3 everything is inlined into the kernel";

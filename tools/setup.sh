@@ -11,7 +11,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 packages=(cmake ninja-build g++ pkg-config python3-dev python3-venv libfmt-dev libxxhash-dev libcli11-dev libtomlplusplus-dev libhiredis-dev redis-server
   nlohmann-json3-dev libgtest-dev googletest clang-14 libclang-rt-14-dev
-  llvm-19-dev libclang-19-dev libclang-cpp19-dev)
+  llvm-19-dev libclang-19-dev zlib1g-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -218,6 +218,14 @@ void print_stats(const mojo::Runtime& rt) {
   std::string dir = rt.cache_dir().empty() ? "(disk cache off)" : rt.cache_dir().string();
   fmt::print(stderr, "cache: {}: {} disk hits, {} remote hits, {} compiles ({:.1f} ms), {} bad entries\n", dir,
              s.disk_hits, s.remote_hits, s.compiles, s.compile_seconds * 1e3, s.bad_entries);
+  if (s.compiles == 0) return;
+  // Where the compiles' time went, the stages that took any (the first compile also loads the compiler).
+  std::vector<std::string> stages;
+  for (int i = 0; i < mojo::kCompileStages; ++i)
+    if (s.compile_stage_seconds[i] > 0)
+      stages.push_back(fmt::format("{} {:.1f}", mojo::compile_stage_name(mojo::CompileStage(i)),
+                                   s.compile_stage_seconds[i] * 1e3));
+  fmt::print(stderr, "compile ms: {}\n", fmt::join(stages, ", "));
 }
 
 int run_emit(int argc, char** argv) {
