@@ -387,10 +387,11 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 #define MOJO_GEMM_KERNEL_1(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, BIAS,   \
                            ACT, RESIDUAL, OFFSETS, TF32)                                                               \
   extern "C" __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)                                                 \
-      NAME(MOJO_ARG_PARAMS(MOJO_GEMM_SM90_ARGS, TC), const mojo::TensorMap, const mojo::TensorMap) {                   \
+      NAME(MOJO_ARG_PARAMS(MOJO_GEMM_SM90_ARGS, TC), const mojo::TensorMap, const mojo::TensorMap,                     \
+           const mojo::TensorMap) {                                                                                    \
     mojo_gemm::run_sm90<TA, TC, BM, BN, BK, STAGES, SWIZZLE, TRANS_A, !TRANS_B, BETA, BIAS, ACT, RESIDUAL, OFFSETS>(   \
         c, bias, residual, alpha, beta, m, n, k, ldc, ldr, batch_c, batches, offsets, total_rows,                      \
-        MOJO_PARAM_ADDRESS(NAME, 14), MOJO_PARAM_ADDRESS(NAME, 15));                                                   \
+        MOJO_PARAM_ADDRESS(NAME, 14), MOJO_PARAM_ADDRESS(NAME, 15), MOJO_PARAM_ADDRESS(NAME, 16));                     \
   }
 #define MOJO_GEMM_KERNEL_0(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, BIAS,   \
                            ACT, RESIDUAL, OFFSETS, TF32)                                                               \

@@ -4,7 +4,7 @@
 // (push_kernel_args, src/ops/gemm_tile.cpp) fills. The sm_80 entry
 // (MOJO_GEMM_KERNEL_0) takes MOJO_GEMM_ARGS; the sm_90a one
 // (MOJO_GEMM_KERNEL_1) takes MOJO_GEMM_SM90_ARGS, then the TMA descriptors of
-// A and B.
+// A, B and A's last row tile.
 #pragma once
 
 #include "mojo_args.h"

@@ -20,12 +20,24 @@
 // (setmaxnreg) so that the consumers can hold 64 x BN fp32 accumulators.
 //
 // Kernel args: MOJO_GEMM_SM90_ARGS (gemm_args.h), then
-//   TensorMap a_map, TensorMap b_map: for group_gemm (OFFSETS 4 or 8) the
-//   batches are the groups, m covers the largest, tiles past a group's rows
-//   are skipped, a_map is x [total_rows, K] and b_map the weights; the
-//   maps cover the operands as stored ([batches, M, K] or [batches, K, M],
-//   ...) with boxes of 64 k x BM (BN) rows when K-major and 64 x 64 when
-//   MN-major, 128-byte swizzled (the runtime encodes them).
+//   TensorMap a_map, TensorMap b_map, TensorMap a_tail_map: for group_gemm
+//   (OFFSETS 4 or 8) the batches are the groups, m covers the largest, tiles
+//   past a group's rows are skipped, a_map is x [total_rows, K] and b_map the
+//   weights; the maps cover the operands as stored ([batches, M, K] or
+//   [batches, K, M], ...) with boxes of 64 k x BM (BN) rows when K-major and
+//   64 x 64 when MN-major, 128-byte swizzled (the runtime encodes them).
+//   a_tail_map is a_map with boxes of M % BM rows, for the last row tile of a
+//   K-major A outside groups (a_map where unused).
+//
+// That last row tile loads only A's rows that exist. TMA fills a box's rows
+// past the tensor's end with zeros, but slowly: on an H200 (2026-11-27) the
+// linears at M 1, 16 and 32 took longer than at M 64 with the same 64 x 32
+// (48) tiles, by 2.7-4.0 ns per zero-filled 128-byte row per k step (o_proj
+// 24.4 / 19.5 / 13.3 us at M 16 / 32 / 64; down 69.0 / 54.1 / 32.4), and
+// DeepGEMM reports the same (issue 35). The tile's other rows of shared
+// memory keep what they held (the ring's previous tiles, or nothing): their
+// products land in rows of the accumulators that are never stored, since each
+// row of C depends on its own row of A alone.
 // Geometry: 128 * (BM / 64 + 1) threads, grid.x = at most one block per SM,
 //   STAGES * (BM + BN) * 128 + 16 * STAGES + 1024 bytes of dynamic shared memory
 //   (the ring, its barriers, and slack to align the ring to 1024 bytes).
@@ -40,7 +52,7 @@ template <class T, class TC, int BM, int BN, int BK, int STAGES, int SWIZZLE, bo
 __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residual, float alpha, float beta, int m,
                                          int n, int k, long long ldc, long long ldr, long long batch_c, int batches,
                                          const void* offsets, long long total_rows, const mojo::TensorMap* a_map,
-                                         const mojo::TensorMap* b_map) {
+                                         const mojo::TensorMap* b_map, const mojo::TensorMap* a_tail_map) {
   constexpr int CONSUMERS = BM / 64;
   static_assert(BK * sizeof(T) == 128, "a k step is one 128-byte swizzled row");
   constexpr unsigned A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
@@ -58,6 +70,7 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
   if (tid == 0) {
     mojo::tma_prefetch_descriptor(a_map);
     mojo::tma_prefetch_descriptor(b_map);
+    mojo::tma_prefetch_descriptor(a_tail_map);
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mojo::mbarrier_init(full + 8 * s, 1);
@@ -104,16 +117,20 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
       if (w.m0 >= w.rows) continue;
       // Groups: rows of x from the group's first (past its end they belong to the next group: computed, not stored).
       const int a_row = (int)w.first + w.m0, a_batch = OFFSETS != 0 ? 0 : w.batch;
+      // The last row tile of a K-major A: its rows alone (above).
+      const bool a_tail = !MN_A && OFFSETS == 0 && w.m0 + BM > m;
+      const mojo::TensorMap* const a_source = a_tail ? a_tail_map : a_map;
+      const unsigned stage_bytes = a_tail ? unsigned(m - w.m0) * BK * 2 + B_BYTES : STAGE_BYTES;
       for (int kt = 0; kt < k_tiles; ++kt) {
         mojo::mbarrier_wait(empty + 8 * stage, phase ^ 1);  // the consumers released this stage
         const unsigned dst = ring + stage * STAGE_BYTES, bar = full + 8 * stage;
-        mojo::mbarrier_arrive_expect_tx(bar, STAGE_BYTES);  // whole boxes, zero-filled past the edges
+        mojo::mbarrier_arrive_expect_tx(bar, stage_bytes);  // whole boxes, zero-filled past the edges
         if constexpr (MN_A)
 #pragma unroll
           for (int j = 0; j < BM / 64; ++j)
             mojo::tma_load_3d(dst + j * CHUNK, a_map, bar, a_row + 64 * j, kt * BK, a_batch);
         else
-          mojo::tma_load_3d(dst, a_map, bar, kt * BK, a_row, a_batch);
+          mojo::tma_load_3d(dst, a_source, bar, kt * BK, a_row, a_batch);
         if constexpr (MN_B)
 #pragma unroll
           for (int j = 0; j < BN / 64; ++j)

@@ -164,6 +164,12 @@ void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p) {
                                      : tile_tensor_map(g.a, dtype, g.k, a_rows, a_batches, g.lda, g.batch_a, bk, bm);
     const TensorMap b = g.mn_major_b ? tile_tensor_map(g.b, dtype, g.n, g.k, g.batches, g.ldb, g.batch_b, 64, bk)
                                      : tile_tensor_map(g.b, dtype, g.k, g.n, g.batches, g.ldb, g.batch_b, bk, bn);
+    // The last row tile of a K-major A in a box of its own rows (gemm_sm90.cuh says why); a itself where the
+    // tiles divide M, or where the kernel does not use it (MN-major A, groups).
+    const unsigned tail_rows = unsigned(g.m % bm);
+    const TensorMap a_tail = tail_rows == 0 || g.mn_major_a || g.offsets
+                                 ? a
+                                 : tile_tensor_map(g.a, dtype, g.k, a_rows, a_batches, g.lda, g.batch_a, bk, tail_rows);
     args.push_args(mojo_gemm::Sm90Args<void>{
         .c = ptr(g.c),
         .bias = ptr(g.bias),
@@ -182,6 +188,7 @@ void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p) {
     });
     args.push(a);
     args.push(b);
+    args.push(a_tail);
     return;
   }
   args.push_args(mojo_gemm::Args<void, void>{

@@ -111,8 +111,8 @@ struct GemmArgs {
   bool mn_major_a = false, mn_major_b = false;  // a stored [K, M], b stored [K, N] (gemm's layouts)
 };
 // Pushes one struct (kernel_templates/gemm_args.h): mojo_gemm::Args for the
-// sm_80 path; mojo_gemm::Sm90Args, then the two TMA descriptors of the
-// operands (from the device part), for the sm_90a one.
+// sm_80 path; mojo_gemm::Sm90Args, then the TMA descriptors of A, of B and of
+// A's last row tile (from the device part), for the sm_90a one.
 void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p);
 
 // "m<=64 n<=4096 k<=4096": the powers of two a tuning result stands for.
