@@ -12,9 +12,9 @@
 // masks and the online softmax in registers, and accumulates O += P V with
 // wgmma, P from registers (the layout of S's accumulators is that of A's
 // fragments: packed in pairs, they are the operand as they stand) and V read
-// MN-major. The two consumers interleave on the tensor cores: one's softmax
-// runs under the other's matmuls. The producer gives up registers to the
-// consumers.
+// MN-major. The two consumers take turns on the tensor cores (named
+// barriers 3 and 4): one's softmax runs under the other's matmuls. The
+// producer gives up registers to the consumers.
 //
 // Kernel args: attention.cu's (MOJO_ATTENTION_ARGS), then the TMA descriptors
 // of k and v as 3-D tensors (head_dim, rows, kv_heads): rows are the packed
@@ -128,12 +128,12 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
   float m[2] = {mojo::neg_inf(), mojo::neg_inf()}, l[2] = {0.f, 0.f};
 
-  // S = Q K^T of key tile `it`, once its stage landed: issued and committed, not waited for. k steps of 16 are
-  // 32 bytes along a row, the second 64 columns a sub-tile further.
+  // Key tile `it`'s stage (its K and V) landed.
+  auto wait_keys = [&](int it) MOJO_INLINE_LAMBDA { mojo::mbarrier_wait(full + 8 * (it % STAGES), (it / STAGES) & 1); };
+  // S = Q K^T of key tile `it` (landed): issued and committed, not waited for. k steps of 16 are 32 bytes along a
+  // row, the second 64 columns a sub-tile further.
   auto issue_scores = [&](int it) MOJO_INLINE_LAMBDA {
-    const int stage = it % STAGES;
-    mojo::mbarrier_wait(full + 8 * stage, (it / STAGES) & 1);
-    const unsigned k_tile = ring + stage * 2 * KV_BYTES;
+    const unsigned k_tile = ring + (it % STAGES) * 2 * KV_BYTES;
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) mojo::wgmma_fence_operand(s[i]);
     mojo::wgmma_fence();
@@ -214,19 +214,37 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
     mojo::mbarrier_arrive(empty + 8 * (it % STAGES));
   };
 
+  // FlashAttention 3's ping-pong between the consumers: they take turns to issue their products, consumer 0
+  // first, so that one's softmax runs while the other's matmuls hold the tensor cores. A turn begins at the
+  // consumer's named barrier (3 + consumer: the other consumer's arrival lets it pass) and ends by arriving at
+  // the other's. Each consumer takes kv_tiles turns (the first scores and each step of the loop; the last values
+  // go without one: taking a turn there made LLVM's build spill 24 bytes). Consumer 1's first arrival lets
+  // consumer 0 begin, so one arrival at consumer 0's barrier is left when the block ends, as in FlashAttention 3
+  // (a barrier's state does not outlive its block).
+  auto take_turn = [&] MOJO_INLINE_LAMBDA { mojo::sync_warps(3 + consumer, 256); };
+  auto pass_turn = [&] MOJO_INLINE_LAMBDA { mojo::arrive_warps(4 - consumer, 256); };
+
   // FlashAttention 3's overlap within a warpgroup: tile it + 1's S = Q K^T and tile it's O += P V are in flight
   // together, and tile it + 1's softmax runs under the second. The last tile's product comes after the loop, so
-  // that no branch decides which MMAs are in flight (ptxas then serializes them).
+  // that no branch decides which MMAs are in flight (ptxas then serializes them). A consumer waits for its data
+  // before its turn, not holding it.
   if (w.kv_tiles > 0) {  // a tile may see no key (a window's or a sequence's edge): its producer loads none
     float correction[2];
     unsigned p[BN / 16][4];
+    if (consumer == 1) pass_turn();
+    wait_keys(0);
+    take_turn();
     issue_scores(0);
+    pass_turn();
     mojo::wgmma_wait<0>();
     softmax(0, correction);
     for (int it = 0; it + 1 < w.kv_tiles; ++it) {
       pack_probabilities(p);  // before the next scores overwrite s
+      wait_keys(it + 1);
+      take_turn();
       issue_scores(it + 1);
       issue_values(it, p, correction);
+      pass_turn();
       mojo::wgmma_wait<1>();  // the scores, committed first
       softmax(it + 1, correction);
       finish_values(it);

@@ -4,7 +4,7 @@
 // emulator fills the table and hands it to each kernel library it loads.
 #pragma once
 
-#define MOJO_CPU_ABI_VERSION 2
+#define MOJO_CPU_ABI_VERSION 3
 
 extern "C" {
 
@@ -46,6 +46,9 @@ struct mojo_cpu_api {
                 int scale_d, int mn_major_a, int mn_major_b, int type);
   void (*wgmma_commit)();
   void (*wgmma_wait)(int pending);
+  // bar.arrive id, threads: counts the calling thread at barrier `id` and goes on (bar.sync's waiters are
+  // released when `threads` have arrived or synced).
+  void (*barrier_arrive)(int id, int threads);
 };
 
 }  // extern "C"

@@ -11,6 +11,7 @@ namespace mojo {
 
 #if defined(MOJO_CPU)
 __device__ __forceinline__ void sync_warps(int id, int threads) { cpu::api().barrier(id, threads); }
+__device__ __forceinline__ void arrive_warps(int id, int threads) { cpu::api().barrier_arrive(id, threads); }
 __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, int src_bytes) {
   cpu::api().cp_async(dst, src, src_bytes);
 }
@@ -31,6 +32,11 @@ template <class T> __device__ __forceinline__ void mma(float (&d)[4], const unsi
 // synchronise independently.
 __device__ __forceinline__ void sync_warps(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+// Counts the calling warp at barrier `id` of `threads` and goes on: the threads that sync at it wait for these
+// arrivals too (a producer's signal to a consumer that waits at bar.sync).
+__device__ __forceinline__ void arrive_warps(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 // 16 bytes global -> shared without passing through registers; only the

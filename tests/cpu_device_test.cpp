@@ -269,6 +269,46 @@ TEST_F(CpuKernels, DeadlockNamesKernelBlockAndWaits) {
             "threads 0-31 wait at bar.sync 1, 64 (32 arrived); 32 thread(s) exited");
 }
 
+// bar.arrive (mojo::arrive_warps) counts a warp at a barrier that other warps wait at with bar.sync, and goes on;
+// what it wrote before is theirs to read. The sm_90a prefill's ping-pong in miniature: two warps take turns at
+// two barriers (each waits at its own, then arrives at the other's; warp 1 lets warp 0 begin), and each turn
+// appends its warp to a log in shared memory. A count that disagrees with the waiters' is an error.
+TEST_F(CpuKernels, BarArriveLetsTheWarpsThatWaitGoOn) {
+  Module m = build(R"(extern "C" __global__ void turns(int* out) {
+    MOJO_DYNAMIC_SMEM(smem);
+    int* log = reinterpret_cast<int*>(smem);
+    const int warp = int(mojo::thread_x()) / 32, lane = int(mojo::thread_x()) % 32;
+    if (mojo::thread_x() == 0) log[0] = 0;
+    mojo::sync_block();
+    if (warp == 1) mojo::arrive_warps(1, 64);
+    for (int turn = 0; turn < 4; ++turn) {
+      mojo::sync_warps(1 + warp, 64);
+      if (lane == 0) log[1 + log[0]++] = warp;
+      mojo::arrive_warps(2 - warp, 64);
+    }
+    mojo::sync_block();
+    if (mojo::thread_x() < 9) out[mojo::thread_x()] = log[mojo::thread_x()];
+  }
+  extern "C" __global__ void miscounted(int*) {
+    if (mojo::thread_x() < 32) mojo::sync_warps(1, 96);
+    else mojo::arrive_warps(1, 64);
+  })",
+                   {"turns", "miscounted"});
+  DeviceBuffer out(9 * 4);
+  DevicePtr p = out.ptr();
+  void* args[] = {&p};
+  m.function("turns").set_max_dynamic_shared(64);
+  launch(m.function("turns"), {1, 1, 1}, {64, 1, 1}, 64, nullptr, args);
+  std::vector<int> got(9);
+  out.copy_to_host(got.data(), 9 * 4);
+  EXPECT_EQ(got, (std::vector<int>{8, 0, 1, 0, 1, 0, 1, 0, 1})) << "eight turns, the warps alternating";
+  EXPECT_EQ(test::error_of<DeviceError>([&] {
+              launch(m.function("miscounted"), {1, 1, 1}, {96, 1, 1}, 0, nullptr, args);
+            }),
+            "cpu device: kernel miscounted: block (0, 0, 0), thread 32: bar.arrive 1 with 64 threads while 32 threads "
+            "wait at it with 96");
+}
+
 TEST_F(CpuKernels, DivergentCollectivesAreNamed) {
   Module m = build(R"(extern "C" __global__ void diverge(float* out) {
     const unsigned t = mojo::thread_x();

@@ -237,27 +237,36 @@ int Block::lanes_of(bool warpgroup, int group) const {
   return std::min(size, int(threads.size()) - group * size);
 }
 
-void Block::barrier(int id, int count) {
-  if (id < 0 || id > 15) fail(fmt::format("bar.sync {}: barriers are numbered 0 to 15", id));
+// bar.sync (`wait`) and bar.arrive: both count the thread at barrier `id`; the last of `count` threads completes
+// its phase and releases the waiters. An arrive releases what the thread did before it to them, and waits for
+// nothing.
+void Block::barrier(int id, int count) { named_barrier(id, count, true); }
+void Block::barrier_arrive(int id, int count) { named_barrier(id, count, false); }
+
+void Block::named_barrier(int id, int count, bool wait_for_it) {
+  const char* what = wait_for_it ? "bar.sync" : "bar.arrive";
+  if (id < 0 || id > 15) fail(fmt::format("{} {}: barriers are numbered 0 to 15", what, id));
+  if (!wait_for_it && count == 0) fail(fmt::format("bar.arrive {}: needs a thread count", id));
   if (count < 0 || count % 32 != 0 || count > int(threads.size()))
-    fail(fmt::format("bar.sync {}, {}: the thread count must be a multiple of 32 up to the block's {} threads", id,
+    fail(fmt::format("{} {}, {}: the thread count must be a multiple of 32 up to the block's {} threads", what, id,
                      count, threads.size()));
   Barrier& bar = barriers[id];
   if (bar.arrived > 0 && bar.threads != count)
-    fail(fmt::format("bar.sync {} with {} threads while {} threads wait at it with {}", id, count, bar.arrived,
+    fail(fmt::format("{} {} with {} threads while {} threads wait at it with {}", what, id, count, bar.arrived,
                      bar.threads));
   bar.threads = count;
   ++bar.arrived;
   const void* sync = race::phase_sync(&bar, bar.phase);
   race::release(sync);
   if (bar.arrived < (count != 0 ? count : live)) {
+    if (!wait_for_it) return;
     wait(Wait::barrier, nullptr, unsigned(id), unsigned(count));
     race::acquire(sync);
     return;
   }
   bar.arrived = 0;
   ++bar.phase;
-  race::acquire(sync);
+  if (wait_for_it) race::acquire(sync);
   for (Thread& t : threads)
     if (t.state == Thread::waiting && t.wait == Wait::barrier && t.wait_id == unsigned(id)) wake(t);
 }

@@ -37,6 +37,10 @@ void barrier(int id, int threads) {
   Quiet quiet;
   block().barrier(id, threads);
 }
+void barrier_arrive(int id, int threads) {
+  Quiet quiet;
+  block().barrier_arrive(id, threads);
+}
 
 unsigned shfl_bfly(unsigned value, int lane_mask) {
   Quiet quiet;
@@ -506,7 +510,8 @@ const mojo_cpu_api& api_table() {
   static const mojo_cpu_api table{MOJO_CPU_ABI_VERSION, self,        barrier,       shfl_bfly,       dynamic_smem,
                                   smem_address,         param,       cp_async,      cp_async_commit, cp_async_wait,
                                   ldmatrix_x4,          mma,         mbarrier_init, mbarrier_arrive, mbarrier_wait,
-                                  tma_load_3d,          wgmma_fence, wgmma,         wgmma_commit,    wgmma_wait};
+                                  tma_load_3d,          wgmma_fence, wgmma,         wgmma_commit,    wgmma_wait,
+                                  barrier_arrive};
   return table;
 }
 
