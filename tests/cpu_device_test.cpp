@@ -141,8 +141,8 @@ TEST_F(DeliberateBugs, SwizzledRingNotOnA1024ByteBoundary) {
 }
 
 TEST_F(DeliberateBugs, TmaBoxOneRowOff) {
-  const Variant v{"gemm_sm90.cuh", "mojo::tma_load_3d(dst, a_map, bar, kt * BK, a_row, a_batch);",
-                  "mojo::tma_load_3d(dst, a_map, bar, kt * BK, a_row + 1, a_batch);"};
+  const Variant v{"gemm_sm90.cuh", "mojo::tma_load_3d(dst, a_source, bar, kt * BK, a_row, a_batch);",
+                  "mojo::tma_load_3d(dst, a_source, bar, kt * BK, a_row + 1, a_batch);"};
   expect_caught(gemm(*runtime("sm_90a", &v), 128, 128, 128, true, 90));
 }
 
