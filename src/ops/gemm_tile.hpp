@@ -44,11 +44,12 @@ struct TileConfig {
 enum class Path { any = 0, sm80 = 80, sm90 = 90 };
 
 // Decode sizes (M <= kSm80PathMaxRows) take the sm_90a path only where its tile is at least
-// kDecodeWgmmaMinCols wide; else the sm_80 path's 16-row tiles, K split, which keep more weight bytes in
-// flight per SM than one narrow 64-row wgmma block. Measured on an H200 (2026-11-27), Qwen3-8B's linears at
-// M 1 and 16 against cuBLAS: the sm_90a path's 32- and 48-wide tiles 0.37-0.60x (sm_80 path 0.74-1.04x),
-// its 192-wide tile (gate_up, N 24576) 0.94-0.96x (sm_80 path 0.79-0.81x). At M 32 and 64 the sm_90a path
-// was the faster at every shape. 128 lies between the widths measured, not at a measured edge.
+// kDecodeWgmmaMinCols wide; else the sm_80 path's 16-row tiles, K split. Measured on an H200 (2026-11-27),
+// Qwen3-8B's linears at M 1 and 16 against cuBLAS: the sm_90a path's 32- and 48-wide tiles 0.37-0.60x (sm_80
+// path 0.74-1.04x), its 192-wide tile (gate_up, N 24576) 0.94-0.96x (sm_80 path 0.79-0.81x). At M 32 and 64
+// the sm_90a path was the faster at every shape. 128 lies between the widths measured, not at a measured
+// edge. Most of the narrow tiles' time there was TMA zero-filling A's box past M (gemm_sm90.cuh), which the
+// sm_90a path no longer does: both limits stand until the next GPU run measures it again.
 constexpr std::int64_t kSm80PathMaxRows = 16;
 constexpr int kDecodeWgmmaMinCols = 128;
 
