@@ -129,9 +129,7 @@ class Block {
   template <class F>
   void collective(bool warpgroup, const char* what, void* mine, F&& complete);
 
-  void barrier(int id, int threads);
-  void barrier_arrive(int id, int threads);  // bar.arrive: counted at the barrier, no wait
-  void named_barrier(int id, int threads, bool wait_for_it);
+  void barrier(int id, int threads, bool wait_for_it = true);  // bar.sync; bar.arrive where !wait_for_it
   void exit_thread();  // the calling thread returned from the kernel
   Mbarrier& mbarrier(unsigned address, const char* what);
 

@@ -237,13 +237,10 @@ int Block::lanes_of(bool warpgroup, int group) const {
   return std::min(size, int(threads.size()) - group * size);
 }
 
-// bar.sync (`wait`) and bar.arrive: both count the thread at barrier `id`; the last of `count` threads completes
-// its phase and releases the waiters. An arrive releases what the thread did before it to them, and waits for
-// nothing.
-void Block::barrier(int id, int count) { named_barrier(id, count, true); }
-void Block::barrier_arrive(int id, int count) { named_barrier(id, count, false); }
-
-void Block::named_barrier(int id, int count, bool wait_for_it) {
+// bar.sync (`wait_for_it`) and bar.arrive: both count the thread at barrier `id`; the last of `count` threads
+// completes its phase and releases the waiters. An arrive releases what the thread did before it to them, and
+// waits for nothing.
+void Block::barrier(int id, int count, bool wait_for_it) {
   const char* what = wait_for_it ? "bar.sync" : "bar.arrive";
   if (id < 0 || id > 15) fail(fmt::format("{} {}: barriers are numbered 0 to 15", what, id));
   if (!wait_for_it && count == 0) fail(fmt::format("bar.arrive {}: needs a thread count", id));

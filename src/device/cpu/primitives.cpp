@@ -39,7 +39,7 @@ void barrier(int id, int threads) {
 }
 void barrier_arrive(int id, int threads) {
   Quiet quiet;
-  block().barrier_arrive(id, threads);
+  block().barrier(id, threads, false);
 }
 
 unsigned shfl_bfly(unsigned value, int lane_mask) {
