@@ -460,8 +460,8 @@ __device__ __forceinline__ unsigned smem_address(const void* p) { return cpu::ap
 // only at primitives; the add is still atomic (relaxed, as red.shared is) so
 // that the TSan build's race detector knows it for one.
 __device__ __forceinline__ void shared_add(unsigned* p, unsigned v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
-__device__ __forceinline__ void shared_add(unsigned long long* p, unsigned long long v) {
-  __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+__device__ __forceinline__ unsigned shared_fetch_add(unsigned* p, unsigned v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 }
 #else
 // The 32-bit shared-window address of a generic pointer into shared memory.
@@ -474,10 +474,26 @@ __device__ __forceinline__ unsigned smem_address(const void* p) {
 __device__ __forceinline__ void shared_add(unsigned* p, unsigned v) {
   asm volatile("red.shared.add.u32 [%0], %1;" ::"r"(smem_address(p)), "r"(v) : "memory");
 }
-__device__ __forceinline__ void shared_add(unsigned long long* p, unsigned long long v) {
-  asm volatile("red.shared.add.u64 [%0], %1;" ::"r"(smem_address(p)), "l"(v) : "memory");
+// The same, returning the old value.
+__device__ __forceinline__ unsigned shared_fetch_add(unsigned* p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.shared.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(smem_address(p)), "r"(v) : "memory");
+  return old;
 }
 #endif
+// *p += v on a 64-bit shared-memory counter, as two 32-bit atomics: the low word's add returns the old low
+// word, whose carry goes into the high word's add with v's high bits. ptxas has no native 64-bit shared add
+// on sm_80/sm_90: red.shared.add.u64 becomes a compare-and-swap loop (ATOMS.CAST.SPIN.64), which retries
+// once per other thread updating the same address, so a histogram whose keys all fall in one bin (ties)
+// slowed down with the contention. The sum is exact in any order: the low word wraps once per carry
+// counted. No reader sees the two words between the adds (readers come after a barrier).
+__device__ __forceinline__ void shared_add(unsigned long long* p, unsigned long long v) {
+  unsigned* const words = reinterpret_cast<unsigned*>(p);  // little-endian: low word first
+  const unsigned low = unsigned(v);
+  unsigned high = unsigned(v >> 32);
+  if (low != 0 && shared_fetch_add(&words[0], low) > ~low) ++high;  // old + low >= 2^32
+  if (high != 0) shared_add(&words[1], high);
+}
 
 // ---- blocks that pass results through global memory -----------------------------
 // The last block of a group to finish a step does the group's merge: each

@@ -1,8 +1,10 @@
 // Every op x dtype x target compiles with each compiler of this build, with
-// no GPU, and ptxas accepts the PTX; odd shapes (rows of 1, 31, 4097 and a
-// whole vocabulary) compile too.
+// no GPU, ptxas accepts the PTX, and no PTX line adds to a 64-bit shared-memory word; odd shapes (rows of 1,
+// 31, 4097 and a whole vocabulary) compile too.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <sstream>
 
 #include "mojo/runtime.hpp"
 #include "test_util.hpp"
@@ -14,6 +16,22 @@ namespace {
 std::vector<Tensor> tensors_for(const OpDef& op, DType dtype, std::string_view shapes) {
   std::vector<Tensor> out;
   for (const TensorSpec& s : op.specs_from_shapes(dtype, parse_shapes(op, shapes))) out.push_back({s, 0});
+  return out;
+}
+
+// The PTX lines that add to a 64-bit shared-memory word atomically: ptxas builds them as a compare-and-swap loop
+// (ATOMS.CAST.SPIN.64 on sm_80 and sm_90), whose retries grow with the threads on one address; mojo::shared_add
+// splits such an add into two native 32-bit ones.
+std::vector<std::string> shared_64_bit_adds(const std::string& ptx) {
+  std::vector<std::string> out;
+  std::istringstream lines(ptx);
+  for (std::string line; std::getline(lines, line);) {
+    const auto op = line.find_first_not_of(" \t");
+    if (op == std::string::npos || (line.compare(op, 4, "atom") != 0 && line.compare(op, 3, "red") != 0)) continue;
+    const bool shared = line.find(".shared") != std::string::npos;
+    for (const char* add : {".add.u64", ".add.s64", ".add.f64"})
+      if (shared && line.find(add) != std::string::npos && out.size() < 3) out.push_back(line);  // the first few
+  }
   return out;
 }
 
@@ -29,6 +47,7 @@ void expect_ptxas_accepts(const std::string& compiler, const std::string& op_nam
   const std::string& ptx = *a.binary;
   EXPECT_NE(ptx.find(".target " + Target::parse(arch).sm_name()), std::string::npos);
   EXPECT_NE(ptx.find(".entry " + a.kernel_name), std::string::npos) << "kernel " << a.kernel_name;
+  EXPECT_EQ(shared_64_bit_adds(ptx), std::vector<std::string>{}) << op_name << " " << shapes;
   test::TempDir dir;
   test::write_file(dir.path() / "k.ptx", ptx);
   auto r = test::run_command(std::string(MOJO_TEST_PTXAS) + " -arch=" + arch + " " + (dir.path() / "k.ptx").string() +
