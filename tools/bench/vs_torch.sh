@@ -3,7 +3,8 @@
 #
 #   tools/bench/vs_torch.sh CASES [BUILD_DIR]      # prints the markdown table of torch_compare.py
 #
-# VS_TORCH_EAGER_ONLY=1 skips torch.compile (seconds a row), for a short GPU lease.
+# VS_TORCH_EAGER_ONLY=1 skips torch.compile (seconds a row), for a short GPU lease. VS_TORCH_CASE_TIMEOUT
+# (seconds, default 120) ends a case of ours that runs longer (a hang), which then costs its row only.
 #
 # CASES: one case a line, as `mojo-bench --op` takes it after the op (# starts a comment):
 #   rotary_embedding --dtype bf16 --shape q=4096x32x128 --shape k=4096x8x128 --shape cos_sin_cache=40960x128
@@ -20,11 +21,15 @@ i=0 failed=0
 while read -r line; do
   line=${line%%#*}
   [ -n "${line// /}" ] || continue
+  rc=0
   # shellcheck disable=SC2086  # the case's words are mojo-bench's arguments
-  if "$build/tools/mojo-bench" --op $line --json "$scratch/$((i + 1)).json" >"$scratch/log.txt" 2>&1; then
+  timeout "${VS_TORCH_CASE_TIMEOUT:-120}" "$build/tools/mojo-bench" --op $line --json "$scratch/$((i + 1)).json" \
+    </dev/null >"$scratch/log.txt" 2>&1 || rc=$?
+  if ((rc == 0)); then
     i=$((i + 1))
   else  # a failed case costs its row, not the table (a GPU lease is short): said here, and in the exit status
-    echo "vs_torch: mojo-bench --op $line failed:" >&2
+    ((rc != 124)) || echo "vs_torch: ran past ${VS_TORCH_CASE_TIMEOUT:-120} s (hung, or too slow):" >&2
+    echo "vs_torch: mojo-bench --op $line failed (status $rc):" >&2
     cat "$scratch/log.txt" >&2
     failed=$((failed + 1))
   fi
