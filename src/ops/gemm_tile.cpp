@@ -20,6 +20,14 @@ namespace {
 constexpr TileConfig kWgmmaWide{128, 256, 64, 2, 1, 4, 2, true, true};
 constexpr TileConfig kWgmmaNarrow{128, 128, 64, 2, 1, 6, 2, true, true};
 
+// The deepest ring pick_wgmma_tile starts from; `fit` then takes the deepest that fits shared memory. DeepGEMM's
+// sm90 heuristic does the same ("always pick the largest number of stages", from 32 down): a narrow tile streams
+// weights through few bytes a stage, and only a deep ring keeps enough of them in flight. The H200 run of
+// 2026-11-27 read Qwen3-8B's o_proj and down weights at 3.5 TB/s (a straight line through their times at M 64)
+// with 64 x 32 tiles 8 stages deep: 32 KB of B in flight an SM, where the 4.27 TB/s copy needs ~39 KB at the
+// ~1.2 us that implies; 16 of those stages fit.
+constexpr int kMaxWgmmaStages = 32;
+
 // Dynamic shared memory a block may opt into on each architecture.
 unsigned smem_optin_bytes(const Target& t) {
   if (t.sm == 80 || t.sm == 87) return 163 * 1024;
@@ -27,13 +35,17 @@ unsigned smem_optin_bytes(const Target& t) {
   return 99 * 1024;
 }
 
+// Kept from the opt-in for the kernels' static shared memory, which a launch adds to the dynamic: 1 KB in the
+// tile kernels' cubins (GemmCompiles checks the sum on each path's cubins).
+constexpr unsigned kStaticSmemReserve = 1024;
+
 // A tensor-core tile for `element_bytes` inputs on `target`: tf32 steps K by
 // 16 (4-byte fragments need the registers), and the pipeline is as deep as
 // the target's shared memory allows.
 TileConfig fit(TileConfig c, int element_bytes, const Target& target) {
   c.element_bytes = element_bytes;
   if (element_bytes == 4 && !c.wgmma) c.bk = 16;
-  while (c.stages > 2 && c.smem_bytes() > smem_optin_bytes(target)) --c.stages;
+  while (c.stages > 2 && c.smem_bytes() + kStaticSmemReserve > smem_optin_bytes(target)) --c.stages;
   return c;
 }
 
@@ -74,7 +86,7 @@ TileConfig pick_wgmma_tile(std::int64_t m, std::int64_t n, std::int64_t batch, S
   for (int bm : {64, 128}) {
     if (bm == 128 && m <= 64) continue;  // all padding
     for (int bn = 256; bn >= 16; bn -= widths == Sm90Tiles::widths_of_64 ? 64 : 16) {
-      const TileConfig c{bm, bn, 64, bm / 64, 1, 8, 2, true, true};
+      const TileConfig c{bm, bn, 64, bm / 64, 1, kMaxWgmmaStages, 2, true, true};
       if (best.bm == 0 || rank(c) > rank(best)) best = c;
     }
   }

@@ -360,7 +360,7 @@ TEST(Gemm, HopperPathForSixteenBitOperandsInAnyLayout) {
   EXPECT_EQ(small.get("wgmma"), 1);
   EXPECT_EQ(small.get("bm"), 64);
   EXPECT_EQ(small.get("bn"), 32);
-  EXPECT_EQ(small.get("stages"), 8);
+  EXPECT_EQ(small.get("stages"), 18) << "12 KB a stage, 4 KB of it weights: 72 KB of weights in flight an SM";
   EXPECT_EQ(linear.geometry(small, small_m).block.x, 256u) << "a producer and one consumer warpgroup";
   Params decode = linear.specialize(specs({bf({16, 4096}), bf({16, 4096}), w, TensorSpec(), TensorSpec()}), {}, sm90a);
   EXPECT_EQ(decode.get("wgmma"), 0);
@@ -511,6 +511,12 @@ TEST_P(GemmCompiles, HopperPathIsHgmmaAndSm80PathIsHmma) {
        {},
        "sm_90a",
        1},
+      {"linear bf16 M = 128, 64 x 64, the ring as deep as shared memory allows",
+       "linear",
+       specs({bf({128, 4096}), bf({128, 4096}), bf({4096, 4096}), TensorSpec(), TensorSpec()}),
+       {},
+       "sm_90a",
+       1},
       {"gemm bf16 on sm_80", "gemm", specs({bf({4096, 4096}), bf({4096, 4096}), bf({4096, 4096})}), {}, "sm_80", 0},
   };
   for (const Case& c : cases) {
@@ -524,6 +530,9 @@ TEST_P(GemmCompiles, HopperPathIsHgmmaAndSm80PathIsHmma) {
     Artifact cubin = rt.compile(c.op, c.tensors, c.scalars, target, Emit::cubin);
     EXPECT_GT(cubin.resources.registers, 0);
     EXPECT_EQ(cubin.resources.stack_bytes, 0u) << "no spills";
+    const Params p = find_op(c.op).specialize(c.tensors, c.scalars, target);
+    EXPECT_LE(cubin.resources.static_shared_bytes + find_op(c.op).max_dynamic_smem(p), 227u * 1024)
+        << p.str() << ": static and dynamic shared memory within a block's opt-in";
     const auto sass = test::sass_facts(*cubin.binary, dir.path());
     if (!sass) continue;
     disassembled = true;
