@@ -45,6 +45,7 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ x
 #define MOJO_ACTIVATION_KERNEL(NAME, T, ACT, GATED, D, VEC)                                              \
   extern "C" __global__ void __launch_bounds__(256)                                                      \
       NAME(MOJO_ARG_PARAMS(MOJO_ACTIVATION_ARGS, T)) {                                                   \
+    mojo::after_previous_kernels();                                                                      \
     mojo_activation::run<T, ACT, GATED, D, VEC>(out, x, n);                                              \
   }
 #define MOJO_KERNEL_silu(NAME, P) MOJO_ACTIVATION_KERNEL(NAME, P::dtype, int(mojo::Act::silu), 0, 0, P::vec)

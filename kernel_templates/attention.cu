@@ -454,17 +454,20 @@ __device__ __forceinline__ void merge(T* __restrict__ out, const float* __restri
 #define MOJO_ATTENTION(NAME, P)                                                                                        \
   extern "C" __global__ void __launch_bounds__(32 * P::wm * P::wn)                                                     \
       NAME(MOJO_ARG_PARAMS(MOJO_ATTENTION_ARGS, P::dtype)) {                                                           \
+    mojo::after_previous_kernels();                                                                                    \
     mojo_attention::run<P::dtype, P>(out, q, k, v, MOJO_ATTENTION_BATCH(P), sinks, lse, workspace, q_stride,           \
                                      k_stride, v_stride, heads, kv_heads, chunk, scale, softcap, window);              \
   }
 #define MOJO_ATTENTION_MERGE(NAME, P)                                                                                  \
   extern "C" __global__ void __launch_bounds__(128) NAME(MOJO_ARG_PARAMS(MOJO_ATTENTION_ARGS, P::dtype)) {             \
+    mojo::after_previous_kernels();                                                                                    \
     mojo_attention::merge<P::dtype, P>(out, sinks, lse, workspace, q_tokens, heads);                                   \
   }
 // K and V through TMA: the descriptors are params 24 and 25.
 #define MOJO_ATTENTION_SM90(NAME, P)                                                                                   \
   extern "C" __global__ void __launch_bounds__(384, 1)                                                                 \
       NAME(MOJO_ARG_PARAMS(MOJO_ATTENTION_ARGS, P::dtype), const mojo::TensorMap, const mojo::TensorMap) {             \
+    mojo::after_previous_kernels();                                                                                    \
     mojo_attention::run_sm90<P::dtype, P>(out, q, MOJO_ATTENTION_BATCH(P), sinks, lse, q_stride, heads, kv_heads,      \
                                           scale, softcap, window, MOJO_PARAM_ADDRESS(NAME, 24),                        \
                                           MOJO_PARAM_ADDRESS(NAME, 25));                                               \

@@ -176,41 +176,49 @@ __device__ __forceinline__ void convert(T* out, const float* acc, long long n) {
 // One entry per row kernel; the products enter by gemm.cu's macros.
 #define MOJO_CE_INIT(NAME, P)                                                                        \
   extern "C" __global__ void __launch_bounds__(P::threads) NAME(MOJO_ARG_PARAMS(MOJO_CE_INIT_ARGS, )) { \
+    mojo::after_previous_kernels();                                                                  \
     mojo_ce::init<P::threads>(state, rows);                                                          \
   }
 #define MOJO_CE_UPDATE(NAME, P)                                                                              \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                   \
       NAME(MOJO_ARG_PARAMS(MOJO_CE_UPDATE_ARGS, P::index)) {                                                 \
+    mojo::after_previous_kernels();                                                                         \
     mojo_ce::update<P::index, P::threads>(state, logits, ld, labels, col0, n, cap);                         \
   }
 #define MOJO_CE_FINISH(NAME, P)                                                                              \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                   \
       NAME(MOJO_ARG_PARAMS(MOJO_CE_FINISH_ARGS, P::index)) {                                                 \
+    mojo::after_previous_kernels();                                                                           \
     mojo_ce::finish<P::index, P::threads>(row_loss, lse, state, labels, rows, vocab, ignore_index, smoothing, \
                                           z_loss);                                                           \
   }
 #define MOJO_CE_REDUCE(NAME, P)                                                                             \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                  \
       NAME(MOJO_ARG_PARAMS(MOJO_CE_REDUCE_ARGS, P::index)) {                                                \
+    mojo::after_previous_kernels();                                                                         \
     mojo_ce::reduce<P::index, P::threads>(loss, row_loss, labels, rows, ignore_index, mean);                \
   }
 #define MOJO_CE_COUNT(NAME, P)                                                                              \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                  \
       NAME(MOJO_ARG_PARAMS(MOJO_CE_COUNT_ARGS, P::index)) {                                                 \
+    mojo::after_previous_kernels();                                                                         \
     mojo_ce::count<P::index, P::threads>(scale, grad_loss, labels, rows, ignore_index, mean);               \
   }
 #define MOJO_CE_GRAD(NAME, P)                                                                                     \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                        \
       NAME(MOJO_ARG_PARAMS(MOJO_CE_GRAD_ARGS, P::dtype, P::index)) {                                              \
+    mojo::after_previous_kernels();                                                                              \
     mojo_ce::grad<P::dtype, P::index, P::threads>(dlogits, logits, ld, lse, labels, scale, grad_loss, per_row,   \
                                                   col0, n, vocab, ignore_index, smoothing, z_loss, cap);          \
   }
 #define MOJO_CE_ZERO(NAME, P)                                                                            \
   extern "C" __global__ void __launch_bounds__(P::threads) NAME(MOJO_ARG_PARAMS(MOJO_CE_ZERO_ARGS, )) {  \
+    mojo::after_previous_kernels();                                                                      \
     mojo_ce::zero<P::threads>(acc, n);                                                                   \
   }
 #define MOJO_CE_CONVERT(NAME, P)                                                                         \
   extern "C" __global__ void __launch_bounds__(P::threads)                                               \
       NAME(MOJO_ARG_PARAMS(MOJO_CE_CONVERT_ARGS, P::dtype)) {                                            \
+    mojo::after_previous_kernels();                                                                      \
     mojo_ce::convert<P::dtype, P::threads>(out, acc, n);                                                 \
   }

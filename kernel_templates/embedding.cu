@@ -40,6 +40,7 @@ __device__ __forceinline__ void run(T* __restrict__ out, const I* __restrict__ i
 #define MOJO_EMBEDDING_KERNEL(NAME, T, I, HIDDEN, VEC, THREADS, ROWS)                                          \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                                 \
       NAME(MOJO_ARG_PARAMS(MOJO_EMBEDDING_ARGS, T, I)) {                                                       \
+    mojo::after_previous_kernels();                                                                            \
     mojo_embedding::run<T, I, HIDDEN, VEC, THREADS, ROWS>(out, ids, weight, tokens, vocab);                    \
   }
 #define MOJO_KERNEL_embedding(NAME, P) \

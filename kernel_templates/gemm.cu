@@ -389,6 +389,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
   extern "C" __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)                                                 \
       NAME(MOJO_ARG_PARAMS(MOJO_GEMM_SM90_ARGS, TC), const mojo::TensorMap, const mojo::TensorMap,                     \
            const mojo::TensorMap) {                                                                                    \
+    mojo::after_previous_kernels();                                                                                    \
     mojo_gemm::run_sm90<TA, TC, BM, BN, BK, STAGES, SWIZZLE, TRANS_A, !TRANS_B, BETA, BIAS, ACT, RESIDUAL, OFFSETS>(   \
         c, bias, residual, alpha, beta, m, n, k, ldc, ldr, batch_c, batches, offsets, total_rows,                      \
         MOJO_PARAM_ADDRESS(NAME, 14), MOJO_PARAM_ADDRESS(NAME, 15), MOJO_PARAM_ADDRESS(NAME, 16));                     \
@@ -397,6 +398,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
                            ACT, RESIDUAL, OFFSETS, TF32)                                                               \
   extern "C" __global__ void __launch_bounds__(WM * WN * KS * 32, mojo_gemm::kMinBlocks<TA, TF32>)                     \
       NAME(MOJO_ARG_PARAMS(MOJO_GEMM_ARGS, TA, TC)) {                                                                  \
+    mojo::after_previous_kernels();                                                                                    \
     mojo_gemm::run<TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT,            \
                    RESIDUAL, OFFSETS, TF32>(c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr,         \
                                             batch_a, batch_b, batch_c, offsets, total_rows);                           \

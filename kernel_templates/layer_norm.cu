@@ -90,6 +90,7 @@ __device__ __forceinline__ void forward(T* __restrict__ out, float* __restrict__
 #define MOJO_LAYER_NORM_KERNEL(NAME, T, HIDDEN, VEC, THREADS, ROWS, STATS)                                   \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS, mojo::kNormBlocksPerSm<HIDDEN, VEC, THREADS, ROWS>) \
       NAME(MOJO_ARG_PARAMS(MOJO_LAYER_NORM_ARGS, T)) {                                                      \
+    mojo::after_previous_kernels();                                                                         \
     mojo_layer_norm::forward<T, HIDDEN, VEC, THREADS, ROWS, STATS != 0>(out, mean, rstd, x, weight, bias,   \
                                                                         eps, rows, out_stride, x_stride);   \
   }

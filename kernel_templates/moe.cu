@@ -245,6 +245,7 @@ __device__ __forceinline__ void combine(T* __restrict__ out, const T* __restrict
 #define MOJO_KERNEL_moe_gate(NAME, P)                                                                              \
   extern "C" __global__ void __launch_bounds__(32 * P::rows, mojo::kFullOccupancyBlocks<32 * P::rows>)          \
       NAME(MOJO_ARG_PARAMS(MOJO_MOE_GATE_ARGS, P::dtype, P::index)) {                                             \
+    mojo::after_previous_kernels();                                                                                \
     mojo_moe::gate<P::dtype, P::index, P::experts, P::top_k, P::softmax, P::groups, P::top_groups, P::renormalize, \
                    P::rows>(weights, ids, logits, bias, scaling, tokens);                                         \
   }
@@ -252,6 +253,7 @@ __device__ __forceinline__ void combine(T* __restrict__ out, const T* __restrict
 #define MOJO_KERNEL_moe_dispatch(NAME, P)                                                                          \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                        \
       NAME(MOJO_ARG_PARAMS(MOJO_MOE_DISPATCH_ARGS, P::index)) {                                                   \
+    mojo::after_previous_kernels();                                                                                \
     mojo_moe::dispatch<P::index, P::experts, P::top_k, P::threads>(offsets, sorted_ids, positions, ids, pairs);    \
   }
 #define MOJO_KERNEL_moe_dispatch_gather(NAME, P) \
@@ -260,6 +262,7 @@ __device__ __forceinline__ void combine(T* __restrict__ out, const T* __restrict
 #define MOJO_KERNEL_moe_combine(NAME, P)                                                                           \
   extern "C" __global__ void __launch_bounds__(P::threads * P::rows, mojo::kFullOccupancyBlocks<P::threads * P::rows>)\
       NAME(MOJO_ARG_PARAMS(MOJO_MOE_COMBINE_ARGS, P::dtype, P::index)) {                                          \
+    mojo::after_previous_kernels();                                                                                \
     mojo_moe::combine<P::dtype, P::index, P::hidden, P::vec, P::threads, P::rows, P::top_k>(                       \
         out, expert_out, positions, weights, tokens);                                                              \
   }

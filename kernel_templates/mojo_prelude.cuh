@@ -536,6 +536,23 @@ __device__ __forceinline__ unsigned long long load_gpu(const unsigned long long*
 }
 #endif
 
+// ---- the start of every kernel: programmatic dependent launch (sm_90+) --------------
+// Every kernel calls this first, before it touches global memory. Launched with programmatic dependent launch
+// (RuntimeOptions::programmatic_dependent_launch), a kernel may start while the kernel before it in the stream
+// is still running; griddepcontrol.wait holds it until that kernel has finished and its writes are visible
+// (and that kernel waited for its own predecessor the same way). launch_dependents then lets the next kernel
+// start once every block of this one has started: it takes SMs this grid's last wave leaves idle, and its
+// launch latency hides under this grid's tail. Launched without it (the default), the kernel before has
+// finished already and the wait returns at once. Older GPUs and the CPU device run launches one after another.
+#if defined(MOJO_CPU) || __CUDA_ARCH__ < 900
+__device__ __forceinline__ void after_previous_kernels() {}
+#else
+__device__ __forceinline__ void after_previous_kernels() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+#endif
+
 // The sum of `v` over the threads before this one (in thread order) of a
 // block of THREADS threads, and in `total` over all of them. `scratch`: 2 *
 // THREADS values of shared memory. Integers, so the result is exact.

@@ -304,6 +304,7 @@ __device__ __forceinline__ void add_rows(T* __restrict__ grad_weight, T* __restr
   extern "C" __global__ void __launch_bounds__(P::step == 0 ? P::threads * P::rows : 256,                       \
                                                P::step == 0 ? P::min_blocks : 1)                                \
       NAME(MOJO_ARG_PARAMS(MOJO_NORM_BACKWARD_ARGS, P::dtype)) {                                                 \
+    mojo::after_previous_kernels();                                                                              \
     using T = P::dtype;                                                                                          \
     if constexpr (P::step == 1 && P::partials != 0)                                                              \
       mojo_norm_backward::add_partials<!RMS, T, P::hidden>(grad_weight, grad_bias, workspace, parts);           \

@@ -94,6 +94,7 @@ __device__ __forceinline__ void run(T* __restrict__ out, T* __restrict__ residua
 #define MOJO_RMS_NORM_KERNEL(NAME, T, HIDDEN, VEC, THREADS, ROWS, ADD)                                    \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS, mojo::kNormBlocksPerSm<HIDDEN, VEC, THREADS, ROWS>) \
       NAME(MOJO_ARG_PARAMS(MOJO_RMS_NORM_ARGS, T)) {                                                     \
+    mojo::after_previous_kernels();                                                                         \
     mojo_rms_norm::run<T, HIDDEN, VEC, THREADS, ROWS, ADD>(out, residual, x, weight, eps, rows, out_stride, \
                                                            residual_stride, x_stride);                    \
   }

@@ -100,5 +100,6 @@ __device__ __forceinline__ void run(T* __restrict__ q, T* __restrict__ k, const 
 #define MOJO_KERNEL_rotary_embedding(NAME, P)                                                                 \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                   \
       NAME(MOJO_ARG_PARAMS(MOJO_ROTARY_EMBEDDING_ARGS, P::dtype, P::cache, P::pos)) {                         \
+    mojo::after_previous_kernels();                                                                           \
     mojo_rotary::run<P::dtype, P::cache, P::pos, P>(q, k, positions, cos_sin, q_stride, k_stride, max_pos);   \
   }

@@ -102,13 +102,17 @@ __device__ long long draw(W weight, unsigned r24, bool greedy, u64* scan, Shared
   constexpr int CHUNK = (SEGMENT + THREADS - 1) / THREADS;
   static_assert(THREADS % 32 == 0 && WARPS <= 32, "draw needs whole warps, at most 32");
   const int tid = int(mojo::thread_x()), lane = tid % 32, warp = tid / 32;
-  if (tid < WARPS) s.lane_sums[tid] = 0;  // each warp's segment sum
   if (tid == 0) s.chosen = -1;
-  mojo::sync_block();
   const int segment_end = warp * SEGMENT + SEGMENT < VOCAB ? warp * SEGMENT + SEGMENT : VOCAB;
   u64 mine = 0;
   for (int i = warp * SEGMENT + lane; i < segment_end; i += 32) mine += weight(i);
-  if (mine != 0) mojo::shared_add(&s.lane_sums[warp], mine);
+  scan[tid] = mine;  // each warp's segment sum, its lanes' parts added by one thread
+  mojo::sync_block();
+  if (tid < WARPS) {
+    u64 sum = 0;
+    for (int l = 0; l < 32; ++l) sum += scan[tid * 32 + l];
+    s.lane_sums[tid] = sum;
+  }
   mojo::sync_block();
   if (tid == 0) {  // the segment that holds the point, and the point within it
     u64 total = 0;
@@ -737,6 +741,7 @@ __device__ __forceinline__ void reject_sample(long long* __restrict__ out, long 
 #define MOJO_KERNEL_sample(NAME, P)                                                                          \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                  \
       NAME(MOJO_ARG_PARAMS(MOJO_SAMPLING_SAMPLE_ARGS, P::dtype, P::index)) {                                \
+    mojo::after_previous_kernels();                                                                         \
     mojo_sampling::sample<P::dtype, P::index, P::vocab, P::vec, P::threads, P::chunks>(                     \
         tokens, logprobs, logits, stride, top_k, top_p, min_p, seed, offset, partials, candidates, stats, states, \
         counters, phase);                                                                                    \
@@ -745,12 +750,14 @@ __device__ __forceinline__ void reject_sample(long long* __restrict__ out, long 
 #define MOJO_KERNEL_apply_temperature(NAME, P)                                                                       \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                          \
       NAME(MOJO_ARG_PARAMS(MOJO_SAMPLING_TEMPERATURE_ARGS, P::dtype)) {                                             \
+    mojo::after_previous_kernels();                                                                                 \
     mojo_sampling::scale_by_temperature<P::dtype, P::vocab, P::vec, P::threads, P::blocks>(logits, stride,          \
                                                                                            temperature);            \
   }
 #define MOJO_KERNEL_apply_penalties_temperature(NAME, P)                                                             \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                          \
       NAME(MOJO_ARG_PARAMS(MOJO_SAMPLING_PENALTY_ARGS, P::dtype, P::index)) {                                       \
+    mojo::after_previous_kernels();                                                                                 \
     mojo_sampling::apply_penalties<P::dtype, P::index, P::vocab, P::threads>(logits, stride, ids, counts, max_len,  \
                                                                              repetition, presence, frequency,       \
                                                                              temperature);                          \
@@ -759,6 +766,7 @@ __device__ __forceinline__ void reject_sample(long long* __restrict__ out, long 
 #define MOJO_KERNEL_reject_sample(NAME, P)                                                                           \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                          \
       NAME(MOJO_ARG_PARAMS(MOJO_SAMPLING_REJECT_ARGS, P::dtype, P::index)) {                                        \
+    mojo::after_previous_kernels();                                                                                 \
     mojo_sampling::reject_sample<P::dtype, P::index, P::vocab, P::threads, P::spec>(                                \
         out, accepted, draft_tokens, draft_probs, target_probs, seed, offset);                                      \
   }

@@ -246,12 +246,14 @@ __device__ __forceinline__ void backward_chunks(T* __restrict__ grad_x, const T*
 #define MOJO_SOFTMAX_KERNEL(NAME, T, COLS, VEC, THREADS, ROWS, LOG)                                        \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                             \
       NAME(MOJO_ARG_PARAMS(MOJO_SOFTMAX_ARGS, T)) {                                                        \
+    mojo::after_previous_kernels();                                                                        \
     mojo_softmax::forward<T, COLS, VEC, THREADS, ROWS, LOG != 0>(out, x, rows, out_stride, x_stride);      \
   }
 
 #define MOJO_SOFTMAX_BACKWARD_KERNEL(NAME, T, COLS, VEC, THREADS, ROWS)                                    \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                             \
       NAME(MOJO_ARG_PARAMS(MOJO_SOFTMAX_BACKWARD_ARGS, T)) {                                               \
+    mojo::after_previous_kernels();                                                                       \
     mojo_softmax::backward<T, COLS, VEC, THREADS, ROWS>(grad_x, grad_out, out, rows);                     \
   }
 #define MOJO_KERNEL_softmax(NAME, P) MOJO_SOFTMAX_KERNEL(NAME, P::dtype, P::cols, P::vec, P::threads, P::rows, P::log)
@@ -262,12 +264,14 @@ __device__ __forceinline__ void backward_chunks(T* __restrict__ grad_x, const T*
 // The chunked form (few long rows): P::chunks blocks a row, a plan of two steps (P::step).
 #define MOJO_KERNEL_softmax_chunks(NAME, P)                                                                      \
   extern "C" __global__ void __launch_bounds__(P::threads) NAME(MOJO_ARG_PARAMS(MOJO_SOFTMAX_ARGS, P::dtype)) { \
+    mojo::after_previous_kernels();                                                                            \
     mojo_softmax::forward_chunks<P::dtype, P::cols, P::vec, P::threads, P::chunks, P::step, P::log != 0>(      \
         out, x, out_stride, x_stride, parts);                                                                  \
   }
 #define MOJO_KERNEL_softmax_backward_chunks(NAME, P)                                                             \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                      \
       NAME(MOJO_ARG_PARAMS(MOJO_SOFTMAX_BACKWARD_ARGS, P::dtype)) {                                             \
+    mojo::after_previous_kernels();                                                                            \
     mojo_softmax::backward_chunks<P::dtype, P::cols, P::vec, P::threads, P::chunks, P::step>(grad_x, grad_out, \
                                                                                            out, parts);        \
   }

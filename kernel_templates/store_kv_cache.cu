@@ -42,6 +42,7 @@ __device__ __forceinline__ void run(T* __restrict__ k_cache, T* __restrict__ v_c
 #define MOJO_STORE_KV_CACHE_KERNEL(NAME, T, I, ROW, VEC, THREADS, ROWS)                                        \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                                 \
       NAME(MOJO_ARG_PARAMS(MOJO_STORE_KV_CACHE_ARGS, T, I)) {                                                  \
+    mojo::after_previous_kernels();                                                                            \
     mojo_kv_cache::run<T, I, ROW, VEC, THREADS, ROWS>(k_cache, v_cache, k, v, slots, tokens, num_slots,        \
                                                       k_stride, v_stride);                                     \
   }

@@ -76,6 +76,13 @@ TEST(Config, AMisspeltVariableIsFound) {
   EXPECT_EQ(std::find(unknown.begin(), unknown.end(), "MOJO_JIT_CACHE_DIR"), unknown.end());
 }
 
+// README's "Environment" table names every variable the library reads (and config::kVariables lists).
+TEST(Config, TheReadmeDocumentsEveryVariable) {
+  const std::string readme = test::read_file(std::filesystem::path(MOJO_TEST_TEMPLATE_DIR) / ".." / "README.md");
+  for (std::string_view variable : config::kVariables)
+    EXPECT_NE(readme.find("| `" + std::string(variable)), std::string::npos) << variable << " has no row in README";
+}
+
 // The Runtime reads the same way: a bad value stops it with the variable's name.
 TEST(Config, TheRuntimeRejectsABadValue) {
   ScopedEnv e("MOJO_JIT_CACHE_MAX_BYTES", "1GB");

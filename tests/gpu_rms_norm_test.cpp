@@ -213,10 +213,42 @@ TEST_F(GpuFixture, GpuCacheHitLaunchDoesNotAllocate) {
 // The launches a sink took: each one's first argument (every op's output pointer).
 namespace {
 std::vector<DevicePtr> g_sunk_outputs;
-void sink(const Function&, Dim3, Dim3, unsigned, StreamHandle, void** args) {
+void sink(const Function&, Dim3, Dim3, unsigned, StreamHandle, void** args, bool) {
   if (g_sunk_outputs.size() < g_sunk_outputs.capacity()) g_sunk_outputs.push_back(*static_cast<DevicePtr*>(args[0]));
 }
+std::vector<bool> g_sunk_overlaps;
+void sink_overlap(const Function&, Dim3, Dim3, unsigned, StreamHandle, void**, bool overlap_previous) {
+  if (g_sunk_overlaps.size() < g_sunk_overlaps.capacity()) g_sunk_overlaps.push_back(overlap_previous);
+}
 }  // namespace
+
+// RuntimeOptions::programmatic_dependent_launch (MOJO_JIT_PDL): every step of a plan is launched to overlap the
+// launch before it where the device is sm_90 or later, and never where it is older or the option is off. (The
+// kernels' side, a wait before any global access, is checked on every op's PTX by EveryOpCompiles.)
+TEST(HotPath, ProgrammaticDependentLaunchOnSm90AndLaterWhenAsked) {
+  const TensorSpec x(DType::bf16, {2, 151936});  // softmax of few long rows: a plan of two steps
+  struct Case {
+    const char* device;
+    bool asked, overlaps;
+  };
+  for (const Case c : {Case{"cpu:sm_90a", true, true}, Case{"cpu:sm_90", true, true}, Case{"cpu:sm_80", true, false},
+                       Case{"cpu:sm_90a", false, false}}) {
+    SCOPED_TRACE(fmt::format("{}, asked: {}", c.device, c.asked));
+    RuntimeOptions o;
+    o.disk_cache = false;
+    o.device = c.device;
+    o.programmatic_dependent_launch = c.asked;
+    Runtime rt(o);
+    DeviceBuffer in(x.nbytes()), out(x.nbytes());
+    g_sunk_overlaps.clear();
+    g_sunk_overlaps.reserve(16);
+    device_hooks::set_launch_sink(sink_overlap);
+    rt.launch("softmax", {out.as(x), in.as(x)});
+    device_hooks::set_launch_sink(nullptr);
+    ASSERT_EQ(g_sunk_overlaps.size(), 2u) << "two steps";
+    EXPECT_EQ(g_sunk_overlaps, std::vector<bool>(2, c.overlaps));
+  }
+}
 
 // A cache hit by handle or by name reuses what was bound: no allocation, no
 // driver call but the launch (the sm_90a linear's TMA descriptors included),

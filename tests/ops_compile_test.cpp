@@ -1,9 +1,11 @@
 // Every op x dtype x target compiles with each compiler of this build, with
-// no GPU, ptxas accepts the PTX, and no PTX line adds to a 64-bit shared-memory word; odd shapes (rows of 1,
+// no GPU, ptxas accepts the PTX, no PTX line adds to a 64-bit shared-memory word, and on sm_90+ every kernel
+// waits for the kernel before it (griddepcontrol.wait) before touching global memory; odd shapes (rows of 1,
 // 31, 4097 and a whole vocabulary) compile too.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <sstream>
 
 #include "mojo/runtime.hpp"
@@ -35,6 +37,30 @@ std::vector<std::string> shared_64_bit_adds(const std::string& ptx) {
   return out;
 }
 
+// The kernels of `ptx` that touch global memory before griddepcontrol.wait (mojo::after_previous_kernels): under
+// programmatic dependent launch such a kernel could read what the kernel before it has not written yet.
+std::vector<std::string> kernels_reading_before_the_wait(const std::string& ptx) {
+  std::vector<std::string> out;
+  for (std::size_t entry = ptx.find(".entry "); entry != std::string::npos;) {
+    const std::size_t next = ptx.find(".entry ", entry + 1);
+    const std::string body = ptx.substr(entry, next == std::string::npos ? std::string::npos : next - entry);
+    std::size_t first_access = std::string::npos;
+    std::istringstream lines(body);
+    std::size_t at = 0;
+    for (std::string line; std::getline(lines, line); at += line.size() + 1) {
+      const auto op = line.find_first_not_of(" \t");
+      if (op == std::string::npos || line.find(".global") == std::string::npos) continue;
+      for (const char* access : {"ld.", "st.", "atom.", "red.", "cp."})
+        if (line.compare(op, std::strlen(access), access) == 0) first_access = std::min(first_access, at);
+      if (first_access != std::string::npos) break;
+    }
+    const std::size_t wait = body.find("griddepcontrol.wait");
+    if (wait == std::string::npos || wait > first_access) out.push_back(body.substr(7, body.find('(') - 7));
+    entry = next;
+  }
+  return out;
+}
+
 // Compiles to PTX and runs ptxas on it.
 void expect_ptxas_accepts(const std::string& compiler, const std::string& op_name, DType dtype, const char* arch,
                           std::string_view shapes, ScalarList scalars = {}) {
@@ -48,6 +74,10 @@ void expect_ptxas_accepts(const std::string& compiler, const std::string& op_nam
   EXPECT_NE(ptx.find(".target " + Target::parse(arch).sm_name()), std::string::npos);
   EXPECT_NE(ptx.find(".entry " + a.kernel_name), std::string::npos) << "kernel " << a.kernel_name;
   EXPECT_EQ(shared_64_bit_adds(ptx), std::vector<std::string>{}) << op_name << " " << shapes;
+  if (Target::parse(arch).sm >= 90)
+    EXPECT_EQ(kernels_reading_before_the_wait(ptx), std::vector<std::string>{}) << op_name << " " << shapes;
+  else
+    EXPECT_EQ(ptx.find("griddepcontrol"), std::string::npos) << "sm_90 and later only";
   test::TempDir dir;
   test::write_file(dir.path() / "k.ptx", ptx);
   auto r = test::run_command(std::string(MOJO_TEST_PTXAS) + " -arch=" + arch + " " + (dir.path() / "k.ptx").string() +

@@ -4,6 +4,8 @@
 #   tools/gpu_check.sh OUT_DIR [STEP...]        (no STEP: all of them, in this order)
 #
 #   tests        every test, in gtest shards run at once (one per core)   -> OUT/tests-*.txt|xml
+#   pdl          the GPU tests and CheckOp again, every launch with programmatic dependent launch
+#                (MOJO_JIT_PDL=1: each kernel may start while the one before it finishes) -> OUT/pdl-*.txt
 #   conformance  the CPU device's emulation of each prelude primitive vs the GPU -> OUT/conformance.txt
 #   example      the Qwen3-8B decoder layer at full size, checked step by step -> OUT/example.txt
 #   sass         both gemm paths' SASS: HMMA / HGMMA, no local memory    -> OUT/sass.txt
@@ -29,10 +31,10 @@
 # Then, as time allows: memcheck racecheck synccheck initcheck; bench (its ops.json, copied into the working
 # tree, feeds GPU_CHECK_OPS_JSON=ops.json GPU_CHECK_TORCH_ROWS=0:45 ... torch in a later call).
 set -uo pipefail
-out=${1:?usage: tools/gpu_check.sh OUT_DIR [tests conformance example sass memcheck racecheck synccheck initcheck bench torch python]}
+out=${1:?usage: tools/gpu_check.sh OUT_DIR [tests pdl conformance example sass memcheck racecheck synccheck initcheck bench torch python]}
 shift
 steps=("$@")
-((${#steps[@]})) || steps=(tests conformance example sass memcheck racecheck synccheck initcheck bench torch python)
+((${#steps[@]})) || steps=(tests pdl conformance example sass memcheck racecheck synccheck initcheck bench torch python)
 build=${GPU_CHECK_BUILD:-build}
 export PATH=$PATH:${CUDA_HOME:-/usr/local/cuda}/bin  # cuobjdump, compute-sanitizer
 jobs=${GPU_CHECK_JOBS:-$(nproc)}
@@ -130,6 +132,7 @@ racecheck_tests=(
 run_step() {  # STEP: prints what it found, returns non-zero on a failure
   case $1 in
     tests) sharded tests "$tests" ;;
+    pdl) MOJO_JIT_PDL=1 sharded pdl "$tests" --gtest_filter='*Gpu*:CheckOp.*' ;;
     conformance)
       timeout -k 10 "$(left)" "$tests" --gtest_filter='Conformance.*' >"$out/conformance.txt" 2>&1
       local status=$?

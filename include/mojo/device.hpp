@@ -195,15 +195,17 @@ class Function {
 
  private:
   friend class Module;
-  friend void launch(const Function&, Dim3, Dim3, unsigned, StreamHandle, void**);
+  friend void launch(const Function&, Dim3, Dim3, unsigned, StreamHandle, void**, bool);
   Function(const Backend& backend, void* function) : backend_(&backend), function_(function) {}
   const Backend* backend_ = nullptr;
   void* function_ = nullptr;
 };
 
-// cuLaunchKernel: `args` points at one pointer per kernel parameter.
+// cuLaunchKernel: `args` points at one pointer per kernel parameter. overlap_previous: programmatic dependent
+// launch (sm_90+), the kernel may start before the one before it in the stream has finished, so it must wait
+// for it itself (every template's kernel does: mojo::after_previous_kernels); no effect on the cpu device.
 void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream,
-            void** args);
+            void** args, bool overlap_previous = false);
 
 // A TMA descriptor (the driver's CUtensorMap): kernels take it by value and
 // read it where it lies in param space (MOJO_PARAM_ADDRESS in

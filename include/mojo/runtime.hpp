@@ -54,6 +54,11 @@ struct RuntimeOptions {
   // stored in the cache per device, op, params and shape bucket, so later
   // processes skip the timing (also MOJO_JIT_AUTOTUNE=1).
   bool autotune = false;
+  // Launch on sm_90+ GPUs with programmatic dependent launch: each kernel may start while the one before it
+  // in the stream finishes, and waits for it on the GPU (mojo::after_previous_kernels), so that one kernel's
+  // launch and ramp hide under the tail of the one before: for plans of several steps and short kernels in a
+  // graph. Off by default until measured (also MOJO_JIT_PDL=1).
+  bool programmatic_dependent_launch = false;
   // NVRTC reports its phases' times too (CacheStats::compile_stage_seconds; LLVM always does), through a
   // temporary file a compile: for benchmarks.
   bool time_compile_stages = false;

@@ -274,12 +274,13 @@ std::uint64_t device_hooks::driver_calls() noexcept { return g_driver_calls.load
 void device_hooks::count_driver_call() noexcept { g_driver_calls.fetch_add(1, std::memory_order_relaxed); }
 void device_hooks::set_launch_sink(LaunchSink sink) noexcept { g_launch_sink.store(sink, std::memory_order_relaxed); }
 
-void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream, void** args) {
+void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream, void** args,
+            bool overlap_previous) {
   if (const device_hooks::LaunchSink sink = g_launch_sink.load(std::memory_order_relaxed)) {
-    sink(f, grid, block, dynamic_smem, stream, args);
+    sink(f, grid, block, dynamic_smem, stream, args, overlap_previous);
     return;
   }
-  backend_of(f.backend_).launch(f.function_, grid, block, dynamic_smem, stream, args);
+  backend_of(f.backend_).launch(f.function_, grid, block, dynamic_smem, stream, args, overlap_previous);
 }
 
 void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream) {

@@ -49,7 +49,8 @@ struct LoadedKernel {
   std::shared_ptr<const Module> module;  // shared by the kernels of one bundle
   std::vector<Step> steps;
   const Device* device;
-  bool debug_checks;  // check the op's index data before each launch
+  bool debug_checks;      // check the op's index data before each launch
+  bool overlap_previous;  // launch with programmatic dependent launch (RuntimeOptions)
   Params params;      // what it was compiled for (an autotuned choice may differ from the heuristic's)
 };
 
@@ -178,7 +179,8 @@ void launch_plan(const OpDef& op, const LoadedKernel& kernel, TensorList tensors
     KernelArgs args;
     if (mine == nullptr) op.pack_args(params, tensors, scalars, workspace, args);
     if (g.persistent) g.grid.x = std::min(g.grid.x, unsigned(kernel.device->sm_count()));
-    mojo::launch(step.function, g.grid, g.block, g.dynamic_smem, stream, mine ? mine->args.data() : args.data());
+    mojo::launch(step.function, g.grid, g.block, g.dynamic_smem, stream, mine ? mine->args.data() : args.data(),
+                 kernel.overlap_previous);
   });
 }
 
@@ -302,6 +304,7 @@ struct Runtime::Impl {
   fs::path dump_dir;
   bool debug_checks;
   bool autotune;
+  bool programmatic_dependent_launch;
 
   std::mutex device_mutex;
   std::optional<Device> device;
@@ -326,7 +329,8 @@ struct Runtime::Impl {
         cache(cache_options(options)),
         dump_dir(!options.dump_dir.empty() ? options.dump_dir : fs::path(config::text("MOJO_JIT_DUMP").value_or(""))),
         debug_checks(options.debug_checks || config::flag("MOJO_JIT_DEBUG_CHECKS")),
-        autotune(options.autotune || config::flag("MOJO_JIT_AUTOTUNE")) {
+        autotune(options.autotune || config::flag("MOJO_JIT_AUTOTUNE")),
+        programmatic_dependent_launch(options.programmatic_dependent_launch || config::flag("MOJO_JIT_PDL")) {
     warn_unknown_variables();
   }
 
@@ -397,7 +401,9 @@ struct Runtime::Impl {
       module = std::make_shared<const Module>(Module::load(*bin));
       slot = module;
     }
-    auto kernel = std::make_unique<LoadedKernel>(LoadedKernel{std::move(module), {}, &dev, debug_checks, s.params});
+    const bool overlap = programmatic_dependent_launch && dev.target().sm >= 90;
+    auto kernel =
+        std::make_unique<LoadedKernel>(LoadedKernel{std::move(module), {}, &dev, debug_checks, overlap, s.params});
     for (std::size_t i = 0; i < s.steps.size(); ++i) {
       Function function = kernel->module->function(u.kernels[i]);
       if (const unsigned smem = s.op->max_dynamic_smem(s.steps[i]); smem > 48 * 1024)

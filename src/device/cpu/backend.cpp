@@ -169,8 +169,9 @@ class CpuBackend final : public Backend {
                                     t_limits.target.sm_name(), t_limits.max_smem_optin));
     static_cast<Kernel*>(function)->max_dynamic_smem = unsigned(bytes);
   }
-  void launch(void* function, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream,
-              void** args) const override {
+  // overlap_previous changes nothing here: the launches of a stream run one after another.
+  void launch(void* function, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream, void** args,
+              bool /*overlap_previous*/) const override {
     const Kernel& k = *static_cast<const Kernel*>(function);
     const Schedule schedule = Schedule::from_env();
     if (Recording* r = capture_of(stream)) {

@@ -173,10 +173,24 @@ class CudaBackend final : public Backend {
     MOJO_CU(
         cuFuncSetAttribute(static_cast<CUfunction>(function), CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
   }
-  void launch(void* function, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream,
-              void** args) const override {
-    MOJO_CU(cuLaunchKernel(static_cast<CUfunction>(function), grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                           dynamic_smem, stream, args, nullptr));
+  void launch(void* function, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream, void** args,
+              bool overlap_previous) const override {
+    if (!overlap_previous) {
+      MOJO_CU(cuLaunchKernel(static_cast<CUfunction>(function), grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                             dynamic_smem, stream, args, nullptr));
+      return;
+    }
+    CUlaunchAttribute programmatic{};
+    programmatic.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    programmatic.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = grid.x, config.gridDimY = grid.y, config.gridDimZ = grid.z;
+    config.blockDimX = block.x, config.blockDimY = block.y, config.blockDimZ = block.z;
+    config.sharedMemBytes = dynamic_smem;
+    config.hStream = stream;
+    config.attrs = &programmatic;
+    config.numAttrs = 1;
+    MOJO_CU(cuLaunchKernelEx(&config, static_cast<CUfunction>(function), args, nullptr));
   }
 
   TensorMap encode_tensor_map(DType dtype, DevicePtr base, const std::uint64_t (&dims)[3],
