@@ -27,6 +27,7 @@
 # carry .gpu, write OUT_DIR outside $OUT and have it packed into one file (GPU_CHECK_TAR), most needed
 # first; on 2026-11-27 one H200 call ran `tests sass` (154 s on 16 cores) and both vs_torch case files:
 #   GPU_CHECK_BUDGET=230 GPU_CHECK_TAR=$OUT/check.tgz bash .gpu/run bash tools/gpu_check.sh /tmp/check tests sass
+# (and `pdl` after `tests` where programmatic dependent launch is to be judged: tools/bench/cases/pdl.txt)
 #   VS_TORCH_EAGER_ONLY=1 bash .gpu/run bash tools/bench/vs_torch.sh tools/bench/cases/issue28.txt >$OUT/i28.md
 # Then, as time allows: memcheck racecheck synccheck initcheck; bench (its ops.json, copied into the working
 # tree, feeds GPU_CHECK_OPS_JSON=ops.json GPU_CHECK_TORCH_ROWS=0:45 ... torch in a later call).
