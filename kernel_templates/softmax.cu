@@ -4,17 +4,24 @@
 //
 // Over the last dim; storage in T, math in float.
 //
-// Params: T, COLS, VEC, THREADS, ROWS (as rms_norm.cu), and for the forward
-// LOG (1: log_softmax); the chunked form: CHUNKS (blocks a row) and STEP. Kernel args:
+// Params: T, COLS, VEC, THREADS, ROWS (as rms_norm.cu), CACHE (vectors of a
+// row kept in shared memory: below), and for the forward LOG (1:
+// log_softmax); the chunked form: CHUNKS (blocks a row) and STEP. Kernel args:
 //   forward:  MOJO_SOFTMAX_ARGS (softmax_args.h)
 //   backward: MOJO_SOFTMAX_BACKWARD_ARGS (softmax_args.h), contiguous
-// Geometry: block = THREADS * ROWS threads, grid = ceil(rows / ROWS).
+// Geometry: block = THREADS * ROWS threads, grid = ceil(rows / ROWS), CACHE vectors of
+// shared memory (the forward; the backward twice that).
 //
 // A row up to 16 vectors per thread stays in registers: one read, the exact
 // max, then the sum. Wider rows (a vocabulary: 151,936 columns is ~19
 // vectors per thread of 1,024) take one online pass that keeps a running max
-// and rescales the running sum, then a second pass that writes; the second
-// read of the row hits L2.
+// and rescales the running sum, then a second pass that writes. The online
+// pass keeps the row's first CACHE vectors in dynamic shared memory (each
+// thread its own, so no barrier), and the second pass reads only the rest
+// again: from L2, where the rows in flight fit it. (Two 1024-thread blocks an
+// SM with nothing kept put 264 rows of 304 KB in flight, 80 MB: more than an
+// H200's L2, so at 512 rows the second read came from memory.) The backward
+// keeps out and grad_out alike.
 //
 // Few long rows (fewer than the GPU has SMs) are split over CHUNKS blocks a
 // row (mojo::RowChunk), a plan of two steps (STEP):
@@ -37,14 +44,32 @@ template <bool LOG> __device__ __forceinline__ float output_of(float d, float in
 }
 __device__ __forceinline__ float grad_x_of(float y, float dy, float dot) { return y * (dy - dot); }
 
-template <class T, int COLS, int VEC, int THREADS, int ROWS, bool LOG>
+// The first CACHE vectors of a row in dynamic shared memory, `copies` arrays of them (one a tensor the row reads).
+template <class P, int CACHE> struct RowCache {
+  P* packs;
+  __device__ __forceinline__ explicit RowCache(unsigned char* smem) : packs(reinterpret_cast<P*>(smem)) {}
+  // Pack v of array `a`, loaded as `p`, kept where it falls in the cache.
+  __device__ __forceinline__ const P& keep(int a, int v, const P& p) const {
+    if (v < CACHE) packs[a * CACHE + v] = p;
+    return p;
+  }
+  // Pack v of array `a`: from the cache, or loaded again from `row`.
+  template <class T, int VEC> __device__ __forceinline__ P get(int a, int v, const T* row) const {
+    return v < CACHE ? packs[a * CACHE + v] : mojo::load<T, VEC>(row + v * VEC);
+  }
+};
+
+template <class T, int COLS, int VEC, int THREADS, int ROWS, bool LOG, int CACHE>
 __device__ __forceinline__ void forward(T* __restrict__ out, const T* __restrict__ x, long long rows,
                                         long long out_stride, long long x_stride) {
-  using Tile = mojo::RowTile<COLS, VEC, THREADS, ROWS>;
+  using Tile = mojo::RowTile<COLS, VEC, THREADS, ROWS, kRegisterVectors>;
   constexpr int NV = Tile::NV, ITEMS = Tile::ITEMS;
   constexpr bool IN_REGISTERS = Tile::IN_REGISTERS;
   using P = mojo::Pack<T, VEC>;
+  static_assert(CACHE == 0 || (!IN_REGISTERS && ROWS == 1), "a cache is for rows too long for the registers");
   __shared__ float scratch[32];
+  MOJO_DYNAMIC_SMEM(smem);
+  const RowCache<P, CACHE> cache(smem);
 
   const Tile tile(rows);
   const int lane = tile.lane;
@@ -74,20 +99,29 @@ __device__ __forceinline__ void forward(T* __restrict__ out, const T* __restrict
       }
     }
   } else {
-#pragma unroll 4
-    for (int v = lane; v < NV; v += THREADS) {
-      if (!active) break;
-      const P p = mojo::load<T, VEC>(xr + v * VEC);
-      float vmax = mojo::to_float(p.v[0]);
+    // BATCH loads issued before any is used: the running max's branch kept the compiler from hoisting them,
+    // which left two 16-byte loads in flight a thread.
+    constexpr int BATCH = 4;
+    for (int first = lane; active && first < NV; first += BATCH * THREADS) {
+      P batch[BATCH];
 #pragma unroll
-      for (int j = 1; j < VEC; ++j) vmax = mojo::max_f(vmax, mojo::to_float(p.v[j]));
-      if (vmax > max) {  // rescale the running sum to the new max
-        sum *= mojo::exp_approx(max - vmax);
-        max = vmax;
+      for (int b = 0; b < BATCH; ++b)
+        if (const int v = first + b * THREADS; v < NV) batch[b] = mojo::load<T, VEC>(xr + v * VEC);
+#pragma unroll
+      for (int b = 0; b < BATCH; ++b) {
+        if (first + b * THREADS >= NV) break;
+        const P& p = cache.keep(0, first + b * THREADS, batch[b]);
+        float vmax = mojo::to_float(p.v[0]);
+#pragma unroll
+        for (int j = 1; j < VEC; ++j) vmax = mojo::max_f(vmax, mojo::to_float(p.v[j]));
+        if (vmax > max) {  // rescale the running sum to the new max
+          sum *= mojo::exp_approx(max - vmax);
+          max = vmax;
+        }
+        if (max == mojo::neg_inf()) continue;  // all -inf so far (masked): they add 0
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) sum += mojo::exp_approx(mojo::to_float(p.v[j]) - max);
       }
-      if (max == mojo::neg_inf()) continue;  // all -inf so far (masked): they add 0
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) sum += mojo::exp_approx(mojo::to_float(p.v[j]) - max);
     }
     const float row_max = mojo::row_reduce<THREADS>(max, scratch, mojo::Max());
     // A thread that saw nothing has max = -inf and sum = 0: it adds 0.
@@ -104,7 +138,7 @@ __device__ __forceinline__ void forward(T* __restrict__ out, const T* __restrict
     if (active && v < NV) {
       P p;
       if constexpr (IN_REGISTERS) p = cached[i];
-      else p = mojo::load<T, VEC>(xr + v * VEC);
+      else p = cache.template get<T, VEC>(0, v, xr);
       P o;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
@@ -116,14 +150,17 @@ __device__ __forceinline__ void forward(T* __restrict__ out, const T* __restrict
   }
 }
 
-template <class T, int COLS, int VEC, int THREADS, int ROWS>
+template <class T, int COLS, int VEC, int THREADS, int ROWS, int CACHE>
 __device__ __forceinline__ void backward(T* __restrict__ grad_x, const T* __restrict__ grad_out,
                                          const T* __restrict__ out, long long rows) {
-  using Tile = mojo::RowTile<COLS, VEC, THREADS, ROWS, 8>;  // two packs per item
+  using Tile = mojo::RowTile<COLS, VEC, THREADS, ROWS, kBackwardRegisterVectors>;
   constexpr int NV = Tile::NV, ITEMS = Tile::ITEMS;
   constexpr bool IN_REGISTERS = Tile::IN_REGISTERS;
   using P = mojo::Pack<T, VEC>;
+  static_assert(CACHE == 0 || (!IN_REGISTERS && ROWS == 1), "a cache is for rows too long for the registers");
   __shared__ float scratch[32];
+  MOJO_DYNAMIC_SMEM(smem);
+  const RowCache<P, CACHE> cache(smem);  // grad_out's vectors, then out's
 
   const Tile tile(rows);
   const int lane = tile.lane;
@@ -132,19 +169,29 @@ __device__ __forceinline__ void backward(T* __restrict__ grad_x, const T* __rest
 
   P dy_cached[IN_REGISTERS ? ITEMS : 1], y_cached[IN_REGISTERS ? ITEMS : 1];
   float dot = 0.f;
+  // BATCH items' loads issued before the first is used (or kept in the cache, whose store waits for it).
+  constexpr int BATCH = IN_REGISTERS ? ITEMS : 2;
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int v = lane + i * THREADS;
-    if (active && v < NV) {
-      const P dy = mojo::load<T, VEC>(grad_out + offset + v * VEC);
-      const P y = mojo::load<T, VEC>(out + offset + v * VEC);
-      if constexpr (IN_REGISTERS) {
-        dy_cached[i] = dy;
-        y_cached[i] = y;
+  for (int first = 0; first < ITEMS; first += BATCH) {
+    P dy[BATCH], y[BATCH];
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b)
+      if (const int v = lane + (first + b) * THREADS; first + b < ITEMS && active && v < NV) {
+        dy[b] = mojo::load<T, VEC>(grad_out + offset + v * VEC);
+        y[b] = mojo::load<T, VEC>(out + offset + v * VEC);
       }
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) dot += mojo::to_float(dy.v[j]) * mojo::to_float(y.v[j]);
-    }
+    for (int b = 0; b < BATCH; ++b)
+      if (const int i = first + b, v = lane + i * THREADS; i < ITEMS && active && v < NV) {
+        cache.keep(0, v, dy[b]);
+        cache.keep(1, v, y[b]);
+        if constexpr (IN_REGISTERS) {
+          dy_cached[i] = dy[b];
+          y_cached[i] = y[b];
+        }
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) dot += mojo::to_float(dy[b].v[j]) * mojo::to_float(y[b].v[j]);
+      }
   }
   dot = mojo::row_reduce<THREADS>(dot, scratch);
 #pragma unroll
@@ -156,8 +203,8 @@ __device__ __forceinline__ void backward(T* __restrict__ grad_x, const T* __rest
         dy = dy_cached[i];
         y = y_cached[i];
       } else {
-        dy = mojo::load<T, VEC>(grad_out + offset + v * VEC);
-        y = mojo::load<T, VEC>(out + offset + v * VEC);
+        dy = cache.template get<T, VEC>(0, v, grad_out + offset);
+        y = cache.template get<T, VEC>(1, v, out + offset);
       }
       P o;
 #pragma unroll
@@ -243,23 +290,24 @@ __device__ __forceinline__ void backward_chunks(T* __restrict__ grad_x, const T*
 
 }  // namespace mojo_softmax
 
-#define MOJO_SOFTMAX_KERNEL(NAME, T, COLS, VEC, THREADS, ROWS, LOG)                                        \
+#define MOJO_SOFTMAX_KERNEL(NAME, T, COLS, VEC, THREADS, ROWS, LOG, CACHE)                                 \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                             \
       NAME(MOJO_ARG_PARAMS(MOJO_SOFTMAX_ARGS, T)) {                                                        \
     mojo::after_previous_kernels();                                                                        \
-    mojo_softmax::forward<T, COLS, VEC, THREADS, ROWS, LOG != 0>(out, x, rows, out_stride, x_stride);      \
+    mojo_softmax::forward<T, COLS, VEC, THREADS, ROWS, LOG != 0, CACHE>(out, x, rows, out_stride, x_stride); \
   }
 
-#define MOJO_SOFTMAX_BACKWARD_KERNEL(NAME, T, COLS, VEC, THREADS, ROWS)                                    \
+#define MOJO_SOFTMAX_BACKWARD_KERNEL(NAME, T, COLS, VEC, THREADS, ROWS, CACHE)                             \
   extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                             \
       NAME(MOJO_ARG_PARAMS(MOJO_SOFTMAX_BACKWARD_ARGS, T)) {                                               \
-    mojo::after_previous_kernels();                                                                       \
-    mojo_softmax::backward<T, COLS, VEC, THREADS, ROWS>(grad_x, grad_out, out, rows);                     \
+    mojo::after_previous_kernels();                                                                        \
+    mojo_softmax::backward<T, COLS, VEC, THREADS, ROWS, CACHE>(grad_x, grad_out, out, rows);               \
   }
-#define MOJO_KERNEL_softmax(NAME, P) MOJO_SOFTMAX_KERNEL(NAME, P::dtype, P::cols, P::vec, P::threads, P::rows, P::log)
+#define MOJO_KERNEL_softmax(NAME, P) \
+  MOJO_SOFTMAX_KERNEL(NAME, P::dtype, P::cols, P::vec, P::threads, P::rows, P::log, P::cache)
 #define MOJO_KERNEL_log_softmax MOJO_KERNEL_softmax
 #define MOJO_KERNEL_softmax_backward(NAME, P) \
-  MOJO_SOFTMAX_BACKWARD_KERNEL(NAME, P::dtype, P::cols, P::vec, P::threads, P::rows)
+  MOJO_SOFTMAX_BACKWARD_KERNEL(NAME, P::dtype, P::cols, P::vec, P::threads, P::rows, P::cache)
 
 // The chunked form (few long rows): P::chunks blocks a row, a plan of two steps (P::step).
 #define MOJO_KERNEL_softmax_chunks(NAME, P)                                                                      \

@@ -24,6 +24,11 @@
   ARG(float* __restrict__, parts) /* workspace of the chunked form: [rows, chunks] */
 
 namespace mojo_softmax {
+// The vectors of its row a thread keeps in registers at most (softmax.cu's RowTile): the forward's packs, the
+// backward's pairs of packs. A longer row is read twice, and its first `cache` vectors (a param the op chooses)
+// wait for the second pass in shared memory.
+constexpr int kRegisterVectors = 16, kBackwardRegisterVectors = 8;
+
 template <class T>
 struct Args {
   MOJO_SOFTMAX_ARGS(T, MOJO_ARG_FIELD)

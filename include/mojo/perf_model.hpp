@@ -26,6 +26,9 @@ struct SmLimits {
 // The limits of a target's family: sm_80 (A100), sm_86 (A10), sm_89 (L4), sm_90 and sm_90a (H100 SXM),
 // sm_100 (B200); a newer target takes the nearest older family's. ArchError for one older than sm_80.
 SmLimits sm_limits(const Target& target);
+// The dynamic shared memory one block may opt into on `target` (the CUDA C++ Programming Guide's table): what a
+// kernel's ring or row cache may take at most, less its static shared memory.
+unsigned max_shared_per_block(const Target& target);
 // The SMs a kernel's grid is sized for on `target`: its reference GPU's (100 for a target older than
 // sm_80, which has none). Params come from the target alone (they are part of the cache key), so a
 // choice made on this count is the same on every machine: not a device query.

@@ -30,6 +30,12 @@ SmLimits sm_limits(const Target& target) {
                               target.sm_name()));
 }
 
+unsigned max_shared_per_block(const Target& target) {
+  if (target.sm == 80 || target.sm == 87) return 163 * 1024;
+  if (target.sm == 90 || target.sm == 100 || target.sm == 103) return 227 * 1024;
+  return 99 * 1024;
+}
+
 int reference_sm_count(const Target& target) { return target.sm >= 80 ? sm_limits(target).sm_count : 100; }
 
 Roofline roofline(const Target& target) {

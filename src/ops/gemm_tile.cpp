@@ -28,13 +28,6 @@ constexpr TileConfig kWgmmaNarrow{128, 128, 64, 2, 1, 6, 2, true, true};
 // ~1.2 us that implies; 16 of those stages fit.
 constexpr int kMaxWgmmaStages = 32;
 
-// Dynamic shared memory a block may opt into on each architecture.
-unsigned smem_optin_bytes(const Target& t) {
-  if (t.sm == 80 || t.sm == 87) return 163 * 1024;
-  if (t.sm == 90 || t.sm == 100 || t.sm == 103) return 227 * 1024;
-  return 99 * 1024;
-}
-
 // Kept from the opt-in for the kernels' static shared memory, which a launch adds to the dynamic: 1 KB in the
 // tile kernels' cubins (GemmCompiles checks the sum on each path's cubins).
 constexpr unsigned kStaticSmemReserve = 1024;
@@ -45,7 +38,7 @@ constexpr unsigned kStaticSmemReserve = 1024;
 TileConfig fit(TileConfig c, int element_bytes, const Target& target) {
   c.element_bytes = element_bytes;
   if (element_bytes == 4 && !c.wgmma) c.bk = 16;
-  while (c.stages > 2 && c.smem_bytes() + kStaticSmemReserve > smem_optin_bytes(target)) --c.stages;
+  while (c.stages > 2 && c.smem_bytes() + kStaticSmemReserve > max_shared_per_block(target)) --c.stages;
   return c;
 }
 

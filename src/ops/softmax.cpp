@@ -23,13 +23,23 @@ constexpr TensorArgInfo kBackwardTensors[] = {
     {"out", "in", "[..., cols]: the forward softmax's output, contiguous"},
 };
 
+// Static shared memory the row kernels keep beside the cache (their reductions' scratch: 1152 bytes in the cubins).
+constexpr std::int64_t kStaticSharedReserve = 2048;
+
 // Rows as the kernels see them: one block each, or, for fewer rows than the target's GPU has SMs, each split over
-// several blocks (the chunked form: a plan of two steps, softmax.cu).
-void add_row_params(Params& p, std::int64_t rows, std::int64_t cols, const rows::Layout& layout,
-                    const Target& target) {
+// several blocks (the chunked form: a plan of two steps, softmax.cu). A row a block reads twice (longer than
+// `register_vectors` vectors a thread) keeps as many of its first vectors in shared memory as one block may hold,
+// for each of the `arrays` tensors it reads: "cache".
+void add_row_params(Params& p, std::int64_t rows, std::int64_t cols, const rows::Layout& layout, int register_vectors,
+                    int arrays, DType dtype, const Target& target) {
   const rows::Chunking c = rows::chunk(rows, cols, layout.vec, target);
   if (rows >= reference_sm_count(target) || c.chunks == 1) {
     rows::add_params(p, "cols", cols, layout);
+    const std::int64_t vectors = cols / layout.vec, per_thread = (vectors + layout.threads - 1) / layout.threads;
+    const std::int64_t vector_bytes = layout.vec * std::int64_t(dtype_size(dtype)) * arrays;
+    const bool read_twice = layout.rows_per_block == 1 && per_thread > register_vectors;
+    p.add("cache", read_twice ? std::min(vectors, (max_shared_per_block(target) - kStaticSharedReserve) / vector_bytes)
+                              : 0);
     return;
   }
   p.add("cols", cols);
@@ -38,6 +48,10 @@ void add_row_params(Params& p, std::int64_t rows, std::int64_t cols, const rows:
   p.add("chunks", c.chunks);
 }
 bool chunked(const Params& p) { return p.get_or("chunks", 1) > 1; }
+// The row cache's bytes: `arrays` arrays of "cache" vectors.
+unsigned cache_bytes(const Params& p, int arrays) {
+  return unsigned(p.get_or("cache", 0) * arrays * p.get("vec") * std::int64_t(dtype_size(p.dtype("dtype"))));
+}
 
 std::vector<Params> two_steps_if_chunked(const Params& p) {
   if (!chunked(p)) return {p};
@@ -47,8 +61,12 @@ std::vector<Params> two_steps_if_chunked(const Params& p) {
   return {parts, write};
 }
 
-LaunchGeometry row_geometry(std::int64_t rows, const Params& p) {
-  if (!chunked(p)) return rows::geometry(rows, p);
+LaunchGeometry row_geometry(std::int64_t rows, const Params& p, int arrays) {
+  if (!chunked(p)) {
+    LaunchGeometry g = rows::geometry(rows, p);
+    g.dynamic_smem = cache_bytes(p, arrays);
+    return g;
+  }
   LaunchGeometry g;
   g.grid.x = unsigned(rows * p.get("chunks"));
   g.block.x = unsigned(p.get("threads"));
@@ -86,7 +104,8 @@ class Softmax final : public OpDef {
     const std::int64_t rows = rows::count(name(), x);
     Params p;
     p.add_dtype("dtype", x.dtype());
-    add_row_params(p, rows, cols, rows::pick(cols, x.dtype(), {t[0], t[1]}), target);
+    add_row_params(p, rows, cols, rows::pick(cols, x.dtype(), {t[0], t[1]}), mojo_softmax::kRegisterVectors, 1,
+                   x.dtype(), target);
     p.add("log", log_ ? 1 : 0);
     return p;
   }
@@ -100,8 +119,9 @@ class Softmax final : public OpDef {
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
-    return row_geometry(t[1].spec.numel() / p.get("cols"), p);
+    return row_geometry(t[1].spec.numel() / p.get("cols"), p, 1);
   }
+  unsigned max_dynamic_smem(const Params& p) const override { return cache_bytes(p, 1); }
 
   void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr workspace, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
@@ -150,7 +170,8 @@ class SoftmaxBackward final : public OpDef {
     const std::int64_t rows = rows::count(name(), y);
     Params p;
     p.add_dtype("dtype", y.dtype());
-    add_row_params(p, rows, cols, rows::pick(cols, y.dtype(), {t[0], t[1], t[2]}), target);
+    add_row_params(p, rows, cols, rows::pick(cols, y.dtype(), {t[0], t[1], t[2]}),
+                   mojo_softmax::kBackwardRegisterVectors, 2, y.dtype(), target);
     return p;
   }
 
@@ -163,8 +184,9 @@ class SoftmaxBackward final : public OpDef {
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
-    return row_geometry(t[2].spec.numel() / p.get("cols"), p);
+    return row_geometry(t[2].spec.numel() / p.get("cols"), p, 2);
   }
+  unsigned max_dynamic_smem(const Params& p) const override { return cache_bytes(p, 2); }
 
   void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr workspace, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);

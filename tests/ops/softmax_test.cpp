@@ -11,8 +11,9 @@ using test::error_of;
 using test::GpuTensor;
 
 TEST(SoftmaxOp, VocabularyRowsUseWholeBlocksOrChunksWhenFew) {
+  // Rows read twice (over 16 vectors a thread) keep their first vectors in shared memory, all a block may hold.
   EXPECT_EQ(params("softmax", DType::bf16, "x=512x151936").str(),
-            "dtype=bf16 cols=151936 vec=8 threads=1024 rows=1 log=0");
+            "dtype=bf16 cols=151936 vec=8 threads=1024 rows=1 cache=14400 log=0");
   // Fewer rows than the H100's 132 SMs: each row over several blocks, about two blocks an SM in all (at most
   // 32 a row), a plan of two steps (the rows' parts, then the output).
   EXPECT_EQ(params("softmax", DType::bf16, "x=32x151936").str(),
@@ -26,8 +27,10 @@ TEST(SoftmaxOp, VocabularyRowsUseWholeBlocksOrChunksWhenFew) {
   EXPECT_EQ(op.workspace_bytes(p, t), 32u * 2 * sizeof(float)) << "a max and a sum per block";
   EXPECT_EQ(params("softmax_backward", DType::f16, "out=4x151936").str(),
             "dtype=f16 cols=151936 vec=8 threads=128 chunks=32");
-  EXPECT_EQ(params("log_softmax", DType::f32, "x=4x31").str(), "dtype=f32 cols=31 vec=1 threads=32 rows=4 log=1");
-  EXPECT_EQ(params("softmax", DType::f16, "x=1000x8").str(), "dtype=f16 cols=8 vec=8 threads=1 rows=128 log=0");
+  EXPECT_EQ(params("log_softmax", DType::f32, "x=4x31").str(),
+            "dtype=f32 cols=31 vec=1 threads=32 rows=4 cache=0 log=1");
+  EXPECT_EQ(params("softmax", DType::f16, "x=1000x8").str(),
+            "dtype=f16 cols=8 vec=8 threads=1 rows=128 cache=0 log=0");
   EXPECT_EQ(error_of<ShapeError>([] { params("softmax", DType::f16, "x=4x2000000"); }),
             "softmax: the last dim of x is 2000000; supported: 1 to 1048576");
 }
@@ -114,6 +117,40 @@ TEST_P(SoftmaxGpu, SoftmaxBackward) {
       test::expect_close(d, grad_x.read(), want, "grad_x");
       EXPECT_EQ(out.read(), out_h);
     }
+}
+
+// Rows too long for the registers, and as many as the device's reference GPU has SMs (one block a row, not
+// chunked): the first `cache` vectors of each row wait in shared memory for the writing pass, the rest are read
+// again, and both kinds of vector must come out right (f32 keeps fewer in registers than 16-bit types).
+TEST_P(SoftmaxGpu, WideRowsKeepTheirFirstVectorsInSharedMemory) {
+  const std::int64_t rows = reference_sm_count(rt->device().target());
+  struct Case {
+    const char* op;
+    std::int64_t cols;
+  };
+  for (const Case c : {Case{"softmax", 65540}, Case{"log_softmax", 65540}, Case{"softmax_backward", 40000}}) {
+    SCOPED_TRACE(fmt::format("{} [{}, {}]", c.op, rows, c.cols));
+    const bool backward = std::string_view(c.op) == "softmax_backward";
+    const TensorSpec x(DType::f32, {rows, c.cols});
+    const auto xh = random_tensor(DType::f32, rows * c.cols, 14, 0.2f, 8.f);
+    std::vector<std::uint8_t> want(x.nbytes()), out_h(x.nbytes());
+    GpuTensor out(x), in(x, xh);
+    const Params p = find_op(c.op).specialize(backward ? std::vector<Tensor>{out, in, in} : std::vector<Tensor>{out, in},
+                                              {}, rt->device().target());
+    EXPECT_GT(p.get("cache"), 0) << p.str();
+    EXPECT_LT(p.get("cache"), c.cols / p.get("vec")) << p.str() << ": some vectors are read again";
+    if (backward) {
+      reference::softmax(DType::f32, xh.data(), out_h.data(), rows, c.cols, false);
+      GpuTensor y(x, out_h);
+      rt->launch(c.op, {out, in, y});
+      reference::softmax_backward(DType::f32, xh.data(), out_h.data(), want.data(), rows, c.cols);
+    } else {
+      rt->launch(c.op, {out, in});
+      reference::softmax(DType::f32, xh.data(), want.data(), rows, c.cols, std::string_view(c.op) == "log_softmax");
+    }
+    sync();
+    test::expect_close(DType::f32, out.read(), want, backward ? "grad_x" : "out");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Compilers, SoftmaxGpu, ::testing::ValuesIn(test::compilers()),
