@@ -455,7 +455,7 @@ NB_MODULE(_C, m) {
           "__init__",
           [](PyRuntime* self, const std::string& device, const std::string& cache_dir, bool disk_cache,
              const std::string& compiler, bool offline, bool debug_checks, bool autotune,
-             const std::vector<std::string>& template_paths) {
+             const std::vector<std::string>& template_paths, bool programmatic_dependent_launch) {
             mojo::RuntimeOptions o;
             o.device = device;
             o.cache_dir = cache_dir;
@@ -464,11 +464,13 @@ NB_MODULE(_C, m) {
             o.offline = offline;
             o.debug_checks = debug_checks;
             o.autotune = autotune;
+            o.programmatic_dependent_launch = programmatic_dependent_launch;
             for (const std::string& p : template_paths) o.template_paths.emplace_back(p);
             new (self) PyRuntime(std::move(o));
           },
           "device"_a = "", "cache_dir"_a = "", "disk_cache"_a = true, "compiler"_a = "", "offline"_a = false,
-          "debug_checks"_a = false, "autotune"_a = false, "template_paths"_a = std::vector<std::string>{})
+          "debug_checks"_a = false, "autotune"_a = false, "template_paths"_a = std::vector<std::string>{},
+          "programmatic_dependent_launch"_a = false)
       .def("launch", &PyRuntime::launch, "op"_a, "tensors"_a, "scalars"_a = nb::dict(), "stream"_a = 0)
       .def("emit", &PyRuntime::emit, "op"_a, "shapes"_a, "dtype"_a = "f32", "scalars"_a = nb::dict(), "arch"_a = "",
            "emit"_a = "ptx")

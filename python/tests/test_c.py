@@ -107,6 +107,15 @@ def test_errors_are_typed_with_the_librarys_messages(rows):
     assert issubclass(mojo_jit.Error, RuntimeError)
 
 
+def test_programmatic_dependent_launch_is_an_option(rows):
+    """RuntimeOptions::programmatic_dependent_launch from Python; the CPU device runs launches in order either way."""
+    x, w = rows
+    rt = mojo_jit.Runtime(device="cpu:sm_90a", disk_cache=False, programmatic_dependent_launch=True)
+    out = np.empty_like(x)
+    rt.launch("rms_norm", [out, x, w], {"eps": 1e-6})
+    np.testing.assert_allclose(out, rms_norm_ref(x, w), rtol=1e-5, atol=1e-5)
+
+
 def test_compile_error_carries_the_log(tmp_path):
     (tmp_path / "rms_norm.cu").write_text("this is not CUDA\n")
     rt = mojo_jit.Runtime(device="cpu", disk_cache=False, template_paths=[str(tmp_path)])
