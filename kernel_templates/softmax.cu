@@ -12,9 +12,10 @@
 // Geometry: block = THREADS * ROWS threads, grid = ceil(rows / ROWS), CACHE vectors of
 // shared memory (the forward; the backward twice that).
 //
-// A row up to 16 vectors per thread stays in registers: one read, the exact
-// max, then the sum. Wider rows (a vocabulary: 151,936 columns is ~19
-// vectors per thread of 1,024) take one online pass that keeps a running max
+// A row up to 16 vectors per thread (6 in blocks of 1,024 threads:
+// MOJO_SOFTMAX_REGISTER_VECTORS) stays in registers: one read, the exact max, then the
+// sum. Wider rows (a vocabulary: 151,936 columns is ~19 vectors per thread
+// of 1,024) take one online pass that keeps a running max
 // and rescales the running sum, then a second pass that writes. The online
 // pass keeps the row's first CACHE vectors in dynamic shared memory (each
 // thread its own, so no barrier), and the second pass reads only the rest
@@ -62,7 +63,7 @@ template <class P, int CACHE> struct RowCache {
 template <class T, int COLS, int VEC, int THREADS, int ROWS, bool LOG, int CACHE>
 __device__ __forceinline__ void forward(T* __restrict__ out, const T* __restrict__ x, long long rows,
                                         long long out_stride, long long x_stride) {
-  using Tile = mojo::RowTile<COLS, VEC, THREADS, ROWS, kRegisterVectors>;
+  using Tile = mojo::RowTile<COLS, VEC, THREADS, ROWS, MOJO_SOFTMAX_REGISTER_VECTORS(THREADS * ROWS, 1)>;
   constexpr int NV = Tile::NV, ITEMS = Tile::ITEMS;
   constexpr bool IN_REGISTERS = Tile::IN_REGISTERS;
   using P = mojo::Pack<T, VEC>;
@@ -94,8 +95,10 @@ __device__ __forceinline__ void forward(T* __restrict__ out, const T* __restrict
     for (int i = 0; i < ITEMS; ++i) {
       const int v = lane + i * THREADS;
       if (active && v < NV) {
+        // Packed between the passes (mojo::opaque): LLVM kept the floats the max converted, and spilled.
+        const P p = mojo::opaque(cached[i]);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) sum += mojo::exp_approx(mojo::to_float(cached[i].v[j]) - max);
+        for (int j = 0; j < VEC; ++j) sum += mojo::exp_approx(mojo::to_float(p.v[j]) - max);
       }
     }
   } else {
@@ -132,28 +135,29 @@ __device__ __forceinline__ void forward(T* __restrict__ out, const T* __restrict
   const float inv_sum = 1.f / sum;
   const float log_sum = mojo::log_approx(sum);
 
+  auto write = [&](int v, const P& p) {
+    P o;
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int v = lane + i * THREADS;
-    if (active && v < NV) {
-      P p;
-      if constexpr (IN_REGISTERS) p = cached[i];
-      else p = cache.template get<T, VEC>(0, v, xr);
-      P o;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const float d = mojo::to_float(p.v[j]) - max;
-        o.v[j] = mojo::from_float<T>(output_of<LOG>(d, inv_sum, log_sum));
-      }
-      mojo::store<T, VEC>(outr + v * VEC, o);
+    for (int j = 0; j < VEC; ++j) {
+      const float d = mojo::to_float(p.v[j]) - max;
+      o.v[j] = mojo::from_float<T>(output_of<LOG>(d, inv_sum, log_sum));
     }
+    mojo::store<T, VEC>(outr + v * VEC, o);
+  };
+  if constexpr (IN_REGISTERS) {
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i)
+      if (const int v = lane + i * THREADS; active && v < NV) write(v, mojo::opaque(cached[i]));
+  } else {  // not unrolled whole: its loads hoisted over a vocabulary's ITEMS spilled
+#pragma unroll 4
+    for (int v = lane; active && v < NV; v += THREADS) write(v, cache.template get<T, VEC>(0, v, xr));
   }
 }
 
 template <class T, int COLS, int VEC, int THREADS, int ROWS, int CACHE>
 __device__ __forceinline__ void backward(T* __restrict__ grad_x, const T* __restrict__ grad_out,
                                          const T* __restrict__ out, long long rows) {
-  using Tile = mojo::RowTile<COLS, VEC, THREADS, ROWS, kBackwardRegisterVectors>;
+  using Tile = mojo::RowTile<COLS, VEC, THREADS, ROWS, MOJO_SOFTMAX_REGISTER_VECTORS(THREADS * ROWS, 2)>;
   constexpr int NV = Tile::NV, ITEMS = Tile::ITEMS;
   constexpr bool IN_REGISTERS = Tile::IN_REGISTERS;
   using P = mojo::Pack<T, VEC>;
@@ -167,51 +171,52 @@ __device__ __forceinline__ void backward(T* __restrict__ grad_x, const T* __rest
   const bool active = tile.active;
   const long long offset = tile.safe() * COLS;
 
-  P dy_cached[IN_REGISTERS ? ITEMS : 1], y_cached[IN_REGISTERS ? ITEMS : 1];
+  auto dot_of = [](const P& dy, const P& y) {
+    float d = 0.f;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) d += mojo::to_float(dy.v[j]) * mojo::to_float(y.v[j]);
+    return d;
+  };
   float dot = 0.f;
-  // BATCH items' loads issued before the first is used (or kept in the cache, whose store waits for it).
-  constexpr int BATCH = IN_REGISTERS ? ITEMS : 2;
+  auto write = [&](int v, const P& dy, const P& y) {
+    P o;
 #pragma unroll
-  for (int first = 0; first < ITEMS; first += BATCH) {
-    P dy[BATCH], y[BATCH];
+    for (int j = 0; j < VEC; ++j)
+      o.v[j] = mojo::from_float<T>(grad_x_of(mojo::to_float(y.v[j]), mojo::to_float(dy.v[j]), dot));
+    mojo::store<T, VEC>(grad_x + offset + v * VEC, o);
+  };
+  if constexpr (IN_REGISTERS) {
+    P dy[ITEMS], y[ITEMS];
 #pragma unroll
-    for (int b = 0; b < BATCH; ++b)
-      if (const int v = lane + (first + b) * THREADS; first + b < ITEMS && active && v < NV) {
-        dy[b] = mojo::load<T, VEC>(grad_out + offset + v * VEC);
-        y[b] = mojo::load<T, VEC>(out + offset + v * VEC);
+    for (int i = 0; i < ITEMS; ++i)
+      if (const int v = lane + i * THREADS; active && v < NV) {
+        dy[i] = mojo::load<T, VEC>(grad_out + offset + v * VEC);
+        y[i] = mojo::load<T, VEC>(out + offset + v * VEC);
+        dot += dot_of(dy[i], y[i]);
       }
+    dot = mojo::row_reduce<THREADS>(dot, scratch);
 #pragma unroll
-    for (int b = 0; b < BATCH; ++b)
-      if (const int i = first + b, v = lane + i * THREADS; i < ITEMS && active && v < NV) {
-        cache.keep(0, v, dy[b]);
-        cache.keep(1, v, y[b]);
-        if constexpr (IN_REGISTERS) {
-          dy_cached[i] = dy[b];
-          y_cached[i] = y[b];
+    for (int i = 0; i < ITEMS; ++i)  // packed between the passes (mojo::opaque), as the forward's
+      if (const int v = lane + i * THREADS; active && v < NV) write(v, mojo::opaque(dy[i]), mojo::opaque(y[i]));
+  } else {
+    // Two items' loads issued before the first is kept in the cache (its store waits for the load); loops not
+    // unrolled whole, whose loads hoisted over a vocabulary's ITEMS spilled.
+    for (int first = lane; active && first < NV; first += 2 * THREADS) {
+      P dy[2], y[2];
+#pragma unroll
+      for (int b = 0; b < 2; ++b)
+        if (const int v = first + b * THREADS; v < NV) {
+          dy[b] = mojo::load<T, VEC>(grad_out + offset + v * VEC);
+          y[b] = mojo::load<T, VEC>(out + offset + v * VEC);
         }
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) dot += mojo::to_float(dy[b].v[j]) * mojo::to_float(y[b].v[j]);
-      }
-  }
-  dot = mojo::row_reduce<THREADS>(dot, scratch);
-#pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int v = lane + i * THREADS;
-    if (active && v < NV) {
-      P dy, y;
-      if constexpr (IN_REGISTERS) {
-        dy = dy_cached[i];
-        y = y_cached[i];
-      } else {
-        dy = cache.template get<T, VEC>(0, v, grad_out + offset);
-        y = cache.template get<T, VEC>(1, v, out + offset);
-      }
-      P o;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j)
-        o.v[j] = mojo::from_float<T>(grad_x_of(mojo::to_float(y.v[j]), mojo::to_float(dy.v[j]), dot));
-      mojo::store<T, VEC>(grad_x + offset + v * VEC, o);
+      for (int b = 0; b < 2; ++b)
+        if (const int v = first + b * THREADS; v < NV) dot += dot_of(cache.keep(0, v, dy[b]), cache.keep(1, v, y[b]));
     }
+    dot = mojo::row_reduce<THREADS>(dot, scratch);
+#pragma unroll 4
+    for (int v = lane; active && v < NV; v += THREADS)
+      write(v, cache.template get<T, VEC>(0, v, grad_out + offset), cache.template get<T, VEC>(1, v, out + offset));
   }
 }
 

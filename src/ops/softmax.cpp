@@ -28,16 +28,17 @@ constexpr std::int64_t kStaticSharedReserve = 2048;
 
 // Rows as the kernels see them: one block each, or, for fewer rows than the target's GPU has SMs, each split over
 // several blocks (the chunked form: a plan of two steps, softmax.cu). A row a block reads twice (longer than
-// `register_vectors` vectors a thread) keeps as many of its first vectors in shared memory as one block may hold,
-// for each of the `arrays` tensors it reads: "cache".
-void add_row_params(Params& p, std::int64_t rows, std::int64_t cols, const rows::Layout& layout, int register_vectors,
-                    int arrays, DType dtype, const Target& target) {
+// MOJO_SOFTMAX_REGISTER_VECTORS a thread) keeps as many of its first vectors in shared memory as one block may
+// hold, for each of the `arrays` tensors it reads: "cache".
+void add_row_params(Params& p, std::int64_t rows, std::int64_t cols, const rows::Layout& layout, int arrays,
+                    DType dtype, const Target& target) {
   const rows::Chunking c = rows::chunk(rows, cols, layout.vec, target);
   if (rows >= reference_sm_count(target) || c.chunks == 1) {
     rows::add_params(p, "cols", cols, layout);
     const std::int64_t vectors = cols / layout.vec, per_thread = (vectors + layout.threads - 1) / layout.threads;
     const std::int64_t vector_bytes = layout.vec * std::int64_t(dtype_size(dtype)) * arrays;
-    const bool read_twice = layout.rows_per_block == 1 && per_thread > register_vectors;
+    const std::int64_t in_registers = MOJO_SOFTMAX_REGISTER_VECTORS(layout.threads * layout.rows_per_block, arrays);
+    const bool read_twice = layout.rows_per_block == 1 && per_thread > in_registers;
     p.add("cache", read_twice ? std::min(vectors, (max_shared_per_block(target) - kStaticSharedReserve) / vector_bytes)
                               : 0);
     return;
@@ -104,8 +105,7 @@ class Softmax final : public OpDef {
     const std::int64_t rows = rows::count(name(), x);
     Params p;
     p.add_dtype("dtype", x.dtype());
-    add_row_params(p, rows, cols, rows::pick(cols, x.dtype(), {t[0], t[1]}), mojo_softmax::kRegisterVectors, 1,
-                   x.dtype(), target);
+    add_row_params(p, rows, cols, rows::pick(cols, x.dtype(), {t[0], t[1]}), 1, x.dtype(), target);
     p.add("log", log_ ? 1 : 0);
     return p;
   }
@@ -170,8 +170,7 @@ class SoftmaxBackward final : public OpDef {
     const std::int64_t rows = rows::count(name(), y);
     Params p;
     p.add_dtype("dtype", y.dtype());
-    add_row_params(p, rows, cols, rows::pick(cols, y.dtype(), {t[0], t[1], t[2]}),
-                   mojo_softmax::kBackwardRegisterVectors, 2, y.dtype(), target);
+    add_row_params(p, rows, cols, rows::pick(cols, y.dtype(), {t[0], t[1], t[2]}), 2, y.dtype(), target);
     return p;
   }
 
