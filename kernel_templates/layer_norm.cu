@@ -19,7 +19,7 @@ __device__ __forceinline__ void forward(T* __restrict__ out, float* __restrict__
                                         const T* __restrict__ weight, const T* __restrict__ bias, float eps,
                                         long long rows, long long out_stride, long long x_stride) {
   using Tile = mojo::RowTile<HIDDEN, VEC, THREADS, ROWS>;
-  constexpr int NV = Tile::NV, ITEMS = Tile::ITEMS;
+  constexpr int ITEMS = Tile::ITEMS;
   constexpr bool IN_REGISTERS = Tile::IN_REGISTERS;
   using P = mojo::Pack<T, VEC>;
   __shared__ float scratch[32];
@@ -35,54 +35,42 @@ __device__ __forceinline__ void forward(T* __restrict__ out, float* __restrict__
   // one-pass sum of squares cancels.
   P cached[IN_REGISTERS ? ITEMS : 1];
   float sum = 0.f;
+  tile.for_each([&](int i, int v) {
+    const P p = mojo::load<T, VEC>(xr + v * VEC);
+    if constexpr (IN_REGISTERS) cached[i] = p;
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int v = lane + i * THREADS;
-    if (active && v < NV) {
-      const P p = mojo::load<T, VEC>(xr + v * VEC);
-      if constexpr (IN_REGISTERS) cached[i] = p;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) sum += mojo::to_float(p.v[j]);
-    }
-  }
+    for (int j = 0; j < VEC; ++j) sum += mojo::to_float(p.v[j]);
+  });
   const float mean = mojo::row_reduce<THREADS>(sum, scratch) * (1.0f / HIDDEN);
   float sum_sq = 0.f;
+  tile.for_each([&](int i, int v) {
+    P p;
+    if constexpr (IN_REGISTERS) p = mojo::opaque(cached[i]);
+    else p = mojo::load<T, VEC>(xr + v * VEC);
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int v = lane + i * THREADS;
-    if (active && v < NV) {
-      P p;
-      if constexpr (IN_REGISTERS) p = mojo::opaque(cached[i]);
-      else p = mojo::load<T, VEC>(xr + v * VEC);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const float d = mojo::to_float(p.v[j]) - mean;
-        sum_sq += d * d;
-      }
+    for (int j = 0; j < VEC; ++j) {
+      const float d = mojo::to_float(p.v[j]) - mean;
+      sum_sq += d * d;
     }
-  }
+  });
   const float rstd = mojo::rsqrt_approx(mojo::row_reduce<THREADS>(sum_sq, scratch) * (1.0f / HIDDEN) + eps);
   if (STATS && active && lane == 0) {
     mean_out[row] = mean;
     rstd_out[row] = rstd;
   }
+  tile.for_each([&](int i, int v) {
+    P p;
+    if constexpr (IN_REGISTERS) p = mojo::opaque(cached[i]);
+    else p = mojo::load<T, VEC>(xr + v * VEC);
+    const P w = mojo::load<T, VEC>(weight + v * VEC);
+    const P b = mojo::load<T, VEC>(bias + v * VEC);
+    P o;
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int v = lane + i * THREADS;
-    if (active && v < NV) {
-      P p;
-      if constexpr (IN_REGISTERS) p = mojo::opaque(cached[i]);
-      else p = mojo::load<T, VEC>(xr + v * VEC);
-      const P w = mojo::load<T, VEC>(weight + v * VEC);
-      const P b = mojo::load<T, VEC>(bias + v * VEC);
-      P o;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j)
-        o.v[j] = mojo::from_float<T>((mojo::to_float(p.v[j]) - mean) * rstd * mojo::to_float(w.v[j]) +
-                                     mojo::to_float(b.v[j]));
-      mojo::store<T, VEC>(outr + v * VEC, o);
-    }
-  }
+    for (int j = 0; j < VEC; ++j)
+      o.v[j] = mojo::from_float<T>((mojo::to_float(p.v[j]) - mean) * rstd * mojo::to_float(w.v[j]) +
+                                   mojo::to_float(b.v[j]));
+    mojo::store<T, VEC>(outr + v * VEC, o);
+  });
 }
 
 }  // namespace mojo_layer_norm

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "mojo_activation.h"
+#include "mojo_row_tile.h"
 
 // NVRTC, or nvcc compiling a dumped translation unit (the repro MOJO_JIT_DUMP
 // gives): CUDA's built-ins are there.
@@ -361,9 +362,9 @@ __device__ __forceinline__ float row_reduce(float v, float* scratch, Op op = Op(
 // ---- the row tile of the row ops (norms, softmax) ------------------------------
 // A block of ROWS rows, THREADS threads each; a row is COLS elements in
 // vectors of VEC, ITEMS vectors per thread, kept in registers when there are
-// at most MAX_ITEMS of them. Threads past the last row (active false) still
-// take part in the row's reductions; their addresses use row 0.
-template <int COLS, int VEC, int THREADS, int ROWS, int MAX_ITEMS = 16>
+// at most MAX_ITEMS of them (mojo_row_tile.h). Threads past the last row
+// (active false) still take part in the row's reductions; their addresses use row 0.
+template <int COLS, int VEC, int THREADS, int ROWS, int MAX_ITEMS = MOJO_ROW_REGISTER_VECTORS(THREADS * ROWS, 1)>
 struct RowTile {
   static_assert(COLS % VEC == 0, "VEC must divide the row length");
   static_assert(ROWS == 1 || THREADS <= 32, "several rows per block need narrow rows");
@@ -383,6 +384,20 @@ struct RowTile {
     lane = int(tid % THREADS);
     row = (long long)block_x() * ROWS + tid / THREADS;
     active = row < rows;
+  }
+  // f(i, v) for each of this thread's vectors v of its row (its item i), in order: unrolled whole where the row
+  // is held in registers (a register array needs a constant index), else two at a time (unrolled whole, a
+  // long row's hoisted loads spilled).
+  template <class F> __device__ __forceinline__ void for_each(F f) const {
+    if constexpr (IN_REGISTERS) {
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i)
+        if (const int v = lane + i * THREADS; active && v < NV) f(i, v);
+    } else {
+#pragma unroll 2
+      for (int i = 0; i < ITEMS; ++i)
+        if (const int v = lane + i * THREADS; active && v < NV) f(i, v);
+    }
   }
 };
 

@@ -96,7 +96,7 @@ __device__ __forceinline__ void backward_rows(T* grad_x, const T* __restrict__ g
   // registers instead of 56 (NVRTC's PTX is the same either way).
   constexpr int NV = HIDDEN / VEC;
   constexpr int ITEMS = (NV + THREADS - 1) / THREADS;
-  constexpr bool IN_REGISTERS = ITEMS <= 8;  // two packs per item
+  constexpr bool IN_REGISTERS = ITEMS <= MOJO_ROW_REGISTER_VECTORS(THREADS * ROWS, 2);  // two packs per item
   using P = mojo::Pack<T, VEC>;
   __shared__ float scratch[32];
 

@@ -31,14 +31,12 @@ __device__ __forceinline__ void run(T* __restrict__ out, T* __restrict__ residua
                                     const T* __restrict__ weight, float eps, long long rows, long long out_stride,
                                     long long residual_stride, long long x_stride) {
   using Tile = mojo::RowTile<HIDDEN, VEC, THREADS, ROWS>;
-  constexpr int NV = Tile::NV, ITEMS = Tile::ITEMS;
+  constexpr int ITEMS = Tile::ITEMS;
   constexpr bool IN_REGISTERS = Tile::IN_REGISTERS;
   using P = mojo::Pack<T, VEC>;
   __shared__ float scratch[32];
 
   const Tile tile(rows);
-  const int lane = tile.lane;
-  const bool active = tile.active;
   const long long r = tile.safe();
   const T* xr = x + r * x_stride;
   T* outr = out + r * out_stride;
@@ -48,45 +46,35 @@ __device__ __forceinline__ void run(T* __restrict__ out, T* __restrict__ residua
 
   P cached[IN_REGISTERS ? ITEMS : 1];
   float sum_sq = 0.f;
+  tile.for_each([&](int i, int v) {
+    P p = mojo::load<T, VEC>(xr + v * VEC);
+    if constexpr (ADD) {
+      const P res = mojo::load<T, VEC>(resr + v * VEC);
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int v = lane + i * THREADS;
-    if (active && v < NV) {
-      P p = mojo::load<T, VEC>(xr + v * VEC);
-      if constexpr (ADD) {
-        const P res = mojo::load<T, VEC>(resr + v * VEC);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j)
-          p.v[j] = mojo::from_float<T>(mojo::to_float(p.v[j]) + mojo::to_float(res.v[j]));
-        mojo::store<T, VEC>(resr + v * VEC, p);
-      }
-      if constexpr (IN_REGISTERS) cached[i] = p;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        float f = mojo::to_float(p.v[j]);
-        sum_sq += f * f;
-      }
+      for (int j = 0; j < VEC; ++j) p.v[j] = mojo::from_float<T>(mojo::to_float(p.v[j]) + mojo::to_float(res.v[j]));
+      mojo::store<T, VEC>(resr + v * VEC, p);
     }
-  }
+    if constexpr (IN_REGISTERS) cached[i] = p;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      float f = mojo::to_float(p.v[j]);
+      sum_sq += f * f;
+    }
+  });
 
   sum_sq = mojo::row_reduce<THREADS>(sum_sq, scratch);
   const float scale = mojo::rsqrt_approx(sum_sq * (1.0f / HIDDEN) + eps);
 
+  tile.for_each([&](int i, int v) {
+    P p;
+    if constexpr (IN_REGISTERS) p = cached[i];
+    else p = mojo::load<T, VEC>(in + v * VEC);  // this thread wrote it: no barrier needed
+    const P w = mojo::load<T, VEC>(weight + v * VEC);
+    P o;
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int v = lane + i * THREADS;
-    if (active && v < NV) {
-      P p;
-      if constexpr (IN_REGISTERS) p = cached[i];
-      else p = mojo::load<T, VEC>(in + v * VEC);  // this thread wrote it: no barrier needed
-      const P w = mojo::load<T, VEC>(weight + v * VEC);
-      P o;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j)
-        o.v[j] = mojo::from_float<T>(mojo::to_float(p.v[j]) * scale * mojo::to_float(w.v[j]));
-      mojo::store<T, VEC>(outr + v * VEC, o);
-    }
-  }
+    for (int j = 0; j < VEC; ++j) o.v[j] = mojo::from_float<T>(mojo::to_float(p.v[j]) * scale * mojo::to_float(w.v[j]));
+    mojo::store<T, VEC>(outr + v * VEC, o);
+  });
 }
 
 }  // namespace mojo_rms_norm

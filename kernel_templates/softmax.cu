@@ -13,7 +13,7 @@
 // shared memory (the forward; the backward twice that).
 //
 // A row up to 16 vectors per thread (6 in blocks of 1,024 threads:
-// MOJO_SOFTMAX_REGISTER_VECTORS) stays in registers: one read, the exact max, then the
+// MOJO_ROW_REGISTER_VECTORS) stays in registers: one read, the exact max, then the
 // sum. Wider rows (a vocabulary: 151,936 columns is ~19 vectors per thread
 // of 1,024) take one online pass that keeps a running max
 // and rescales the running sum, then a second pass that writes. The online
@@ -63,7 +63,7 @@ template <class P, int CACHE> struct RowCache {
 template <class T, int COLS, int VEC, int THREADS, int ROWS, bool LOG, int CACHE>
 __device__ __forceinline__ void forward(T* __restrict__ out, const T* __restrict__ x, long long rows,
                                         long long out_stride, long long x_stride) {
-  using Tile = mojo::RowTile<COLS, VEC, THREADS, ROWS, MOJO_SOFTMAX_REGISTER_VECTORS(THREADS * ROWS, 1)>;
+  using Tile = mojo::RowTile<COLS, VEC, THREADS, ROWS>;
   constexpr int NV = Tile::NV, ITEMS = Tile::ITEMS;
   constexpr bool IN_REGISTERS = Tile::IN_REGISTERS;
   using P = mojo::Pack<T, VEC>;
@@ -157,7 +157,7 @@ __device__ __forceinline__ void forward(T* __restrict__ out, const T* __restrict
 template <class T, int COLS, int VEC, int THREADS, int ROWS, int CACHE>
 __device__ __forceinline__ void backward(T* __restrict__ grad_x, const T* __restrict__ grad_out,
                                          const T* __restrict__ out, long long rows) {
-  using Tile = mojo::RowTile<COLS, VEC, THREADS, ROWS, MOJO_SOFTMAX_REGISTER_VECTORS(THREADS * ROWS, 2)>;
+  using Tile = mojo::RowTile<COLS, VEC, THREADS, ROWS, MOJO_ROW_REGISTER_VECTORS(THREADS * ROWS, 2)>;
   constexpr int NV = Tile::NV, ITEMS = Tile::ITEMS;
   constexpr bool IN_REGISTERS = Tile::IN_REGISTERS;
   using P = mojo::Pack<T, VEC>;
@@ -295,15 +295,17 @@ __device__ __forceinline__ void backward_chunks(T* __restrict__ grad_x, const T*
 
 }  // namespace mojo_softmax
 
+// With a row cache (CACHE > 0) a block fills an SM's shared memory: its launch bounds say one block an SM, or
+// ptxas squeezed some to 32 registers (and spills) for a second block that cannot come.
 #define MOJO_SOFTMAX_KERNEL(NAME, T, COLS, VEC, THREADS, ROWS, LOG, CACHE)                                 \
-  extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                             \
+  extern "C" __global__ void __launch_bounds__(THREADS * ROWS, CACHE > 0 ? 1 : 0)                            \
       NAME(MOJO_ARG_PARAMS(MOJO_SOFTMAX_ARGS, T)) {                                                        \
     mojo::after_previous_kernels();                                                                        \
     mojo_softmax::forward<T, COLS, VEC, THREADS, ROWS, LOG != 0, CACHE>(out, x, rows, out_stride, x_stride); \
   }
 
 #define MOJO_SOFTMAX_BACKWARD_KERNEL(NAME, T, COLS, VEC, THREADS, ROWS, CACHE)                             \
-  extern "C" __global__ void __launch_bounds__(THREADS * ROWS)                                             \
+  extern "C" __global__ void __launch_bounds__(THREADS * ROWS, CACHE > 0 ? 1 : 0)                            \
       NAME(MOJO_ARG_PARAMS(MOJO_SOFTMAX_BACKWARD_ARGS, T)) {                                               \
     mojo::after_previous_kernels();                                                                        \
     mojo_softmax::backward<T, COLS, VEC, THREADS, ROWS, CACHE>(grad_x, grad_out, out, rows);               \

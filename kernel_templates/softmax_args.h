@@ -5,6 +5,7 @@
 #pragma once
 
 #include "mojo_args.h"
+#include "mojo_row_tile.h"  // MOJO_ROW_REGISTER_VECTORS, which src/ops/softmax.cpp takes too
 
 // softmax and log_softmax.
 #define MOJO_SOFTMAX_ARGS(T, ARG)                                     \
@@ -22,14 +23,6 @@
   ARG(const T* __restrict__, out) /* the forward's output */ \
   ARG(long long, rows)                                       \
   ARG(float* __restrict__, parts) /* workspace of the chunked form: [rows, chunks] */
-
-// The vectors of its row a thread keeps in registers at most (softmax.cu's RowTile): 16-byte packs of 4
-// registers, `packs` an item (the forward's 1, the backward's 2), within 64 registers, or 24 in a block of more
-// than 512 threads, where ptxas gives a thread 64 in all (holding 64 there spilled 80 to 720 bytes of stack,
-// and the backward's 32 made LLVM spill 16, 2026-11-28). A longer row is read twice, and its first `cache` vectors (a param the op chooses) wait for the
-// second pass in shared memory. A macro: the kernels (NVRTC compiles no host function) and the op
-// (src/ops/softmax.cpp) both take it.
-#define MOJO_SOFTMAX_REGISTER_VECTORS(block_threads, packs) (((block_threads) > 512 ? 24 : 64) / (4 * (packs)))
 
 namespace mojo_softmax {
 template <class T>

@@ -186,8 +186,8 @@ TEST_F(DeliberateBugs, ProducerWaitsForTheWrongPhase) {
 
 TEST_F(DeliberateBugs, ReadOnePastTheRow) {
   // Every thread reads one element further along: the last row's last vector reads past x.
-  const Variant v{"rms_norm.cu", "      P p = mojo::load<T, VEC>(xr + v * VEC);",
-                  "      P p = mojo::load<T, VEC>(xr + v * VEC + 1);"};
+  const Variant v{"rms_norm.cu", "    P p = mojo::load<T, VEC>(xr + v * VEC);",
+                  "    P p = mojo::load<T, VEC>(xr + v * VEC + 1);"};
   expect_caught(rms_norm(*runtime("sm_80", &v), 3, 64 * 8 + 1));
 }
 
@@ -196,8 +196,8 @@ TEST_F(DeliberateBugs, StoreOneVectorPastTheRow) {
   GTEST_SKIP() << "under ASan the guard zones are poisoned for ASan, which reports such a store itself";
 #else
   // Every vector lands one vector further on: the last row's last one past the buffer's end.
-  const Variant v{"rms_norm.cu", "      mojo::store<T, VEC>(outr + v * VEC, o);",
-                  "      mojo::store<T, VEC>(outr + v * VEC + VEC, o);"};
+  const Variant v{"rms_norm.cu", "    mojo::store<T, VEC>(outr + v * VEC, o);",
+                  "    mojo::store<T, VEC>(outr + v * VEC + VEC, o);"};
   const TensorSpec x(DType::bf16, {3, 512}), w(DType::bf16, {512});
   for (const Variant* variant : {static_cast<const Variant*>(nullptr), &v}) {
     const auto rt = runtime("sm_80", variant);

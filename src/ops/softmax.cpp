@@ -28,7 +28,7 @@ constexpr std::int64_t kStaticSharedReserve = 2048;
 
 // Rows as the kernels see them: one block each, or, for fewer rows than the target's GPU has SMs, each split over
 // several blocks (the chunked form: a plan of two steps, softmax.cu). A row a block reads twice (longer than
-// MOJO_SOFTMAX_REGISTER_VECTORS a thread) keeps as many of its first vectors in shared memory as one block may
+// MOJO_ROW_REGISTER_VECTORS a thread) keeps as many of its first vectors in shared memory as one block may
 // hold, for each of the `arrays` tensors it reads: "cache".
 void add_row_params(Params& p, std::int64_t rows, std::int64_t cols, const rows::Layout& layout, int arrays,
                     DType dtype, const Target& target) {
@@ -37,7 +37,7 @@ void add_row_params(Params& p, std::int64_t rows, std::int64_t cols, const rows:
     rows::add_params(p, "cols", cols, layout);
     const std::int64_t vectors = cols / layout.vec, per_thread = (vectors + layout.threads - 1) / layout.threads;
     const std::int64_t vector_bytes = layout.vec * std::int64_t(dtype_size(dtype)) * arrays;
-    const std::int64_t in_registers = MOJO_SOFTMAX_REGISTER_VECTORS(layout.threads * layout.rows_per_block, arrays);
+    const std::int64_t in_registers = MOJO_ROW_REGISTER_VECTORS(layout.threads * layout.rows_per_block, arrays);
     const bool read_twice = layout.rows_per_block == 1 && per_thread > in_registers;
     p.add("cache", read_twice ? std::min(vectors, (max_shared_per_block(target) - kStaticSharedReserve) / vector_bytes)
                               : 0);
