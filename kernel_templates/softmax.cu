@@ -81,26 +81,18 @@ __device__ __forceinline__ void forward(T* __restrict__ out, const T* __restrict
   float max = mojo::neg_inf(), sum = 0.f;
   P cached[IN_REGISTERS ? ITEMS : 1];
   if constexpr (IN_REGISTERS) {
+    tile.for_each([&](int i, int v) {
+      cached[i] = mojo::load<T, VEC>(xr + v * VEC);
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int v = lane + i * THREADS;
-      if (active && v < NV) {
-        cached[i] = mojo::load<T, VEC>(xr + v * VEC);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) max = mojo::max_f(max, mojo::to_float(cached[i].v[j]));
-      }
-    }
+      for (int j = 0; j < VEC; ++j) max = mojo::max_f(max, mojo::to_float(cached[i].v[j]));
+    });
     max = mojo::row_reduce<THREADS>(max, scratch, mojo::Max());
+    tile.for_each([&](int i, int) {
+      // Packed between the passes (mojo::opaque): LLVM kept the floats the max converted, and spilled.
+      const P p = mojo::opaque(cached[i]);
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int v = lane + i * THREADS;
-      if (active && v < NV) {
-        // Packed between the passes (mojo::opaque): LLVM kept the floats the max converted, and spilled.
-        const P p = mojo::opaque(cached[i]);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) sum += mojo::exp_approx(mojo::to_float(p.v[j]) - max);
-      }
-    }
+      for (int j = 0; j < VEC; ++j) sum += mojo::exp_approx(mojo::to_float(p.v[j]) - max);
+    });
   } else {
     // BATCH loads issued before any is used: the running max's branch kept the compiler from hoisting them,
     // which left two 16-byte loads in flight a thread.
@@ -135,7 +127,10 @@ __device__ __forceinline__ void forward(T* __restrict__ out, const T* __restrict
   const float inv_sum = 1.f / sum;
   const float log_sum = mojo::log_approx(sum);
 
-  auto write = [&](int v, const P& p) {
+  tile.for_each([&](int i, int v) {
+    P p;
+    if constexpr (IN_REGISTERS) p = mojo::opaque(cached[i]);
+    else p = cache.template get<T, VEC>(0, v, xr);
     P o;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
@@ -143,15 +138,7 @@ __device__ __forceinline__ void forward(T* __restrict__ out, const T* __restrict
       o.v[j] = mojo::from_float<T>(output_of<LOG>(d, inv_sum, log_sum));
     }
     mojo::store<T, VEC>(outr + v * VEC, o);
-  };
-  if constexpr (IN_REGISTERS) {
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i)
-      if (const int v = lane + i * THREADS; active && v < NV) write(v, mojo::opaque(cached[i]));
-  } else {  // not unrolled whole: its loads hoisted over a vocabulary's ITEMS spilled
-#pragma unroll 4
-    for (int v = lane; active && v < NV; v += THREADS) write(v, cache.template get<T, VEC>(0, v, xr));
-  }
+  });
 }
 
 template <class T, int COLS, int VEC, int THREADS, int ROWS, int CACHE>
@@ -178,26 +165,13 @@ __device__ __forceinline__ void backward(T* __restrict__ grad_x, const T* __rest
     return d;
   };
   float dot = 0.f;
-  auto write = [&](int v, const P& dy, const P& y) {
-    P o;
-#pragma unroll
-    for (int j = 0; j < VEC; ++j)
-      o.v[j] = mojo::from_float<T>(grad_x_of(mojo::to_float(y.v[j]), mojo::to_float(dy.v[j]), dot));
-    mojo::store<T, VEC>(grad_x + offset + v * VEC, o);
-  };
+  P dy_cached[IN_REGISTERS ? ITEMS : 1], y_cached[IN_REGISTERS ? ITEMS : 1];
   if constexpr (IN_REGISTERS) {
-    P dy[ITEMS], y[ITEMS];
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i)
-      if (const int v = lane + i * THREADS; active && v < NV) {
-        dy[i] = mojo::load<T, VEC>(grad_out + offset + v * VEC);
-        y[i] = mojo::load<T, VEC>(out + offset + v * VEC);
-        dot += dot_of(dy[i], y[i]);
-      }
-    dot = mojo::row_reduce<THREADS>(dot, scratch);
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i)  // packed between the passes (mojo::opaque), as the forward's
-      if (const int v = lane + i * THREADS; active && v < NV) write(v, mojo::opaque(dy[i]), mojo::opaque(y[i]));
+    tile.for_each([&](int i, int v) {
+      dy_cached[i] = mojo::load<T, VEC>(grad_out + offset + v * VEC);
+      y_cached[i] = mojo::load<T, VEC>(out + offset + v * VEC);
+      dot += dot_of(dy_cached[i], y_cached[i]);
+    });
   } else {
     // Two items' loads issued before the first is kept in the cache (its store waits for the load); loops not
     // unrolled whole, whose loads hoisted over a vocabulary's ITEMS spilled.
@@ -213,11 +187,23 @@ __device__ __forceinline__ void backward(T* __restrict__ grad_x, const T* __rest
       for (int b = 0; b < 2; ++b)
         if (const int v = first + b * THREADS; v < NV) dot += dot_of(cache.keep(0, v, dy[b]), cache.keep(1, v, y[b]));
     }
-    dot = mojo::row_reduce<THREADS>(dot, scratch);
-#pragma unroll 4
-    for (int v = lane; active && v < NV; v += THREADS)
-      write(v, cache.template get<T, VEC>(0, v, grad_out + offset), cache.template get<T, VEC>(1, v, out + offset));
   }
+  dot = mojo::row_reduce<THREADS>(dot, scratch);
+  tile.for_each([&](int i, int v) {
+    P dy, y;
+    if constexpr (IN_REGISTERS) {  // packed between the passes (mojo::opaque), as the forward's
+      dy = mojo::opaque(dy_cached[i]);
+      y = mojo::opaque(y_cached[i]);
+    } else {
+      dy = cache.template get<T, VEC>(0, v, grad_out + offset);
+      y = cache.template get<T, VEC>(1, v, out + offset);
+    }
+    P o;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j)
+      o.v[j] = mojo::from_float<T>(grad_x_of(mojo::to_float(y.v[j]), mojo::to_float(dy.v[j]), dot));
+    mojo::store<T, VEC>(grad_x + offset + v * VEC, o);
+  });
 }
 
 // ---- the chunked form: few long rows, CHUNKS blocks a row --------------------------
