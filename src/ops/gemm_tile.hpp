@@ -57,8 +57,8 @@ constexpr int kDecodeWgmmaMinCols = 128;
 // it in boxes of 64 columns): at every M but decode's narrow tiles (above), with 64-row tiles where M is
 // small and any width that is a multiple of 16, chosen as DeepGEMM does: the fewest waves of tiles on the
 // reference GPU's SMs, then the fullest last wave (perf_model's wave_fill), then the larger tile, then the
-// squarer one; the pipeline as deep as shared memory allows (gemm_tile.cpp's kMaxWgmmaStages says why). The grouped products (`fixed`)
-// keep the two 128-row tiles below and take the path only where M fills them.
+// squarer one; the pipeline as deep as shared memory allows (gemm_tile.cpp's kMaxWgmmaStages says why).
+// The grouped products (`fixed`) keep the two 128-row tiles below and take the path only where M fills them.
 enum class Sm90Tiles { fixed, any_width, widths_of_64 };
 TileConfig pick_wgmma_tile(std::int64_t m, std::int64_t n, std::int64_t batch, Sm90Tiles widths, const Target& target);
 
