@@ -359,6 +359,19 @@ __device__ __forceinline__ float row_reduce(float v, float* scratch, Op op = Op(
   }
 }
 
+// f(i) for i = 0 .. ITEMS - 1, in order: unrolled whole where a thread holds its items in registers (a
+// register array needs constant indices), else two at a time (unrolled whole, a long row's hoisted loads
+// spilled).
+template <int ITEMS, bool IN_REGISTERS, class F> __device__ __forceinline__ void for_items(F f) {
+  if constexpr (IN_REGISTERS) {
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) f(i);
+  } else {
+#pragma unroll 2
+    for (int i = 0; i < ITEMS; ++i) f(i);
+  }
+}
+
 // ---- the row tile of the row ops (norms, softmax) ------------------------------
 // A block of ROWS rows, THREADS threads each; a row is COLS elements in
 // vectors of VEC, ITEMS vectors per thread, kept in registers when there are
@@ -385,19 +398,11 @@ struct RowTile {
     row = (long long)block_x() * ROWS + tid / THREADS;
     active = row < rows;
   }
-  // f(i, v) for each of this thread's vectors v of its row (its item i), in order: unrolled whole where the row
-  // is held in registers (a register array needs a constant index), else two at a time (unrolled whole, a
-  // long row's hoisted loads spilled).
+  // f(i, v) for each of this thread's vectors v of its row (its item i), in order (for_items).
   template <class F> __device__ __forceinline__ void for_each(F f) const {
-    if constexpr (IN_REGISTERS) {
-#pragma unroll
-      for (int i = 0; i < ITEMS; ++i)
-        if (const int v = lane + i * THREADS; active && v < NV) f(i, v);
-    } else {
-#pragma unroll 2
-      for (int i = 0; i < ITEMS; ++i)
-        if (const int v = lane + i * THREADS; active && v < NV) f(i, v);
-    }
+    for_items<ITEMS, IN_REGISTERS>([&](int i) {
+      if (const int v = lane + i * THREADS; active && v < NV) f(i, v);
+    });
   }
 };
 

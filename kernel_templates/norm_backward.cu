@@ -16,7 +16,8 @@
 // RESIDUAL (1: grad_residual given). Kernel args: MOJO_NORM_BACKWARD_ARGS (norm_backward_args.h).
 // Two forms, each a plan of two steps, both deterministic (no atomics: the same bits on every run):
 //
-// PARTIALS 1 (a thread's columns fit in registers: HIDDEN up to 12288 to 16384): step 0 is a grid of `parts`
+// PARTIALS 1 or 2 (a thread's columns fit in registers: HIDDEN up to 16384 to 24576; with 1 the thread holds
+// its vectors of the weight too, with 2 it reads them again at each row): step 0 is a grid of `parts`
 // blocks (at most a wave of MIN_BLOCKS an SM), each taking rows block, block + parts, ... (ROWS at a time):
 // it writes their grad_x and adds their grad_out * xhat (and grad_out) into per-thread f32 registers, then
 // writes the block's sums as row `block` of the workspace, partials [1 or 2][parts][HIDDEN]. Step 1 adds the
@@ -109,8 +110,7 @@ __device__ __forceinline__ void backward_rows(T* grad_x, const T* __restrict__ g
 
   P dy_cached[IN_REGISTERS ? ITEMS : 1], x_cached[IN_REGISTERS ? ITEMS : 1];
   float s1 = 0.f, s2 = 0.f;
-#pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
+  mojo::for_items<ITEMS, IN_REGISTERS>([&](int i) {
     const int v = lane + i * THREADS;
     if (active && v < NV) {
       const P dy = mojo::load<T, VEC>(grad_out + offset + v * VEC);
@@ -121,11 +121,10 @@ __device__ __forceinline__ void backward_rows(T* grad_x, const T* __restrict__ g
       }
       add_row_sums<RMS>(dy, xv, mojo::load<T, VEC>(weight + v * VEC), mu, rs, s1, s2);
     }
-  }
+  });
   const RowTerms terms = row_terms<RMS, HIDDEN, THREADS>(s1, s2, mu, rs, eps, scratch);
   if (RMS && active && lane == 0) rstd_out[row] = terms.rs;
-#pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
+  mojo::for_items<ITEMS, IN_REGISTERS>([&](int i) {
     const int v = lane + i * THREADS;
     if (active && v < NV) {
       P dy, xv;
@@ -140,11 +139,11 @@ __device__ __forceinline__ void backward_rows(T* grad_x, const T* __restrict__ g
       mojo::store<T, VEC>(grad_x + offset + v * VEC,
                           grad_x_of<RESIDUAL, T, VEC>(dy, xv, w, terms, grad_residual, offset + v * VEC));
     }
-  }
+  });
 }
 
-// Step 0 of PARTIALS 1: grad_x of this block's rows, and their partial grad_weight (and grad_bias).
-template <bool RMS, bool RESIDUAL, class T, int HIDDEN, int VEC, int THREADS, int ROWS>
+// Step 0 of PARTIALS 1 and 2: grad_x of this block's rows, and their partial grad_weight (and grad_bias).
+template <bool RMS, bool RESIDUAL, bool WEIGHT_IN_REGISTERS, class T, int HIDDEN, int VEC, int THREADS, int ROWS>
 __device__ __forceinline__ void backward_rows_and_partials(T* grad_x, const T* __restrict__ grad_out,
                                                            const T* __restrict__ x, const T* __restrict__ weight,
                                                            const float* __restrict__ mean,
@@ -161,12 +160,12 @@ __device__ __forceinline__ void backward_rows_and_partials(T* grad_x, const T* _
   const int lane = int(tid % THREADS), group = int(tid / THREADS);
   const long long block = mojo::block_x();
 
-  P w[ITEMS];
+  P w[WEIGHT_IN_REGISTERS ? ITEMS : 1];
   float sums[SUMS][ITEMS][VEC];
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
     const int v = lane + i * THREADS;
-    if (v < NV) w[i] = mojo::load<T, VEC>(weight + v * VEC);
+    if (WEIGHT_IN_REGISTERS && v < NV) w[i] = mojo::load<T, VEC>(weight + v * VEC);
 #pragma unroll
     for (int s = 0; s < SUMS; ++s)
 #pragma unroll
@@ -178,6 +177,12 @@ __device__ __forceinline__ void backward_rows_and_partials(T* grad_x, const T* _
     const bool active = row < rows;
     const long long offset = (active ? row : 0) * HIDDEN;
     const float mu = !RMS && active ? mean[row] : 0.f, rs = !RMS && active ? rstd[row] : 0.f;
+    // Item i's weight: held, or read again (an address the optimizer cannot hoist out of the row loop, where
+    // the loads would hold it in registers after all).
+    const T* const weight_now = weight + mojo::opaque(0ll);
+    auto weight_of = [&](int i, int v) {
+      return WEIGHT_IN_REGISTERS ? mojo::opaque(w[i]) : mojo::load<T, VEC>(weight_now + v * VEC);
+    };
     P dy[ITEMS], xv[ITEMS];
     // Item i's grad_out * xhat (and grad_out) into the columns' sums: layer_norm's as it loads (rstd is
     // known; 0 bytes of stack where accumulating later spilled), rms_norm's once the row's rstd is.
@@ -196,7 +201,7 @@ __device__ __forceinline__ void backward_rows_and_partials(T* grad_x, const T* _
       if (active && v < NV) {
         dy[i] = mojo::load<T, VEC>(grad_out + offset + v * VEC);
         xv[i] = mojo::load<T, VEC>(x + offset + v * VEC);
-        add_row_sums<RMS>(dy[i], xv[i], mojo::opaque(w[i]), mu, rs, s1, s2);
+        add_row_sums<RMS>(dy[i], xv[i], weight_of(i, v), mu, rs, s1, s2);
         if constexpr (!RMS) add_to_columns(i, mu, rs);
       }
     }
@@ -206,7 +211,7 @@ __device__ __forceinline__ void backward_rows_and_partials(T* grad_x, const T* _
       const int v = lane + i * THREADS;
       if (active && v < NV) {
         mojo::store<T, VEC>(grad_x + offset + v * VEC,
-                            grad_x_of<RESIDUAL, T, VEC>(mojo::opaque(dy[i]), mojo::opaque(xv[i]), mojo::opaque(w[i]),
+                            grad_x_of<RESIDUAL, T, VEC>(mojo::opaque(dy[i]), mojo::opaque(xv[i]), weight_of(i, v),
                                                         terms, grad_residual, offset + v * VEC));
         if constexpr (RMS) add_to_columns(i, terms.mu, terms.rs);
       }
@@ -274,7 +279,7 @@ __device__ __forceinline__ void column_sums(T* __restrict__ grad_weight, T* __re
   }
 }
 
-// Step 1 of PARTIALS 1: the parts' rows of partials added in order.
+// Step 1 of PARTIALS 1 and 2: the parts' rows of partials added in order.
 template <bool BIAS, class T, int HIDDEN>
 __device__ __forceinline__ void add_partials(T* __restrict__ grad_weight, T* __restrict__ grad_bias,
                                              const float* __restrict__ partials, long long parts) {
@@ -312,7 +317,8 @@ __device__ __forceinline__ void add_rows(T* __restrict__ grad_weight, T* __restr
       mojo_norm_backward::add_rows<RMS, T, P::hidden>(grad_weight, grad_bias, grad_out, x, mean,                \
                                                       RMS ? workspace : rstd, rows);                             \
     else if constexpr (P::partials != 0)                                                                         \
-      mojo_norm_backward::backward_rows_and_partials<RMS, RESIDUAL, T, P::hidden, P::vec, P::threads, P::rows>( \
+      mojo_norm_backward::backward_rows_and_partials<RMS, RESIDUAL, P::partials == 1, T, P::hidden, P::vec,     \
+                                                     P::threads, P::rows>(                                       \
           grad_x, grad_out, x, weight, mean, rstd, grad_residual, eps, rows, workspace, parts);                  \
     else                                                                                                         \
       mojo_norm_backward::backward_rows<RMS, RESIDUAL, T, P::hidden, P::vec, P::threads, P::rows>(              \

@@ -94,24 +94,30 @@ class NormBackward final : public OpDef {
     const std::int64_t threads = pairs <= 32     ? std::int64_t(std::bit_ceil(std::uint64_t(pairs)))
                                  : vectors <= 128 ? 32
                                                   : std::min<std::int64_t>((pairs + 31) / 32 * 32, 512);
-    // The columns a thread sums (grad_weight's, and grad_bias's) in f32 registers, beside its vectors of
-    // grad_out and x: at most 96 registers.
-    const std::int64_t columns = (vectors + threads - 1) / threads * l.vec;
-    const std::int64_t registers = columns * (sums() + std::int64_t(dtype_size(x.dtype())) / 2);
-    const bool partials = registers <= 96;
-    if (partials) {
+    // The registers a thread of the partials form needs: the columns it sums (grad_weight's, and
+    // grad_bias's) in f32, its vectors of grad_out and x and, unless it reads it again at each row, of the
+    // weight; and the rest of the thread's: 24, and for rms_norm 4 more a vector, which it keeps until the
+    // row's rstd is known and sums then (fitted to ptxas's counts at 256 to 131,072 columns, f32, f16 and
+    // bf16, both compilers: with less, 8 to 88 bytes of stack). It must fit in 128 (at least 16 warps an SM)
+    // and in what the block leaves a thread.
+    const std::int64_t items = (vectors + threads - 1) / threads, columns = items * l.vec;
+    const std::int64_t element = dtype_size(x.dtype()), block = threads * (threads <= 32 ? 256 / threads : 1);
+    const std::int64_t rest = 24 + (rms_ ? 4 * items : 0), budget = std::min<std::int64_t>(128, 65536 / block);
+    const auto registers = [&](bool weight_in_registers) {
+      return columns * sums() + columns * (weight_in_registers ? 3 : 2) * element / 4 + rest;
+    };
+    // 1: the weight in registers; 2: read again at each row (from L1); 0: no partials.
+    const int partials = registers(true) <= budget ? 1 : registers(false) <= budget ? 2 : 0;
+    if (partials != 0) {
       l.threads = threads;
-      l.rows_per_block = threads <= 32 ? 256 / threads : 1;
+      l.rows_per_block = block / threads;
     }
     rows::add_params(p, "hidden", hidden, l);
-    p.add("partials", partials ? 1 : 0);
-    // Blocks an SM of the row step. With partials: what those registers and the rest of the thread's allow
-    // (about 32 more; 40 for rms_norm, which keeps its vectors until the row's rstd is known and sums them
-    // then: at 32, ptxas spilled 16 to 56 bytes at 2048 to 8192 bf16 columns), bound on the kernel so ptxas
+    p.add("partials", partials);
+    // Blocks an SM of the row step. With partials: what those registers allow, bound on the kernel so ptxas
     // keeps to them; that many on each SM is one wave.
-    const std::int64_t block = l.threads * l.rows_per_block, rest = rms_ ? 40 : 32;
     const std::int64_t min_blocks =
-        partials ? std::clamp<std::int64_t>(65536 / (block * (registers + rest)), 1, 2048 / block) : 1;
+        partials != 0 ? std::clamp<std::int64_t>(65536 / (block * registers(partials == 1)), 1, 2048 / block) : 1;
     p.add("min_blocks", min_blocks);
     if (partials) p.add("max_parts", min_blocks * reference_sm_count(target));
     if (rms_) p.add("residual", residual ? 1 : 0);

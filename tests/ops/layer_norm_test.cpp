@@ -79,8 +79,11 @@ TEST(LayerNormBackwardOp, PartialsPlanOrRowAndColumnBlocks) {
   EXPECT_EQ(blocks("x=1000x4096"), 132u) << "at least a block an SM";
   EXPECT_EQ(blocks("x=16384x4096", Target::parse("sm_80")), 324u) << "the A100's 108 SMs";
   EXPECT_EQ(op.specialize(example(op, DType::bf16, "x=4096x1024"), {}, kSm90).str(),
-            "dtype=bf16 hidden=1024 vec=8 threads=32 rows=8 partials=1 min_blocks=2 max_parts=264")
-      << "narrow rows: 8 a block, 4 vectors a thread (128 registers: 2 blocks an SM)";
+            "dtype=bf16 hidden=1024 vec=8 threads=32 rows=8 partials=2 min_blocks=2 max_parts=264")
+      << "narrow rows: 8 a block, 4 vectors a thread: 64 sums and 32 registers of x and grad_out, the weight "
+         "read again at each row (ptxas spilled 8 bytes when it held it at 128 registers: 2 blocks an SM)";
+  EXPECT_EQ(op.specialize(example(op, DType::bf16, "x=8x16384"), {}, kSm90).get("partials"), 2)
+      << "32 bf16 columns a thread";
 
   t = example(op, DType::bf16, "x=100x20000");
   p = op.specialize(t, {}, kSm90);
@@ -166,9 +169,10 @@ TEST_P(LayerNormGpu, LayerNormWithAndWithoutMeanAndRstd) {
 TEST_P(LayerNormGpu, LayerNormBackwardIsCorrectAndDeterministic) {
   for (DType d : kFloatTypes)
     // Narrow rows (several a block), rows over one block each, 140 rows over a wave of 132 blocks (some take
-    // two), and 20000 columns (the wide rows' form).
+    // two), rows whose weight is read again at each row (12288 f32, 16384 16-bit columns; and 1024 16-bit
+    // ones, 8 a block), and 20000 columns (the wide rows' form).
     for (Rows s : {Rows{1, 2}, Rows{3, 31}, Rows{7, 4097}, Rows{64, 4096}, Rows{1000, 64}, Rows{140, 4100},
-                   Rows{3, 20000}}) {
+                   Rows{3, d == DType::f32 ? 12288 : 16384}, Rows{20, 1024}, Rows{3, 20000}}) {
       SCOPED_TRACE(fmt::format("{} {}", dtype_name(d), str(s)));
       const std::int64_t n = s.rows * s.cols;
       const TensorSpec x(d, {s.rows, s.cols}), v(d, {s.cols}), st(DType::f32, {s.rows});
@@ -208,4 +212,30 @@ TEST_P(LayerNormGpu, LayerNormBackwardIsCorrectAndDeterministic) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Compilers, LayerNormGpu, ::testing::ValuesIn(test::compilers()),
+                         [](const auto& info) { return test::compiler_test_name(info.param); });
+
+// Both norms' backward row steps keep a thread's data in registers only where it fits (norm_backward.cpp's
+// count of them): no stack at the widths where each form starts and ends, f32 and bf16, with add_rms_norm's
+// residual too.
+struct NormBackwardCompiles : ::testing::TestWithParam<std::string> {};
+
+TEST_P(NormBackwardCompiles, RowsDoNotSpill) {
+  RuntimeOptions o;
+  o.disk_cache = false;
+  o.compiler = GetParam();
+  Runtime rt(o);
+  for (const char* op : {"layer_norm_backward", "rms_norm_backward"})
+    for (DType d : {DType::f32, DType::bf16})
+      for (std::int64_t cols : {1024, 3072, 5120, 12288, 16384, 20480, 24576, 32768, 65536}) {
+        const std::string shapes = fmt::format("x=64x{}", cols) +
+                                   (std::string_view(op) == "rms_norm_backward" && cols == 20480
+                                        ? fmt::format(" grad_residual=64x{}", cols)
+                                        : "");
+        const std::vector<Tensor> t = example(find_op(op), d, shapes);
+        const Artifact a = rt.compile(op, t, {}, kSm90, Emit::cubin);
+        EXPECT_EQ(a.resources.stack_bytes, 0u) << op << " " << a.params.str();
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(Compilers, NormBackwardCompiles, ::testing::ValuesIn(test::compilers()),
                          [](const auto& info) { return test::compiler_test_name(info.param); });
