@@ -81,6 +81,17 @@ TEST(PerfModel, WaveFillIsTheShareOfTheWavesSlotsInUse) {
   EXPECT_DOUBLE_EQ(wave_fill(5, 0), 0.0);
 }
 
+// Unequal blocks, each taken by the first slot to free: in launch order, a long block last leaves the other
+// slots idle while it runs; first, the short ones fill in around it. Equal blocks: the waves' fill.
+TEST(PerfModel, InOrderBalanceHandsBlocksToTheFirstFreeSlot) {
+  EXPECT_DOUBLE_EQ(in_order_balance({1, 1, 1, 1, 4}, 2), 8.0 / (6 * 2));
+  EXPECT_DOUBLE_EQ(in_order_balance({4, 1, 1, 1, 1}, 2), 1.0);
+  EXPECT_DOUBLE_EQ(in_order_balance(std::vector<double>(133, 2.0), 132), wave_fill(133, 132));
+  EXPECT_DOUBLE_EQ(in_order_balance({3}, 4), 0.25) << "one block on four slots";
+  EXPECT_DOUBLE_EQ(in_order_balance({}, 4), 0.0);
+  EXPECT_DOUBLE_EQ(in_order_balance({1, 2}, 0), 0.0);
+}
+
 // The roofline: the H100 figures this project measured (copy 3.0 TB/s, cuBLAS bf16 800 TFLOP/s), the bytes at
 // copy speed or the FLOPs at the peak of the dtype's unit, whichever is longer.
 TEST(PerfModel, RooflineTimeIsTheLongerOfBytesAndFlops) {

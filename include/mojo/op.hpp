@@ -264,6 +264,10 @@ class OpDef {
   virtual IdealCost ideal_cost(TensorList tensors, ScalarList scalars) const;
   // The launch geometry of one step of the plan (`params`: the step's).
   virtual LaunchGeometry geometry(const Params& params, TensorList tensors) const = 0;
+  // What each block of that step's grid costs, in launch order (x fastest, then y, then z), in any one unit,
+  // where its blocks differ (causal attention's tiles); empty: they cost alike. The performance model hands
+  // them to the SMs in that order (in_order_balance).
+  virtual std::vector<double> block_work(const Params& /*params*/, TensorList /*tensors*/) const { return {}; }
   // Checks pointers (null, alignment the params assume) and packs the
   // kernel arguments of one step; `workspace`: workspace_bytes() bytes,
   // 256-byte aligned (0 when it asked for none).

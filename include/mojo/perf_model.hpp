@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "mojo/target.hpp"
 #include "mojo/tensor.hpp"
@@ -73,5 +74,10 @@ Occupancy occupancy(const SmLimits& limits, unsigned threads, int registers, std
 // as long: units / (ceil(units / slots) * slots). 1 when the last wave is as full as the others; 0.5 for one
 // unit past a wave. For a persistent kernel, the units are its tiles and the slots its SMs.
 double wave_fill(std::uint64_t units, std::uint64_t slots);
+
+// wave_fill for blocks that differ: `work` gives each block's cost in launch order, and each slot, as it
+// frees, takes the next block (as the GPU hands them out). The ideal time (all the work spread evenly over
+// the slots) over the time the last slot ends: 1 when they all end together.
+double in_order_balance(const std::vector<double>& work, std::uint64_t slots);
 
 }  // namespace mojo

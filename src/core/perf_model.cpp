@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
+#include <queue>
 
 #include "mojo/error.hpp"
 
@@ -81,6 +83,22 @@ double wave_fill(std::uint64_t units, std::uint64_t slots) {
   if (units == 0 || slots == 0) return 0;
   const std::uint64_t waves = (units + slots - 1) / slots;
   return double(units) / double(waves * slots);
+}
+
+double in_order_balance(const std::vector<double>& work, std::uint64_t slots) {
+  if (work.empty() || slots == 0) return 0;
+  // When each slot is next free; the grid's first blocks take the slots as they come.
+  std::priority_queue<double, std::vector<double>, std::greater<>> free_at;
+  for (std::uint64_t i = 0; i < std::min<std::uint64_t>(slots, work.size()); ++i) free_at.push(0);
+  double total = 0, end = 0;
+  for (const double w : work) {
+    const double start = free_at.top();
+    free_at.pop();
+    free_at.push(start + w);
+    end = std::max(end, start + w);
+    total += w;
+  }
+  return end > 0 ? total / (end * double(slots)) : 0;
 }
 
 }  // namespace mojo

@@ -218,6 +218,33 @@ LaunchGeometry AttentionOp::geometry(const Params& p, TensorList t) const {
   return g;
 }
 
+// A causal prefill's tiles in launch order, as find_work (attention.cu) gives them out: sequence by sequence,
+// the longest of each first. Each costs its key tiles and one more for its Q tile and output; the grid's
+// spare blocks nothing. The sequences are taken as equally long and each sees its whole context (as the bench
+// fills them). Other grids' blocks cost alike (a window's nearly).
+std::vector<double> AttentionOp::block_work(const Params& p, TensorList t) const {
+  if (kind_ == Kind::paged_decode || is_merge(p) || p.get("causal") == 0 || p.get("window") != 0) return {};
+  const Shape s = shape(t);
+  const std::int64_t bm = 16 * p.get("wm"), bn = p.get("bn"), group = p.get("group");
+  const std::int64_t batch = std::max<std::int64_t>(s.batch, 1);
+  const std::int64_t kv_len = kind_ == Kind::paged_prefill ? s.max_blocks * s.page : s.kv_tokens / batch;
+  std::vector<double> head;  // the blocks of one KV head (grid.x), the same for each
+  for (std::int64_t seq = 0; seq < batch; ++seq) {
+    const std::int64_t q_count = s.tokens / batch + (seq == batch - 1 ? s.tokens % batch : 0);
+    const std::int64_t rows = q_count * group, tiles = (rows + bm - 1) / bm;
+    for (std::int64_t rank = 0; rank < tiles; ++rank) {  // rank 0: the sequence's last rows
+      const std::int64_t last_token = (std::min((tiles - rank) * bm, rows) - 1) / group;
+      const std::int64_t keys = std::clamp<std::int64_t>(kv_len - q_count + last_token + 1, 0, kv_len);
+      head.push_back(double((keys + bn - 1) / bn + 1));
+    }
+  }
+  const LaunchGeometry g = geometry(p, t);
+  head.resize(g.grid.x, 0.0);
+  std::vector<double> work;
+  for (unsigned z = 0; z < g.grid.y * g.grid.z; ++z) work.insert(work.end(), head.begin(), head.end());
+  return work;
+}
+
 // attention.cu's smem_bytes(): the Q tile and the K/V rings, or after the loop the f32 O tile and row stats.
 unsigned AttentionOp::max_dynamic_smem(const Params& p) const {
   if (is_merge(p)) return 0;

@@ -54,6 +54,7 @@ class AttentionOp final : public OpDef {
   Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override;
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override;
+  std::vector<double> block_work(const Params& p, TensorList t) const override;
 
   // Every sequence as long as the shapes allow (equal lengths; paged: its whole block table): the query-key
   // pairs' FLOPs (causal aligned at the sequences' ends, a window keeping window + 1 keys), the K/V read once.

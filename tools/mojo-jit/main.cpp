@@ -309,6 +309,10 @@ void print_kernel(const nlohmann::json& k, const mojo::SmLimits* limits, int sms
                k["tiles"].get<std::uint64_t>(), k["blocks"].get<std::uint64_t>(), 100 * k["wave_fill"].get<double>());
   else
     fmt::print("fill:     the last wave {:.0f}% full\n", 100 * k["wave_fill"].get<double>());
+  if (k.contains("balance"))
+    fmt::print("balance:  unequal blocks, taken in launch order: the SMs busy {:.1f}% of the time to the last one's "
+               "end\n",
+               100 * k["balance"].get<double>());
 }
 
 // describe and cache explain: one specialization, its params and the parts of its key.
