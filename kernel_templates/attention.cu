@@ -25,9 +25,10 @@
 //
 // Params (P::name): dtype (f16, bf16), head_dim D (multiple of 8; tiles use
 // DP = D rounded up to a power of two, the rest zero), group G, wm, wn, bn,
-// stages, causal, window, softcap, sinks, lse (0/1: features present), paged
-// (K/V from the paged cache of store_kv_cache, pages of `page` tokens),
-// splits, step (split plans: 0 partial, 1 merge).
+// stages, causal, window, softcap, sinks, lse (0/1: features present), varlen
+// (1: sequences from cu_q or a batch; 0: one), paged (K/V from the paged
+// cache of store_kv_cache, pages of `page` tokens), splits, step (split
+// plans: 0 partial, 1 merge).
 //
 // Sequences: cu_q (int [batch + 1], cumulative query tokens) when given;
 // else q_len > 0 tokens per sequence (decode); else one sequence of q_tokens.
@@ -65,22 +66,36 @@ struct Batch {
   bool paged;
 };
 
+// Sequence s's queries [start, start + count). Garbage lengths (the runtime's debug checks report them) read
+// nothing rather than out of bounds.
+struct Queries {
+  int start, count;
+};
+__device__ __forceinline__ Queries queries(const Batch& a, int s) {
+  Queries q;
+  if (a.cu_q != nullptr) {
+    q.start = a.cu_q[s];
+    q.count = a.cu_q[s + 1] - q.start;
+  } else if (a.q_len > 0) {
+    q.start = s * a.q_len;
+    q.count = a.q_len;
+  } else {
+    q.start = 0;
+    q.count = a.q_tokens;
+  }
+  if (q.start < 0 || q.count < 0) q.start = q.count = 0;
+  return q;
+}
+
 // Sequence s's queries [q_start, q_start + q_count) and keys [kv_start, kv_start + kv_len).
 struct Sequence {
   int q_start, q_count, kv_start, kv_len;
 };
 __device__ __forceinline__ Sequence sequence(const Batch& a, int s) {
   Sequence q;
-  if (a.cu_q != nullptr) {
-    q.q_start = a.cu_q[s];
-    q.q_count = a.cu_q[s + 1] - q.q_start;
-  } else if (a.q_len > 0) {
-    q.q_start = s * a.q_len;
-    q.q_count = a.q_len;
-  } else {
-    q.q_start = 0;
-    q.q_count = a.q_tokens;
-  }
+  const Queries queries_of_s = queries(a, s);
+  q.q_start = queries_of_s.start;
+  q.q_count = queries_of_s.count;
   if (a.paged) {
     q.kv_start = 0;
     q.kv_len = a.kv_info[s];
@@ -91,8 +106,6 @@ __device__ __forceinline__ Sequence sequence(const Batch& a, int s) {
     q.kv_start = 0;
     q.kv_len = a.kv_tokens;
   }
-  // Garbage lengths (the runtime's debug checks report them) read nothing rather than out of bounds.
-  if (q.q_start < 0 || q.q_count < 0) q.q_start = q.q_count = 0;
   if (q.kv_start < 0 || q.kv_len < 0) q.kv_start = q.kv_len = 0;
   return q;
 }
@@ -105,21 +118,60 @@ struct Work {
   Sequence sq;
   int row0, offset, lo, hi, tile_begin, kv_tiles;
 };
-template <int BM, int BN, int G, bool CAUSAL, bool WINDOW>
+// Causal tiles grow with their rows, so they go out longest first, as FlashAttention 2 and 3 order them, so
+// that the grid's last blocks are short ones and no SM is left with a long tile when the others are done.
+// Several sequences go by rank (0: each sequence's last rows), and within a rank by sequence: the performance
+// model (AttentionOp::block_work) has the SMs busy 97% of the time for 2 to 8 equal sequences, where one
+// sequence after another left 9% idle. Other tiles go out sequence by sequence.
+//
+// The causal row tile of several sequences that block `block` of the grid's x takes, as find_work's
+// (sequence, tile); false: a spare block.
+template <int BM, int G>
+__device__ __forceinline__ bool find_tile_by_rank(const Batch& a, int block, int& seq, int& tile) {
+  auto tiles_of = [&](int s) { return (queries(a, s).count * G + BM - 1) / BM; };
+  auto before = [&](int r) {  // the blocks before rank r: each sequence's tiles of ranks below r
+    int n = 0;
+    for (int s = 0; s < a.batch; ++s) n += min_i(tiles_of(s), r);
+    return n;
+  };
+  int most = 0;
+  for (int s = 0; s < a.batch; ++s) most = max_i(most, tiles_of(s));
+  if (block >= before(most)) return false;
+  int rank = 0;  // the last rank that starts at or before `block`: before(rank) <= block < before(rank + 1)
+  for (int hi = most - 1; rank < hi;) {
+    const int mid = (rank + hi + 1) / 2;
+    if (before(mid) <= block) rank = mid;
+    else hi = mid - 1;
+  }
+  int k = block - before(rank);  // of the sequences with a tile of this rank, the k-th
+  for (int s = 0; s < a.batch; ++s) {
+    const int tiles = tiles_of(s);
+    if (tiles > rank && k-- == 0) {
+      seq = s;
+      tile = tiles - 1 - rank;
+      return true;
+    }
+  }
+  return false;
+}
+
+template <int BM, int BN, int G, bool CAUSAL, bool WINDOW, bool VARLEN>
 __device__ __forceinline__ bool find_work(const Batch& a, int split, int chunk, int window, Work& w) {
   int tile = (int)mojo::block_x();
-  for (w.seq = 0;; ++w.seq) {
-    if (w.seq == a.batch) return false;
+  if constexpr (CAUSAL && VARLEN) {
+    if (!find_tile_by_rank<BM, G>(a, tile, w.seq, tile)) return false;
     w.sq = sequence(a, w.seq);
-    const int tiles = (w.sq.q_count * G + BM - 1) / BM;
-    if (tile < tiles) {
-      // Causal tiles grow with their index: the longest of a sequence go first, so that the grid's last
-      // blocks are short ones and no SM is left with a long tile when the others are done (as FlashAttention
-      // 2 and 3 order them).
-      if (CAUSAL) tile = tiles - 1 - tile;
-      break;
+  } else {
+    for (w.seq = 0;; ++w.seq) {
+      if (w.seq == a.batch) return false;
+      w.sq = sequence(a, w.seq);
+      const int tiles = (w.sq.q_count * G + BM - 1) / BM;
+      if (tile < tiles) {
+        if (CAUSAL) tile = tiles - 1 - tile;  // one sequence: its longest tiles first
+        break;
+      }
+      tile -= tiles;
     }
-    tile -= tiles;
   }
   w.row0 = tile * BM;
   w.offset = w.sq.kv_len - w.sq.q_count;
@@ -174,7 +226,8 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
 
   const int kv_head = (int)mojo::block_y(), split = (int)mojo::block_z();
   Work w;
-  if (!find_work<BM, BN, G, P::causal != 0, P::window != 0>(a, split, chunk, window, w)) return;
+  if (!find_work<BM, BN, G, P::causal != 0, P::window != 0, P::varlen != 0>(a, split, chunk, window, w))
+    return;
   const Sequence& sq = w.sq;
   const int seq = w.seq, row0 = w.row0, offset = w.offset, hi = w.hi, tile_begin = w.tile_begin;
   const int kv_tiles = w.kv_tiles;

@@ -57,7 +57,8 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   const int kv_head = (int)mojo::block_y();
 
   Work w;
-  if (!find_work<BM, BN, G, P::causal != 0, P::window != 0>(a, 0, 0x3fffffff, window, w)) return;
+  if (!find_work<BM, BN, G, P::causal != 0, P::window != 0, P::varlen != 0>(a, 0, 0x3fffffff, window, w))
+    return;
   if (tid == 0) {
     mojo::tma_prefetch_descriptor(k_map);
     mojo::tma_prefetch_descriptor(v_map);
@@ -131,15 +132,17 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   // Key tile `it`'s stage (its K and V) landed.
   auto wait_keys = [&](int it) MOJO_INLINE_LAMBDA { mojo::mbarrier_wait(full + 8 * (it % STAGES), (it / STAGES) & 1); };
   // S = Q K^T of key tile `it` (landed): issued and committed, not waited for. k steps of 16 are 32 bytes along a
-  // row, the second 64 columns a sub-tile further.
+  // row, the second 64 columns a sub-tile further. Q's descriptors are made again each time from an address
+  // the optimizer cannot see into: hoisted out of the loop, LLVM kept all eight (16 registers) live through it,
+  // and ptxas spilled them (8 to 48 bytes, with several sequences or lse).
   auto issue_scores = [&](int it) MOJO_INLINE_LAMBDA {
-    const unsigned k_tile = ring + (it % STAGES) * 2 * KV_BYTES;
+    const unsigned k_tile = ring + (it % STAGES) * 2 * KV_BYTES, q_now = mojo::opaque(q_tile);
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) mojo::wgmma_fence_operand(s[i]);
     mojo::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const unsigned long long qd = mojo::wgmma_descriptor(q_tile + (kk / 4) * 64 * 128 + (kk % 4) * 32);
+      const unsigned long long qd = mojo::wgmma_descriptor(q_now + (kk / 4) * 64 * 128 + (kk % 4) * 32);
       const unsigned long long kd = mojo::wgmma_descriptor(k_tile + (kk / 4) * BN * 128 + (kk % 4) * 32);
       mojo::wgmma<T, BN, 0, 0>(s, qd, kd, kk > 0);
     }

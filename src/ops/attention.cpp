@@ -163,6 +163,7 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
   p.add("softcap", softcap > 0 ? 1 : 0);
   p.add("sinks", present(t, slots_.sinks) ? 1 : 0);
   p.add("lse", present(t, slots_.lse) ? 1 : 0);
+  p.add("varlen", varlen(t) ? 1 : 0);
   p.add("paged", kind_ == Kind::sdpa ? 0 : 1);
   p.add("page", s.page);
   p.add("splits", splits);
@@ -210,7 +211,7 @@ LaunchGeometry AttentionOp::geometry(const Params& p, TensorList t) const {
   std::int64_t tiles = (s.tokens * group + bm - 1) / bm;
   if (kind_ == Kind::paged_decode)
     tiles = decode_tiles(s, p.get("wm"));
-  else if (s.batch > 1 || present(t, slots_.cu_q))
+  else if (varlen(t))
     tiles += s.batch;  // each sequence may end in a part tile
   g.grid = {unsigned(tiles), unsigned(s.kv_heads), unsigned(p.get("splits"))};
   g.block.x = p.get("wgmma") ? 384 : unsigned(32 * p.get("wm") * p.get("wn"));
@@ -218,8 +219,8 @@ LaunchGeometry AttentionOp::geometry(const Params& p, TensorList t) const {
   return g;
 }
 
-// A causal prefill's tiles in launch order, as find_work (attention.cu) gives them out: sequence by sequence,
-// the longest of each first. Each costs its key tiles and one more for its Q tile and output; the grid's
+// A causal prefill's tiles in launch order, as find_tile (attention.cu) gives them out: longest first, by
+// rank and then by sequence. Each costs its key tiles and one more for its Q tile and output; the grid's
 // spare blocks nothing. The sequences are taken as equally long and each sees its whole context (as the bench
 // fills them). Other grids' blocks cost alike (a window's nearly).
 std::vector<double> AttentionOp::block_work(const Params& p, TensorList t) const {
@@ -228,15 +229,22 @@ std::vector<double> AttentionOp::block_work(const Params& p, TensorList t) const
   const std::int64_t bm = 16 * p.get("wm"), bn = p.get("bn"), group = p.get("group");
   const std::int64_t batch = std::max<std::int64_t>(s.batch, 1);
   const std::int64_t kv_len = kind_ == Kind::paged_prefill ? s.max_blocks * s.page : s.kv_tokens / batch;
-  std::vector<double> head;  // the blocks of one KV head (grid.x), the same for each
+  std::vector<std::vector<double>> by_rank(static_cast<std::size_t>(batch));  // each sequence's, longest first
   for (std::int64_t seq = 0; seq < batch; ++seq) {
     const std::int64_t q_count = s.tokens / batch + (seq == batch - 1 ? s.tokens % batch : 0);
     const std::int64_t rows = q_count * group, tiles = (rows + bm - 1) / bm;
-    for (std::int64_t rank = 0; rank < tiles; ++rank) {  // rank 0: the sequence's last rows
+    for (std::int64_t rank = 0; rank < tiles; ++rank) {
       const std::int64_t last_token = (std::min((tiles - rank) * bm, rows) - 1) / group;
       const std::int64_t keys = std::clamp<std::int64_t>(kv_len - q_count + last_token + 1, 0, kv_len);
-      head.push_back(double((keys + bn - 1) / bn + 1));
+      by_rank[std::size_t(seq)].push_back(double((keys + bn - 1) / bn + 1));
     }
+  }
+  std::vector<double> head;  // the blocks of one KV head (grid.x), the same for each
+  for (std::size_t rank = 0;; ++rank) {
+    const std::size_t before = head.size();
+    for (const auto& tiles : by_rank)
+      if (rank < tiles.size()) head.push_back(tiles[rank]);
+    if (head.size() == before) break;
   }
   const LaunchGeometry g = geometry(p, t);
   head.resize(g.grid.x, 0.0);

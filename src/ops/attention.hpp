@@ -83,6 +83,8 @@ class AttentionOp final : public OpDef {
   static bool is_merge(const Params& p) { return p.get("splits") > 1 && p.get_or("step", 0) == 1; }
 
   static bool present(TensorList t, int slot) { return slot >= 0 && t[std::size_t(slot)].spec.rank() != 0; }
+  // Several sequences (a batch, or lengths from cu_seqlens_q), or one: the kernel's param varlen.
+  bool varlen(TensorList t) const { return kind_ != Kind::sdpa || shape(t).batch > 1 || present(t, slots_.cu_q); }
 
   // The op's tensors, validated, as the numbers the kernel takes.
   Shape shape(TensorList t) const;
