@@ -101,24 +101,28 @@ __device__ __forceinline__ void gate(float* __restrict__ weights, I* __restrict_
       }
       group_score[g] = GROUP > 1 ? first + second : first;
     }
-    bool kept[GROUPS] = {};
+    // The groups kept, a bit each (GROUPS <= 32): arrays indexed by a loop's variable would live in local
+    // memory (64 bytes of stack).
+    unsigned kept = 0;
 #pragma unroll 1
     for (int n = 0; n < TOP_GROUPS; ++n) {
       int best = -1;
+      float best_score = neg_inf;
+#pragma unroll
       for (int g = 0; g < GROUPS; ++g)
-        if (!kept[g] && (best < 0 || group_score[g] > group_score[best])) best = g;
-      kept[best] = true;
+        if (!(kept >> g & 1u) && (best < 0 || group_score[g] > best_score)) best = g, best_score = group_score[g];
+      kept |= 1u << best;
     }
 #pragma unroll
     for (int i = 0; i < PER; ++i) {
       const int e = lane + 32 * i;
-      if (e < EXPERTS && !kept[e / GROUP]) choice[i] = neg_inf;
+      if (e < EXPERTS && !(kept >> (e / GROUP) & 1u)) choice[i] = neg_inf;
     }
   }
 
-  float chosen_score[TOP_K];
-  int chosen[TOP_K];
-  float total = 0.f;
+  // Lane k keeps the k-th choice (TOP_K <= 32), and the first TOP_K lanes write them.
+  int my_id = -1;
+  float my_score = 0.f, total = 0.f;
 #pragma unroll 1
   for (int k = 0; k < TOP_K; ++k) {
     float best = neg_inf, best_score = 0.f;
@@ -138,16 +142,14 @@ __device__ __forceinline__ void gate(float* __restrict__ weights, I* __restrict_
 #pragma unroll
     for (int i = 0; i < PER; ++i)
       if (lane + 32 * i == best_e) choice[i] = neg_inf;
-    chosen[k] = best_e < EXPERTS ? best_e : -1;
-    chosen_score[k] = best_e < EXPERTS ? best_score : 0.f;
-    total += chosen_score[k];
+    const float chosen_score = best_e < EXPERTS ? best_score : 0.f;
+    if (lane == k) my_id = best_e < EXPERTS ? best_e : -1, my_score = chosen_score;
+    total += chosen_score;
   }
-  if (lane == 0) {
+  if (lane < TOP_K) {
     const float norm = RENORMALIZE && total > 0.f ? scaling / total : scaling;
-    for (int k = 0; k < TOP_K; ++k) {
-      ids[token * TOP_K + k] = I(chosen[k]);
-      weights[token * TOP_K + k] = chosen_score[k] * norm;
-    }
+    ids[token * TOP_K + lane] = I(my_id);
+    weights[token * TOP_K + lane] = my_score * norm;
   }
 }
 
@@ -242,8 +244,17 @@ __device__ __forceinline__ void combine(T* __restrict__ out, const T* __restrict
 
 }  // namespace mojo_moe
 
+// moe_gate asks for a full SM (32 registers a thread) where a lane holds at most 4 experts' scores, else half
+// of one (64): 8 experts a lane and the groups' scores spilled 8 to 16 bytes at 32 (DeepSeek-V3's 256 experts
+// in 8 groups).
+namespace mojo_moe {
+template <int ROWS, int EXPERTS, int GROUPS>
+inline constexpr int kGateBlocksPerSm = mojo::kFullOccupancyBlocks<32 * ROWS> / (EXPERTS > 128 || GROUPS > 1 ? 2 : 1);
+}  // namespace mojo_moe
+
 #define MOJO_KERNEL_moe_gate(NAME, P)                                                                              \
-  extern "C" __global__ void __launch_bounds__(32 * P::rows, mojo::kFullOccupancyBlocks<32 * P::rows>)          \
+  extern "C" __global__ void __launch_bounds__(32 * P::rows,                                                      \
+                                               mojo_moe::kGateBlocksPerSm<P::rows, P::experts, P::groups>)         \
       NAME(MOJO_ARG_PARAMS(MOJO_MOE_GATE_ARGS, P::dtype, P::index)) {                                             \
     mojo::after_previous_kernels();                                                                                \
     mojo_moe::gate<P::dtype, P::index, P::experts, P::top_k, P::softmax, P::groups, P::top_groups, P::renormalize, \

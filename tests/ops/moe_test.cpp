@@ -180,3 +180,31 @@ TEST_P(MoeGpu, DebugChecksNameAnExpertBeyondTheCount) {
 
 INSTANTIATE_TEST_SUITE_P(Compilers, MoeGpu, ::testing::ValuesIn(test::compilers()),
                          [](const auto& info) { return test::compiler_test_name(info.param); });
+
+// The gate keeps its choices and the kept groups in registers (a lane a choice, a bit a group), with room for
+// 8 experts a lane: no stack on either path, from 64 experts in groups to 512 (it had 64 to 96 bytes).
+struct MoeCompiles : ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoeCompiles, GateHasNoStack) {
+  RuntimeOptions o;
+  o.disk_cache = false;
+  o.compiler = GetParam();
+  Runtime rt(o);
+  struct Case {
+    const char* shapes;
+    std::vector<ScalarArg> scalars;
+  };
+  const Case cases[] = {{"logits=64x128 ids=64x8", {}},
+                        {"logits=64x512 ids=64x8", {}},
+                        {"logits=64x256 ids=64x8 bias=256", {{"sigmoid", 1}, {"groups", 8}, {"top_groups", 4}}},
+                        {"logits=64x64 ids=64x6", {{"groups", 4}, {"top_groups", 2}}}};
+  for (const char* arch : {"sm_80", "sm_90a"})
+    for (const Case& c : cases) {
+      const std::vector<Tensor> t = example(find_op("moe_gate"), DType::bf16, c.shapes);
+      const Artifact a = rt.compile("moe_gate", t, c.scalars, Target::parse(arch), Emit::cubin);
+      EXPECT_EQ(a.resources.stack_bytes, 0u) << arch << " " << a.params.str();
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Compilers, MoeCompiles, ::testing::ValuesIn(test::compilers()),
+                         [](const auto& info) { return test::compiler_test_name(info.param); });
