@@ -141,8 +141,10 @@ def case(op, s, dt, activation=0, trans_b=0):
             batch, blocks = s["block_tables"]
             q_len, context = tokens // batch, blocks * s["k_cache"][1]
             shape_q, shape_kv, causal = (batch, heads, q_len, d), (batch, kv_heads, context, d), False
-        else:
-            shape_q, shape_kv, causal = (1, heads, tokens, d), (1, kv_heads, tokens, d), True
+        else:  # sdpa's cu_seqlens: equal sequences, as mojo-bench fills them
+            batch = s["cu_seqlens_q"][0] - 1 if "cu_seqlens_q" in s else 1
+            length = tokens // batch
+            shape_q, shape_kv, causal = (batch, heads, length, d), (batch, kv_heads, length, d), True
         return (lambda g: (rand(shape_q, dt, g), rand(shape_kv, dt, g), rand(shape_kv, dt, g)),
                 lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True))
     if op == "apply_penalties_temperature":
