@@ -27,6 +27,14 @@ namespace mojo::op_test {
 inline const Target kSm90 = Target::parse("sm_90");
 inline constexpr DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
 
+// A Runtime's options that compile with `compiler` and keep nothing on disk: each compile test compiles anew.
+inline RuntimeOptions memory_only(std::string compiler) {
+  RuntimeOptions o;
+  o.disk_cache = false;
+  o.compiler = std::move(compiler);
+  return o;
+}
+
 // The op's tensors for shapes in the command line's form ("x=32x4096"), with no memory.
 inline std::vector<Tensor> example(const OpDef& op, DType dtype, std::string_view shapes) {
   std::vector<Tensor> out;

@@ -175,10 +175,7 @@ TEST(AttentionOp, CausalTilesLongestFirstKeepTheSmsBusy) {
 // kept and TMA loads, HMMA on the sm_80 one, when nvdisasm is at hand.
 struct AttentionCompiles : ::testing::TestWithParam<std::string> {};
 TEST_P(AttentionCompiles, HopperPrefillIsHgmmaWithoutLocalMemory) {
-  RuntimeOptions o;
-  o.disk_cache = false;
-  o.compiler = GetParam();
-  Runtime rt(o);
+  Runtime rt(memory_only(GetParam()));
   test::TempDir dir;
   bool disassembled = false;
   struct Case {

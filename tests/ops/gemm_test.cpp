@@ -238,13 +238,7 @@ TEST(GemmReference, SmallProductsAndTransposesAgree) {
 // The gemm family through each compiler: a Runtime without a disk cache,
 // and a scratch directory for the files ptxas and nvdisasm read.
 struct GemmCompiles : ::testing::TestWithParam<std::string> {
-  static RuntimeOptions memory_only(std::string compiler) {
-    RuntimeOptions o;
-    o.disk_cache = false;
-    o.compiler = std::move(compiler);
-    return o;
-  }
-  Runtime rt{memory_only(GetParam())};
+  Runtime rt{op_test::memory_only(GetParam())};
   test::TempDir dir;
 };
 

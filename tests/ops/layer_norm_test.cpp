@@ -220,10 +220,7 @@ INSTANTIATE_TEST_SUITE_P(Compilers, LayerNormGpu, ::testing::ValuesIn(test::comp
 struct NormBackwardCompiles : ::testing::TestWithParam<std::string> {};
 
 TEST_P(NormBackwardCompiles, RowsDoNotSpill) {
-  RuntimeOptions o;
-  o.disk_cache = false;
-  o.compiler = GetParam();
-  Runtime rt(o);
+  Runtime rt(memory_only(GetParam()));
   for (const char* op : {"layer_norm_backward", "rms_norm_backward"})
     for (DType d : {DType::f32, DType::bf16})
       for (std::int64_t cols : {1024, 3072, 5120, 12288, 16384, 20480, 24576, 32768, 65536}) {

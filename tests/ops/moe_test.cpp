@@ -186,10 +186,7 @@ INSTANTIATE_TEST_SUITE_P(Compilers, MoeGpu, ::testing::ValuesIn(test::compilers(
 struct MoeCompiles : ::testing::TestWithParam<std::string> {};
 
 TEST_P(MoeCompiles, GateHasNoStack) {
-  RuntimeOptions o;
-  o.disk_cache = false;
-  o.compiler = GetParam();
-  Runtime rt(o);
+  Runtime rt(memory_only(GetParam()));
   struct Case {
     const char* shapes;
     std::vector<ScalarArg> scalars;

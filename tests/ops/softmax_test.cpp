@@ -161,10 +161,7 @@ TEST_P(SoftmaxGpu, WideRowsKeepTheirFirstVectorsInSharedMemory) {
 struct SoftmaxCompiles : ::testing::TestWithParam<std::string> {};
 
 TEST_P(SoftmaxCompiles, VocabularyRowsDoNotSpill) {
-  RuntimeOptions o;
-  o.disk_cache = false;
-  o.compiler = GetParam();
-  Runtime rt(o);
+  Runtime rt(memory_only(GetParam()));
   for (const char* op : {"softmax", "softmax_backward"})
     for (DType d : {DType::f32, DType::bf16})
       for (std::int64_t cols : {32768, 65536, 100000, 131072, 151936}) {
