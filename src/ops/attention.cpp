@@ -163,7 +163,7 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
   p.add("softcap", softcap > 0 ? 1 : 0);
   p.add("sinks", present(t, slots_.sinks) ? 1 : 0);
   p.add("lse", present(t, slots_.lse) ? 1 : 0);
-  p.add("varlen", varlen(t) ? 1 : 0);
+  p.add("varlen", varlen(s, t) ? 1 : 0);
   p.add("paged", kind_ == Kind::sdpa ? 0 : 1);
   p.add("page", s.page);
   p.add("splits", splits);
@@ -211,7 +211,7 @@ LaunchGeometry AttentionOp::geometry(const Params& p, TensorList t) const {
   std::int64_t tiles = (s.tokens * group + bm - 1) / bm;
   if (kind_ == Kind::paged_decode)
     tiles = decode_tiles(s, p.get("wm"));
-  else if (varlen(t))
+  else if (varlen(s, t))
     tiles += s.batch;  // each sequence may end in a part tile
   g.grid = {unsigned(tiles), unsigned(s.kv_heads), unsigned(p.get("splits"))};
   g.block.x = p.get("wgmma") ? 384 : unsigned(32 * p.get("wm") * p.get("wn"));

@@ -84,7 +84,9 @@ class AttentionOp final : public OpDef {
 
   static bool present(TensorList t, int slot) { return slot >= 0 && t[std::size_t(slot)].spec.rank() != 0; }
   // Several sequences (a batch, or lengths from cu_seqlens_q), or one: the kernel's param varlen.
-  bool varlen(TensorList t) const { return kind_ != Kind::sdpa || shape(t).batch > 1 || present(t, slots_.cu_q); }
+  bool varlen(const Shape& s, TensorList t) const {
+    return kind_ != Kind::sdpa || s.batch > 1 || present(t, slots_.cu_q);
+  }
 
   // The op's tensors, validated, as the numbers the kernel takes.
   Shape shape(TensorList t) const;

@@ -119,7 +119,7 @@ class NormBackward final : public OpDef {
     const std::int64_t min_blocks =
         partials != 0 ? std::clamp<std::int64_t>(65536 / (block * registers(partials == 1)), 1, 2048 / block) : 1;
     p.add("min_blocks", min_blocks);
-    if (partials) p.add("max_parts", min_blocks * reference_sm_count(target));
+    if (partials != 0) p.add("max_parts", min_blocks * reference_sm_count(target));
     if (rms_) p.add("residual", residual ? 1 : 0);
     return p;
   }
