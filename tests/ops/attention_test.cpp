@@ -314,6 +314,10 @@ TEST_P(AttentionGpu, HopperPrefillMatchesTheReference) {
               "q=200x8x128 k_cache=128x16x2x128 cu_seqlens_q=4 block_tables=3x30 lse=8x200", {}, 3, h);
   expect_pass("paged_prefill_gqa", DType::f16,
               "q=150x8x128 k_cache=64x32x1x128 cu_seqlens_q=3 block_tables=2x12 sinks=8", {{"window", 40}}, 3, h);
+  // On the CPU device, in an order where a consumer waits on a stage before its producer has issued the
+  // stage's copies: they land anyway, as on a GPU (the CPU device left them queued and called it a deadlock).
+  test::ScopedEnv schedule("MOJO_JIT_CPU_SCHEDULE", "random:7");
+  expect_pass("sdpa", DType::bf16, "q=300x8x128 k=420x2x128 cu_seqlens_q=4 cu_seqlens_k=4", {}, 3, h);
 }
 
 // A plan's kernels are one module: compile() and compile_all() build both steps of a split decode.

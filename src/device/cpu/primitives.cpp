@@ -231,6 +231,12 @@ const void* phase_sync(Block& b, const Mbarrier& m, unsigned phase) {
   return race::phase_sync(b.smem + (m.address - Block::kWindowBase), phase);
 }
 
+// The threads waiting on the mbarrier at `bar` go on (and look at it again).
+void wake_waiters(Block& b, unsigned bar) {
+  for (Thread& t : b.threads)
+    if (t.state == Thread::waiting && t.wait == Wait::mbarrier && t.wait_id == bar) b.wake(t);
+}
+
 // Completes the phase when every arrival and every announced byte is in.
 void try_complete(Block& b, Mbarrier& m) {
   if (m.pending != 0) return;
@@ -240,8 +246,7 @@ void try_complete(Block& b, Mbarrier& m) {
   if (m.tx > 0) return;
   ++m.phase;
   m.pending = m.expected;
-  for (Thread& t : b.threads)
-    if (t.state == Thread::waiting && t.wait == Wait::mbarrier && t.wait_id == m.address) b.wake(t);
+  wake_waiters(b, m.address);
 }
 
 void mbarrier_arrive(unsigned bar, unsigned expect_tx_bytes) {
@@ -304,6 +309,10 @@ void tma_load_3d(unsigned dst, const void* map_address, unsigned bar, int c0, in
   // TSan: the box is written now, by the issuing thread, and its completion is the phase's.
   race::write(d, bytes);
   race::release(phase_sync(b, m, m.phase));
+  // A thread already waiting on the mbarrier lands the copy (mbarrier_wait): on a GPU it lands whatever the
+  // thread that issued it does next, exiting included. Left queued, a consumer that waited before its
+  // producer arrived slept on after the producer was done (a deadlock the schedule alone decided).
+  wake_waiters(b, bar);
 }
 
 void mbarrier_wait(unsigned bar, unsigned parity) {
