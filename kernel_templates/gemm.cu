@@ -33,6 +33,8 @@
 //   wgmma        1: the sm_90a path (gemm_sm90.cuh: TMA, wgmma, warp-specialised;
 //                bk = 64, wm = bm / 64 consumer warpgroups, wn = 1, vec unused),
 //                entered through the *_sm90 macro
+//   gemv cols ks chunks  linear at decode sizes on the CUDA cores (gemv.cuh, which
+//                says what each is), entered through the *_gemv macro; no tile params
 //   tf32         f32 inputs on tensor cores as tf32 (mma m16n8k8, inputs
 //                rounded to 10 mantissa bits); 0: f32 stays exact
 // Kernel args (the sm_80 path; gemm_sm90.cuh lists its own): MOJO_GEMM_ARGS (gemm_args.h),
@@ -381,6 +383,8 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 
 // The sm_90a path; it uses Problem, store_pair and tile_origin from above.
 #include "gemm_sm90.cuh"
+// linear at decode sizes (gemv.cuh); it uses Problem and output_value.
+#include "gemv.cuh"
 
 // Two entry points: _0 is the sm_80 kernel above, _1 the sm_90a one
 // (gemm_sm90.cuh, its own kernel args; BM / 64 consumer warpgroups).
@@ -403,7 +407,16 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
                    RESIDUAL, OFFSETS, TF32>(c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr,         \
                                             batch_a, batch_b, batch_c, offsets, total_rows);                           \
   }
-// The entry macros, by the op's params; the host names the sm_90a form (param wgmma=1) *_sm90.
+// linear's decode form (gemv.cuh): the sm_80 path's arguments, read as x = a, W = b.
+#define MOJO_KERNEL_linear_gemv(NAME, P)                                                                         \
+  extern "C" __global__ void __launch_bounds__(P::cols * P::ks * 32, mojo_gemm::kGemvBlocks<P::cols * P::ks * 32>) \
+      NAME(MOJO_ARG_PARAMS(MOJO_GEMM_ARGS, P::dtype, P::dtype)) {                                              \
+    mojo::after_previous_kernels();                                                                            \
+    mojo_gemm::run_gemv<P::dtype, P::gemv, P::cols, P::ks, P::chunks, P::bias, P::act, P::residual>(            \
+        c, a, b, bias, residual, m, n, k, lda, ldb, ldc, ldr);                                                 \
+  }
+// The entry macros, by the op's params; the host names the sm_90a form (param wgmma=1) *_sm90, linear's
+// decode form (param gemv) *_gemv.
 // MOJO_GEMM_ENTRY expands MOJO_GEMM_TILE into its eight arguments before the kernel macro counts them.
 #define MOJO_GEMM_ENTRY(KERNEL, ...) KERNEL(__VA_ARGS__)
 #define MOJO_GEMM_TILE(P) P::bm, P::bn, P::bk, P::wm, P::wn, P::stages, P::ks, P::swizzle

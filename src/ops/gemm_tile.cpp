@@ -42,26 +42,34 @@ TileConfig fit(TileConfig c, int element_bytes, const Target& target) {
   return c;
 }
 
-// `p` with its tile params replaced by `c`'s.
-Params with_tile(const Params& p, const TileConfig& c) {
+// `p` with each value replaced by `replace(name, value)`.
+template <class F>
+Params rewritten(const Params& p, F replace) {
   Params out;
   for (const Param& x : p.items()) {
-    std::int64_t v = x.value;
-    if (x.name == "bm") v = c.bm;
-    if (x.name == "bn") v = c.bn;
-    if (x.name == "bk") v = c.bk;
-    if (x.name == "wm") v = c.wm;
-    if (x.name == "wn") v = c.wn;
-    if (x.name == "stages") v = c.stages;
-    if (x.name == "wgmma") v = c.wgmma;
-    if (x.name == "ks") v = c.ks;
-    if (x.name == "swizzle") v = c.swizzle;
+    const std::int64_t v = replace(std::string_view(x.name), x.value);
     if (x.is_dtype)
       out.add_dtype(x.name, DType(v));
     else
       out.add(x.name, v);
   }
   return out;
+}
+
+// `p` with its tile params replaced by `c`'s.
+Params with_tile(const Params& p, const TileConfig& c) {
+  return rewritten(p, [&](std::string_view name, std::int64_t v) -> std::int64_t {
+    if (name == "bm") return c.bm;
+    if (name == "bn") return c.bn;
+    if (name == "bk") return c.bk;
+    if (name == "wm") return c.wm;
+    if (name == "wn") return c.wn;
+    if (name == "stages") return c.stages;
+    if (name == "wgmma") return c.wgmma;
+    if (name == "ks") return c.ks;
+    if (name == "swizzle") return c.swizzle;
+    return v;
+  });
 }
 
 }  // namespace
@@ -140,6 +148,29 @@ bool wgmma_possible(const Target& t, DType dtype, bool aligned, std::int64_t m, 
          k > 0;
 }
 
+GemvConfig pick_gemv(std::int64_t m, std::int64_t n, std::int64_t k, const Target& target) {
+  constexpr int kWarps = 8;
+  const std::int64_t warp_slots = 64 * std::int64_t(reference_sm_count(target));  // 2048 threads an SM
+  const std::int64_t lane_chunks = k / 8 / 32;  // at 16 bits; f32 has twice as many chunks, which only helps
+  const int rows = m <= 1 ? 1 : m <= 2 ? 2 : 4;
+  // Four rows of x with the whole epilogue spill at 64 registers with 8 chunks in flight (NVVM: 4-32 bytes).
+  GemvConfig c{rows, kWarps, 1, rows == 4 ? 4 : 8};
+  while (c.ks < kWarps && n * c.ks * 2 < warp_slots && lane_chunks >= 2 * 2 * c.ks) c.ks *= 2;
+  c.cols = kWarps / c.ks;
+  return c;
+}
+
+bool gemv_fits(std::int64_t m, std::int64_t k, DType dtype, bool aligned, bool tf32, Path path) {
+  return path == Path::any && !tf32 && m >= 1 && m <= kGemvMaxRows && aligned && k % (16 / dtype_size(dtype)) == 0;
+}
+
+void add_gemv(Params& p, const GemvConfig& c) {
+  p.add("gemv", c.rows);
+  p.add("cols", c.cols);
+  p.add("ks", c.ks);
+  p.add("chunks", c.chunks);
+}
+
 void add_tile(Params& p, const TileConfig& c) {
   p.add("bm", c.bm);
   p.add("bn", c.bn);
@@ -158,7 +189,7 @@ TileConfig tile_of(const Params& p) {
 }
 
 void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p) {
-  if (p.get("wgmma")) {
+  if (p.get_or("wgmma", 0)) {  // linear's decode form has no wgmma param: the sm_80 path's arguments
     // Each operand as stored: K-major in boxes of bk (one 128-byte row) x the tile's rows, MN-major in
     // boxes of 64 m or n (128 bytes) x bk.
     const DType dtype = p.dtype("dtype");
@@ -253,6 +284,13 @@ bool tf32_of(const OpDef& op, ScalarList scalars, DType dtype) {
 }
 
 LaunchGeometry tile_geometry(const Params& p, std::int64_t m, std::int64_t n, std::int64_t batch) {
+  if (is_gemv(p)) {
+    const std::int64_t cols = p.get("cols");
+    LaunchGeometry g;
+    g.grid = {unsigned((n + cols - 1) / cols), 1, unsigned(batch)};
+    g.block = {unsigned(cols * p.get("ks") * 32), 1, 1};
+    return g;
+  }
   const TileConfig c = tile_of(p);
   const std::int64_t blocks = c.tiles(m, n);
   LaunchGeometry g;
@@ -271,10 +309,22 @@ bool chunk_aligned(DType dtype, DevicePtr p, std::initializer_list<std::int64_t>
 }
 
 std::string TileOp::entry_macro(const Params& p) const {
+  if (is_gemv(p)) return OpDef::entry_macro(p) + "_gemv";
   return OpDef::entry_macro(p) + (p.get("wgmma") != 0 ? "_sm90" : "");
 }
 
 std::vector<Params> TileOp::candidates(const Params& chosen, const Target& target) const {
+  if (is_gemv(chosen)) {  // the heuristic's split first, then every other, each at 4 and 8 chunks in flight
+    std::vector<Params> out{chosen};
+    for (int ks : {1, 2, 4, 8})
+      for (int chunks : {8, 4}) {
+        const Params p = rewritten(chosen, [&](std::string_view name, std::int64_t v) -> std::int64_t {
+          return name == "cols" ? 8 / ks : name == "ks" ? ks : name == "chunks" ? chunks : v;
+        });
+        if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+      }
+    return out;
+  }
   const TileConfig current = tile_of(chosen);
   if (!current.tensor_cores) return {};
   std::vector<Params> out{chosen};

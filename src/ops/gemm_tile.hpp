@@ -74,9 +74,28 @@ TileConfig pick_wgmma_tile(std::int64_t m, std::int64_t n, std::int64_t batch, S
 TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, bool tf32, const Target& target,
                      bool wgmma_ok = false, std::int64_t batch = 1, Path path = Path::any,
                      Sm90Tiles sm90_tiles = Sm90Tiles::fixed);
+// linear at decode sizes, M <= kGemvMaxRows, where the weights' rows are whole 16-byte chunks and no path is
+// pinned: a warp a column of W on the CUDA cores, KS warps splitting its row (gemv.cuh says why). `rows` of
+// x the kernel takes (1, 2 or 4), `cols` the block's columns, `ks` warps a column, `chunks` the 16-byte
+// loads each lane keeps in flight. KS doubles while the grid's warps would fill less than half of every
+// SM's warp slots and each lane keeps at least two chunks; cols * ks = 8 warps a block; 8 chunks, 4 at 4 rows.
+// Not yet timed on a GPU: chosen over the 16-row mma tile by the bytes it keeps in flight (gemv.cuh);
+// `path` 80 pins the tile for comparison, and autotuning times both.
+constexpr std::int64_t kGemvMaxRows = 4;
+struct GemvConfig {
+  int rows, cols, ks, chunks;
+};
+GemvConfig pick_gemv(std::int64_t m, std::int64_t n, std::int64_t k, const Target& target);
+// Whether linear takes the decode form for these operands.
+bool gemv_fits(std::int64_t m, std::int64_t k, DType dtype, bool aligned, bool tf32, Path path);
+// The decode form's params (gemv, cols, ks, chunks), and whether `p` has them.
+void add_gemv(Params& p, const GemvConfig& c);
+inline bool is_gemv(const Params& p) { return p.get_or("gemv", 0) != 0; }
+
 // The tile params: bm, bn, bk, wm, wn, stages, ks, swizzle.
 void add_tile(Params& p, const TileConfig& c);
 TileConfig tile_of(const Params& p);
+// The grid of either form: tiles of C, or linear's decode form (cols columns a block).
 LaunchGeometry tile_geometry(const Params& p, std::int64_t m, std::int64_t n, std::int64_t batch);
 
 // The sm_90a path's preconditions: a Hopper-specific build, 16-bit inputs,
@@ -124,8 +143,9 @@ std::string shape_bucket(std::int64_t m, std::int64_t n, std::int64_t k);
 class TileOp : public OpDef, public Tunable {
  public:
   using OpDef::OpDef;
-  unsigned max_dynamic_smem(const Params& p) const override { return tile_of(p).smem_bytes(); }
-  // The sm_90a kernel has its own signature (TMA descriptors): its own entry macro.
+  unsigned max_dynamic_smem(const Params& p) const override { return is_gemv(p) ? 0 : tile_of(p).smem_bytes(); }
+  // The sm_90a kernel has its own signature (TMA descriptors), linear's decode form its own geometry: each
+  // its own entry macro.
   std::string entry_macro(const Params& p) const override;
   const Tunable* tuning() const noexcept override { return this; }
   // The heuristic's tile first, then every other tensor-core tile that fits

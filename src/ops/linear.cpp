@@ -54,14 +54,23 @@ class Linear final : public TileOp {
     p.add_dtype("dtype", dtype);
     const bool aligned = chunk_aligned(dtype, t[1].data, {d.ldx}) && chunk_aligned(dtype, t[2].data, {d.ldw});
     const bool wgmma_ok = wgmma_possible(target, dtype, aligned, d.m, d.n, d.k);
+    const Path path = path_of(*this, scalars, wgmma_ok, target);
+    auto add_epilogue = [&] {
+      p.add("bias", t[3].spec.rank() != 0 ? 1 : 0);
+      p.add("act", std::int64_t(act));
+      p.add("residual", t[4].spec.rank() != 0 ? 1 : 0);
+    };
+    if (gemv_fits(d.m, d.k, dtype, aligned, tf32, path)) {
+      add_gemv(p, pick_gemv(d.m, d.n, d.k, target));
+      p.add("vec", 8);
+      add_epilogue();
+      return p;
+    }
     const TileConfig tile =
-        pick_tile(d.m, d.n, d.k, dtype, tf32, target, wgmma_ok, 1, path_of(*this, scalars, wgmma_ok, target),
-                  Sm90Tiles::any_width);  // the weights [N, K]: K-major
+        pick_tile(d.m, d.n, d.k, dtype, tf32, target, wgmma_ok, 1, path, Sm90Tiles::any_width);  // W [N, K]: K-major
     add_tile(p, tile);
     p.add("vec", vec_param(tile, aligned));
-    p.add("bias", t[3].spec.rank() != 0 ? 1 : 0);
-    p.add("act", std::int64_t(act));
-    p.add("residual", t[4].spec.rank() != 0 ? 1 : 0);
+    add_epilogue();
     p.add("tf32", tf32);
     p.add("wgmma", tile.wgmma);
     return p;

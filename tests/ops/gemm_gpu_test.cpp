@@ -176,6 +176,28 @@ TEST_P(GpuGemm, LinearResidualMayBeTheOutputItself) {
   test::expect_close(DType::bf16, yd.read(), want, "out", gemm_tolerance(DType::bf16, k));
 }
 
+// linear's decode form (M <= 4: gemv.cuh) at each row count and dtype: K split over 1 to 8 warps, N not a
+// multiple of the block's columns, K one chunk a lane or several rounds, the whole epilogue.
+TEST_P(GpuGemm, GemvAgainstTheReference) {
+  struct GemvCase {
+    std::int64_t m, n, k, ks;
+  };
+  for (DType d : {DType::bf16, DType::f16, DType::f32})
+    for (const GemvCase& c : {GemvCase{1, 37, 1032, 2}, {2, 300, 12288, 8}, {3, 9, 256, 1}, {4, 4400, 2056, 1}}) {
+      const std::int64_t k = c.k;
+      const std::vector<Tensor> t = {{TensorSpec(d, {c.m, c.n}), 0x1000},
+                                     {TensorSpec(d, {c.m, k}), 0x1000},
+                                     {TensorSpec(d, {c.n, k}), 0x1000},
+                                     {TensorSpec(), 0},
+                                     {TensorSpec(), 0}};
+      const Params p = rt->get_kernel("linear", t, {}).params();
+      EXPECT_EQ(p.get_or("gemv", 0), c.m == 3 ? 4 : c.m) << p.str();
+      EXPECT_EQ(p.get_or("ks", 0), c.ks) << p.str();
+      check_linear(*rt, d, c.m, c.n, k, 3, true, true);
+      check_linear(*rt, d, c.m, c.n, k, 0, false, false);
+    }
+}
+
 // Decode shapes whose K is split over 2 or 4 warp groups, with k tiles that
 // do not divide evenly among the groups (and K not a multiple of 64), on the
 // sm_80 path (pinned: on Hopper the sm_90a path takes decode).

@@ -176,6 +176,44 @@ TEST(Linear, EpilogueFlagsComeFromTheTensorsGiven) {
             "linear: bias is bf16[95]; expected [96] contiguous, or absent");
 }
 
+// linear at M <= 4 takes the decode form (gemv.cuh) where W's rows are whole 16-byte chunks and nothing pins
+// a path: a warp a column, KS warps splitting K while the grid's warps fill less than half of the SMs'
+// warp slots and each lane keeps at least two chunks.
+TEST(Linear, DecodeRowsTakeTheGemvForm) {
+  const OpDef& op = find_op("linear");
+  const Target sm90a = Target::parse("sm_90a");
+  auto params = [&](std::int64_t m, std::int64_t n, std::int64_t k, DType d = DType::bf16, ScalarList s = {}) {
+    const auto t = specs({TensorSpec(d, {m, n}), TensorSpec(d, {m, k}), TensorSpec(d, {n, k}), TensorSpec(),
+                          TensorSpec()});
+    return op.specialize(t, s, sm90a);
+  };
+  for (auto [m, rows] : {std::pair{1, 1}, {2, 2}, {3, 4}, {4, 4}}) EXPECT_EQ(params(m, 4096, 4096).get("gemv"), rows);
+  EXPECT_EQ(params(5, 4096, 4096).get_or("gemv", 0), 0) << "five rows: the tiles";
+  EXPECT_EQ(params(1, 4096, 4100).get_or("gemv", 0), 0) << "rows of 4100 bf16 are not whole 16-byte chunks";
+  EXPECT_EQ(params(1, 4096, 4100, DType::f32).get("gemv"), 1) << "but 4100 f32 are";
+  EXPECT_EQ(params(1, 4096, 4096, DType::bf16, {{"path", 80}}).get("bm"), 16) << "path 80 pins the tile";
+  EXPECT_EQ(params(1, 4096, 4096, DType::f32, {{"tf32", 1}}).get_or("gemv", 0), 0) << "tf32 asks for tensor cores";
+  // The split: 132 SMs, 64 warps each.
+  const Params o_proj = params(1, 4096, 4096);
+  EXPECT_EQ(o_proj.get("ks"), 2) << "4096 warps are less than half of 132 x 64";
+  EXPECT_EQ(o_proj.get("cols"), 4);
+  EXPECT_EQ(params(1, 6144, 4096).get("ks"), 1);
+  EXPECT_EQ(params(1, 300, 12288).get("ks"), 8);
+  EXPECT_EQ(params(1, 300, 1024).get("ks"), 2) << "1024 bf16: four chunks a lane, two after one split";
+  const auto t = specs({TensorSpec(DType::bf16, {1, 4096}), TensorSpec(DType::bf16, {1, 4096}),
+                        TensorSpec(DType::bf16, {4096, 4096}), TensorSpec(), TensorSpec()});
+  const LaunchGeometry g = op.geometry(o_proj, t);
+  EXPECT_EQ(g.grid.x, 1024u);
+  EXPECT_EQ(g.block.x, 256u);
+  EXPECT_EQ(g.dynamic_smem, 0u);
+  EXPECT_FALSE(g.persistent);
+  // Autotuning times the other splits and depths of the same form.
+  const auto candidates = op.tuning()->candidates(o_proj, sm90a);
+  EXPECT_EQ(candidates.front(), o_proj);
+  EXPECT_EQ(candidates.size(), 8u) << "ks 1, 2, 4, 8 x chunks 8, 4";
+  for (const Params& c : candidates) EXPECT_EQ(c.get("cols") * c.get("ks"), 8) << c.str();
+}
+
 TEST(GroupGemm, ParamsAndErrors) {
   const OpDef& op = find_op("group_gemm");
   const TensorSpec x(DType::bf16, {4096, 4096}), w(DType::bf16, {64, 1536, 4096}), out(DType::bf16, {4096, 1536}),
@@ -287,6 +325,26 @@ TEST_P(GemmCompiles, EveryLayoutAndBucketWithoutSpills) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("0 bytes spill stores"), std::string::npos) << r.output;
   }
+  // linear's decode form at each of its row counts and dtypes, the whole epilogue, K split or not: no stack, and
+  // at most 64 registers (four blocks of 256 an SM: gemv.cuh).
+  for (const char* arch : {"sm_80", "sm_90a"})
+    for (DType d : {DType::f32, DType::f16, DType::bf16})
+      for (std::int64_t m : {1, 2, 4})
+        for (std::int64_t n : {300, 6144}) {
+          SCOPED_TRACE(fmt::format("gemv {} {} m {} n {}", arch, dtype_name(d), m, n));
+          const TensorSpec gx(d, {m, 4096}), gw(d, {n, 4096}), gy(d, {m, n}), gb(d, {n});
+          Artifact art =
+              rt.compile("linear", specs({gy, gx, gw, gb, gy}), {{"activation", 3}}, Target::parse(arch), Emit::ptx);
+          EXPECT_NE(art.binary->find("_gemv_"), std::string::npos) << "the decode form";
+          test::write_file(dir.path() / "v.ptx", *art.binary);
+          auto r = test::run_command(std::string(MOJO_TEST_PTXAS) + " -v -arch=" + arch + " " +
+                                     (dir.path() / "v.ptx").string() + " -o " + (dir.path() / "v.cubin").string());
+          ASSERT_EQ(r.exit_code, 0) << r.output;
+          EXPECT_NE(r.output.find("0 bytes spill stores, 0 bytes spill loads"), std::string::npos) << r.output;
+          const auto at = r.output.find("Used ");
+          ASSERT_NE(at, std::string::npos) << r.output;
+          EXPECT_LE(std::stoi(r.output.substr(at + 5)), 64) << r.output;
+        }
   const TensorSpec x(DType::bf16, {4096, 4096}), w(DType::bf16, {12288, 4096}), y(DType::bf16, {4096, 12288}),
       bias(DType::bf16, {12288});
   for (const char* arch : {"sm_80", "sm_90a"}) {
@@ -303,9 +361,9 @@ TEST_P(GemmCompiles, EveryLayoutAndBucketWithoutSpills) {
 // too few loads in flight per SM; each group keeps at least two k tiles.
 TEST(Gemm, DecodeSplitsKAcrossWarpGroups) {
   const OpDef& linear = find_op("linear");
-  auto params = [&](std::int64_t m, std::int64_t n, std::int64_t k) {
+  auto params = [&](std::int64_t m, std::int64_t n, std::int64_t k) {  // the tiles (M <= 4 would take gemv)
     const TensorSpec x(DType::bf16, {m, k}), w(DType::bf16, {n, k}), y(DType::bf16, {m, n});
-    return linear.specialize(specs({y, x, w, TensorSpec(), TensorSpec()}), {}, kSm90);
+    return linear.specialize(specs({y, x, w, TensorSpec(), TensorSpec()}), {{"path", 80}}, kSm90);
   };
   const Params down = params(1, 4096, 12288);  // 128 blocks of 16 x 32
   EXPECT_EQ(down.get("ks"), 4);
@@ -410,6 +468,13 @@ TEST(Linear, EveryQwen3LinearFillsTheLastWaveOnHopper) {
       const auto t = specs({TensorSpec(DType::bf16, {m, n}), TensorSpec(DType::bf16, {m, k}),
                             TensorSpec(DType::bf16, {n, k}), TensorSpec(), TensorSpec()});
       const Params p = linear.specialize(t, {}, sm90a);
+      // One row: the decode form, whose warps fill at least half of every SM's warp slots.
+      if (m <= kGemvMaxRows) {
+        ASSERT_EQ(p.get("gemv"), 1) << p.str();
+        const LaunchGeometry g = linear.geometry(p, t);
+        EXPECT_GE(g.grid.x * g.block.x / 32, std::uint64_t(32 * sms)) << p.str();
+        continue;
+      }
       // Decode: the sm_80 path's 16-row tiles, K split to fill the SMs, but for gate_up's 192-wide sm_90a tile.
       if (m <= kSm80PathMaxRows && n != 24576) {
         EXPECT_EQ(p.get("wgmma"), 0) << p.str();

@@ -157,11 +157,13 @@ double copy_bandwidth_gbs(std::size_t bytes) {
 }
 
 std::string path_of(const mojo::Params& p) {
+  if (p.get_or("gemv", 0) != 0) return "gemv";
   const std::int64_t wgmma = p.get_or("wgmma", -1);
   return wgmma < 0 ? "-" : wgmma ? "sm_90a" : "sm_80";
 }
 std::string tile_of(const mojo::Params& p) {
   const std::int64_t bm = p.get_or("bm", 0), bn = p.get_or("bn", 0);
+  if (p.get_or("gemv", 0) != 0) return fmt::format("{} rows, ks {}", p.get("gemv"), p.get("ks"));
   return bm && bn ? fmt::format("{}x{}", bm, bn) : "-";
 }
 
