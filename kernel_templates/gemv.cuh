@@ -1,9 +1,9 @@
 // linear at decode sizes, included by gemm.cu: out = act(x * W^T + bias) + residual for at most ROWS (1, 2
 // or 4) rows of x, on the CUDA cores with fp32 sums. At these sizes a linear is a read of the weights and
-// nothing else (Qwen3-8B's o_proj: 32 MiB against 32 KiB of x and out), so the kernel is built around
-// keeping as many weight bytes in flight as the SM allows, not around tensor cores: a 16-row mma tile is
-// 15/16 padding at M = 1, and its ring of shared memory limits the loads in flight (cuBLAS answers M = 1
-// with gemv kernels too).
+// nothing else (Qwen3-8B's o_proj: 32 MiB against 16 KiB of x and out), so the kernel is built around
+// keeping many weight bytes in flight from many warps, not around tensor cores: a 16-row mma tile is 15/16
+// padding at M = 1, and its few warps an SM meet at a barrier every k step (cuBLAS answers M = 1 with gemv
+// kernels too).
 //
 // Each warp owns one output column n, that is one row of W, split over KS warps: the row's 16-byte chunks
 // go to the lanes of the KS warps in turn (warp g of the column takes chunks 32 g + lane, 32 (g + KS) +
