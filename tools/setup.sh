@@ -2,7 +2,8 @@
 # Sets up a fresh Debian 12 machine and builds mojo-jit into build/:
 # installs the Debian packages it needs (only those missing), checks for the
 # CUDA toolkit, makes .venv/ (nvdisasm; nanobind, numpy and pytest for the
-# Python module), then configures and builds with the "default" CMake preset.
+# Python module; torch too with MOJO_JIT_SETUP_TORCH=1), then configures and
+# builds with the "default" CMake preset.
 #
 #   bash tools/setup.sh && build/examples/quickstart     # the main job
 #   bash tools/setup.sh && ctest --preset default        # the test suite
@@ -48,6 +49,14 @@ fi
 if [ -x .venv/bin/python ] && ! .venv/bin/python -c "import nanobind, numpy, pytest" >/dev/null 2>&1; then
   .venv/bin/pip install -q --disable-pip-version-check "nanobind>=2.4" numpy pytest >/dev/null 2>&1 ||
     echo "setup: could not install nanobind, numpy and pytest from PyPI; the Python module will not be built" >&2
+fi
+
+# torch, for the tests of the torch layer (mojo_jit.torch) on the CPU device, when MOJO_JIT_SETUP_TORCH=1 (CI sets
+# it): PyPI's wheel with its CUDA libraries, about 5 GB and 2 minutes (2026-11-28). Best effort, like the above.
+if [ "${MOJO_JIT_SETUP_TORCH:-0}" = 1 ] && [ -x .venv/bin/python ] && ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+  echo "setup: installing torch into .venv/ (MOJO_JIT_SETUP_TORCH=1)"
+  .venv/bin/pip install -q --disable-pip-version-check torch >/dev/null 2>&1 ||
+    echo "setup: could not install torch from PyPI; the torch layer's tests will not be registered" >&2
 fi
 
 cmake --preset default >/dev/null
