@@ -13,15 +13,28 @@ _runtimes: dict[str, _C.Runtime] = {}
 _lock = threading.Lock()
 
 
+_gpu: list[bool] = []
+
+
+def gpu_present() -> bool:
+    """Whether this process sees a GPU (asked once: 3 us a call, and a GPU does not come or go in a process)."""
+    if not _gpu:
+        _gpu.append(_C.device_available())
+    return _gpu[0]
+
+
 def default_device() -> str:
     """$MOJO_JIT_DEVICE, else "cuda" where there is a GPU, else "cpu" (the emulator)."""
-    return os.environ.get("MOJO_JIT_DEVICE") or ("cuda" if _C.device_available() else "cpu")
+    return os.environ.get("MOJO_JIT_DEVICE") or ("cuda" if gpu_present() else "cpu")
 
 
 def runtime(device: str | None = None) -> _C.Runtime:
     """The process's Runtime for `device` ("cuda", "cuda:N", "cpu", "cpu:sm_90a"; None: default_device()), made on
     first use with the options of the environment (README, "Environment")."""
     device = device or default_device()
+    rt = _runtimes.get(device)  # made once; the lock only orders two threads making it
+    if rt is not None:
+        return rt
     with _lock:
         rt = _runtimes.get(device)
         if rt is None:

@@ -126,6 +126,12 @@ def _stream_of(arrays: list[Any]) -> int:
     return 0
 
 
+def launch_device(metas: dict) -> str | None:
+    """Where arrays of these array_metas launch: their GPU; None (default_device(), asked at the launch) for host
+    arrays."""
+    return next((m[2] for m in metas.values() if m[2] != "cpu"), None)
+
+
 class OpFunction:
     """One op as a function; its signature and docstring come from the op's metadata (`mojo-jit list`)."""
 
@@ -248,9 +254,13 @@ class OpFunction:
 
     def launch(self, arrays: dict, metas: dict, scalars: dict, device: str | None, stream: int | None) -> None:
         """One launch of the op on these arrays (by tensor name; metas: their array_meta)."""
-        tensors = [arrays.get(n) for n in self.tensor_names]
         if device is None:
-            device = next((m[2] for m in metas.values() if m[2] != "cpu"), None) or default_device()
+            device = launch_device(metas)
+        self.launch_on(arrays, scalars, device, stream)
+
+    def launch_on(self, arrays: dict, scalars: dict, device: str | None, stream: int | None = None) -> None:
+        """One launch on `device` (None: default_device()), the arrays checked already (array_meta)."""
+        tensors = [arrays.get(n) for n in self.tensor_names]
         if stream is None:
             stream = _stream_of(tensors)
         runtime(device).launch(self.name, [_raw(t) for t in tensors], scalars, stream)

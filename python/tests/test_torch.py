@@ -105,6 +105,27 @@ def test_the_torch_op_runs_the_kernel_and_matches():
     torch.testing.assert_close(out, golden.rms_norm(updated, w), rtol=1e-5, atol=1e-5)
 
 
+def test_the_eager_path_remembers_a_call_and_nothing_of_its_tensors():
+    """A repeat of a call's dtypes, shapes and scalars takes the plan of the first: new outputs each call, the
+    new inputs' data; another shape, dtype or scalar works its own plan out, and a bad one is still refused."""
+    w = torch.randn(96)
+    first, second = torch.randn(3, 96), torch.randn(3, 96)
+    y1 = mt.rms_norm(first, w, eps=1e-6, backend="mojo")
+    y2 = mt.rms_norm(second, w, eps=1e-6, backend="mojo")
+    assert y1.data_ptr() != y2.data_ptr()
+    torch.testing.assert_close(y1, golden.rms_norm(first, w, 1e-6), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(y2, golden.rms_norm(second, w, 1e-6), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mt.rms_norm(second, w, eps=0.5, backend="mojo"), golden.rms_norm(second, w, 0.5),
+                               rtol=1e-5, atol=1e-5)
+    wide = torch.randn(5, 96)
+    assert mt.rms_norm(wide, w, eps=1e-6, backend="mojo").shape == (5, 96)
+    half = second.half()
+    torch.testing.assert_close(mt.rms_norm(half, w.half(), eps=1e-6, backend="mojo").float(),
+                               golden.rms_norm(half.float(), w.float(), 1e-6), rtol=2e-3, atol=2e-3)
+    with pytest.raises(mojo_jit.DTypeError):
+        mt.rms_norm(second.double(), w.double(), backend="mojo")
+
+
 @pytest.mark.parametrize("op,dtype,shapes,scalars", CASES, ids=[c[0] for c in CASES])
 def test_opcheck(op, dtype, shapes, scalars):
     """The schema (what the kernel mutates is declared, nothing else) and the fake kernel (outputs of the kernel's

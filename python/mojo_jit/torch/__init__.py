@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from .. import _C
+from .. import _C, _runtime
 from .. import ops as _ops
 from . import golden
 
@@ -45,6 +45,7 @@ class _Op:
         self.given = [n for n in f.outputs if n in f.optional or n in f.shape_needed]
         self.returned = [n for n in f.outputs if n not in self.given]
         self.args = f.inputs + [n for n in f.tensor_names if n not in f.inputs and n not in self.returned]
+        self._plans: dict = {}
 
     def schema(self) -> str:
         f, parts = self.f, []
@@ -71,14 +72,21 @@ class _Op:
         """The returned outputs for these inputs (metas: their array_meta), empty: (those the op writes, by name; the
         op's return value, where an output absent for these inputs, moe_dispatch's sorted_x without x, is an empty
         tensor). The fake kernel's answer and the eager path's memory."""
-        device = tensors[self.f.inputs[0]].device
-        written, returned = {}, {}
-        for name, dtype, shape in self.f.missing_outputs(metas, scalars):
-            if name in self.returned:
-                returned[name] = torch.empty(shape or (0,), dtype=_TORCH_DTYPES[dtype], device=device)
-                if shape is not None:
-                    written[name] = returned[name]
-        return written, _as_returned([returned[n] for n in self.returned])
+        return self._allocate(self._output_specs(metas, scalars), tensors[self.f.inputs[0]].device)
+
+    def _output_specs(self, metas: dict, scalars: dict) -> list:
+        """(name, torch dtype, shape; None where absent) of each returned output, in the schema's order."""
+        return [(n, _TORCH_DTYPES[d], s) for n, d, s in self.f.missing_outputs(metas, scalars) if n in self.returned]
+
+    @staticmethod
+    def _allocate(specs: list, device: Any) -> tuple[dict, Any]:
+        written, returned = {}, []
+        for name, dtype, shape in specs:
+            t = torch.empty(shape or (0,), dtype=dtype, device=device)
+            if shape is not None:
+                written[name] = t
+            returned.append(t)
+        return written, _as_returned(returned)
 
     def fake(self, *args: Any, **kwargs: Any) -> Any:
         tensors, scalars = self.split(args, kwargs)
@@ -89,11 +97,34 @@ class _Op:
 
     def eager(self, *args: Any, **kwargs: Any) -> Any:
         tensors, scalars = self.split(args, kwargs)
-        metas = {n: _ops.array_meta(t, n) for n, t in tensors.items()}
-        written, returned = self.outputs(tensors, metas, scalars)
+        # What the first call with these dtypes, shapes, devices and scalars worked out (the tensors' checks, the
+        # outputs' specs, where it launches), remembered: a repeat allocates and launches, nothing else.
+        try:
+            key = (tuple([(n, t.dtype, t.shape, t.device, t.layout) for n, t in tensors.items()]),
+                   tuple(scalars.items()))
+            plan = self._plans.get(key)
+        except TypeError:  # an unhashable scalar: the op will say what is wrong with it
+            key, plan = None, None
+        if plan is None:
+            metas = {n: _ops.array_meta(t, n) for n, t in tensors.items()}
+            plan = (self._output_specs(metas, scalars), _ops.launch_device(metas))
+            if key is not None and len(self._plans) < 1024:
+                self._plans[key] = plan
+        specs, device = plan
+        on = tensors[self.f.inputs[0]].device
+        written, returned = self._allocate(specs, on)
         tensors.update(written)
-        self.f.launch(tensors, metas, scalars, None, None)
+        # ops.OpFunction.launch_on for tensors the plan checked: each as the module's tuple, read off directly.
+        raw = [None if t is None else _raw(t) for t in map(tensors.get, self.f.tensor_names)]
+        stream = torch.cuda.current_stream(on).cuda_stream if on.type == "cuda" else 0
+        _runtime.runtime(device).launch(self.name, raw, scalars, stream)
         return returned
+
+
+def _raw(t: torch.Tensor) -> tuple:
+    """A strided tensor of a dtype mojo-jit takes as the module's tuple (ops._raw, without its checks)."""
+    d = t.device
+    return _DTYPE_NAMES[t.dtype], tuple(t.shape), t.stride(), t.data_ptr(), -1 if d.type == "cpu" else d.index or 0
 
 
 def _as_returned(out: list) -> Any:
@@ -131,7 +162,7 @@ def _fallback_reason(tensors: list) -> str | None:
     """Why the kernel cannot run on these tensors before trying: CPU tensors where no GPU is (and no one asked for
     the CPU device, the emulator)."""
     on_gpu = any(t.is_cuda for t in tensors)
-    if not on_gpu and not os.environ.get("MOJO_JIT_DEVICE") and not _C.device_available():
+    if not on_gpu and not os.environ.get("MOJO_JIT_DEVICE") and not _runtime.gpu_present():
         return "no GPU (set MOJO_JIT_DEVICE=cpu to run the kernels on the CPU device, an emulator)"
     return None
 
