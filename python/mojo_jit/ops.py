@@ -25,7 +25,7 @@ import numpy as _numpy
 from numpy import ndarray as _numpy_ndarray
 
 from . import _C
-from ._runtime import runtime, default_device
+from ._runtime import runtime
 
 # mojo-jit's dtype names by the names array libraries give their dtypes.
 _DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int32": "i32", "int64": "i64", "uint8": "u8"}
@@ -89,9 +89,15 @@ def _raw(array: Any) -> Any:
     dtype = _torch_names().get(array.dtype)
     if dtype is None or array.layout is not _torch_strided():
         return array  # the converter says what is wrong with it
-    device = array.device
-    return (dtype, tuple(array.shape), array.stride(), array.data_ptr(), -1 if device.type == "cpu" else
-            device.index or 0)
+    return torch_tuple(array, dtype)
+
+
+def torch_tuple(tensor: Any, dtype: str) -> tuple:
+    """A strided torch tensor of mojo-jit's dtype `dtype` as the module takes it: (dtype, shape, strides, address,
+    device index, -1 for the host)."""
+    device = tensor.device
+    index = -1 if device.type == "cpu" else device.index or 0
+    return dtype, tuple(tensor.shape), tensor.stride(), tensor.data_ptr(), index
 
 
 def empty_like_array(like: Any, shape: tuple[int, ...], dtype: str) -> Any:

@@ -115,16 +115,11 @@ class _Op:
         written, returned = self._allocate(specs, on)
         tensors.update(written)
         # ops.OpFunction.launch_on for tensors the plan checked: each as the module's tuple, read off directly.
-        raw = [None if t is None else _raw(t) for t in map(tensors.get, self.f.tensor_names)]
+        raw = [None if t is None else _ops.torch_tuple(t, _DTYPE_NAMES[t.dtype])
+               for t in map(tensors.get, self.f.tensor_names)]
         stream = torch.cuda.current_stream(on).cuda_stream if on.type == "cuda" else 0
         _runtime.runtime(device).launch(self.name, raw, scalars, stream)
         return returned
-
-
-def _raw(t: torch.Tensor) -> tuple:
-    """A strided tensor of a dtype mojo-jit takes as the module's tuple (ops._raw, without its checks)."""
-    d = t.device
-    return _DTYPE_NAMES[t.dtype], tuple(t.shape), t.stride(), t.data_ptr(), -1 if d.type == "cpu" else d.index or 0
 
 
 def _as_returned(out: list) -> Any:
