@@ -22,7 +22,8 @@ inline constexpr std::string_view kVariables[] = {
     "MOJO_JIT_CACHE_TRUST",   "MOJO_JIT_COMPILER",         "MOJO_JIT_CPU_POISON",        "MOJO_JIT_CPU_SCHEDULE",      "MOJO_JIT_CPU_THREADS",
     "MOJO_JIT_DEBUG_CHECKS",  "MOJO_JIT_DEVICE",           "MOJO_JIT_DISABLE_DISK_CACHE", "MOJO_JIT_DUMP",
     "MOJO_JIT_HOST_CXX",      "MOJO_JIT_LOCK_TIMEOUT_MS",  "MOJO_JIT_LOG",               "MOJO_JIT_OFFLINE",     "MOJO_JIT_PDL",     "MOJO_JIT_PTXAS",
-    "MOJO_JIT_REMOTE",        "MOJO_JIT_TEMPLATE_PATH", "MOJO_JIT_TEST_DEVICE",
+    "MOJO_JIT_REMOTE",        "MOJO_JIT_SETUP_TORCH" /* read by tools/setup.sh */, "MOJO_JIT_TEMPLATE_PATH",
+    "MOJO_JIT_TEST_DEVICE",
 };
 
 // The value, when set and not empty.
