@@ -80,7 +80,7 @@ TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype
 // loads each lane keeps in flight. KS doubles while the grid's warps would fill less than half of every
 // SM's warp slots and each lane keeps at least two chunks; cols * ks = 8 warps a block; 8 chunks, 4 at 4 rows.
 // Not yet timed on a GPU: chosen over the 16-row mma tile for its warps and bytes in flight (gemv.cuh);
-// `path` 80 pins the tile for comparison, and autotuning times both.
+// `path` 80 pins the tile for comparison; autotuning times the form's other splits and depths (not the tile).
 constexpr std::int64_t kGemvMaxRows = 4;
 struct GemvConfig {
   int rows, cols, ks, chunks;
