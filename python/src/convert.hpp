@@ -2,10 +2,9 @@
 // objects.
 #pragma once
 
+#include <fmt/format.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
-
-#include <fmt/format.h>
 
 #include <string>
 #include <string_view>
@@ -31,8 +30,7 @@ inline mojo::DType dtype_from_dlpack(nb::dlpack::dtype d, std::string_view name)
   static constexpr const char* kCodeNames[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
   const std::string type = fmt::format("{}{}{}", d.code < 7 ? kCodeNames[d.code] : "code", d.bits,
                                        d.lanes == 1 ? std::string() : fmt::format("x{}", d.lanes));
-  throw mojo::DTypeError(
-      fmt::format("tensor {}: element type {} is none of f32, f16, bf16, i32, i64, u8", name, type));
+  throw mojo::DTypeError(fmt::format("tensor {}: element type {} is none of f32, f16, bf16, i32, i64, u8", name, type));
 }
 
 inline mojo::Scalar to_scalar(nb::handle value, std::string_view name) {
@@ -65,6 +63,11 @@ inline mojo::ShapeMap shapes_of(nb::dict d) {
     out.emplace(nb::cast<std::string>(key), std::move(dims));
   }
   return out;
+}
+
+// A JSON value as Python's json module reads it.
+inline nb::object from_json(const nlohmann::json& j) {
+  return nb::module_::import_("json").attr("loads")(nb::str(j.dump().c_str()));
 }
 
 // Every tensor spec of `op` for the shapes named (a dict of name -> dims), the rest derived as `mojo-jit describe`

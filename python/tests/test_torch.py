@@ -126,6 +126,44 @@ def test_the_eager_path_remembers_a_call_and_nothing_of_its_tensors():
         mt.rms_norm(second.double(), w.double(), backend="mojo")
 
 
+def test_the_fast_path_reads_the_backend_switch_each_call_and_refuses_what_the_schema_does_not_take(monkeypatch):
+    """mt.<op>'s eager call in C++: one plan per signature; $MOJO_JIT_BACKEND read at every call, a plan made
+    before notwithstanding; outputs of another dtype than the first input's (sample's tokens); arguments checked as
+    Python checks a signature."""
+    eager = mt._registered["rms_norm"].eager
+    x, w = torch.randn(5, 64), torch.randn(64)
+    before = eager.plans
+    mt.rms_norm(torch.randn(5, 64), w, eps=1e-5)
+    torch.testing.assert_close(mt.rms_norm(x, w, eps=1e-5), golden.rms_norm(x, w, 1e-5), rtol=1e-5, atol=1e-5)
+    assert eager.plans == before + 1
+    monkeypatch.setattr(golden, "rms_norm", lambda *args, **kwargs: "the golden function")
+    monkeypatch.setenv("MOJO_JIT_BACKEND", "torch")
+    assert mt.rms_norm(x, w, eps=1e-5) == "the golden function"
+    monkeypatch.setenv("MOJO_JIT_BACKEND", "mojo")
+    assert isinstance(mt.rms_norm(x, w, eps=1e-5), torch.Tensor)
+    monkeypatch.delenv("MOJO_JIT_BACKEND")
+
+    logits = torch.randn(3, 100).half()
+    offset = torch.zeros(3, dtype=torch.int64)
+    tokens, logprobs = mt.sample(logits, torch.zeros(3, dtype=torch.int64), torch.ones(3), torch.zeros(3),
+                                 torch.arange(3), offset, backend="mojo")
+    assert (tokens.dtype, logprobs.dtype) == (torch.int64, torch.float32)
+    assert tokens.shape == (3,) and bool(((tokens >= 0) & (tokens < 100)).all()) and offset.tolist() == [1, 1, 1]
+    torch.testing.assert_close(logprobs, torch.log_softmax(logits.float(), -1).gather(1, tokens[:, None])[:, 0],
+                               rtol=1e-3, atol=1e-3)
+
+    with pytest.raises(TypeError, match=r"rms_norm\(\) got an unexpected keyword argument 'epsilon'"):
+        mt.rms_norm(x, w, epsilon=1e-5)
+    with pytest.raises(TypeError, match=r"rms_norm\(\) takes 3 positional arguments but 4 were given"):
+        mt.rms_norm(x, w, 1e-5, 2.0)
+    with pytest.raises(TypeError, match=r"rms_norm\(\) missing required argument: 'weight'"):
+        mt.rms_norm(x)
+    with pytest.raises(mojo_jit.InvalidArgumentError, match="tensor x is no strided torch tensor"):
+        mt.rms_norm(x.numpy(), w, backend="mojo")
+    with pytest.raises(mojo_jit.InvalidArgumentError, match="scalar eps: a str is no number"):
+        mt.rms_norm(x, w, eps="small")
+
+
 @pytest.mark.parametrize("op,dtype,shapes,scalars", CASES, ids=[c[0] for c in CASES])
 def test_opcheck(op, dtype, shapes, scalars):
     """The schema (what the kernel mutates is declared, nothing else) and the fake kernel (outputs of the kernel's

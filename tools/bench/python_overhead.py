@@ -1,15 +1,19 @@
 """What a Python call costs above the C++ launch: per call, the median of 7 rounds.
 
   python tools/bench/python_overhead.py            # on a GPU: real launches of rms_norm bf16 [16, 4096], with torch
-  python tools/bench/python_overhead.py --stub     # anywhere: the launch replaced by a no-op, so only the Python
-                                                   # layers (binding, output allocation, conversions) are timed
+  python tools/bench/python_overhead.py --stub     # anywhere: rms_norm f32 [16, 4096] on the CPU device, each
+                                                   # launch stopped where the device would run it (the launch sink
+                                                   # of mojo-bench's host table; host arrays unstaged), so the
+                                                   # Python layers and Runtime::launch by name are timed, no kernel
 
 Rows: `_C.Runtime.launch` (the binding: arrays to tensors, then Runtime::launch by name), `mojo_jit.ops.rms_norm`
-(out= given, and allocated), and with torch `mojo_jit.torch.rms_norm` (the eager fast path) and
-`torch.ops.mojo_jit.rms_norm` (through the dispatcher). Compare with mojo-bench's host table (the C++ by-name launch)
-measured on the same machine.
+(out= given, and allocated), and with torch `mojo_jit.torch.rms_norm` (the eager fast path, MOJO_JIT_BACKEND unset),
+`torch.ops.mojo_jit.rms_norm` (through the dispatcher) and, for scale, torch's own `torch.empty_like` and
+`torch.nn.functional.rms_norm`. Compare with mojo-bench's host table (the C++ by-name launch, 0.05-0.1 us) measured on
+the same machine.
 """
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -17,7 +21,7 @@ import time
 import numpy as np
 
 import mojo_jit
-from mojo_jit import _runtime
+from mojo_jit import _C
 
 
 def per_call_us(fn, calls):
@@ -30,14 +34,9 @@ def per_call_us(fn, calls):
     return statistics.median(rounds)
 
 
-class NoLaunch:
-    def launch(self, *args, **kwargs):
-        pass
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stub", action="store_true", help="replace the launch with a no-op (no GPU needed)")
+    parser.add_argument("--stub", action="store_true", help="stop each launch at the sink (no GPU needed)")
     parser.add_argument("--calls", type=int, default=2000)
     args = parser.parse_args()
     try:
@@ -57,11 +56,11 @@ def main():
         x = np.random.randn(16, 4096).astype(np.float32)
         w = np.random.randn(4096).astype(np.float32)
         out = np.empty_like(x)
-        device = "stub"
-        _runtime._runtimes[device] = NoLaunch()
-    if gpu:
-        launch = mojo_jit.runtime(device).launch
-        rows.append(("_C.Runtime.launch (by name)", lambda: launch("rms_norm", [out, x, w], {"eps": 1e-6}, 0)))
+        device = "cpu"
+        os.environ["MOJO_JIT_DEVICE"] = "cpu"  # the fast path's default device where there is no GPU
+    launch = mojo_jit.runtime(device).launch
+    rows.append(("_C.Runtime.launch (by name), out= given",
+                 lambda: launch("rms_norm", [out, x, w], {"eps": 1e-6}, 0)))
     rows.append(("mojo_jit.ops.rms_norm, out= given",
                  lambda: mojo_jit.ops.rms_norm(x, w, out=out, eps=1e-6, device=device)))
     rows.append(("mojo_jit.ops.rms_norm, out allocated", lambda: mojo_jit.ops.rms_norm(x, w, eps=1e-6, device=device)))
@@ -70,15 +69,18 @@ def main():
 
         xt = x if gpu else torch.from_numpy(x)
         wt = w if gpu else torch.from_numpy(w)
-        if not gpu:
-            _runtime._runtimes[mojo_jit.default_device()] = NoLaunch()
-        rows.append(("mojo_jit.torch.rms_norm (eager fast path)", lambda: mt.rms_norm(xt, wt, eps=1e-6, backend="mojo")))
+        rows.append(("mojo_jit.torch.rms_norm (eager fast path)", lambda: mt.rms_norm(xt, wt, eps=1e-6)))
         rows.append(("torch.ops.mojo_jit.rms_norm (dispatcher)", lambda: torch.ops.mojo_jit.rms_norm(xt, wt, eps=1e-6)))
+        rows.append(("torch.empty_like (for scale)", lambda: torch.empty_like(xt)))
+        rows.append(("torch.nn.functional.rms_norm (for scale)",
+                     lambda: torch.nn.functional.rms_norm(xt, (4096,), wt, eps=1e-6)))
     for _, fn in rows:
         fn()  # compile or load first
+    if not gpu:
+        _C._stop_launches_at_sink(True)
     if gpu:
         torch.cuda.synchronize()
-    print(f"per call, median of 7 rounds of {args.calls} ({'GPU launches' if gpu else 'launch stubbed out'})")
+    print(f"per call, median of 7 rounds of {args.calls} ({'GPU launches' if gpu else 'launches stopped at the sink'})")
     for name, fn in rows:
         us = per_call_us(fn, args.calls)
         if gpu:

@@ -10,8 +10,9 @@ op's order; tensors it updates in place (add_rms_norm's residual, store_kv_cache
 mutated; outputs whose shape the inputs do not give (moe_gate's ids and weights) and optional outputs (layer_norm's
 mean and rstd, attention's lse) are mutated arguments too; the others are returned. Scalars are floats.
 
-The functions here (mt.rms_norm, ...) take the eager fast path outside torch.compile (the op function itself, no
-dispatcher) and the registered op inside it, and choose a backend (`backend=` per call, else $MOJO_JIT_BACKEND):
+The functions here (mt.rms_norm, ...) take the eager fast path outside torch.compile (the op's call in C++, no
+dispatcher: a repeat of a call's dtypes, shapes and scalars reads the tensors, allocates the outputs and launches) and
+the registered op inside it, and choose a backend (`backend=` per call, else $MOJO_JIT_BACKEND):
   auto   the kernel; where it cannot run (no GPU for CPU tensors, a dtype, arch or compile error) the golden function,
          with one warning per op and reason;
   mojo   the kernel, or the error;
@@ -33,6 +34,9 @@ _TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloa
                  "i64": torch.int64, "u8": torch.uint8}
 _DTYPE_NAMES = {v: k for k, v in _TORCH_DTYPES.items()}
 _BACKENDS = ("auto", "mojo", "torch")
+# What _C.TorchEager takes of torch (the module never imports it).
+_TORCH = {"Tensor": torch.Tensor, "strided": torch.strided, "dtypes": _DTYPE_NAMES,
+          "current_stream": torch._C._cuda_getCurrentRawStream}
 
 
 class _Op:
@@ -45,7 +49,10 @@ class _Op:
         self.given = [n for n in f.outputs if n in f.optional or n in f.shape_needed]
         self.returned = [n for n in f.outputs if n not in self.given]
         self.args = f.inputs + [n for n in f.tensor_names if n not in f.inputs and n not in self.returned]
-        self._plans: dict = {}
+        # The eager call, in C++: a repeat of a call's dtypes, shapes, devices and scalars reads the tensors,
+        # allocates the outputs and launches, with no Python between.
+        self.eager = _C.TorchEager(self.name, self.args, len(f.inputs), self.returned, self.plan, _runtime.runtime,
+                                   _TORCH)
 
     def schema(self) -> str:
         f, parts = self.f, []
@@ -68,58 +75,28 @@ class _Op:
         scalars = {n: values[n] for n in self.f.scalar_defaults if n in values}
         return tensors, scalars
 
-    def outputs(self, tensors: dict, metas: dict, scalars: dict) -> tuple[dict, Any]:
-        """The returned outputs for these inputs (metas: their array_meta), empty: (those the op writes, by name; the
-        op's return value, where an output absent for these inputs, moe_dispatch's sorted_x without x, is an empty
-        tensor). The fake kernel's answer and the eager path's memory."""
-        return self._allocate(self._output_specs(metas, scalars), tensors[self.f.inputs[0]].device)
-
     def _output_specs(self, metas: dict, scalars: dict) -> list:
         """(name, torch dtype, shape; None where absent) of each returned output, in the schema's order."""
         return [(n, _TORCH_DTYPES[d], s) for n, d, s in self.f.missing_outputs(metas, scalars) if n in self.returned]
 
-    @staticmethod
-    def _allocate(specs: list, device: Any) -> tuple[dict, Any]:
-        written, returned = {}, []
-        for name, dtype, shape in specs:
-            t = torch.empty(shape or (0,), dtype=dtype, device=device)
-            if shape is not None:
-                written[name] = t
-            returned.append(t)
-        return written, _as_returned(returned)
-
     def fake(self, *args: Any, **kwargs: Any) -> Any:
+        """The returned outputs, empty, as the eager call allocates them (one absent for these inputs, moe_dispatch's
+        sorted_x without x, empty)."""
         tensors, scalars = self.split(args, kwargs)
         # From the tensors' metadata only: under torch.compile they are fake, with no memory to look at, and their
         # sizes may be symbolic (int() specialises them).
         metas = {n: (_DTYPE_NAMES.get(t.dtype), tuple(int(d) for d in t.shape), "cpu") for n, t in tensors.items()}
-        return self.outputs(tensors, metas, scalars)[1]
+        like = tensors[self.f.inputs[0]]
+        return _as_returned([like.new_empty(shape or (0,), dtype=dtype)
+                             for _, dtype, shape in self._output_specs(metas, scalars)])
 
-    def eager(self, *args: Any, **kwargs: Any) -> Any:
-        tensors, scalars = self.split(args, kwargs)
-        # What the first call with these dtypes, shapes, devices and scalars worked out (the tensors' checks, the
-        # outputs' specs, where it launches), remembered: a repeat allocates and launches, nothing else.
-        try:
-            key = (tuple([(n, t.dtype, t.shape, t.device, t.layout) for n, t in tensors.items()]),
-                   tuple(scalars.items()))
-            plan = self._plans.get(key)
-        except TypeError:  # an unhashable scalar: the op will say what is wrong with it
-            key, plan = None, None
-        if plan is None:
-            metas = {n: _ops.array_meta(t, n) for n, t in tensors.items()}
-            plan = (self._output_specs(metas, scalars), _ops.launch_device(metas))
-            if key is not None and len(self._plans) < 1024:
-                self._plans[key] = plan
-        specs, device = plan
-        on = tensors[self.f.inputs[0]].device
-        written, returned = self._allocate(specs, on)
-        tensors.update(written)
-        # ops.OpFunction.launch_on for tensors the plan checked: each as the module's tuple, read off directly.
-        raw = [None if t is None else _ops.torch_tuple(t, _DTYPE_NAMES[t.dtype])
-               for t in map(tensors.get, self.f.tensor_names)]
-        stream = torch.cuda.current_stream(on).cuda_stream if on.type == "cuda" else 0
-        _runtime.runtime(device).launch(self.name, raw, scalars, stream)
-        return returned
+    def plan(self, tensors: dict, scalars: dict) -> tuple[list, Any]:
+        """What the eager call (_C.TorchEager) needs for the first call of a signature: the returned outputs' specs,
+        and the runtime that launches (None: the default device's, asked each call). Raises what is wrong with the
+        tensors."""
+        metas = {n: _ops.array_meta(t, n) for n, t in tensors.items()}
+        device = _ops.launch_device(metas)
+        return self._output_specs(metas, scalars), None if device is None else _runtime.runtime(device)
 
 
 def _as_returned(out: list) -> Any:
@@ -132,8 +109,8 @@ _registered: dict[str, _Op] = {}
 for _f in _ops._functions.values():
     _op = _registered[_f.name] = _Op(_f)
     _lib.define(_op.schema())
-    _lib.impl(_f.name, _op.eager, "CPU")
-    _lib.impl(_f.name, _op.eager, "CUDA")
+    _lib.impl(_f.name, _op.eager.call, "CPU")
+    _lib.impl(_f.name, _op.eager.call, "CUDA")
     torch.library.register_fake(f"mojo_jit::{_f.name}", _op.fake, lib=_lib)
 
 
@@ -144,6 +121,9 @@ def schema(op: str) -> str:
 
 # ---- the backend switch ------------------------------------------------------------------------------------------
 _warned: set[tuple[str, str]] = set()
+# The errors on which auto falls back to the golden function: the kernel cannot run these tensors here.
+_FALLBACK_ERRORS = (_C.DTypeError, _C.ArchError, _C.CompileError, _C.NoDeviceError)
+_is_compiling = torch.compiler.is_compiling
 
 
 def _backend(backend: str | None) -> str:
@@ -174,8 +154,20 @@ def _fall_back(op: _Op, reason: str, kind: str, args: tuple, kwargs: dict, warn:
 
 def _make_function(op: _Op):
     registered = getattr(torch.ops.mojo_jit, op.name)
+    fast = op.eager.fast
 
     def call(*args: Any, backend: str | None = None, **kwargs: Any) -> Any:
+        if backend is None and not _is_compiling():
+            # The kernel, all in C++, where $MOJO_JIT_BACKEND and the tensors let it run; NotImplemented where the
+            # lines below decide. An error it raises that auto falls back on is raised again below, or falls back.
+            try:
+                out = fast(*args, **kwargs)
+            except _FALLBACK_ERRORS:
+                out = NotImplemented
+            if out is not NotImplemented:
+                return out
+        elif backend == "mojo" and not _is_compiling():
+            return op.eager.call(*args, **kwargs)
         b = _backend(backend)
         if b == "torch":
             return _fall_back(op, "MOJO_JIT_BACKEND=torch", "torch", args, kwargs, warn=False)
@@ -184,11 +176,11 @@ def _make_function(op: _Op):
             reason = _fallback_reason(tensors)
             if reason is not None:
                 return _fall_back(op, reason, "no GPU", args, kwargs, warn=True)
-        if torch.compiler.is_compiling():
+        if _is_compiling():
             return registered(*args, **kwargs)
         try:
-            return op.eager(*args, **kwargs)
-        except (_C.DTypeError, _C.ArchError, _C.CompileError, _C.NoDeviceError) as e:
+            return op.eager.call(*args, **kwargs)
+        except _FALLBACK_ERRORS as e:
             if b != "auto":
                 raise
             return _fall_back(op, f"{type(e).__name__}: {e}", type(e).__name__, args, kwargs, warn=True)
