@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The build without the LLVM compiler (cmake --preset nollvm), end to end through the CLI and the quickstart:
-# what differs from the default build is only that `llvm` is not a compiler (src/compiler/compiler.cpp), and the
-# default build's suite covers the rest of the same code. Usage: tests/nollvm_smoke.sh BUILD_DIR
+# A build without the LLVM compiler (MOJO_JIT_WITH_LLVM=OFF: CI's TSan build, cmake --preset tsan), end to end
+# through the CLI and the quickstart: what differs from the default build is only that `llvm` is not a compiler
+# (src/compiler/compiler.cpp), and the default build's suite covers the rest of the same code. Usage: tests/nollvm_smoke.sh BUILD_DIR
 set -euo pipefail
 build=${1:?usage: $0 BUILD_DIR}
 cli="$build/tools/mojo-jit"

@@ -8,7 +8,8 @@
 
 Rows: `_C.Runtime.launch` (the binding: arrays to tensors, then Runtime::launch by name), `mojo_jit.ops.rms_norm`
 (out= given, and allocated), and with torch `mojo_jit.torch.rms_norm` (the eager fast path, MOJO_JIT_BACKEND unset),
-`torch.ops.mojo_jit.rms_norm` (through the dispatcher) and, for scale, torch's own `torch.empty_like` and
+`torch.ops.mojo_jit.rms_norm` (through the dispatcher), the same launch wrapped as a `torch.library.custom_op` (the
+way torch documents for one's own kernel), and, for scale, torch's own `torch.empty_like` and
 `torch.nn.functional.rms_norm`. Compare with mojo-bench's host table (the C++ by-name launch, 0.05-0.1 us) measured on
 the same machine.
 """
@@ -32,6 +33,24 @@ def per_call_us(fn, calls):
             fn()
         rounds.append((time.perf_counter() - start) / calls * 1e6)
     return statistics.median(rounds)
+
+
+def _custom_op_rms_norm(torch, runtime):
+    """rms_norm wrapped the way torch documents for a kernel of one's own (torch.library.custom_op, a fake kernel),
+    calling _C.Runtime.launch: what a user of the binding alone would get, for comparison with mojo_jit.torch."""
+
+    @torch.library.custom_op("mojo_jit_bench::rms_norm", mutates_args=())
+    def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        out = torch.empty_like(x)
+        stream = torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else 0
+        runtime.launch("rms_norm", [out, x, weight], {"eps": eps}, stream)
+        return out
+
+    @rms_norm.register_fake
+    def _(x, weight, eps):
+        return torch.empty_like(x)
+
+    return rms_norm
 
 
 def main():
@@ -71,6 +90,8 @@ def main():
         wt = w if gpu else torch.from_numpy(w)
         rows.append(("mojo_jit.torch.rms_norm (eager fast path)", lambda: mt.rms_norm(xt, wt, eps=1e-6)))
         rows.append(("torch.ops.mojo_jit.rms_norm (dispatcher)", lambda: torch.ops.mojo_jit.rms_norm(xt, wt, eps=1e-6)))
+        wrapped = _custom_op_rms_norm(torch, mojo_jit.runtime(device))
+        rows.append(("the same launch as a torch.library.custom_op", lambda: wrapped(xt, wt, 1e-6)))
         rows.append(("torch.empty_like (for scale)", lambda: torch.empty_like(xt)))
         rows.append(("torch.nn.functional.rms_norm (for scale)",
                      lambda: torch.nn.functional.rms_norm(xt, (4096,), wt, eps=1e-6)))
