@@ -93,9 +93,8 @@ TorchEager::TorchEager(const std::string& op, const std::vector<std::string>& ar
   }
   if (required == 0 || required > args.size())
     throw mojo::InvalidArgumentError(
-        fmt::format("{}: {} required tensors of {}; the outputs are allocated like the "
-                    "first",
-                    op, required, args.size()));
+        fmt::format("{}: {} of {} tensors required; at least the first is (outputs are allocated like it)", op,
+                    required, args.size()));
   for (auto [dtype, name] : nb::cast<nb::dict>(torch["dtypes"]))
     dtypes_.emplace_back(nb::borrow(dtype), mojo::parse_dtype(nb::cast<std::string>(name)));
 }
