@@ -1,9 +1,10 @@
 // Array arguments as a launch sees them (arrays.hpp).
 #include "arrays.hpp"
 
-#include <fmt/format.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <string>

@@ -1,9 +1,10 @@
 // mojo_jit._C.TorchEager (eager.hpp).
 #include "eager.hpp"
 
-#include <fmt/format.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
@@ -49,6 +50,14 @@ std::vector<std::int64_t> ints_of(PyObject* tuple) {
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, Py_ssize_t(i)));
   if (PyErr_Occurred()) throw nb::python_error();
   return out;
+}
+
+// A tensor's data_ptr().
+std::uintptr_t address_of(PyObject* tensor) {
+  const std::uintptr_t address =
+      PyLong_AsUnsignedLongLong(checked(PyObject_CallMethodNoArgs(tensor, names().data_ptr)).ptr());
+  if (PyErr_Occurred()) throw nb::python_error();
+  return address;
 }
 
 }  // namespace
@@ -155,8 +164,7 @@ bool TorchEager::read(PyObject* obj, Read& r, std::string_view name) const {
   const std::vector<std::int64_t> shape = ints_of(checked(PyObject_GetAttr(obj, n.shape)).ptr());
   const std::vector<std::int64_t> strides = ints_of(checked(PyObject_CallMethodNoArgs(obj, n.stride)).ptr());
   r.view.spec = spec_of(dtypes_[std::size_t(r.dtype)].second, shape, strides, name);
-  r.view.data = std::uintptr_t(PyLong_AsUnsignedLongLong(checked(PyObject_CallMethodNoArgs(obj, n.data_ptr)).ptr()));
-  if (PyErr_Occurred()) throw nb::python_error();
+  r.view.data = address_of(obj);
   r.view.on_host = r.device < 0;
   r.view.device_id = std::max(r.device, 0);
   return true;
@@ -188,9 +196,18 @@ const TorchEager::Plan& TorchEager::plan_for(std::vector<std::int64_t>&& key, co
     if (shape.is_none()) {
       out.dims.push_back(nb::int_(0));
     } else {
-      out.tensor = int(std::find(source_.begin(), source_.end(), -1 - r) - source_.begin());
-      for (nb::handle d : shape) out.dims.push_back(nb::borrow(d));
+      const auto dtype =
+          std::find_if(dtypes_.begin(), dtypes_.end(), [&](const auto& d) { return d.first.is(spec[1]); });
+      if (dtype == dtypes_.end())
+        throw mojo::Error(fmt::format("{}: the plan gives an output of no dtype it knows", op_.name()));
+      std::vector<std::int64_t> dims;
+      for (nb::handle d : shape) {
+        out.dims.push_back(nb::borrow(d));
+        dims.push_back(nb::cast<std::int64_t>(d));
+      }
       if (out.dims.empty()) out.dims.push_back(nb::borrow(shape));
+      // Contiguous, as new_empty makes it; a rank-0 output is one element, as spec_of reads one.
+      out.spec = dims.empty() ? mojo::TensorSpec(dtype->second, {1}) : mojo::TensorSpec(dtype->second, dims);
     }
     ++given;
   }
@@ -266,7 +283,7 @@ nb::object TorchEager::run(nb::args args, nb::kwargs kwargs, bool fast) {
   // is returned empty, and not launched on.
   const Names& n = names();
   std::vector<nb::object> outputs;
-  std::vector<Read> written(plan.outputs.size());
+  std::vector<ArrayView> written(plan.outputs.size());
   std::vector<PyObject*> call_args;
   for (std::size_t r = 0; r < plan.outputs.size(); ++r) {
     const Output& o = plan.outputs[r];
@@ -276,8 +293,11 @@ nb::object TorchEager::run(nb::args args, nb::kwargs kwargs, bool fast) {
     if (!o.dtype.is_none()) call_args.push_back(o.dtype.ptr());
     outputs.push_back(checked(PyObject_VectorcallMethod(n.new_empty, call_args.data(), positional,
                                                         o.dtype.is_none() ? nullptr : n.dtype_keyword)));
-    if (o.tensor >= 0 && !read(outputs.back().ptr(), written[r], infos[std::size_t(o.tensor)].name))
-      throw mojo::Error(fmt::format("{}: new_empty made an output the launch does not take", op_.name()));
+    if (o.spec.rank() == 0) continue;  // absent: not launched on
+    written[r] = reads[0].view;        // on the first input's device
+    written[r].spec = o.spec;
+    written[r].data = address_of(outputs.back().ptr());
+    written[r].readonly = false;
   }
 
   // The launch, in the op's tensor order, on the current stream of the first input's GPU.
@@ -287,7 +307,7 @@ nb::object TorchEager::run(nb::args args, nb::kwargs kwargs, bool fast) {
     if (s >= 0 && slots[std::size_t(s)])
       views[i] = reads[std::size_t(s)].view;
     else if (s < 0)
-      views[i] = written[std::size_t(-1 - s)].view;  // rank 0 (absent) where it was not allocated
+      views[i] = written[std::size_t(-1 - s)];  // rank 0 (absent) where it was not allocated
   }
   std::uintptr_t stream = 0;
   if (reads[0].device >= 0) stream = nb::cast<std::uintptr_t>(current_stream_(reads[0].device));

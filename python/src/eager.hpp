@@ -47,7 +47,7 @@ class TorchEager {
   struct Output {
     std::vector<nb::object> dims;  // (0,) where absent for these inputs; the tuple () for a rank-0 output
     nb::object dtype;              // None: the first input's
-    int tensor = -1;               // the op's tensor it is; -1: absent for these inputs
+    mojo::TensorSpec spec;         // as the launch sees it (new_empty's tensors are contiguous); rank 0: absent
   };
   struct Plan {
     std::vector<Output> outputs;  // as returned_

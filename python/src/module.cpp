@@ -2,15 +2,13 @@
 // buffer protocol, __cuda_array_interface__, __array_interface__) to mojo::Tensor, mojo's typed errors out to
 // Python exception classes with the same one-line messages, and the GIL released around compiles and launches.
 // Everything a user calls is in mojo_jit/ (Python); this file only adds what Python cannot do itself.
-#include <fmt/format.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <algorithm>
-#include <cstring>
-#include <memory>
+#include <fmt/format.h>
+
 #include <string>
 #include <vector>
 

@@ -1,9 +1,10 @@
 // mojo_jit._C.Runtime (runtime.hpp).
 #include "runtime.hpp"
 
-#include <fmt/format.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>

@@ -166,8 +166,6 @@ def _make_function(op: _Op):
                 out = NotImplemented
             if out is not NotImplemented:
                 return out
-        elif backend == "mojo" and not _is_compiling():
-            return op.eager.call(*args, **kwargs)
         b = _backend(backend)
         if b == "torch":
             return _fall_back(op, "MOJO_JIT_BACKEND=torch", "torch", args, kwargs, warn=False)
