@@ -66,6 +66,12 @@ NvrtcCompiler::NvrtcCompiler() {
   check(nvrtcGetSupportedArchs(supported_sms_.data()), "nvrtcGetSupportedArchs");
 
   options_ = compiler_identity::nvrtc_options(major, minor);
+  // NVRTC 12.9+ also caches its PTX and cubins in the CUDA driver's compute cache (~/.nv/ComputeCache) wherever
+  // it can load a driver: a second cache under the Runtime's, which turned a "cold" compile on a GPU machine
+  // into a lookup (the H100 host's compile table of 2026-11-24: a cubin in less time than its PTX) and copies
+  // every kernel into the user's driver cache. The Runtime's cache is the one cache. Not part of the identity:
+  // the output is the same.
+  if (major > 12 || (major == 12 && minor >= 9)) options_.push_back("--no-cache");
   identity_ = compiler_identity::nvrtc(major, minor);
 }
 

@@ -18,7 +18,7 @@ class NvrtcCompiler final : public Compiler {
   std::string repro_command(const CompileRequest& request, std::string_view source_path) const override;
 
  private:
-  std::vector<std::string> options_;  // fixed options, before the arch
+  std::vector<std::string> options_;  // fixed options, before the arch (the identity's and --no-cache)
   std::vector<int> supported_sms_;
   std::string identity_;
 };
