@@ -329,7 +329,9 @@ TEST_F(Cli, RunFailsOnAMismatchAndOnBadInput) {
 
   r = run("run rms_norm --dtype f32 --shape x=3x64 --device tpu");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.output, "mojo-jit: error: device 'tpu': expected cuda, cuda:N, cpu or cpu:ARCH (e.g. cpu:sm_90a)\n");
+  EXPECT_EQ(r.output,
+            "mojo-jit: error: device 'tpu': expected cuda, cuda:N, cpu, cpu:ARCH or cpu:ARCH,sms=N (e.g. cpu:sm_90a, "
+            "cpu:sm_90a,sms=4)\n");
   r = run("run rms_norm --dtype f32 --shape x=3x64 --device cpu:sm_90a --arch sm_80");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.output, "mojo-jit: error: --device cpu:sm_90a and --arch sm_80 both name the target; give one\n");
@@ -372,7 +374,8 @@ TEST_F(Cli, ABadVariableIsOneLineNamingIt) {
   r = run("MOJO_JIT_DEVICE=tpu", "run rms_norm --dtype f32 --shape x=3x64");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.output,
-            "mojo-jit: error: MOJO_JIT_DEVICE='tpu': expected cuda, cuda:N, cpu or cpu:ARCH (e.g. cpu:sm_90a)\n");
+            "mojo-jit: error: MOJO_JIT_DEVICE='tpu': expected cuda, cuda:N, cpu, cpu:ARCH or cpu:ARCH,sms=N (e.g. "
+            "cpu:sm_90a, cpu:sm_90a,sms=4)\n");
   r = run("MOJO_JIT_REMOTE=http://cache:6379", "cache push");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.output,

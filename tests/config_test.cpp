@@ -109,8 +109,15 @@ TEST(Config, EveryBadValueNamesTheVariableAndWhatItTakes) {
     const char *name, *value, *message;
   } cases[] = {
       {"MOJO_JIT_COMPILER", "gcc", "MOJO_JIT_COMPILER='gcc': expected one of nvrtc, llvm"},
-      {"MOJO_JIT_DEVICE", "tpu", "MOJO_JIT_DEVICE='tpu': expected cuda, cuda:N, cpu or cpu:ARCH (e.g. cpu:sm_90a)"},
-      {"MOJO_JIT_DEVICE", "cuda:x", "MOJO_JIT_DEVICE='cuda:x': expected cuda, cuda:N, cpu or cpu:ARCH (e.g. cpu:sm_90a)"},
+      {"MOJO_JIT_DEVICE", "tpu",
+       "MOJO_JIT_DEVICE='tpu': expected cuda, cuda:N, cpu, cpu:ARCH or cpu:ARCH,sms=N (e.g. cpu:sm_90a, "
+       "cpu:sm_90a,sms=4)"},
+      {"MOJO_JIT_DEVICE", "cuda:x",
+       "MOJO_JIT_DEVICE='cuda:x': expected cuda, cuda:N, cpu, cpu:ARCH or cpu:ARCH,sms=N (e.g. cpu:sm_90a, "
+       "cpu:sm_90a,sms=4)"},
+      {"MOJO_JIT_DEVICE", "cpu:sm_90a,sms=0",
+       "MOJO_JIT_DEVICE='cpu:sm_90a,sms=0': expected cuda, cuda:N, cpu, cpu:ARCH or cpu:ARCH,sms=N (e.g. "
+       "cpu:sm_90a, cpu:sm_90a,sms=4)"},
       {"MOJO_JIT_DEVICE", "cpu:sm9",
        "MOJO_JIT_DEVICE='cpu:sm9': bad arch 'sm9': expected sm_XY or sm_XYa with compute capability X.Y (e.g. sm_80, "
        "sm_90, sm_90a)"},

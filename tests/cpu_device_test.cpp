@@ -481,8 +481,19 @@ TEST(CpuDevice, DeviceSpecsAndTheirErrors) {
   EXPECT_EQ(hopper.name(), "cpu (emulating sm_90a)");
   EXPECT_EQ(hopper.sm_count(), 132);
   EXPECT_EQ(test::error_of<InvalidArgumentError>([] { Device::open("tpu"); }),
-            "device 'tpu': expected cuda, cuda:N, cpu or cpu:ARCH (e.g. cpu:sm_90a)");
+            "device 'tpu': expected cuda, cuda:N, cpu, cpu:ARCH or cpu:ARCH,sms=N (e.g. cpu:sm_90a, cpu:sm_90a,sms=4)");
   EXPECT_THROW(Device::open("cpu:volta"), ArchError);
+  const Device few = Device::open("cpu:sm_90a,sms=4");
+  EXPECT_EQ(few.target(), Target::parse("sm_90a"));
+  EXPECT_EQ(few.sm_count(), 4);
+  EXPECT_EQ(few.name(), "cpu (emulating sm_90a with 4 SMs)");
+  for (const char* bad : {"cpu:sm_90a,sms=0", "cpu:sm_90a,sms=1025", "cpu:sm_90a,sms=", "cpu:sm_90a,sms=2x",
+                          "cpu:sm_90a,threads=2", "cpu:sm_90a,"})
+    EXPECT_EQ(test::error_of<InvalidArgumentError>([&] { Device::open(bad); }),
+              fmt::format("device '{}': expected cuda, cuda:N, cpu, cpu:ARCH or cpu:ARCH,sms=N (e.g. cpu:sm_90a, "
+                          "cpu:sm_90a,sms=4)",
+                          bad));
+  EXPECT_THROW(Device::open("cpu:volta,sms=4"), ArchError);
 }
 
 TEST(CpuDevice, TensorMapsAreCheckedAsTheDriverChecksThem) {

@@ -45,12 +45,15 @@ class Device {
   static int count();  // GPUs; 0 when there is no driver
   // Opens GPU `ordinal` and makes its primary context current on this thread.
   static Device open(int ordinal = 0);
-  // "cuda" (GPU 0), "cuda:N", "cpu" (emulating sm_80) or "cpu:ARCH" (e.g.
-  // cpu:sm_90a); made current on this thread. Throws InvalidArgumentError
-  // for anything else.
+  // "cuda" (GPU 0), "cuda:N", "cpu" (emulating sm_80), "cpu:ARCH" (e.g.
+  // cpu:sm_90a) or "cpu:ARCH,sms=N"; made current on this thread. Throws
+  // InvalidArgumentError for anything else.
   static Device open(std::string_view spec);
-  // The CPU device emulating `target`, made current on this thread.
-  static Device cpu(const Target& target);
+  // The CPU device emulating `target`, made current on this thread, with
+  // `sms` SMs (0: as many as the target's reference GPU: 132 for sm_90).
+  // Fewer make a persistent kernel's blocks loop over several tiles at
+  // shapes the emulator affords.
+  static Device cpu(const Target& target, int sms = 0);
   // The device (a spec as open() takes) that objects made on a thread with
   // nothing current go to; a Runtime sets its own. Opened on first need.
   static void set_default(std::string_view spec);

@@ -29,8 +29,8 @@ def default_device() -> str:
 
 
 def runtime(device: str | None = None) -> _C.Runtime:
-    """The process's Runtime for `device` ("cuda", "cuda:N", "cpu", "cpu:sm_90a"; None: default_device()), made on
-    first use with the options of the environment (README, "Environment")."""
+    """The process's Runtime for `device` ("cuda", "cuda:N", "cpu", "cpu:sm_90a", "cpu:sm_90a,sms=4"; None:
+    default_device()), made on first use with the options of the environment (README, "Environment")."""
     device = device or default_device()
     rt = _runtimes.get(device)  # made once; the lock only orders two threads making it
     if rt is not None:

@@ -57,24 +57,49 @@ std::optional<std::string> choice(const char* name, std::initializer_list<std::s
   throw InvalidArgumentError(fmt::format("{}='{}': expected one of {}", name, *v, fmt::join(choices, ", ")));
 }
 
+DeviceSpec parse_device(std::string_view spec, std::string_view what) {
+  // A whole number in [low, high], else -1.
+  const auto number = [](std::string_view digits, int low, int high) {
+    if (digits.empty() || digits.size() > 9) return -1;
+    int n = 0;
+    for (char c : digits) {
+      if (c < '0' || c > '9') return -1;
+      n = n * 10 + (c - '0');
+    }
+    return n >= low && n <= high ? n : -1;
+  };
+  DeviceSpec d;
+  if (spec == "cuda") return d;
+  if (spec.starts_with("cuda:")) {
+    d.ordinal = number(spec.substr(5), 0, 999999999);
+    if (d.ordinal >= 0) return d;
+  }
+  d.cpu = true;
+  if (spec == "cpu") return d;
+  if (spec.starts_with("cpu:")) {
+    const std::string_view rest = spec.substr(4);
+    const std::size_t comma = rest.find(',');
+    if (comma != std::string_view::npos && rest.substr(comma + 1).starts_with("sms="))
+      d.sms = number(rest.substr(comma + 5), 1, 1024);
+    if (comma == std::string_view::npos || d.sms > 0) {
+      d.target = Target::parse(rest.substr(0, comma));
+      return d;
+    }
+  }
+  throw InvalidArgumentError(fmt::format(
+      "{}: expected cuda, cuda:N, cpu, cpu:ARCH or cpu:ARCH,sms=N (e.g. cpu:sm_90a, cpu:sm_90a,sms=4)", what));
+}
+
 std::optional<std::string> device(const char* name) {
   const std::optional<std::string> v = text(name);
   if (!v) return v;
-  const std::string_view s = *v;
-  const auto ordinal = [](std::string_view n) {
-    return !n.empty() && n.size() <= 9 && std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
-  if (s == "cuda" || s == "cpu" || (s.starts_with("cuda:") && ordinal(s.substr(5)))) return v;
-  if (s.starts_with("cpu:")) {
-    try {
-      (void)Target::parse(s.substr(4));
-      return v;
-    } catch (const InvalidArgumentError& e) {
-      throw InvalidArgumentError(fmt::format("{}='{}': {}", name, s, e.what()));
-    }
+  const std::string what = fmt::format("{}='{}'", name, *v);
+  try {
+    (void)parse_device(*v, what);
+  } catch (const ArchError& e) {
+    throw InvalidArgumentError(fmt::format("{}: {}", what, e.what()));
   }
-  throw InvalidArgumentError(
-      fmt::format("{}='{}': expected cuda, cuda:N, cpu or cpu:ARCH (e.g. cpu:sm_90a)", name, s));
+  return v;
 }
 
 std::vector<std::string> unknown_variables() {

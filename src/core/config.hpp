@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "mojo/target.hpp"
+
 namespace mojo::config {
 
 // The variables, as README documents them (a MOJO_JIT_* variable not in this
@@ -37,8 +39,20 @@ std::vector<std::filesystem::path> paths(const char* name);
 // One of `choices`.
 std::optional<std::string> choice(const char* name, std::initializer_list<std::string_view> choices);
 
-// A device as Device::open takes it: cuda, cuda:N, cpu or cpu:ARCH (ARCH a
-// target such as sm_90a). Checked when read, so that a bad value is an error
+// A device as a string names it (MOJO_JIT_DEVICE, RuntimeOptions::device,
+// Device::open): "cuda" (GPU 0), "cuda:N", "cpu" (emulating sm_80),
+// "cpu:ARCH" (a target such as sm_90a) or "cpu:ARCH,sms=N" (N SMs, 1 to
+// 1024; 0 here: the target's reference GPU's).
+struct DeviceSpec {
+  bool cpu = false;
+  int ordinal = 0;
+  Target target{80, false};
+  int sms = 0;
+};
+// A malformed spec is an InvalidArgumentError, "WHAT: expected ...", an
+// unknown ARCH the target's ArchError.
+DeviceSpec parse_device(std::string_view spec, std::string_view what);
+// The variable's device, checked when read, so that a bad value is an error
 // naming the variable before any device is opened.
 std::optional<std::string> device(const char* name);
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <utility>
 
+#include "core/config.hpp"
 #include "device/backend.hpp"
 #include "device/hooks.hpp"
 #include "mojo/error.hpp"
@@ -33,17 +34,8 @@ bool device_available() noexcept {
 // ---- Device ---------------------------------------------------------------
 
 Device Device::open(std::string_view spec) {
-  if (spec == "cuda") return open(0);
-  if (spec.substr(0, 5) == "cuda:") {
-    const std::string n(spec.substr(5));
-    char* end = nullptr;
-    const long ordinal = std::strtol(n.c_str(), &end, 10);
-    if (!n.empty() && *end == '\0' && ordinal >= 0) return open(int(ordinal));
-  }
-  if (spec == "cpu") return cpu(Target{80, false});
-  if (spec.substr(0, 4) == "cpu:") return cpu(Target::parse(spec.substr(4)));
-  throw InvalidArgumentError(
-      fmt::format("device '{}': expected cuda, cuda:N, cpu or cpu:ARCH (e.g. cpu:sm_90a)", spec));
+  const config::DeviceSpec d = config::parse_device(spec, fmt::format("device '{}'", spec));
+  return d.cpu ? cpu(d.target, d.sms) : open(d.ordinal);
 }
 
 namespace {

@@ -217,13 +217,13 @@ constinit const cpu::CpuBackend g_cpu_backend;  // no state: constant-initialise
 }  // namespace
 const Backend& cpu_backend() { return g_cpu_backend; }
 
-Device Device::cpu(const Target& target) {
+Device Device::cpu(const Target& target, int sms) {
   Device d;
   d.backend_ = &cpu_backend();
   d.target_ = target;
   const cpu::Limits limits = cpu::Limits::of(target);
-  d.name_ = "cpu (emulating " + target.sm_name() + ")";
-  d.sm_count_ = limits.sm_count;
+  d.sm_count_ = sms > 0 ? sms : limits.sm_count;
+  d.name_ = "cpu (emulating " + target.sm_name() + (sms > 0 ? fmt::format(" with {} SMs", sms) : "") + ")";
   d.max_smem_block_ = 48 * 1024;
   d.max_smem_optin_ = int(limits.max_smem_optin);
   d.max_smem_sm_ = int(limits.max_smem_optin) + 1024;
