@@ -205,9 +205,10 @@ struct OpInfo {
 // Autotuning (RuntimeOptions::autotune), for the ops that have choices worth timing.
 class Tunable {
  public:
-  // Params worth timing against the heuristic's `chosen` (which comes first);
-  // fewer than two: nothing to tune.
-  virtual std::vector<Params> candidates(const Params& chosen, const Target& target) const = 0;
+  // Params worth timing against the heuristic's `chosen` for these tensors and
+  // scalars (which comes first); fewer than two: nothing to tune.
+  virtual std::vector<Params> candidates(const Params& chosen, TensorList tensors, ScalarList scalars,
+                                         const Target& target) const = 0;
   // The shape bucket a tuning result stands for ("m<=32 n<=4096 k<=4096").
   virtual std::string bucket(TensorList tensors) const = 0;
   // Whether these tensors may be launched several times to time candidates:

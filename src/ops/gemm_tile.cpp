@@ -313,7 +313,8 @@ std::string TileOp::entry_macro(const Params& p) const {
   return OpDef::entry_macro(p) + (p.get("wgmma") != 0 ? "_sm90" : "");
 }
 
-std::vector<Params> TileOp::candidates(const Params& chosen, const Target& target) const {
+std::vector<Params> TileOp::candidates(const Params& chosen, TensorList tensors, ScalarList scalars,
+                                       const Target& target) const {
   if (is_gemv(chosen)) {  // the heuristic's split first, then every other, each at 4 and 8 chunks in flight
     std::vector<Params> out{chosen};
     for (int ks : {1, 2, 4, 8})
@@ -323,6 +324,19 @@ std::vector<Params> TileOp::candidates(const Params& chosen, const Target& targe
         });
         if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
       }
+    // Then the tiles each path would take for these tensors (the op's own choice with `path` pinned), so that
+    // where the decode form is the slower one, tuning finds the tile.
+    for (std::int64_t path : {80, 90}) {
+      std::vector<ScalarArg> pinned;
+      for (const ScalarArg& s : scalars)
+        if (s.name != "path") pinned.push_back(s);
+      pinned.push_back({"path", path});
+      try {
+        const Params p = derive_params(tensors, pinned, target);
+        if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+      } catch (const InvalidArgumentError&) {  // the sm_90a path on another GPU
+      }
+    }
     return out;
   }
   const TileConfig current = tile_of(chosen);

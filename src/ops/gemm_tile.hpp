@@ -151,7 +151,8 @@ class TileOp : public OpDef, public Tunable {
   // The heuristic's tile first, then every other tensor-core tile that fits
   // the target's shared memory (none for the exact f32 path); on the sm_90a
   // path, its two tiles and the sm_80 path's.
-  std::vector<Params> candidates(const Params& chosen, const Target& target) const override;
+  std::vector<Params> candidates(const Params& chosen, TensorList tensors, ScalarList scalars,
+                                 const Target& target) const override;
 
  protected:
   // Bytes the A and B operands must be aligned to: 16 for chunk loads, else one element.

@@ -437,7 +437,7 @@ Params Runtime::Impl::tuned(const OpDef& op, const Params& params, TensorList te
                             const Target& target, StreamHandle stream) {
   const Tunable* tunable = op.tuning();
   if (!autotune || tunable == nullptr) return params;
-  const std::vector<Params> candidates = tunable->candidates(params, target);
+  const std::vector<Params> candidates = tunable->candidates(params, tensors, scalars, target);
   if (candidates.size() < 2 || !tunable->safe(tensors, scalars)) return params;
   const Device& dev = open_device();
   const std::string what = fmt::format("{} {{{}}} {} on {} ({})", op.name(), params.str(), tunable->bucket(tensors),

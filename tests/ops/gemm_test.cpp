@@ -207,11 +207,21 @@ TEST(Linear, DecodeRowsTakeTheGemvForm) {
   EXPECT_EQ(g.block.x, 256u);
   EXPECT_EQ(g.dynamic_smem, 0u);
   EXPECT_FALSE(g.persistent);
-  // Autotuning times the other splits and depths of the same form.
-  const auto candidates = op.tuning()->candidates(o_proj, sm90a);
+  // Autotuning times the other splits and depths of the same form, then the tile each path takes with `path`
+  // pinned, so that it finds the tile where the decode form is the slower.
+  const auto candidates = op.tuning()->candidates(o_proj, t, {}, sm90a);
   EXPECT_EQ(candidates.front(), o_proj);
-  EXPECT_EQ(candidates.size(), 8u) << "ks 1, 2, 4, 8 x chunks 8, 4";
-  for (const Params& c : candidates) EXPECT_EQ(c.get("cols") * c.get("ks"), 8) << c.str();
+  ASSERT_EQ(candidates.size(), 10u) << "ks 1, 2, 4, 8 x chunks 8, 4, then the sm_80 and sm_90a tiles";
+  for (std::size_t i = 0; i < 8; ++i) EXPECT_EQ(candidates[i].get("cols") * candidates[i].get("ks"), 8);
+  EXPECT_EQ(candidates[8], op.specialize(t, {{"path", 80}}, sm90a));
+  EXPECT_EQ(candidates[8].get("wgmma"), 0);
+  EXPECT_EQ(candidates[9], op.specialize(t, {{"path", 90}}, sm90a));
+  EXPECT_EQ(candidates[9].get("wgmma"), 1);
+  EXPECT_EQ(op.tuning()->candidates(o_proj, t, {{"path", 90}}, sm90a).size(), 10u) << "path given or not";
+  const Target sm80 = Target::parse("sm_80");
+  const Params on_ampere = op.specialize(t, {}, sm80);
+  EXPECT_EQ(op.tuning()->candidates(on_ampere, t, {}, sm80).back(), op.specialize(t, {{"path", 80}}, sm80))
+      << "no sm_90a path on an A100: the sm_80 tile alone";
 }
 
 TEST(GroupGemm, ParamsAndErrors) {
@@ -447,7 +457,7 @@ TEST(Gemm, HopperPathForSixteenBitOperandsInAnyLayout) {
   EXPECT_EQ(group_params(32768, {{"max_rows", 1024}}).get("wgmma"), 0);
   EXPECT_EQ(group_params(4096, {}).get("wgmma"), 0) << "64 rows per expert";
   // Autotuning tries both sm_90a tiles and the sm_80 ones.
-  const std::vector<Params> candidates = gemm.tuning()->candidates(p, sm90a);
+  const std::vector<Params> candidates = gemm.tuning()->candidates(p, nt, {{"trans_b", 1}}, sm90a);
   EXPECT_EQ(std::count_if(candidates.begin(), candidates.end(), [](const Params& c) { return c.get("wgmma") == 1; }),
             2);
   EXPECT_GT(candidates.size(), 4u);
@@ -616,7 +626,7 @@ TEST(GemmAutotune, CandidatesBucketsAndSafety) {
   EXPECT_EQ(find_op("rms_norm").tuning(), nullptr) << "only the tile ops have choices to time";
   const TensorSpec a(DType::bf16, {100, 5000}), b(DType::bf16, {5000, 3000}), c(DType::bf16, {100, 3000});
   const Params chosen = op.specialize(specs({c, a, b}), {}, kSm90);
-  const std::vector<Params> candidates = op.tuning()->candidates(chosen, kSm90);
+  const std::vector<Params> candidates = op.tuning()->candidates(chosen, specs({c, a, b}), {}, kSm90);
   ASSERT_GE(candidates.size(), 5u);
   EXPECT_EQ(candidates.front(), chosen) << "the heuristic's choice comes first";
   for (std::size_t i = 1; i < candidates.size(); ++i) {
@@ -631,9 +641,10 @@ TEST(GemmAutotune, CandidatesBucketsAndSafety) {
   EXPECT_FALSE(op.tuning()->safe(specs({c, a, b}), {{"beta", 1}})) << "c is read: repeated launches would change it";
 
   const TensorSpec f(DType::f32, {64, 64});
-  EXPECT_TRUE(op.tuning()->candidates(op.specialize(specs({f, f, f}), {}, kSm90), kSm90).empty())
-      << "exact f32: one tile";
-  EXPECT_EQ(op.tuning()->candidates(op.specialize(specs({f, f, f}), {{"tf32", 1}}, kSm90), kSm90).back().get("bk"), 16);
+  const auto fff = specs({f, f, f});
+  EXPECT_TRUE(op.tuning()->candidates(op.specialize(fff, {}, kSm90), fff, {}, kSm90).empty()) << "exact f32: one tile";
+  EXPECT_EQ(op.tuning()->candidates(op.specialize(fff, {{"tf32", 1}}, kSm90), fff, {{"tf32", 1}}, kSm90).back().get("bk"),
+            16);
 
   const OpDef& linear = find_op("linear");
   const TensorSpec x(DType::bf16, {8, 64}), w(DType::bf16, {32, 64}), y(DType::bf16, {8, 32});
