@@ -59,7 +59,7 @@ std::optional<std::string> choice(const char* name, std::initializer_list<std::s
 
 DeviceSpec parse_device(std::string_view spec, std::string_view what) {
   // A whole number in [low, high], else -1.
-  const auto number = [](std::string_view digits, int low, int high) {
+  const auto whole = [](std::string_view digits, int low, int high) {
     if (digits.empty() || digits.size() > 9) return -1;
     int n = 0;
     for (char c : digits) {
@@ -71,7 +71,7 @@ DeviceSpec parse_device(std::string_view spec, std::string_view what) {
   DeviceSpec d;
   if (spec == "cuda") return d;
   if (spec.starts_with("cuda:")) {
-    d.ordinal = number(spec.substr(5), 0, 999999999);
+    d.ordinal = whole(spec.substr(5), 0, 999999999);
     if (d.ordinal >= 0) return d;
   }
   d.cpu = true;
@@ -80,7 +80,7 @@ DeviceSpec parse_device(std::string_view spec, std::string_view what) {
     const std::string_view rest = spec.substr(4);
     const std::size_t comma = rest.find(',');
     if (comma != std::string_view::npos && rest.substr(comma + 1).starts_with("sms="))
-      d.sms = number(rest.substr(comma + 5), 1, 1024);
+      d.sms = whole(rest.substr(comma + 5), 1, 1024);
     if (comma == std::string_view::npos || d.sms > 0) {
       d.target = Target::parse(rest.substr(0, comma));
       return d;
