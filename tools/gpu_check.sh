@@ -12,6 +12,9 @@
 #   memcheck synccheck initcheck   the GPU tests and CheckOp under compute-sanitizer, sharded -> OUT/<tool>-*.txt
 #   racecheck    one test per kernel family under compute-sanitizer racecheck (slow: shared memory)
 #   bench        mojo-bench, every table                                   -> OUT/bench.md, OUT/ops.json
+#   compile      mojo-bench's compile tables alone (cold compiles, each stage's share) -> OUT/compile.md
+#   cases:NAME   tools/bench/cases/NAME.txt, ours against PyTorch eager (vs_torch.sh) -> OUT/cases-NAME.md
+#   cases-pdl:NAME  the same with MOJO_JIT_PDL=1                           -> OUT/cases-NAME-pdl.md
 #   torch        PyTorch eager and torch.compile on the benchmarked ops    -> OUT/torch.md
 #   python       the Python package's tests on the GPU, and its per-call overhead -> OUT/python.txt
 #
@@ -27,14 +30,16 @@
 # carry .gpu, write OUT_DIR outside $OUT and have it packed into one file (GPU_CHECK_TAR), most needed
 # first; on 2026-11-27 one H200 call ran `tests sass` (154 s on 16 cores) and both vs_torch case files.
 # Since 2026-11-28 NVRTC runs with --no-cache: kernels the tests compiled before, in other Runtimes, came
-# from the CUDA driver's cache then and are compiled now, so give `tests` more (not yet measured):
-#   GPU_CHECK_BUDGET=300 GPU_CHECK_TAR=$OUT/check.tgz bash .gpu/run bash tools/gpu_check.sh /tmp/check tests sass
-# (and `pdl` after `tests` where programmatic dependent launch is to be judged: tools/bench/cases/pdl.txt)
-#   VS_TORCH_EAGER_ONLY=1 bash .gpu/run bash tools/bench/vs_torch.sh tools/bench/cases/issue28.txt >$OUT/i28.md
+# from the CUDA driver's cache then and are compiled now, so `tests` may take longer (not yet measured).
+# Two calls, in the order of docs/benchmarks.md's "Measuring again":
+#   GPU_CHECK_BUDGET=560 GPU_CHECK_TAR=$OUT/check.tgz bash .gpu/run bash tools/gpu_check.sh /tmp/check \
+#     tests sass cases:issue28
+#   GPU_CHECK_BUDGET=560 GPU_CHECK_TAR=$OUT/check2.tgz bash .gpu/run bash tools/gpu_check.sh /tmp/check2 \
+#     cases:issue27 cases:pdl cases-pdl:pdl pdl compile
 # Then, as time allows: memcheck racecheck synccheck initcheck; bench (its ops.json, copied into the working
 # tree, feeds GPU_CHECK_OPS_JSON=ops.json GPU_CHECK_TORCH_ROWS=0:45 ... torch in a later call).
 set -uo pipefail
-out=${1:?usage: tools/gpu_check.sh OUT_DIR [tests pdl conformance example sass memcheck racecheck synccheck initcheck bench torch python]}
+out=${1:?usage: tools/gpu_check.sh OUT_DIR [tests pdl conformance example sass memcheck racecheck synccheck initcheck bench torch python compile cases:NAME cases-pdl:NAME]}
 shift
 steps=("$@")
 ((${#steps[@]})) || steps=(tests pdl conformance example sass memcheck racecheck synccheck initcheck bench torch python)
@@ -192,6 +197,23 @@ run_step() {  # STEP: prints what it found, returns non-zero on a failure
       PYTHONPATH=$package timeout -k 10 "$(left)" python3 "$(dirname "$0")/bench/python_overhead.py" \
         >>"$out/python.txt" 2>&1 || status=1
       tail -40 "$out/python.txt"
+      return $status ;;
+    compile)
+      timeout -k 10 "$(left)" "$build/tools/mojo-bench" --only compile,modes >"$out/compile.md" 2>&1
+      local status=$?
+      grep -v '^ptxas' "$out/compile.md"
+      return $status ;;
+    cases:* | cases-pdl:*)
+      # A cases file of tools/bench/cases against PyTorch eager (vs_torch.sh), with programmatic dependent launch
+      # for cases-pdl; a case that fails or hangs costs its row (VS_TORCH_CASE_TIMEOUT).
+      local name=${1#*:} pdl=0 table
+      [[ $1 == cases-pdl:* ]] && pdl=1
+      table=$out/cases-$name$([ $pdl = 1 ] && echo -pdl).md
+      [ -f "$(dirname "$0")/bench/cases/$name.txt" ] || { echo "no tools/bench/cases/$name.txt"; return 2; }
+      MOJO_JIT_PDL=$pdl VS_TORCH_EAGER_ONLY=1 timeout -k 10 "$(left)" \
+        bash "$(dirname "$0")/bench/vs_torch.sh" "$(dirname "$0")/bench/cases/$name.txt" "$build" >"$table" 2>&1
+      local status=$?
+      cat "$table"
       return $status ;;
     *) echo "unknown step '$1'"; return 2 ;;
   esac
