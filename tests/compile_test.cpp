@@ -38,9 +38,9 @@ namespace {
 // to cubin and a repeat served from memory: the stages are most of the compiles' time and no more than it. The
 // first compile's includes loading the compiler's plugin, which on a cold page cache can take longer than the
 // compile (CI, 2026-11-27, when the load was not a stage). A GEMM: NVRTC reports its phases in whole
-// milliseconds. On the H200 host (2026-11-27) rms_norm's optimizer and PTX translation read 0 there, most
-// likely NVRTC's own cache in the CUDA driver's answering (the test before had compiled that kernel), which
-// the compiler now turns off (--no-cache): the repeat below checks it, on a machine with a driver.
+// milliseconds. On the H200 host (2026-11-27) rms_norm's optimizer and PTX translation read 0, most likely
+// because NVRTC's own cache in the CUDA driver answered (tests before it compile that kernel); the compiler
+// now turns that cache off (--no-cache), and the repeat below checks it on a machine with a driver.
 std::array<double, kCompileStages> stage_seconds(const std::string& compiler, bool time_stages,
                                                  std::array<double, kCompileStages>* ptx_only) {
   RuntimeOptions o = memory_only();
