@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <sstream>
 
@@ -13,6 +13,18 @@
 extern char** environ;
 
 namespace mojo::config {
+namespace {
+
+// `digits` as a whole number in [min, max]; none for anything else (a sign, a space, a number too large).
+std::optional<std::uint64_t> whole_number(std::string_view digits, std::uint64_t min, std::uint64_t max) {
+  std::uint64_t n = 0;
+  const char* const end = digits.data() + digits.size();
+  const auto [stop, error] = std::from_chars(digits.data(), end, n);
+  if (digits.empty() || error != std::errc() || stop != end || n < min || n > max) return std::nullopt;
+  return n;
+}
+
+}  // namespace
 
 std::optional<std::string> text(const char* name) {
   const char* v = std::getenv(name);
@@ -33,10 +45,8 @@ bool flag(const char* name) {
 std::optional<std::uint64_t> number(const char* name, std::uint64_t min, std::uint64_t max, std::string_view what) {
   const std::optional<std::string> v = text(name);
   if (!v) return std::nullopt;
-  const bool digits = std::all_of(v->begin(), v->end(), [](char c) { return c >= '0' && c <= '9'; });
-  errno = 0;
-  const unsigned long long n = digits ? std::strtoull(v->c_str(), nullptr, 10) : 0;
-  if (!digits || errno == ERANGE || n < min || n > max)
+  const std::optional<std::uint64_t> n = whole_number(*v, min, max);
+  if (!n)
     throw InvalidArgumentError(fmt::format("{}='{}': expected {}, a whole number from {} to {}", name, *v, what, min, max));
   return n;
 }
@@ -58,21 +68,13 @@ std::optional<std::string> choice(const char* name, std::initializer_list<std::s
 }
 
 DeviceSpec parse_device(std::string_view spec, std::string_view what) {
-  // A whole number in [low, high], else -1.
-  const auto whole = [](std::string_view digits, int low, int high) {
-    if (digits.empty() || digits.size() > 9) return -1;
-    int n = 0;
-    for (char c : digits) {
-      if (c < '0' || c > '9') return -1;
-      n = n * 10 + (c - '0');
-    }
-    return n >= low && n <= high ? n : -1;
-  };
   DeviceSpec d;
   if (spec == "cuda") return d;
   if (spec.starts_with("cuda:")) {
-    d.ordinal = whole(spec.substr(5), 0, 999999999);
-    if (d.ordinal >= 0) return d;
+    if (const auto ordinal = whole_number(spec.substr(5), 0, 999999999)) {
+      d.ordinal = int(*ordinal);
+      return d;
+    }
   }
   d.cpu = true;
   if (spec == "cpu") return d;
@@ -80,7 +82,7 @@ DeviceSpec parse_device(std::string_view spec, std::string_view what) {
     const std::string_view rest = spec.substr(4);
     const std::size_t comma = rest.find(',');
     if (comma != std::string_view::npos && rest.substr(comma + 1).starts_with("sms="))
-      d.sms = whole(rest.substr(comma + 5), 1, 1024);
+      d.sms = int(whole_number(rest.substr(comma + 5), 1, 1024).value_or(0));
     if (comma == std::string_view::npos || d.sms > 0) {
       d.target = Target::parse(rest.substr(0, comma));
       return d;

@@ -315,14 +315,16 @@ std::string TileOp::entry_macro(const Params& p) const {
 
 std::vector<Params> TileOp::candidates(const Params& chosen, TensorList tensors, ScalarList scalars,
                                        const Target& target) const {
+  std::vector<Params> out{chosen};
+  const auto add = [&](const Params& p) {
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  };
   if (is_gemv(chosen)) {  // the heuristic's split first, then every other, each at 4 and 8 chunks in flight
-    std::vector<Params> out{chosen};
     for (int ks : {1, 2, 4, 8})
       for (int chunks : {8, 4}) {
-        const Params p = rewritten(chosen, [&](std::string_view name, std::int64_t v) -> std::int64_t {
+        add(rewritten(chosen, [&](std::string_view name, std::int64_t v) -> std::int64_t {
           return name == "cols" ? 8 / ks : name == "ks" ? ks : name == "chunks" ? chunks : v;
-        });
-        if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+        }));
       }
     // Then the tiles each path would take for these tensors (the op's own choice with `path` pinned), so that
     // where the decode form is the slower one, tuning finds the tile.
@@ -332,8 +334,7 @@ std::vector<Params> TileOp::candidates(const Params& chosen, TensorList tensors,
         if (s.name != "path") pinned.push_back(s);
       pinned.push_back({"path", path});
       try {
-        const Params p = derive_params(tensors, pinned, target);
-        if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+        add(derive_params(tensors, pinned, target));
       } catch (const InvalidArgumentError&) {  // the sm_90a path on another GPU
       }
     }
@@ -341,7 +342,6 @@ std::vector<Params> TileOp::candidates(const Params& chosen, TensorList tensors,
   }
   const TileConfig current = tile_of(chosen);
   if (!current.tensor_cores) return {};
-  std::vector<Params> out{chosen};
   TileConfig split2{16, 64, 64, 1, 2, 4}, split4{16, 32, 64, 1, 2, 4};
   split2.ks = 2;
   split4.ks = 4;
@@ -357,8 +357,7 @@ std::vector<Params> TileOp::candidates(const Params& chosen, TensorList tensors,
                               split4};
   for (const TileConfig& c : tiles) {
     if (c.wgmma && !current.wgmma) continue;
-    const Params p = with_tile(chosen, fit(c, current.element_bytes, target));
-    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+    add(with_tile(chosen, fit(c, current.element_bytes, target)));
   }
   return out;
 }

@@ -150,7 +150,8 @@ class TileOp : public OpDef, public Tunable {
   const Tunable* tuning() const noexcept override { return this; }
   // The heuristic's tile first, then every other tensor-core tile that fits
   // the target's shared memory (none for the exact f32 path); on the sm_90a
-  // path, its two tiles and the sm_80 path's.
+  // path, its two tiles and the sm_80 path's. For linear's decode form: its
+  // other splits and depths, then the tile each path takes for these tensors.
   std::vector<Params> candidates(const Params& chosen, TensorList tensors, ScalarList scalars,
                                  const Target& target) const override;
 
