@@ -20,6 +20,10 @@
 //                taking k tiles g, g + ks, ... through its own stages-deep ring;
 //                the groups' sums meet in shared memory (decode: more warps
 //                stream the weights without a workspace)
+//   splits       split K over this many blocks (sm_90a: work units), each storing
+//                its f32 sums to the workspace; the plan's second kernel (the
+//                *_reduce entry) adds them in split order and applies the
+//                epilogue (split_length below). 1: no split (gemm, linear)
 //   ta           A is stored [K, M] (op(A) = A^T); else [M, K]        (gemm)
 //   tb           B is stored [N, K] (op(B) = B^T); else [K, N]        (gemm)
 //   vec          8: rows are loaded as 16-byte cp.async chunks (strides and
@@ -332,6 +336,47 @@ __device__ __forceinline__ void simt_tile(const Problem<float, TC>& p, int row0,
       store_pair<float, TC, BETA, BIAS, ACT, RESIDUAL>(p, row0 + ty * 4 + i, n0 + tx * 4 + j, acc[i][j], acc[i][j + 1]);
 }
 
+// A K split (SPLITS > 1): each of SPLITS blocks (sm_80 path) or work units
+// (sm_90a) multiplies one slice of K, whole k tiles long, and stores its f32
+// sums, with no epilogue, to its own [m, n] matrix of the workspace
+// ([batches, SPLITS, m, n]); the reduce step below adds them in split order
+// (the same sums whatever the blocks' timing) and applies the epilogue. The
+// heuristic splits where the tiles alone leave SMs idle (gemm_tile.cpp).
+template <int BK, int SPLITS>
+__device__ __forceinline__ int split_length(int k) {
+  return ((k + BK - 1) / BK + SPLITS - 1) / SPLITS * BK;
+}
+// The product step's output: C itself (WHOLE: K unsplit), or the splits' f32 sums. Written
+// ProductOutput<SPLITS == 1>::type<TC>, with no comma for the entry macros to split at.
+template <bool WHOLE> struct ProductOutput {
+  template <class TC> using type = float;
+};
+template <> struct ProductOutput<true> {
+  template <class TC> using type = TC;
+};
+
+// The reduce step: c[row, col] and c[row, col + 1] of every batch (col even) from the SPLITS sums in split order,
+// through the same epilogue as an unsplit product. One thread a pair of columns.
+template <class TC, int SPLITS, bool BETA, bool BIAS, int ACT, bool RESIDUAL>
+__device__ __forceinline__ void reduce_splits(const float* __restrict__ partials, TC* c, const TC* __restrict__ bias,
+                                              const TC* residual, float alpha, float beta, int m, int n,
+                                              long long ldc, long long ldr, long long batch_c, int batches) {
+  const long long pairs = (n + 1) / 2;
+  const long long i = (long long)mojo::block_x() * mojo::block_dim_x() + mojo::thread_x();
+  if (i >= pairs * m * batches) return;
+  const int col = (int)(i % pairs) * 2, row = (int)(i / pairs % m);
+  const long long batch = i / pairs / m, split_stride = (long long)m * n;
+  const float* sums = partials + batch * SPLITS * split_stride + (long long)row * n + col;
+  float acc0 = 0.f, acc1 = 0.f;
+#pragma unroll
+  for (int s = 0; s < SPLITS; ++s) {
+    acc0 += sums[s * split_stride];
+    if (col + 1 < n) acc1 += sums[s * split_stride + 1];
+  }
+  const Problem<TC, TC> p{c + batch * batch_c, nullptr, nullptr, bias, residual, alpha, beta, m, n, 0, 0, 0, ldc, ldr};
+  store_pair<TC, TC, BETA, BIAS, ACT, RESIDUAL>(p, row, col, acc0, acc1);
+}
+
 template <class T> constexpr bool is_f32 = false;
 template <> constexpr bool is_f32<float> = true;
 
@@ -343,18 +388,32 @@ template <> constexpr bool is_f32<float> = true;
 // registers themselves: one block.
 template <class TA, bool TF32> constexpr int kMinBlocks = is_f32<TA> && !TF32 ? 3 : 1;
 
-template <class TA, class TC, int BM, int BN, int BK, int WM, int WN, int STAGES, int KS, int SWIZZLE, bool TRANS_A,
-          bool TRANS_B, int VEC, bool BETA, bool BIAS, int ACT, bool RESIDUAL, int OFFSETS, bool TF32>
+// TC, BETA, BIAS, ACT, RESIDUAL: the output and its epilogue (MOJO_GEMM_PRODUCT_OUTPUT's five).
+template <class TA, class TC, bool BETA, bool BIAS, int ACT, bool RESIDUAL, int BM, int BN, int BK, int WM, int WN,
+          int STAGES, int KS, int SWIZZLE, bool TRANS_A, bool TRANS_B, int VEC, int OFFSETS, bool TF32, int SPLITS>
 __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* __restrict__ b,
                                     const TC* __restrict__ bias, const TC* residual, float alpha, float beta, int m,
                                     int n, int k, long long lda, long long ldb, long long ldc, long long ldr,
                                     long long batch_a, long long batch_b, long long batch_c, const void* offsets,
                                     long long total_rows) {
   static_assert(KS == 1 || !(is_f32<TA> && !TF32), "the exact f32 path does not split K");
+  static_assert(SPLITS == 1 || OFFSETS == 0, "groups do not split K");
   const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
   int m0, n0;
   tile_origin<BM, BN, SWIZZLE>((int)mojo::block_x(), tiles_m, tiles_n, m0, n0);
-  const long long batch = mojo::block_z();
+  // grid.z: the batches, each SPLITS times over (a split of K each).
+  const long long batch = mojo::block_z() / SPLITS;
+  if constexpr (SPLITS > 1) {
+    const int split = (int)(mojo::block_z() % SPLITS), k0 = split * split_length<BK, SPLITS>(k);
+    c += split * (long long)m * ldc;  // this split's sums
+    if (k0 >= k) {
+      k = 0;  // an empty split: its sums are zeros
+    } else {
+      a += TRANS_A ? k0 * lda : k0;
+      b += TRANS_B ? k0 : k0 * ldb;
+      k = k - k0 < split_length<BK, SPLITS>(k) ? k - k0 : split_length<BK, SPLITS>(k);
+    }
+  }
   if constexpr (OFFSETS != 0) {
     // This group's rows. The grid covers the m (max) rows given; a larger group takes more passes below.
     long long first;
@@ -388,24 +447,41 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 
 // Two entry points: _0 is the sm_80 kernel above, _1 the sm_90a one
 // (gemm_sm90.cuh, its own kernel args; BM / 64 consumer warpgroups).
-#define MOJO_GEMM_KERNEL_1(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, BIAS,   \
-                           ACT, RESIDUAL, OFFSETS, TF32)                                                               \
+// A K split's product step (SPLITS > 1) writes f32 sums and leaves the epilogue to the reduce step: its output
+// type (MOJO_GEMM_OUT) is float there, and the epilogue's flags are off (MOJO_GEMM_PRODUCT_OUTPUT: the output
+// type, BETA, BIAS, ACT and RESIDUAL as run and run_sm90 take them).
+#define MOJO_GEMM_OUT(TC, SPLITS) mojo_gemm::ProductOutput<SPLITS == 1>::type<TC>
+#define MOJO_GEMM_PRODUCT_OUTPUT(TC, SPLITS, BETA, BIAS, ACT, RESIDUAL)                                                \
+  MOJO_GEMM_OUT(TC, SPLITS), (BETA) && SPLITS == 1, (BIAS) && SPLITS == 1, SPLITS == 1 ? (ACT) : 0,                    \
+      (RESIDUAL) && SPLITS == 1
+#define MOJO_GEMM_KERNEL_1(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, SPLITS, TRANS_A, TRANS_B, VEC, BETA, \
+                           BIAS, ACT, RESIDUAL, OFFSETS, TF32)                                                         \
   extern "C" __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)                                                 \
-      NAME(MOJO_ARG_PARAMS(MOJO_GEMM_SM90_ARGS, TC), const mojo::TensorMap, const mojo::TensorMap,                     \
-           const mojo::TensorMap) {                                                                                    \
+      NAME(MOJO_ARG_PARAMS(MOJO_GEMM_SM90_ARGS, MOJO_GEMM_OUT(TC, SPLITS)), const mojo::TensorMap,                     \
+           const mojo::TensorMap, const mojo::TensorMap) {                                                             \
     mojo::after_previous_kernels();                                                                                    \
-    mojo_gemm::run_sm90<TA, TC, BM, BN, BK, STAGES, SWIZZLE, TRANS_A, !TRANS_B, BETA, BIAS, ACT, RESIDUAL, OFFSETS>(   \
+    mojo_gemm::run_sm90<TA, MOJO_GEMM_PRODUCT_OUTPUT(TC, SPLITS, BETA, BIAS, ACT, RESIDUAL), BM, BN, BK, STAGES,       \
+                        SWIZZLE, TRANS_A, !TRANS_B, OFFSETS, SPLITS>(                                                  \
         c, bias, residual, alpha, beta, m, n, k, ldc, ldr, batch_c, batches, offsets, total_rows,                      \
-        MOJO_PARAM_ADDRESS(NAME, 14), MOJO_PARAM_ADDRESS(NAME, 15), MOJO_PARAM_ADDRESS(NAME, 16));                     \
+        MOJO_PARAM_ADDRESS(NAME, 15), MOJO_PARAM_ADDRESS(NAME, 16), MOJO_PARAM_ADDRESS(NAME, 17));                     \
   }
-#define MOJO_GEMM_KERNEL_0(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, BIAS,   \
-                           ACT, RESIDUAL, OFFSETS, TF32)                                                               \
+#define MOJO_GEMM_KERNEL_0(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, SPLITS, TRANS_A, TRANS_B, VEC, BETA, \
+                           BIAS, ACT, RESIDUAL, OFFSETS, TF32)                                                         \
   extern "C" __global__ void __launch_bounds__(WM * WN * KS * 32, mojo_gemm::kMinBlocks<TA, TF32>)                     \
-      NAME(MOJO_ARG_PARAMS(MOJO_GEMM_ARGS, TA, TC)) {                                                                  \
+      NAME(MOJO_ARG_PARAMS(MOJO_GEMM_ARGS, TA, MOJO_GEMM_OUT(TC, SPLITS))) {                                           \
     mojo::after_previous_kernels();                                                                                    \
-    mojo_gemm::run<TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT,            \
-                   RESIDUAL, OFFSETS, TF32>(c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr,         \
-                                            batch_a, batch_b, batch_c, offsets, total_rows);                           \
+    mojo_gemm::run<TA, MOJO_GEMM_PRODUCT_OUTPUT(TC, SPLITS, BETA, BIAS, ACT, RESIDUAL), BM, BN, BK, WM, WN, STAGES,    \
+                   KS, SWIZZLE, TRANS_A, TRANS_B, VEC, OFFSETS, TF32, SPLITS>(                                         \
+        c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr, batch_a, batch_b, batch_c, offsets,         \
+        total_rows);                                                                                                   \
+  }
+// The reduce step of a K split (either path's): the output-side arguments, one thread a pair of columns.
+#define MOJO_GEMM_REDUCE_KERNEL(NAME, TC, SPLITS, BETA, BIAS, ACT, RESIDUAL)                                           \
+  extern "C" __global__ void __launch_bounds__(mojo_gemm::kReduceThreads)                                              \
+      NAME(MOJO_ARG_PARAMS(MOJO_GEMM_SM90_ARGS, TC)) {                                                                 \
+    mojo::after_previous_kernels();                                                                                    \
+    mojo_gemm::reduce_splits<TC, SPLITS, BETA, BIAS, ACT, RESIDUAL>(partials, c, bias, residual, alpha, beta, m, n,    \
+                                                                    ldc, ldr, batch_c, batches);                       \
   }
 // linear's decode form (gemv.cuh): the sm_80 path's arguments, read as x = a, W = b.
 #define MOJO_KERNEL_linear_gemv(NAME, P)                                                                         \
@@ -417,9 +493,10 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
   }
 // The entry macros, by the op's params; the host names the sm_90a form (param wgmma=1) *_sm90, linear's
 // decode form (param gemv) *_gemv.
-// MOJO_GEMM_ENTRY expands MOJO_GEMM_TILE into its eight arguments before the kernel macro counts them.
+// MOJO_GEMM_ENTRY expands MOJO_GEMM_TILE into its nine arguments before the kernel macro counts them. A K split
+// (param splits > 1) adds the *_reduce entry, its second step.
 #define MOJO_GEMM_ENTRY(KERNEL, ...) KERNEL(__VA_ARGS__)
-#define MOJO_GEMM_TILE(P) P::bm, P::bn, P::bk, P::wm, P::wn, P::stages, P::ks, P::swizzle
+#define MOJO_GEMM_TILE(P) P::bm, P::bn, P::bk, P::wm, P::wn, P::stages, P::ks, P::swizzle, P::splits
 #define MOJO_KERNEL_gemm(NAME, P)                                                                          \
   MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_0, NAME, P::dtype, P::out, MOJO_GEMM_TILE(P), P::ta, P::tb, P::vec, P::beta, \
                   0, 0, 0, 0, P::tf32)
@@ -440,3 +517,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 #define MOJO_KERNEL_group_gemm_sm90(NAME, P)                                                                   \
   MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_1, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, 1, P::vec, 0, 0, P::act, 0, \
                   P::offsets, P::tf32)
+#define MOJO_KERNEL_gemm_reduce(NAME, P) MOJO_GEMM_REDUCE_KERNEL(NAME, P::out, P::splits, P::beta, 0, 0, 0)
+#define MOJO_KERNEL_gemm_batched_reduce MOJO_KERNEL_gemm_reduce
+#define MOJO_KERNEL_linear_reduce(NAME, P) \
+  MOJO_GEMM_REDUCE_KERNEL(NAME, P::dtype, P::splits, 0, P::bias, P::act, P::residual)

@@ -32,7 +32,9 @@
   ARG(long long, total_rows) /* group_gemm: the rows of a and c, which the offsets are clamped to */
 
 // The sm_90a path (gemm_sm90.cuh): A and B come through the TMA descriptors
-// that follow these parameters, so only the output side is here.
+// that follow these parameters, so only the output side is here. The reduce
+// step of a K split (either path) takes these alone: it reads the splits'
+// f32 sums, [batches, splits, m, n], from `partials`.
 #define MOJO_GEMM_SM90_ARGS(TC, ARG)                                                 \
   ARG(TC*, c)                                                                        \
   ARG(const TC* __restrict__, bias) /* as MOJO_GEMM_ARGS */                          \
@@ -47,9 +49,12 @@
   ARG(long long, batch_c)                                                            \
   ARG(int, batches) /* the batches, or group_gemm's groups */                        \
   ARG(const void*, offsets) /* group_gemm: int32 or int64 [groups + 1]; else null */ \
-  ARG(long long, total_rows) /* group_gemm: the rows of x (a_map) and c */
+  ARG(long long, total_rows) /* group_gemm: the rows of x (a_map) and c */          \
+  ARG(const float*, partials) /* the reduce step: the K splits' sums; else null */
 
 namespace mojo_gemm {
+// The threads of a K split's reduce step (gemm.cu's reduce_splits): a block's, for the kernel and its grid.
+constexpr int kReduceThreads = 256;
 template <class TA, class TC>
 struct Args {
   MOJO_GEMM_ARGS(TA, TC, MOJO_ARG_FIELD)

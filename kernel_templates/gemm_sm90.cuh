@@ -6,7 +6,9 @@
 //
 // Warp-specialised and persistent: each block loops over tiles of C, BM = 64
 // or 128 rows by BN = any multiple of 16 up to 256 columns (of 64 when B is
-// MN-major), the tile chosen to fill the SMs' last wave.
+// MN-major), the tile chosen to fill the SMs' last wave. With a K split
+// (SPLITS > 1) the units are each tile's SPLITS slices of K, whose f32 sums go
+// to the workspace for gemm.cu's reduce step.
 // Warpgroup 0 is the producer: one thread issues TMA loads of the A (BM x 64)
 // and B (BN x 64) tiles into a STAGES-deep ring of shared memory (a K-major
 // tile in one box of 64 k x rows, an MN-major one in boxes of 64 m/n x 64 k,
@@ -47,8 +49,8 @@
 
 namespace mojo_gemm {
 
-template <class T, class TC, int BM, int BN, int BK, int STAGES, int SWIZZLE, bool MN_A, bool MN_B, bool BETA, bool BIAS,
-          int ACT, bool RESIDUAL, int OFFSETS>
+template <class T, class TC, bool BETA, bool BIAS, int ACT, bool RESIDUAL, int BM, int BN, int BK, int STAGES,
+          int SWIZZLE, bool MN_A, bool MN_B, int OFFSETS, int SPLITS>
 __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residual, float alpha, float beta, int m,
                                          int n, int k, long long ldc, long long ldr, long long batch_c, int batches,
                                          const void* offsets, long long total_rows, const mojo::TensorMap* a_map,
@@ -61,6 +63,7 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
   static_assert(BN % 16 == 0 && BN <= 256 && (!MN_B || BN % 64 == 0), "BN: 16 to 256, MN-major in boxes of 64");
   static_assert(sizeof(T) == 2, "wgmma here takes f16 or bf16");
   static_assert(OFFSETS == 0 || !MN_A, "groups' rows are K-major");
+  static_assert(SPLITS == 1 || OFFSETS == 0, "groups do not split K");
   MOJO_DYNAMIC_SMEM(smem);
   // 128-byte swizzle repeats every 1024 bytes: the ring starts on such a boundary.
   const unsigned ring = (mojo::smem_address(smem) + 1023u) & ~1023u;
@@ -81,17 +84,21 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
   mojo::sync_block();
 
   const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN, per_batch = tiles_m * tiles_n;
-  const int tiles = per_batch * batches, k_tiles = (k + BK - 1) / BK;
-  // Tile t of C: its origin, its batch (or group), the group's first row and
-  // its rows. A group's tiles go row by row, so the first one past its rows
+  // Work units: the tiles of C, each SPLITS times over with K split (the split's k tiles [k_first, k_end)).
+  const int k_tiles = (k + BK - 1) / BK, split_tiles = (k_tiles + SPLITS - 1) / SPLITS;
+  const int tiles = per_batch * batches * SPLITS;
+  // Unit t: its tile's origin, its batch (or group), the group's first row and
+  // its rows, and its k tiles. A group's tiles go row by row, so the first one past its rows
   // ends it: `next` then jumps to this block's first tile of the next group.
-  // Producer and consumers walk the same tiles, hence the same stages.
+  // Producer and consumers walk the same units, hence the same stages.
   struct Where {
-    int m0, n0, batch, rows;
+    int m0, n0, batch, rows, split, k_first, k_end;
     long long first;
   };
-  auto where = [&](int t) {
-    Where w{0, 0, t / per_batch, m, 0};
+  auto where = [&](int unit) {
+    const int t = unit / SPLITS, split = unit % SPLITS;
+    const int k_first = split * split_tiles, k_end = k_first + split_tiles < k_tiles ? k_first + split_tiles : k_tiles;
+    Where w{0, 0, t / per_batch, m, split, k_first, k_end, 0};
     if constexpr (OFFSETS != 0) {
       w.m0 = (t % per_batch) / tiles_n * BM;
       w.n0 = (t % per_batch) % tiles_n * BN;
@@ -121,7 +128,7 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
       const bool a_tail = !MN_A && OFFSETS == 0 && w.m0 + BM > m;
       const mojo::TensorMap* const a_source = a_tail ? a_tail_map : a_map;
       const unsigned stage_bytes = a_tail ? unsigned(m - w.m0) * BK * 2 + B_BYTES : STAGE_BYTES;
-      for (int kt = 0; kt < k_tiles; ++kt) {
+      for (int kt = w.k_first; kt < w.k_end; ++kt) {
         mojo::mbarrier_wait(empty + 8 * stage, phase ^ 1);  // the consumers released this stage
         const unsigned dst = ring + stage * STAGE_BYTES, bar = full + 8 * stage;
         mojo::mbarrier_arrive_expect_tx(bar, stage_bytes);  // whole boxes, zero-filled past the edges
@@ -155,7 +162,7 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
     int previous = -1;  // the stage whose MMAs may still be running
-    for (int kt = 0; kt < k_tiles; ++kt) {
+    for (int kt = w.k_first; kt < w.k_end; ++kt) {
       mojo::mbarrier_wait(full + 8 * stage, phase);
       const unsigned a_tile = ring + stage * STAGE_BYTES + consumer * CHUNK;
       const unsigned b_tile = ring + stage * STAGE_BYTES + A_BYTES;
@@ -184,7 +191,8 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
     for (int i = 0; i < BN / 2; ++i) mojo::wgmma_fence_operand(acc[i]);
     if (previous >= 0) mojo::mbarrier_arrive(empty + 8 * previous);
 
-    TC* const out = c + (OFFSETS != 0 ? w.first * ldc : (long long)w.batch * batch_c);
+    // A split's sums go to its own [m, n] of the batch's (gemm.cu's split_length says how they meet).
+    TC* const out = c + (OFFSETS != 0 ? w.first * ldc : (long long)w.batch * batch_c + w.split * (long long)m * ldc);
     const Problem<T, TC> p{out, nullptr, nullptr, bias, residual, alpha, beta, w.rows, n, k, 0, 0, ldc, ldr};
     const int row = w.m0 + consumer * 64 + warp * 16 + lane / 4, col = w.n0 + 2 * (lane % 4);
 #pragma unroll

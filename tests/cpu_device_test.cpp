@@ -72,7 +72,8 @@ class DeliberateBugs : public ::testing::Test {
     return r;
   }
 
-  // gemm [m, k] x ([n, k] with trans_b, else [k, n]) in bf16 against the reference, on `path` (80 or 90).
+  // gemm [m, k] x ([n, k] with trans_b, else [k, n]) in bf16 against the reference, on `path` (80 or 90), K
+  // unsplit (each block runs all of it).
   static Outcome gemm(Runtime& rt, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_b, int path) {
     const TensorSpec a(DType::bf16, {m, k}),
         b(DType::bf16, trans_b ? std::vector<std::int64_t>{n, k} : std::vector<std::int64_t>{k, n}),
@@ -82,7 +83,7 @@ class DeliberateBugs : public ::testing::Test {
     GpuTensor ad(a, ah), bd(b, bh), cd(c);
     Outcome r;
     try {
-      rt.launch("gemm", {cd, ad, bd}, {{"trans_b", trans_b ? 1 : 0}, {"path", path}});
+      rt.launch("gemm", {cd, ad, bd}, {{"trans_b", trans_b ? 1 : 0}, {"path", path}, {"splits", 1}});
     } catch (const Error& e) {
       r.error = e.what();
       return r;

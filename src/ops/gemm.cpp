@@ -29,7 +29,8 @@ constexpr ScalarArgInfo kGemmScalars[] = {
     {"trans_a", 0, "1: a is stored [K, M]"},
     {"trans_b", 0, "1: b is stored [N, K] (the LLM weight layout)"},
     {"tf32", 0, "1: f32 inputs on tensor cores as tf32 (10-bit mantissa)"},
-    {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path; 90: the sm_90a path (TMA + wgmma)"}};
+    {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path; 90: the sm_90a path (TMA + wgmma)"},
+    {"splits", 0, kSplitsDoc}};
 
 // gemm ([M, K] x [K, N]) and gemm_batched (a batch of those, strided).
 constexpr OpInfo kGemm{
@@ -74,9 +75,13 @@ class Gemm final : public TileOp {
     const bool batches_apart =
         d.batch == 1 || (d.batch_a >= (d.trans_a ? d.k : d.m) * d.lda && d.batch_b >= (d.trans_b ? d.n : d.k) * d.ldb);
     const bool wgmma_ok = wgmma_possible(target, a.dtype(), aligned && batches_apart, d.m, d.n, d.k);
+    // A requested split counts as batches for the tile: the tile fills the SMs with tiles x splits units.
+    const std::int64_t splits = requested_splits(*this, scalars);
     const TileConfig tile =
-        pick_tile(d.m, d.n, d.k, a.dtype(), tf32, target, wgmma_ok, d.batch, path_of(*this, scalars, wgmma_ok, target),
-                  d.trans_b ? Sm90Tiles::any_width : Sm90Tiles::widths_of_64);
+        split_k(pick_tile(d.m, d.n, d.k, a.dtype(), tf32, target, wgmma_ok, d.batch * std::max<std::int64_t>(splits, 1),
+                          path_of(*this, scalars, wgmma_ok, target),
+                          d.trans_b ? Sm90Tiles::any_width : Sm90Tiles::widths_of_64),
+                d.m, d.n, d.k, d.batch, target, splits);
     add_tile(p, tile);
     p.add("ta", d.trans_a);
     p.add("tb", d.trans_b);
@@ -101,8 +106,13 @@ class Gemm final : public TileOp {
     const Dims d = dims(t, p.get("ta"), p.get("tb"));
     return tile_geometry(p, d.m, d.n, d.batch);
   }
+  std::size_t workspace_bytes(const Params& p, TensorList t) const override {
+    const Dims d = dims(t, p.get("ta"), p.get("tb"));
+    return split_workspace_bytes(p, d.m, d.n, d.batch);
+  }
 
-  void pack_args(const Params& p, TensorList t, ScalarList scalars, DevicePtr, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList scalars, DevicePtr workspace,
+                 KernelArgs& args) const override {
     const Dims d = dims(t, p.get("ta"), p.get("tb"));
     const unsigned chunk = operand_alignment(p);
     checks::expect_pointer(name(), "c", t[0].data, unsigned(dtype_size(t[0].spec.dtype())));
@@ -124,6 +134,7 @@ class Gemm final : public TileOp {
                       .batch_b = d.batch_b,
                       .batch_c = d.batch_c,
                       .batches = d.batch,
+                      .partials = workspace,
                       .mn_major_a = d.trans_a == 1,
                       .mn_major_b = d.trans_b == 0},
                      p);

@@ -68,6 +68,7 @@ Params with_tile(const Params& p, const TileConfig& c) {
     if (name == "wgmma") return c.wgmma;
     if (name == "ks") return c.ks;
     if (name == "swizzle") return c.swizzle;
+    if (name == "splits") return c.splits;
     return v;
   });
 }
@@ -116,6 +117,39 @@ TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype
   if (c.bm == 16)
     while (c.ks < 4 && tiles(c) * c.ks * 2 <= 4 * sms && k >= std::int64_t(c.ks) * 2 * c.bk * 2) c.ks *= 2;
   return fit(c, int(dtype_size(dtype)), target);
+}
+
+std::int64_t requested_splits(const OpDef& op, ScalarList scalars) {
+  const double v = op.scalar(scalars, "splits");
+  if (!(v >= 0 && v <= kMaxSplits && v == double(std::int64_t(v))))
+    throw InvalidArgumentError(fmt::format(
+        "{}: splits is {}; expected 0 (the heuristic's choice) or a whole number from 1 to {}", op.name(), v,
+        kMaxSplits));
+  return std::int64_t(v);
+}
+
+TileConfig split_k(TileConfig c, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch,
+                   const Target& target, std::int64_t requested) {
+  const std::int64_t k_tiles = std::max<std::int64_t>(1, (k + c.bk - 1) / c.bk);
+  // The sm_80 path's splits are grid.z's, with the batches.
+  const std::int64_t most = std::min<std::int64_t>({kMaxSplits, k_tiles, c.wgmma ? kMaxSplits : 65535 / batch});
+  if (requested > 0) {
+    c.splits = int(std::clamp<std::int64_t>(requested, 1, most));
+    return c;
+  }
+  const std::int64_t sms = reference_sm_count(target), tiles = c.tiles(m, n, batch);
+  c.splits = 1;
+  if (10 * tiles >= 9 * sms) return c;
+  // The time in unsplit tiles: waves of units, each 1 / splits of a tile's k steps.
+  auto time = [&](std::int64_t splits) { return double((tiles * splits + sms - 1) / sms) / double(splits); };
+  for (std::int64_t splits = 2; splits <= most && k_tiles >= splits * kMinSplitKTiles; splits *= 2)
+    if (time(splits) <= 0.75 * time(c.splits)) c.splits = int(splits);
+  return c;
+}
+
+std::size_t split_workspace_bytes(const Params& p, std::int64_t m, std::int64_t n, std::int64_t batch) {
+  const std::int64_t splits = p.get_or("splits", 1);
+  return splits > 1 ? std::size_t(splits * batch * m * n) * sizeof(float) : 0;
 }
 
 void expect_tensor_cores(std::string_view op, DType dtype, bool tf32, const Target& target) {
@@ -180,15 +214,50 @@ void add_tile(Params& p, const TileConfig& c) {
   p.add("stages", c.stages);
   p.add("ks", c.ks);
   p.add("swizzle", c.swizzle);
+  p.add("splits", c.splits);
 }
 TileConfig tile_of(const Params& p) {
   const DType dtype = p.dtype("dtype");
   return {int(p.get("bm")),    int(p.get("bn")),     int(p.get("bk")),       int(p.get("wm")),
           int(p.get("wn")),    int(p.get("stages")), int(dtype_size(dtype)), dtype != DType::f32 || p.get("tf32") != 0,
-          p.get("wgmma") != 0, int(p.get("ks")),     int(p.get("swizzle"))};
+          p.get("wgmma") != 0, int(p.get("ks")),     int(p.get("swizzle")), int(p.get_or("splits", 1))};
 }
 
-void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p) {
+namespace {
+mojo_gemm::Sm90Args<void> output_args(const GemmArgs& g) {
+  return {
+      .c = ptr(g.c),
+      .bias = ptr(g.bias),
+      .residual = ptr(g.residual),
+      .alpha = g.alpha,
+      .beta = g.beta,
+      .m = int(g.m),  // checked_dim: they fit
+      .n = int(g.n),
+      .k = int(g.k),
+      .ldc = g.ldc,
+      .ldr = g.ldr,
+      .batch_c = g.batch_c,
+      .batches = int(g.batches),
+      .offsets = ptr(g.offsets),
+      .total_rows = g.total_rows,
+      .partials = ptr<const float>(g.partials),
+  };
+}
+}  // namespace
+
+void push_kernel_args(KernelArgs& args, const GemmArgs& given, const Params& p) {
+  if (is_split_reduce(p)) return args.push_args(output_args(given));
+  GemmArgs g = given;
+  if (p.get_or("splits", 1) > 1) {  // the product step: f32 sums into the workspace, no epilogue
+    const std::int64_t splits = p.get("splits");
+    g.c = g.partials;
+    g.bias = g.residual = 0;
+    g.alpha = 1;
+    g.beta = 0;
+    g.ldc = g.n;
+    g.ldr = 0;
+    g.batch_c = splits * g.m * g.n;
+  }
   if (p.get_or("wgmma", 0)) {  // linear's decode form has no wgmma param: the sm_80 path's arguments
     // Each operand as stored: K-major in boxes of bk (one 128-byte row) x the tile's rows, MN-major in
     // boxes of 64 m or n (128 bytes) x bk.
@@ -206,22 +275,7 @@ void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p) {
     const TensorMap a_tail = tail_rows == 0 || g.mn_major_a || g.offsets
                                  ? a
                                  : tile_tensor_map(g.a, dtype, g.k, a_rows, a_batches, g.lda, g.batch_a, bk, tail_rows);
-    args.push_args(mojo_gemm::Sm90Args<void>{
-        .c = ptr(g.c),
-        .bias = ptr(g.bias),
-        .residual = ptr(g.residual),
-        .alpha = g.alpha,
-        .beta = g.beta,
-        .m = int(g.m),  // checked_dim: they fit
-        .n = int(g.n),
-        .k = int(g.k),
-        .ldc = g.ldc,
-        .ldr = g.ldr,
-        .batch_c = g.batch_c,
-        .batches = int(g.batches),
-        .offsets = ptr(g.offsets),
-        .total_rows = g.total_rows,
-    });
+    args.push_args(output_args(g));
     args.push(a);
     args.push(b);
     args.push(a_tail);
@@ -292,10 +346,18 @@ LaunchGeometry tile_geometry(const Params& p, std::int64_t m, std::int64_t n, st
     return g;
   }
   const TileConfig c = tile_of(p);
-  const std::int64_t blocks = c.tiles(m, n);
   LaunchGeometry g;
-  // The sm_90a kernel is persistent: its blocks loop over every batch's tiles.
-  g.grid = c.wgmma ? Dim3{unsigned(blocks * batch), 1, 1} : Dim3{unsigned(blocks), 1, unsigned(batch)};
+  if (is_split_reduce(p)) {
+    const std::int64_t threads = batch * m * ((n + 1) / 2);
+    g.grid = {unsigned((threads + mojo_gemm::kReduceThreads - 1) / mojo_gemm::kReduceThreads), 1, 1};
+    g.block = {unsigned(mojo_gemm::kReduceThreads), 1, 1};
+    return g;
+  }
+  const std::int64_t blocks = c.tiles(m, n);
+  // The sm_90a kernel is persistent: its blocks loop over every batch's units. The sm_80 one takes each split
+  // of each batch as a grid.z.
+  g.grid = c.wgmma ? Dim3{unsigned(blocks * batch * c.splits), 1, 1}
+                   : Dim3{unsigned(blocks), 1, unsigned(batch * c.splits)};
   g.persistent = c.wgmma;
   g.block = {c.threads(), 1, 1};
   g.dynamic_smem = c.smem_bytes();
@@ -310,7 +372,16 @@ bool chunk_aligned(DType dtype, DevicePtr p, std::initializer_list<std::int64_t>
 
 std::string TileOp::entry_macro(const Params& p) const {
   if (is_gemv(p)) return OpDef::entry_macro(p) + "_gemv";
+  if (is_split_reduce(p)) return OpDef::entry_macro(p) + "_reduce";
   return OpDef::entry_macro(p) + (p.get("wgmma") != 0 ? "_sm90" : "");
+}
+
+std::vector<Params> TileOp::plan(const Params& p) const {
+  if (p.get_or("splits", 1) == 1) return {p};
+  Params product = p, reduce = p;
+  product.add("step", 0);
+  reduce.add("step", 1);
+  return {product, reduce};
 }
 
 std::vector<Params> TileOp::candidates(const Params& chosen, TensorList tensors, ScalarList scalars,
@@ -318,6 +389,14 @@ std::vector<Params> TileOp::candidates(const Params& chosen, TensorList tensors,
   std::vector<Params> out{chosen};
   const auto add = [&](const Params& p) {
     if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  };
+  // The op's own choice for these tensors with one scalar pinned.
+  const auto derived_with = [&](std::string_view name, double value) {
+    std::vector<ScalarArg> pinned;
+    for (const ScalarArg& s : scalars)
+      if (s.name != name) pinned.push_back(s);
+    pinned.push_back({name, value});
+    return derive_params(tensors, pinned, target);
   };
   if (is_gemv(chosen)) {  // the heuristic's split first, then every other, each at 4 and 8 chunks in flight
     for (int ks : {1, 2, 4, 8})
@@ -328,13 +407,9 @@ std::vector<Params> TileOp::candidates(const Params& chosen, TensorList tensors,
       }
     // Then the tiles each path would take for these tensors (the op's own choice with `path` pinned), so that
     // where the decode form is the slower one, tuning finds the tile.
-    for (std::int64_t path : {80, 90}) {
-      std::vector<ScalarArg> pinned;
-      for (const ScalarArg& s : scalars)
-        if (s.name != "path") pinned.push_back(s);
-      pinned.push_back({"path", path});
+    for (double path : {80, 90}) {
       try {
-        add(derive_params(tensors, pinned, target));
+        add(derived_with("path", path));
       } catch (const InvalidArgumentError&) {  // the sm_90a path on another GPU
       }
     }
@@ -359,6 +434,10 @@ std::vector<Params> TileOp::candidates(const Params& chosen, TensorList tensors,
     if (c.wgmma && !current.wgmma) continue;
     add(with_tile(chosen, fit(c, current.element_bytes, target)));
   }
+  // K split over blocks: the op's own choice (tile and all) with the split pinned.
+  const auto declared = scalar_args();
+  if (std::any_of(declared.begin(), declared.end(), [](const ScalarArgInfo& s) { return s.name == "splits"; }))
+    for (double splits : {2, 4, 8}) add(derived_with("splits", splits));
   return out;
 }
 

@@ -28,6 +28,7 @@ struct TileConfig {
   bool wgmma = false;        // the sm_90a path: bm / 64 consumer warpgroups + a producer, bk = 64
   int ks = 1;                // K split over this many groups of wm x wn warps (sm_80 path), each with its own ring
   int swizzle = 8;           // block rows per raster group (neighbouring blocks share B in L2)
+  int splits = 1;            // K split over this many blocks (sm_90a: units), whose sums a second kernel adds
   unsigned smem_bytes() const {
     // sm_90a: the ring, one full and one empty mbarrier per stage, 1024 bytes to align the ring.
     if (wgmma) return unsigned(stages * (bm + bn) * bk * element_bytes + 16 * stages + 1024);
@@ -74,6 +75,25 @@ TileConfig pick_wgmma_tile(std::int64_t m, std::int64_t n, std::int64_t batch, S
 TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, bool tf32, const Target& target,
                      bool wgmma_ok = false, std::int64_t batch = 1, Path path = Path::any,
                      Sm90Tiles sm90_tiles = Sm90Tiles::fixed);
+// Splitting K over blocks (gemm, gemm_batched and linear: their "splits" scalar). Each split's block (a work unit
+// on the sm_90a path) stores its tile's f32 sums to the workspace, [batch, splits, M, N]; a second kernel adds them
+// in split order, the same sums whatever the blocks' timing, and applies the epilogue (gemm.cu: split_length).
+// The heuristic splits only where the tiles alone leave more than a tenth of the reference GPU's SMs without
+// one, by the performance model's waves: a split is taken while it cuts ceil(units / SMs) / splits, the time in
+// unsplit tiles, by a quarter or more, with at least kMinSplitKTiles k steps a split. A requested count (1 to
+// kMaxSplits) is taken as it is, the tile chosen for tiles x splits units, but never beyond K's k steps.
+constexpr int kMaxSplits = 16;
+inline constexpr std::string_view kSplitsDoc =
+    "0: the heuristic's choice; N: K split over N blocks, their f32 sums added in order by a second kernel";
+constexpr std::int64_t kMinSplitKTiles = 8;
+// The "splits" scalar: 0 (the heuristic's choice) or 1 to kMaxSplits; InvalidArgumentError otherwise.
+std::int64_t requested_splits(const OpDef& op, ScalarList scalars);
+// `c` with its splits: `requested`, or the heuristic's where it is 0 (above).
+TileConfig split_k(TileConfig c, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch,
+                   const Target& target, std::int64_t requested);
+// The workspace a split's sums take: splits x batch x m x n floats (0 unsplit).
+std::size_t split_workspace_bytes(const Params& p, std::int64_t m, std::int64_t n, std::int64_t batch);
+
 // linear at decode sizes, M <= kGemvMaxRows, where the weights' rows are whole 16-byte chunks and no path is
 // pinned: a warp a column of W on the CUDA cores, KS warps splitting its row (gemv.cuh says why). `rows` of
 // x the kernel takes (1, 2 or 4), `cols` the block's columns, `ks` warps a column, `chunks` the 16-byte
@@ -91,11 +111,14 @@ bool gemv_fits(std::int64_t m, std::int64_t k, DType dtype, bool aligned, bool t
 // The decode form's params (gemv, cols, ks, chunks), and whether `p` has them.
 void add_gemv(Params& p, const GemvConfig& c);
 inline bool is_gemv(const Params& p) { return p.get_or("gemv", 0) != 0; }
+// Whether `p` is a K split's reduce step (the plans of cross_entropy and moe_mlp number their own steps, unsplit).
+inline bool is_split_reduce(const Params& p) { return p.get_or("splits", 1) > 1 && p.get_or("step", 0) == 1; }
 
 // The tile params: bm, bn, bk, wm, wn, stages, ks, swizzle.
 void add_tile(Params& p, const TileConfig& c);
 TileConfig tile_of(const Params& p);
-// The grid of either form: tiles of C, or linear's decode form (cols columns a block).
+// The grid of either form: tiles of C (each split's), or linear's decode form (cols columns a block); the grid of
+// a K split's reduce step (param step 1): a thread a pair of columns of C.
 LaunchGeometry tile_geometry(const Params& p, std::int64_t m, std::int64_t n, std::int64_t batch);
 
 // The sm_90a path's preconditions: a Hopper-specific build, 16-bit inputs,
@@ -128,11 +151,13 @@ struct GemmArgs {
   DevicePtr offsets = 0;
   std::int64_t total_rows = 0;
   std::int64_t batches = 1;
+  DevicePtr partials = 0;  // the workspace: a K split's sums (split_workspace_bytes)
   bool mn_major_a = false, mn_major_b = false;  // a stored [K, M], b stored [K, N] (gemm's layouts)
 };
 // Pushes one struct (kernel_templates/gemm_args.h): mojo_gemm::Args for the
 // sm_80 path; mojo_gemm::Sm90Args, then the TMA descriptors of A, of B and of
-// A's last row tile (from the device part), for the sm_90a one.
+// A's last row tile (from the device part), for the sm_90a one; Sm90Args alone
+// for a K split's reduce step. A split's product step writes to g.partials.
 void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p);
 
 // "m<=64 n<=4096 k<=4096": the powers of two a tuning result stands for.
@@ -143,17 +168,22 @@ std::string shape_bucket(std::int64_t m, std::int64_t n, std::int64_t k);
 class TileOp : public OpDef, public Tunable {
  public:
   using OpDef::OpDef;
-  unsigned max_dynamic_smem(const Params& p) const override { return is_gemv(p) ? 0 : tile_of(p).smem_bytes(); }
+  unsigned max_dynamic_smem(const Params& p) const override {
+    return is_gemv(p) || is_split_reduce(p) ? 0 : tile_of(p).smem_bytes();
+  }
   // The sm_90a kernel has its own signature (TMA descriptors), linear's decode form its own geometry: each
   // its own entry macro.
   std::string entry_macro(const Params& p) const override;
   const Tunable* tuning() const noexcept override { return this; }
   // The heuristic's tile first, then every other tensor-core tile that fits
   // the target's shared memory (none for the exact f32 path); on the sm_90a
-  // path, its two tiles and the sm_80 path's. For linear's decode form: its
+  // path, its two tiles and the sm_80 path's; then, for the ops that split K,
+  // the op's own choice with 2, 4 and 8 splits. For linear's decode form: its
   // other splits and depths, then the tile each path takes for these tensors.
   std::vector<Params> candidates(const Params& chosen, TensorList tensors, ScalarList scalars,
                                  const Target& target) const override;
+  // A K split (param splits > 1) is a plan of two steps: the product, then the reduce (the *_reduce entry).
+  std::vector<Params> plan(const Params& p) const override;
 
  protected:
   // Bytes the A and B operands must be aligned to: 16 for chunk loads, else one element.

@@ -24,7 +24,8 @@ constexpr TensorArgInfo kLinearTensors[] = {
 constexpr ScalarArgInfo kLinearScalars[] = {
     {"activation", 0, "applied after the bias: 0 none, 1 gelu (erf), 2 gelu (tanh), 3 silu"},
     {"tf32", 0, "1: f32 inputs on tensor cores as tf32"},
-    {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path; 90: the sm_90a path (TMA + wgmma)"}};
+    {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path; 90: the sm_90a path (TMA + wgmma)"},
+    {"splits", 0, kSplitsDoc}};
 
 // linear: out = act(x * weight^T + bias) + residual, the epilogue fused.
 constexpr OpInfo kLinear{
@@ -55,19 +56,22 @@ class Linear final : public TileOp {
     const bool aligned = chunk_aligned(dtype, t[1].data, {d.ldx}) && chunk_aligned(dtype, t[2].data, {d.ldw});
     const bool wgmma_ok = wgmma_possible(target, dtype, aligned, d.m, d.n, d.k);
     const Path path = path_of(*this, scalars, wgmma_ok, target);
+    const std::int64_t splits = requested_splits(*this, scalars);
     auto add_epilogue = [&] {
       p.add("bias", t[3].spec.rank() != 0 ? 1 : 0);
       p.add("act", std::int64_t(act));
       p.add("residual", t[4].spec.rank() != 0 ? 1 : 0);
     };
-    if (gemv_fits(d.m, d.k, dtype, aligned, tf32, path)) {
+    if (splits <= 1 && gemv_fits(d.m, d.k, dtype, aligned, tf32, path)) {
       add_gemv(p, pick_gemv(d.m, d.n, d.k, target));
       p.add("vec", 8);
       add_epilogue();
       return p;
     }
-    const TileConfig tile =
-        pick_tile(d.m, d.n, d.k, dtype, tf32, target, wgmma_ok, 1, path, Sm90Tiles::any_width);  // W [N, K]: K-major
+    // A requested split counts as batches for the tile: the tile fills the SMs with tiles x splits units.
+    const TileConfig tile = split_k(pick_tile(d.m, d.n, d.k, dtype, tf32, target, wgmma_ok, std::max<std::int64_t>(splits, 1),
+                                              path, Sm90Tiles::any_width),  // W [N, K]: K-major
+                                    d.m, d.n, d.k, 1, target, splits);
     add_tile(p, tile);
     p.add("vec", vec_param(tile, aligned));
     add_epilogue();
@@ -88,8 +92,12 @@ class Linear final : public TileOp {
     const Dims d = dims(t);
     return tile_geometry(p, d.m, d.n, 1);
   }
+  std::size_t workspace_bytes(const Params& p, TensorList t) const override {
+    const Dims d = dims(t);
+    return split_workspace_bytes(p, d.m, d.n, 1);
+  }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr workspace, KernelArgs& args) const override {
     const Dims d = dims(t);
     const unsigned chunk = operand_alignment(p);
     checks::expect_pointer(name(), "out", t[0].data, unsigned(dtype_size(t[0].spec.dtype())));
@@ -110,7 +118,8 @@ class Linear final : public TileOp {
                       .lda = d.ldx,
                       .ldb = d.ldw,
                       .ldc = d.ldo,
-                      .ldr = d.ldr},
+                      .ldr = d.ldr,
+                      .partials = workspace},
                      p);
   }
 

@@ -43,11 +43,12 @@ struct Case {
   bool ta, tb;
 };
 
-// path: the gemm "path" scalar (0: the heuristic's choice, 90: the sm_90a path).
+// path: the gemm "path" scalar (0: the heuristic's choice, 90: the sm_90a path); splits: its "splits" (0: the
+// heuristic's choice).
 void check_gemm(Runtime& rt, DType in, DType out, Case s, double alpha, double beta, std::int64_t batch = 1,
-                bool tf32 = false, int path = 0) {
-  SCOPED_TRACE(fmt::format("{}->{} batch {} m {} n {} k {} ta {} tb {} alpha {} beta {}", dtype_name(in),
-                           dtype_name(out), batch, s.m, s.n, s.k, s.ta, s.tb, alpha, beta));
+                bool tf32 = false, int path = 0, int splits = 0) {
+  SCOPED_TRACE(fmt::format("{}->{} batch {} m {} n {} k {} ta {} tb {} alpha {} beta {} splits {}", dtype_name(in),
+                           dtype_name(out), batch, s.m, s.n, s.k, s.ta, s.tb, alpha, beta, splits));
   const bool batched = batch > 1;
   auto shape = [&](std::int64_t r, std::int64_t c) {
     return batched ? std::vector<std::int64_t>{batch, r, c} : std::vector<std::int64_t>{r, c};
@@ -63,7 +64,8 @@ void check_gemm(Runtime& rt, DType in, DType out, Case s, double alpha, double b
              {"trans_a", s.ta ? 1 : 0},
              {"trans_b", s.tb ? 1 : 0},
              {"tf32", tf32 ? 1 : 0},
-             {"path", path}});
+             {"path", path},
+             {"splits", splits}});
   rt.device().synchronize();
   auto want = ch;
   reference::gemm(in, out, ah.data(), bh.data(), want.data(), batch, s.m, s.n, s.k, alpha, beta, s.ta, s.tb);
@@ -88,16 +90,16 @@ void expect_wgmma(Runtime& rt, std::string_view op, TensorList tensors, ScalarLi
 // linear on random inputs vs the reference; `wgmma_tile` given: it must take
 // the sm_90a path with that tile.
 void check_linear(Runtime& rt, DType d, std::int64_t m, std::int64_t n, std::int64_t k, int act, bool bias,
-                  bool residual, Sm90Tile wgmma_tile = {}, int path = 0) {
-  SCOPED_TRACE(
-      fmt::format("linear {} m {} n {} k {} act {} bias {} residual {}", dtype_name(d), m, n, k, act, bias, residual));
+                  bool residual, Sm90Tile wgmma_tile = {}, int path = 0, int splits = 0) {
+  SCOPED_TRACE(fmt::format("linear {} m {} n {} k {} act {} bias {} residual {} splits {}", dtype_name(d), m, n, k,
+                           act, bias, residual, splits));
   const TensorSpec x(d, {m, k}), w(d, {n, k}), y(d, {m, n}), bs(d, {n});
   const auto xh = random_matrix(d, x.numel(), 6), wh = random_matrix(d, w.numel(), 7), bh = random_matrix(d, n, 8),
              rh = random_matrix(d, y.numel(), 9);
   GpuTensor xd(x, xh), wd(w, wh), yd(y), bd(bs, bh), rd(y, rh);
   const Tensor absent{TensorSpec(), 0};
   const std::vector<Tensor> tensors{yd, xd, wd, bias ? bd.tensor() : absent, residual ? rd.tensor() : absent};
-  const std::vector<ScalarArg> scalars = {{"activation", act}, {"path", path}};
+  const std::vector<ScalarArg> scalars = {{"activation", act}, {"path", path}, {"splits", splits}};
   if (wgmma_tile.bn > 0) expect_wgmma(rt, "linear", tensors, scalars, wgmma_tile);
   rt.launch("linear", tensors, scalars);
   rt.device().synchronize();
@@ -283,6 +285,48 @@ TEST_P(GpuGemm, HopperPathOneShape) {
   Runtime* h = hopper();
   if (h == nullptr) GTEST_SKIP() << "the sm_90a path needs a Hopper GPU (or no GPU: the CPU device emulates one)";
   check_hopper_gemm(*h, h->device().is_cpu() ? kEmulatedHopperCases[0] : kHopperCases[0]);
+}
+
+// K split over blocks (the "splits" scalar) on both paths: each split's f32 sums, then the reduce step adding
+// them in split order through the epilogue. K not a multiple of a split's k tiles (the last split short), more
+// splits than k tiles (clamped to them), linear's whole epilogue, gemm's alpha, beta and f32 output, batches,
+// transposes, the exact f32 path; and the same bytes from a second launch (the sums meet in a fixed order).
+TEST_P(GpuGemm, SplitKAgainstTheReference) {
+  for (int splits : {2, 3}) {
+    check_linear(*rt, DType::bf16, 17, 136, 1000, 3, true, true, {}, 80, splits);
+    check_gemm(*rt, DType::bf16, DType::f32, {33, 72, 520, false, true}, 0.5, 1.0, 1, false, 80, splits);
+    check_gemm(*rt, DType::f16, DType::f16, {20, 40, 300, true, false}, 1.0, 0.0, 3, false, 80, splits);
+    check_gemm(*rt, DType::f32, DType::f32, {9, 24, 200, false, false}, 1.0, 0.0, 1, false, 0, splits);
+  }
+  const std::vector<Tensor> few_k = {{TensorSpec(DType::f16, {5, 64}), 0x1000},
+                                     {TensorSpec(DType::f16, {5, 96}), 0x1000},
+                                     {TensorSpec(DType::f16, {64, 96}), 0x1000},
+                                     {TensorSpec(), 0},
+                                     {TensorSpec(), 0}};
+  const Params few = rt->get_kernel("linear", few_k, {{"path", 80}, {"splits", 16}}).params();
+  EXPECT_EQ(few.get("splits"), (96 + few.get("bk") - 1) / few.get("bk")) << few.str() << ": a k tile a split at most";
+  check_linear(*rt, DType::f16, 5, 64, 96, 1, true, false, {}, 80, 16);
+
+  // The same bytes twice: a split's sums are added in split order, whichever block ends first.
+  const TensorSpec x(DType::bf16, {24, 2000}), w(DType::bf16, {40, 2000}), y(DType::bf16, {24, 40});
+  GpuTensor xd(x, random_matrix(DType::bf16, x.numel(), 20)), wd(w, random_matrix(DType::bf16, w.numel(), 21)),
+      yd(y);
+  const Tensor absent{TensorSpec(), 0};
+  const std::vector<ScalarArg> four = {{"path", 80}, {"splits", 4}};
+  rt->launch("linear", {yd, xd, wd, absent, absent}, four);
+  rt->device().synchronize();
+  const auto first = yd.read();
+  rt->launch("linear", {yd, xd, wd, absent, absent}, four);
+  rt->device().synchronize();
+  EXPECT_EQ(yd.read(), first);
+
+  Runtime* h = hopper();
+  if (h == nullptr) return;  // the sm_90a path needs a Hopper GPU (or no GPU: the CPU device emulates one)
+  for (int splits : {2, 3}) {
+    check_linear(*h, DType::bf16, 100, 48, 1000, 3, true, true, {}, 90, splits);
+    check_gemm(*h, DType::f16, DType::f32, {72, 64, 600, true, false}, 0.5, 1.0, 2, false, 90, splits);
+  }
+  check_linear(*h, DType::bf16, 8, 32, 128, 0, false, false, {}, 90, 16);  // 2 k tiles: 2 splits
 }
 
 namespace {

@@ -397,8 +397,8 @@ TEST(Gemm, HopperPathForSixteenBitOperandsInAnyLayout) {
   Params p = gemm.specialize(nt, {{"trans_b", 1}}, sm90a);
   EXPECT_EQ(p.get("wgmma"), 1);
   EXPECT_EQ(p.str(),
-            "dtype=bf16 out=bf16 bm=128 bn=256 bk=64 wm=2 wn=1 stages=4 ks=1 swizzle=8 ta=0 tb=1 vec=8 beta=0 tf32=0 "
-            "wgmma=1");
+            "dtype=bf16 out=bf16 bm=128 bn=256 bk=64 wm=2 wn=1 stages=4 ks=1 swizzle=8 splits=1 ta=0 tb=1 vec=8 beta=0 "
+            "tf32=0 wgmma=1");
   LaunchGeometry g = gemm.geometry(p, nt);
   EXPECT_EQ(g.grid.x, 32u * 16u) << "every tile; the Runtime caps a persistent grid at the SM count";
   EXPECT_TRUE(g.persistent);
@@ -456,10 +456,16 @@ TEST(Gemm, HopperPathForSixteenBitOperandsInAnyLayout) {
   EXPECT_EQ(group_params(32768, {}).get("wgmma"), 1);
   EXPECT_EQ(group_params(32768, {{"max_rows", 1024}}).get("wgmma"), 0);
   EXPECT_EQ(group_params(4096, {}).get("wgmma"), 0) << "64 rows per expert";
-  // Autotuning tries both sm_90a tiles and the sm_80 ones.
+  // Autotuning tries both sm_90a tiles and the sm_80 ones, and the heuristic's path with K split 2, 4 and 8 ways.
   const std::vector<Params> candidates = gemm.tuning()->candidates(p, nt, {{"trans_b", 1}}, sm90a);
-  EXPECT_EQ(std::count_if(candidates.begin(), candidates.end(), [](const Params& c) { return c.get("wgmma") == 1; }),
+  EXPECT_EQ(std::count_if(candidates.begin(), candidates.end(),
+                          [](const Params& c) { return c.get("wgmma") == 1 && c.get("splits") == 1; }),
             2);
+  for (std::int64_t splits : {2, 4, 8})
+    EXPECT_EQ(std::count_if(candidates.begin(), candidates.end(),
+                            [&](const Params& c) { return c.get("wgmma") == 1 && c.get("splits") == splits; }),
+              1)
+        << splits;
   EXPECT_GT(candidates.size(), 4u);
 }
 
@@ -499,9 +505,78 @@ TEST(Linear, EveryQwen3LinearFillsTheLastWaveOnHopper) {
       const std::uint64_t tiles = g.grid.x;
       EXPECT_EQ(tiles, std::uint64_t((m + p.get("bm") - 1) / p.get("bm") * ((n + p.get("bn") - 1) / p.get("bn"))));
       EXPECT_GE(wave_fill(tiles, std::uint64_t(sms)), 0.9) << p.str() << ": " << tiles << " tiles";
+      EXPECT_EQ(p.get("splits"), 1) << p.str() << ": the tiles fill the SMs unsplit";
       EXPECT_LE(g.dynamic_smem, 227u * 1024) << "fits the H100's opt-in shared memory";
       EXPECT_GE(p.get("stages"), 4) << "a pipeline at least 4 deep";
     }
+}
+
+// K split over blocks where the tiles alone leave SMs idle (gemm_tile.hpp's model): Qwen3-8B's k and v projections
+// (N 1024) at M 64 make 64 of the sm_90a path's narrowest tiles, half the H100's SMs; split in two, 128 units
+// fill 0.97 of one wave. On an A100 target the sm_80 path's 64 x 64 tiles make 64 blocks of o_proj at M 32 for 108
+// SMs. A requested split picks the tile for tiles x splits units; K too short for a split's 8 k steps stays whole.
+TEST(Linear, SplitsKWhereTheTilesLeaveSmsIdle) {
+  const OpDef& linear = find_op("linear");
+  auto tensors = [](std::int64_t m, std::int64_t n, std::int64_t k) {
+    return specs({TensorSpec(DType::bf16, {m, n}), TensorSpec(DType::bf16, {m, k}), TensorSpec(DType::bf16, {n, k}),
+                  TensorSpec(), TensorSpec()});
+  };
+  const Target sm90a = Target::parse("sm_90a"), sm80 = Target::parse("sm_80");
+  const auto kv = tensors(64, 1024, 4096);
+  const Params p = linear.specialize(kv, {}, sm90a);
+  EXPECT_EQ(p.get("wgmma"), 1) << p.str();
+  EXPECT_EQ(p.get("splits"), 2) << p.str();
+  const std::vector<Params> plan = linear.plan(p);
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(linear.entry_macro(plan[0]), "MOJO_KERNEL_linear_sm90");
+  EXPECT_EQ(linear.entry_macro(plan[1]), "MOJO_KERNEL_linear_reduce");
+  const LaunchGeometry product = linear.geometry(plan[0], kv), reduce = linear.geometry(plan[1], kv);
+  EXPECT_EQ(product.grid.x, 128u) << "64 tiles, each K in two";
+  EXPECT_GE(wave_fill(product.grid.x, 132), 0.9);
+  EXPECT_EQ(std::uint64_t(reduce.grid.x) * reduce.block.x, 64u * 1024 / 2) << "a thread a pair of columns";
+  EXPECT_EQ(linear.max_dynamic_smem(plan[1]), 0u);
+  EXPECT_EQ(linear.workspace_bytes(p, kv), 2u * 64 * 1024 * sizeof(float));
+
+  const Params a100 = linear.specialize(tensors(32, 4096, 4096), {}, sm80);
+  EXPECT_GT(a100.get("splits"), 1) << a100.str();
+  EXPECT_GE(64 * a100.get("splits"), 97) << a100.str() << ": at least 0.9 of 108 SMs get a block";
+
+  // Asked for: o_proj at M 32 in four, 32 tiles of 128 columns (not 128 of 32), 128 units.
+  const Params asked = linear.specialize(tensors(32, 4096, 4096), {{"splits", 4}}, sm90a);
+  EXPECT_EQ(asked.get("splits"), 4) << asked.str();
+  EXPECT_EQ(asked.get("bn"), 128) << asked.str();
+  EXPECT_EQ(linear.specialize(tensors(32, 4096, 4096), {{"splits", 1}}, sm90a).get("bn"), 32);
+  EXPECT_EQ(linear.specialize(tensors(64, 1024, 512), {}, sm90a).get("splits"), 1) << "8 k steps: too few to split";
+  EXPECT_EQ(linear.specialize(tensors(2, 1024, 4096), {}, sm90a).get("gemv"), 2) << "decode: the gemv form";
+  EXPECT_EQ(linear.specialize(tensors(2, 1024, 4096), {{"splits", 2}}, sm90a).get("splits"), 2)
+      << "a split asked for takes the tile";
+
+  for (double bad : {-1.0, 17.0, 2.5})
+    EXPECT_NE(error_of<InvalidArgumentError>([&] { linear.specialize(kv, {{"splits", bad}}, sm90a); })
+                  .find("expected 0 (the heuristic's choice) or a whole number from 1 to 16"),
+              std::string::npos)
+        << bad;
+
+  // The product writes f32 sums to the workspace with no epilogue; the reduce reads them and writes out.
+  const DevicePtr out = 0x10000, x = 0x20000, w = 0x30000, bias = 0x40000, workspace = 0x50000;
+  const TensorSpec y(DType::bf16, {32, 64}), xs(DType::bf16, {32, 4096}), ws(DType::bf16, {64, 4096}),
+      bs(DType::bf16, {64});
+  const std::vector<Tensor> t = {{y, out}, {xs, x}, {ws, w}, {bs, bias}, {TensorSpec(), 0}};
+  const std::vector<Params> steps = linear.plan(linear.specialize(t, {{"splits", 2}, {"path", 80}}, sm80));
+  ASSERT_EQ(steps.size(), 2u);
+  KernelArgs product_args, reduce_args;
+  linear.pack_args(steps[0], t, {}, workspace, product_args);
+  const auto& g = op_test::packed<mojo_gemm::Args<void, void>>(product_args);
+  EXPECT_EQ(g.c, ptr(workspace));
+  EXPECT_EQ(g.bias, nullptr);
+  EXPECT_EQ(g.ldc, 64);
+  EXPECT_EQ(g.batch_c, 2 * 32 * 64);
+  linear.pack_args(steps[1], t, {}, workspace, reduce_args);
+  const auto& r = op_test::packed<mojo_gemm::Sm90Args<void>>(reduce_args);
+  EXPECT_EQ(r.c, ptr(out));
+  EXPECT_EQ(r.bias, ptr(bias));
+  EXPECT_EQ(r.partials, ptr<const float>(workspace));
+  EXPECT_EQ(r.batches, 1);
 }
 
 // Both paths through each compiler to a cubin: no local memory, and the SASS
@@ -587,6 +662,18 @@ TEST_P(GemmCompiles, HopperPathIsHgmmaAndSm80PathIsHmma) {
        "sm_90a",
        1},
       {"gemm bf16 on sm_80", "gemm", specs({bf({4096, 4096}), bf({4096, 4096}), bf({4096, 4096})}), {}, "sm_80", 0},
+      {"linear bf16 M = 32, K split 4 ways (f32 sums, then the reduce with bias + silu)",
+       "linear",
+       specs({bf({32, 4096}), bf({32, 4096}), bf({4096, 4096}), bf({4096}), TensorSpec()}),
+       {{"activation", 3}, {"splits", 4}},
+       "sm_90a",
+       1},
+      {"gemm bf16 -> f32 with beta on sm_80, K split 4 ways",
+       "gemm",
+       specs({TensorSpec(DType::f32, {32, 4096}), bf({32, 4096}), bf({4096, 4096})}),
+       {{"trans_b", 1}, {"beta", 1}, {"splits", 4}},
+       "sm_80",
+       0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);

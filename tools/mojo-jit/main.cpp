@@ -288,7 +288,7 @@ void print_kernel(const nlohmann::json& k, const mojo::SmLimits* limits, int sms
   fmt::print("kernel:   {}\n", k["name"].get<std::string>());
   fmt::print("grid:     [{}, {}, {}]{}\nblock:    [{}, {}, {}]\nsmem:     {}\n", k["grid"][0].get<unsigned>(),
              k["grid"][1].get<unsigned>(), k["grid"][2].get<unsigned>(),
-             k["persistent"].get<bool>() ? " tiles (persistent: at most one block per SM)" : "",
+             k["persistent"].get<bool>() ? " work units (persistent: at most one block per SM)" : "",
              k["block"][0].get<unsigned>(), k["block"][1].get<unsigned>(), k["block"][2].get<unsigned>(),
              k["dynamic_smem"].get<unsigned>());
   if (!k.contains("registers")) return;
