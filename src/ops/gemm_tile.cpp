@@ -140,10 +140,15 @@ TileConfig split_k(TileConfig c, std::int64_t m, std::int64_t n, std::int64_t k,
   const std::int64_t sms = reference_sm_count(target), tiles = c.tiles(m, n, batch);
   c.splits = 1;
   if (10 * tiles >= 9 * sms) return c;
-  // The time in unsplit tiles: waves of units, each 1 / splits of a tile's k steps.
-  auto time = [&](std::int64_t splits) { return double((tiles * splits + sms - 1) / sms) / double(splits); };
+  // The model's time, in bytes moved at one SM's share of the bandwidth: the busiest SM's units, each a slice of
+  // its tile's operands (rows of A past M are not loaded), and the sums each split writes and the reduce reads.
+  const double tile_bytes = double(std::min<std::int64_t>(m, c.bm) + c.bn) * double(k) * c.element_bytes;
+  auto cost = [&](std::int64_t splits) {
+    const double busiest = double((tiles * splits + sms - 1) / sms) / double(splits) * tile_bytes * double(sms);
+    return busiest + (splits > 1 ? 8.0 * double(splits * batch * m * n) : 0.0);
+  };
   for (std::int64_t splits = 2; splits <= most && k_tiles >= splits * kMinSplitKTiles; splits *= 2)
-    if (time(splits) <= 0.75 * time(c.splits)) c.splits = int(splits);
+    if (cost(splits) < cost(c.splits)) c.splits = int(splits);
   return c;
 }
 

@@ -79,8 +79,9 @@ TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype
 // on the sm_90a path) stores its tile's f32 sums to the workspace, [batch, splits, M, N]; a second kernel adds them
 // in split order, the same sums whatever the blocks' timing, and applies the epilogue (gemm.cu: split_length).
 // The heuristic splits only where the tiles alone leave more than a tenth of the reference GPU's SMs without
-// one, by the performance model's waves: a split is taken while it cuts ceil(units / SMs) / splits, the time in
-// unsplit tiles, by a quarter or more, with at least kMinSplitKTiles k steps a split. A requested count (1 to
+// one. It then takes the power of two (at least kMinSplitKTiles k steps a split) that moves the fewest bytes by
+// the model: the busiest SM's units (ceil(units / SMs), each 1 / splits of a tile's operands) at one SM's share
+// of the bandwidth, plus the sums each split writes and the reduce reads back. A requested count (1 to
 // kMaxSplits) is taken as it is, the tile chosen for tiles x splits units, but never beyond K's k steps.
 constexpr int kMaxSplits = 16;
 inline constexpr std::string_view kSplitsDoc =
