@@ -31,13 +31,14 @@
 # first; on 2026-11-27 one H200 call ran `tests sass` (154 s on 16 cores) and both vs_torch case files.
 # Since 2026-11-28 NVRTC runs with --no-cache: kernels the tests compiled before, in other Runtimes, came
 # from the CUDA driver's cache then and are compiled now, so `tests` may take longer (not yet measured).
-# Two calls, in the order of docs/benchmarks.md's "Measuring again":
-#   GPU_CHECK_BUDGET=560 GPU_CHECK_TAR=$OUT/check.tgz bash .gpu/run bash tools/gpu_check.sh /tmp/check \
-#     tests sass cases:issue28
-#   GPU_CHECK_BUDGET=560 GPU_CHECK_TAR=$OUT/check2.tgz bash .gpu/run bash tools/gpu_check.sh /tmp/check2 \
-#     cases:issue27 cases:pdl cases-pdl:pdl pdl compile
-# Then, as time allows: memcheck racecheck synccheck initcheck; bench (its ops.json, copied into the working
-# tree, feeds GPU_CHECK_OPS_JSON=ops.json GPU_CHECK_TORCH_ROWS=0:45 ... torch in a later call).
+# The machine's start takes minutes of the 15, so one full call, then a second only if the machine is still
+# warm and `status` leaves it time, in the order of docs/benchmarks.md's "Measuring again":
+#   GPU_CHECK_BUDGET=540 GPU_CHECK_TAR=$OUT/check.tgz bash .gpu/run bash tools/gpu_check.sh /tmp/check \
+#     tests cases:issue27 cases:issue28 sass
+#   GPU_CHECK_BUDGET=<what is left, less a minute> GPU_CHECK_TAR=$OUT/check2.tgz bash .gpu/run \
+#     bash tools/gpu_check.sh /tmp/check2 cases:pdl cases-pdl:pdl pdl compile
+# Then, in a later session's machine: memcheck racecheck synccheck initcheck; bench (its ops.json, copied into
+# the working tree, feeds GPU_CHECK_OPS_JSON=ops.json GPU_CHECK_TORCH_ROWS=0:45 ... torch in a later call).
 set -uo pipefail
 out=${1:?usage: tools/gpu_check.sh OUT_DIR [tests pdl conformance example sass memcheck racecheck synccheck initcheck bench torch python compile cases:NAME cases-pdl:NAME]}
 shift
