@@ -122,9 +122,9 @@ TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype
 std::int64_t requested_splits(const OpDef& op, ScalarList scalars) {
   const double v = op.scalar(scalars, "splits");
   if (!(v >= 0 && v <= kMaxSplits && v == double(std::int64_t(v))))
-    throw InvalidArgumentError(fmt::format(
-        "{}: splits is {}; expected 0 (the heuristic's choice) or a whole number from 1 to {}", op.name(), v,
-        kMaxSplits));
+    throw InvalidArgumentError(
+        fmt::format("{}: splits is {}; expected 0 (the heuristic's choice) or a whole number from 1 to {}", op.name(),
+                    v, kMaxSplits));
   return std::int64_t(v);
 }
 
@@ -225,7 +225,7 @@ TileConfig tile_of(const Params& p) {
   const DType dtype = p.dtype("dtype");
   return {int(p.get("bm")),    int(p.get("bn")),     int(p.get("bk")),       int(p.get("wm")),
           int(p.get("wn")),    int(p.get("stages")), int(dtype_size(dtype)), dtype != DType::f32 || p.get("tf32") != 0,
-          p.get("wgmma") != 0, int(p.get("ks")),     int(p.get("swizzle")), int(p.get_or("splits", 1))};
+          p.get("wgmma") != 0, int(p.get("ks")),     int(p.get("swizzle")),  int(p.get_or("splits", 1))};
 }
 
 namespace {
@@ -361,8 +361,8 @@ LaunchGeometry tile_geometry(const Params& p, std::int64_t m, std::int64_t n, st
   const std::int64_t blocks = c.tiles(m, n);
   // The sm_90a kernel is persistent: its blocks loop over every batch's units. The sm_80 one takes each split
   // of each batch as a grid.z.
-  g.grid = c.wgmma ? Dim3{unsigned(blocks * batch * c.splits), 1, 1}
-                   : Dim3{unsigned(blocks), 1, unsigned(batch * c.splits)};
+  g.grid =
+      c.wgmma ? Dim3{unsigned(blocks * batch * c.splits), 1, 1} : Dim3{unsigned(blocks), 1, unsigned(batch * c.splits)};
   g.persistent = c.wgmma;
   g.block = {c.threads(), 1, 1};
   g.dynamic_smem = c.smem_bytes();

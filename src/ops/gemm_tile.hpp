@@ -152,7 +152,7 @@ struct GemmArgs {
   DevicePtr offsets = 0;
   std::int64_t total_rows = 0;
   std::int64_t batches = 1;
-  DevicePtr partials = 0;  // the workspace: a K split's sums (split_workspace_bytes)
+  DevicePtr partials = 0;                       // the workspace: a K split's sums (split_workspace_bytes)
   bool mn_major_a = false, mn_major_b = false;  // a stored [K, M], b stored [K, N] (gemm's layouts)
 };
 // Pushes one struct (kernel_templates/gemm_args.h): mojo_gemm::Args for the

@@ -69,9 +69,10 @@ class Linear final : public TileOp {
       return p;
     }
     // A requested split counts as batches for the tile: the tile fills the SMs with tiles x splits units.
-    const TileConfig tile = split_k(pick_tile(d.m, d.n, d.k, dtype, tf32, target, wgmma_ok, std::max<std::int64_t>(splits, 1),
-                                              path, Sm90Tiles::any_width),  // W [N, K]: K-major
-                                    d.m, d.n, d.k, 1, target, splits);
+    const TileConfig tile =
+        split_k(pick_tile(d.m, d.n, d.k, dtype, tf32, target, wgmma_ok, std::max<std::int64_t>(splits, 1), path,
+                          Sm90Tiles::any_width),  // W [N, K]: K-major
+                d.m, d.n, d.k, 1, target, splits);
     add_tile(p, tile);
     p.add("vec", vec_param(tile, aligned));
     add_epilogue();

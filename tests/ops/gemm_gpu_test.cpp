@@ -91,8 +91,8 @@ void expect_wgmma(Runtime& rt, std::string_view op, TensorList tensors, ScalarLi
 // the sm_90a path with that tile.
 void check_linear(Runtime& rt, DType d, std::int64_t m, std::int64_t n, std::int64_t k, int act, bool bias,
                   bool residual, Sm90Tile wgmma_tile = {}, int path = 0, int splits = 0) {
-  SCOPED_TRACE(fmt::format("linear {} m {} n {} k {} act {} bias {} residual {} splits {}", dtype_name(d), m, n, k,
-                           act, bias, residual, splits));
+  SCOPED_TRACE(fmt::format("linear {} m {} n {} k {} act {} bias {} residual {} splits {}", dtype_name(d), m, n, k, act,
+                           bias, residual, splits));
   const TensorSpec x(d, {m, k}), w(d, {n, k}), y(d, {m, n}), bs(d, {n});
   const auto xh = random_matrix(d, x.numel(), 6), wh = random_matrix(d, w.numel(), 7), bh = random_matrix(d, n, 8),
              rh = random_matrix(d, y.numel(), 9);
@@ -309,8 +309,7 @@ TEST_P(GpuGemm, SplitKAgainstTheReference) {
 
   // The same bytes twice: a split's sums are added in split order, whichever block ends first.
   const TensorSpec x(DType::bf16, {24, 2000}), w(DType::bf16, {40, 2000}), y(DType::bf16, {24, 40});
-  GpuTensor xd(x, random_matrix(DType::bf16, x.numel(), 20)), wd(w, random_matrix(DType::bf16, w.numel(), 21)),
-      yd(y);
+  GpuTensor xd(x, random_matrix(DType::bf16, x.numel(), 20)), wd(w, random_matrix(DType::bf16, w.numel(), 21)), yd(y);
   const Tensor absent{TensorSpec(), 0};
   const std::vector<ScalarArg> four = {{"path", 80}, {"splits", 4}};
   rt->launch("linear", {yd, xd, wd, absent, absent}, four);

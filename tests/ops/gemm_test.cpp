@@ -552,8 +552,9 @@ TEST(Linear, SplitsKWhereTheTilesLeaveSmsIdle) {
       << "a split asked for takes the tile";
 
   for (double bad : {-1.0, 17.0, 2.5})
-    EXPECT_NE(error_of<InvalidArgumentError>([&] { linear.specialize(kv, {{"splits", bad}}, sm90a); })
-                  .find("expected 0 (the heuristic's choice) or a whole number from 1 to 16"),
+    EXPECT_NE(error_of<InvalidArgumentError>([&] {
+                linear.specialize(kv, {{"splits", bad}}, sm90a);
+              }).find("expected 0 (the heuristic's choice) or a whole number from 1 to 16"),
               std::string::npos)
         << bad;
 
