@@ -48,8 +48,8 @@ def rotate_neox(t, cos, sin):
     return torch.cat((rotated, t[..., 2 * half :]), dim=-1)
 
 
-def case(op, s, dt, activation=0, trans_b=0):
-    """(make_inputs(gen) -> tuple of tensors, fn(*inputs)) for one row of the table."""
+def case(op, s, dt, activation=0, trans_b=0, causal=1):
+    """(make_inputs(gen) -> tuple of tensors, fn(*inputs)) for one row of the table; `causal`: sdpa's."""
     if op in ("rms_norm", "add_rms_norm", "rms_norm_backward", "layer_norm", "layer_norm_backward"):
         rows, h = math.prod(s["x"][:-1]), s["x"][-1]
         if op == "rms_norm":
@@ -144,7 +144,7 @@ def case(op, s, dt, activation=0, trans_b=0):
         else:  # sdpa's cu_seqlens: equal sequences, as mojo-bench fills them
             batch = s["cu_seqlens_q"][0] - 1 if "cu_seqlens_q" in s else 1
             length = tokens // batch
-            shape_q, shape_kv, causal = (batch, heads, length, d), (batch, kv_heads, length, d), True
+            shape_q, shape_kv, causal = (batch, heads, length, d), (batch, kv_heads, length, d), bool(causal)
         return (lambda g: (rand(shape_q, dt, g), rand(shape_kv, dt, g), rand(shape_kv, dt, g)),
                 lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True))
     if op == "apply_penalties_temperature":
@@ -269,7 +269,8 @@ def main():
     for row in rows:
         op, dt, mojo_us = row["op"], DTYPES[row["dtype"]], row["us"]
         try:  # a counterpart that fails to build costs its row, not the table
-            made = case(op, parse_shapes(row["shapes"]), dt, row.get("activation", 0), row.get("trans_b", 0))
+            made = case(op, parse_shapes(row["shapes"]), dt, row.get("activation", 0), row.get("trans_b", 0),
+                        row.get("params", {}).get("causal", 1))
             if made is None:  # no PyTorch counterpart written (reject_sample)
                 print(f"| {op} | {row['dtype']} | {row['shapes']} | {mojo_us:.2f} | - | - | - | - |", flush=True)
                 continue
@@ -290,8 +291,8 @@ def main():
                 print(f"<!-- {op} {row['shapes']}: {type(e).__name__}: {e} -->", file=sys.stderr)
                 cells.append(float("nan"))
         eager, compiled = cells
-        shapes = row["shapes"] + (f" activation={row['activation']:g}" if row.get("activation") else "")
-        shapes += " trans_b=1" if row.get("trans_b") else ""
+        # Every param the case pinned (path=80, splits=4, causal=0, ...): rows of one shape stay apart.
+        shapes = " ".join([row["shapes"]] + [f"{k}={v:g}" for k, v in row.get("params", {}).items()])
         print(f"| {op} | {row['dtype']} | {shapes} | {mojo_us:.2f} | {eager:.2f} | {compiled:.2f} | "
               f"{eager / mojo_us:.2f} | {compiled / mojo_us:.2f} |", flush=True)
         if op.startswith("linear_cross_entropy"):
