@@ -132,14 +132,15 @@ TileConfig split_k(TileConfig c, std::int64_t m, std::int64_t n, std::int64_t k,
                    const Target& target, std::int64_t requested) {
   const std::int64_t k_tiles = std::max<std::int64_t>(1, (k + c.bk - 1) / c.bk);
   // The sm_80 path's splits are grid.z's, with the batches.
-  const std::int64_t most = std::min<std::int64_t>({kMaxSplits, k_tiles, c.wgmma ? kMaxSplits : 65535 / batch});
+  const std::int64_t most =
+      std::max<std::int64_t>(1, std::min<std::int64_t>({kMaxSplits, k_tiles, c.wgmma ? kMaxSplits : 65535 / batch}));
   if (requested > 0) {
     c.splits = int(std::clamp<std::int64_t>(requested, 1, most));
     return c;
   }
   const std::int64_t sms = reference_sm_count(target), tiles = c.tiles(m, n, batch);
   c.splits = 1;
-  if (10 * tiles >= 9 * sms) return c;
+  if (tiles == 0 || 10 * tiles >= 9 * sms) return c;
   // The model's time, in bytes moved at one SM's share of the bandwidth: the busiest SM's units, each a slice of
   // its tile's operands (rows of A past M are not loaded), and the sums each split writes and the reduce reads.
   const double tile_bytes = double(std::min<std::int64_t>(m, c.bm) + c.bn) * double(k) * c.element_bytes;
