@@ -548,7 +548,8 @@ TEST(Linear, SplitsKWhereTheTilesLeaveSmsIdle) {
   EXPECT_EQ(linear.specialize(tensors(32, 4096, 4096), {{"splits", 1}}, sm90a).get("bn"), 32);
   EXPECT_EQ(linear.specialize(tensors(64, 1024, 512), {}, sm90a).get("splits"), 1) << "8 k steps: too few to split";
   EXPECT_EQ(linear.specialize(tensors(0, 1024, 4096), {}, sm90a).get("splits"), 1) << "no rows: nothing to split";
-  const TensorSpec c16(DType::bf16, {40000, 16, 16}), a16(DType::bf16, {40000, 16, 256}), b16(DType::bf16, {40000, 256, 16});
+  const TensorSpec c16(DType::bf16, {40000, 16, 16}), a16(DType::bf16, {40000, 16, 256}),
+      b16(DType::bf16, {40000, 256, 16});
   EXPECT_EQ(find_op("gemm_batched").specialize(specs({c16, a16, b16}), {{"splits", 2}}, sm80).get("splits"), 1)
       << "the sm_80 path's grid.z holds 65,535 batches and splits";
   EXPECT_EQ(linear.specialize(tensors(2, 1024, 4096), {}, sm90a).get("gemv"), 2) << "decode: the gemv form";
