@@ -288,8 +288,8 @@ TEST_P(GpuGemm, HopperPathOneShape) {
 }
 
 // K split over blocks (the "splits" scalar) on both paths: each split's f32 sums, then the reduce step adding
-// them in split order through the epilogue. K not a multiple of a split's k tiles (the last split short), more
-// splits than k tiles (clamped to them), linear's whole epilogue, gemm's alpha, beta and f32 output, batches,
+// them in split order through the epilogue. K not a multiple of a split's k tiles (the last split short, or
+// empty: its sums are zeros), more splits than k tiles (clamped to them), linear's whole epilogue, gemm's alpha, beta and f32 output, batches,
 // transposes, the exact f32 path; and the same bytes from a second launch (the sums meet in a fixed order).
 TEST_P(GpuGemm, SplitKAgainstTheReference) {
   for (int splits : {2, 3}) {
@@ -306,6 +306,7 @@ TEST_P(GpuGemm, SplitKAgainstTheReference) {
   const Params few = rt->get_kernel("linear", few_k, {{"path", 80}, {"splits", 16}}).params();
   EXPECT_EQ(few.get("splits"), (96 + few.get("bk") - 1) / few.get("bk")) << few.str() << ": a k tile a split at most";
   check_linear(*rt, DType::f16, 5, 64, 96, 1, true, false, {}, 80, 16);
+  check_linear(*rt, DType::bf16, 17, 64, 160, 0, true, false, {}, 80, 4);  // 5 k tiles of 32 in 2, 2, 1 and none
 
   // The same bytes twice: a split's sums are added in split order, whichever block ends first.
   const TensorSpec x(DType::bf16, {24, 2000}), w(DType::bf16, {40, 2000}), y(DType::bf16, {24, 40});
@@ -326,6 +327,7 @@ TEST_P(GpuGemm, SplitKAgainstTheReference) {
     check_gemm(*h, DType::f16, DType::f32, {72, 64, 600, true, false}, 0.5, 1.0, 2, false, 90, splits);
   }
   check_linear(*h, DType::bf16, 8, 32, 128, 0, false, false, {}, 90, 16);  // 2 k tiles: 2 splits
+  check_linear(*h, DType::bf16, 70, 32, 320, 2, true, true, {}, 90, 4);    // 5 k tiles of 64 in 2, 2, 1 and none
 }
 
 namespace {
