@@ -143,7 +143,8 @@ TEST(CheckOp, HopperPathAtOddShapes) {
 // The same kernels on an emulated Hopper of 2 SMs, so that the persistent sm_90a GEMM's blocks each loop over
 // several tiles (on 132 SMs these shapes give every block one): the stage ring and its phases carried from
 // tile to tile, group_gemm's jump to a block's first tile of the next group, a partial row tile after full
-// ones. On a GPU the large shapes of the GPU tests do this.
+// ones, a K split's units of unequal k ranges (10 k tiles in 4, 4 and 2) one after another. On a GPU the large
+// shapes of the GPU tests do this.
 TEST(CheckOp, HopperPathWithBlocksLoopingOverTiles) {
   if (!test::on_cpu_device()) GTEST_SKIP() << "the emulated GPU's SM count is the CPU device's";
   test::TempDir cache;
@@ -153,6 +154,8 @@ TEST(CheckOp, HopperPathWithBlocksLoopingOverTiles) {
   expect_pass(rt, "gemm", "a=130x72 b=72x136", d, {{"path", 90}});
   expect_pass(rt, "gemm", "a=72x200 b=264x72 c=200x264", d, {{"path", 90}, {"trans_a", 1}, {"trans_b", 1}});
   expect_pass(rt, "linear", "x=130x200 weight=300x200 bias=300", d, {{"path", 90}, {"activation", 1}});
+  expect_pass(rt, "linear", "x=130x640 weight=100x640 bias=100 residual=130x100", d,
+              {{"path", 90}, {"activation", 3}, {"splits", 3}});
   expect_pass(rt, "group_gemm", "x=300x72 weight=3x136x72 offsets=4", d, {{"path", 90}});
   expect_pass(rt, "moe_mlp", "x=130x64 ids=130x4 w13=8x128x64", d, {{"path", 90}});
   expect_pass(rt, "linear_cross_entropy_backward", "hidden=512x512 weight=2432x512", d,
