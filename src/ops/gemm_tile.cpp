@@ -131,9 +131,12 @@ std::int64_t requested_splits(const OpDef& op, ScalarList scalars) {
 TileConfig split_k(TileConfig c, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch,
                    const Target& target, std::int64_t requested) {
   const std::int64_t k_tiles = std::max<std::int64_t>(1, (k + c.bk - 1) / c.bk);
-  // The sm_80 path's splits are grid.z's, with the batches.
-  const std::int64_t most =
-      std::max<std::int64_t>(1, std::min<std::int64_t>({kMaxSplits, k_tiles, c.wgmma ? kMaxSplits : 65535 / batch}));
+  // The sm_80 path's splits are grid.z's, with the batches; the workspace's floats stay within a tensor's 2^59
+  // elements, so that its bytes fit a size_t.
+  const std::int64_t outputs = std::max<std::int64_t>(1, batch * m * n);
+  const std::int64_t most = std::max<std::int64_t>(
+      1, std::min<std::int64_t>(
+             {kMaxSplits, k_tiles, c.wgmma ? kMaxSplits : 65535 / batch, (std::int64_t(1) << 59) / outputs}));
   if (requested > 0) {
     c.splits = int(std::clamp<std::int64_t>(requested, 1, most));
     return c;

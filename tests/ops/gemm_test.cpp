@@ -548,6 +548,8 @@ TEST(Linear, SplitsKWhereTheTilesLeaveSmsIdle) {
   EXPECT_EQ(linear.specialize(tensors(32, 4096, 4096), {{"splits", 1}}, sm90a).get("bn"), 32);
   EXPECT_EQ(linear.specialize(tensors(64, 1024, 512), {}, sm90a).get("splits"), 1) << "8 k steps: too few to split";
   EXPECT_EQ(linear.specialize(tensors(0, 1024, 4096), {}, sm90a).get("splits"), 1) << "no rows: nothing to split";
+  EXPECT_EQ(linear.specialize(tensors(1 << 29, 1 << 29, 4096), {{"splits", 16}}, sm90a).get("splits"), 2)
+      << "2^58 outputs: the workspace stays within a tensor's 2^59 elements";
   const TensorSpec c16(DType::bf16, {40000, 16, 16}), a16(DType::bf16, {40000, 16, 256}),
       b16(DType::bf16, {40000, 256, 16});
   EXPECT_EQ(find_op("gemm_batched").specialize(specs({c16, a16, b16}), {{"splits", 2}}, sm80).get("splits"), 1)
