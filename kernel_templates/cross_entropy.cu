@@ -55,7 +55,7 @@ __device__ __forceinline__ void init(State* state, long long rows) {
 template <class I, int THREADS>
 __device__ __forceinline__ void update(State* state, const float* logits, long long ld, const I* labels,
                                        long long col0, int n, float cap) {
-  __shared__ float scratch[32];
+  __shared__ float scratch[64];  // block_sum_pair's
   const long long row = mojo::block_x();
   const float* l = logits + row * ld;
   float m = mojo::neg_inf(), s = 0.f, sum = 0.f;
@@ -70,8 +70,7 @@ __device__ __forceinline__ void update(State* state, const float* logits, long l
   }
   const float slice_max = mojo::block_reduce<THREADS>(m, scratch, mojo::Max());
   s = s == 0.f ? 0.f : s * mojo::exp_approx(m - slice_max);
-  s = mojo::block_sum<THREADS>(s, scratch);
-  sum = mojo::block_sum<THREADS>(sum, scratch);
+  mojo::block_sum_pair<THREADS>(s, sum, scratch);
   if (mojo::thread_x() == 0) {
     State st = state[row];
     const float new_max = mojo::max_f(st.max, slice_max);
@@ -106,14 +105,13 @@ __device__ __forceinline__ void finish(float* row_loss, float* lse, const State*
 template <class I, int THREADS>
 __device__ __forceinline__ void reduce(float* loss, const float* row_loss, const I* labels, long long rows,
                                        long long ignore_index, int mean) {
-  __shared__ float scratch[32];
+  __shared__ float scratch[64];  // block_sum_pair's
   float sum = 0.f, count = 0.f;
   for (long long i = mojo::thread_x(); i < rows; i += THREADS) {
     sum += row_loss[i];
     count += ignored(labels, i, ignore_index) ? 0.f : 1.f;
   }
-  sum = mojo::block_sum<THREADS>(sum, scratch);
-  count = mojo::block_sum<THREADS>(count, scratch);
+  mojo::block_sum_pair<THREADS>(sum, count, scratch);
   if (mojo::thread_x() == 0) loss[0] = mean ? sum / count : sum;
 }
 

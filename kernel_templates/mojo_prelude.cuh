@@ -347,6 +347,29 @@ __device__ __forceinline__ float block_reduce(float v, float* scratch, Op op = O
 template <int THREADS> __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return block_reduce<THREADS>(v, scratch, Sum());
 }
+// block_sum of a and of b at once: one round of barriers for both instead of one each. `scratch` holds 64
+// floats of shared memory. Each sum is combined in block_sum's order (the same bits).
+template <int THREADS> __device__ __forceinline__ void block_sum_pair(float& a, float& b, float* scratch) {
+  static_assert(THREADS % 32 == 0 && THREADS <= 1024, "block_sum_pair needs whole warps");
+  a = group_reduce<32>(a, Sum());
+  b = group_reduce<32>(b, Sum());
+  if (THREADS == 32) return;
+  const unsigned tid = thread_x();
+  if (tid % 32 == 0) {
+    scratch[tid / 32] = a;
+    scratch[32 + tid / 32] = b;
+  }
+  sync_block();
+  float total_a = scratch[0], total_b = scratch[32];
+#pragma unroll
+  for (int w = 1; w < THREADS / 32; ++w) {
+    total_a += scratch[w];
+    total_b += scratch[32 + w];
+  }
+  a = opaque(total_a);  // added up here, as block_reduce says why
+  b = opaque(total_b);
+  sync_block();  // scratch may be reused right after
+}
 
 // The reduction a row op needs over the THREADS lanes that share one row:
 // shuffles within a group for narrow rows, the whole block otherwise.
@@ -356,6 +379,16 @@ __device__ __forceinline__ float row_reduce(float v, float* scratch, Op op = Op(
     return group_reduce<THREADS>(v, op);
   } else {
     return block_reduce<THREADS>(v, scratch, op);
+  }
+}
+
+// row_reduce's two sums at once (block_sum_pair over the block; `scratch`: 64 floats).
+template <int THREADS> __device__ __forceinline__ void row_sum_pair(float& a, float& b, float* scratch) {
+  if constexpr (THREADS <= 32) {
+    a = group_reduce<THREADS>(a, Sum());
+    b = group_reduce<THREADS>(b, Sum());
+  } else {
+    block_sum_pair<THREADS>(a, b, scratch);
   }
 }
 

@@ -59,8 +59,7 @@ struct RowTerms {
 // The row's terms from its threads' sums (add_row_sums); mu and rs: layer_norm's, from the forward.
 template <bool RMS, int HIDDEN, int THREADS>
 __device__ __forceinline__ RowTerms row_terms(float s1, float s2, float mu, float rs, float eps, float* scratch) {
-  s1 = mojo::row_reduce<THREADS>(s1, scratch);
-  s2 = mojo::row_reduce<THREADS>(s2, scratch);
+  mojo::row_sum_pair<THREADS>(s1, s2, scratch);
   if constexpr (RMS) {
     const float r = mojo::rsqrt_approx(s1 * (1.0f / HIDDEN) + eps);  // as rms_norm.cu computes it
     return {0.f, r, 0.f, r * s2 * (1.0f / HIDDEN)};
@@ -99,7 +98,7 @@ __device__ __forceinline__ void backward_rows(T* grad_x, const T* __restrict__ g
   constexpr int ITEMS = (NV + THREADS - 1) / THREADS;
   constexpr bool IN_REGISTERS = ITEMS <= MOJO_ROW_REGISTER_VECTORS(THREADS * ROWS, 2);  // two packs per item
   using P = mojo::Pack<T, VEC>;
-  __shared__ float scratch[32];
+  __shared__ float scratch[64];  // row_sum_pair's
 
   const unsigned tid = mojo::thread_x();
   const int lane = int(tid % THREADS);
@@ -155,7 +154,7 @@ __device__ __forceinline__ void backward_rows_and_partials(T* grad_x, const T* _
   constexpr int ITEMS = (NV + THREADS - 1) / THREADS;
   constexpr int SUMS = RMS ? 1 : 2;  // grad_weight's, then grad_bias's
   using P = mojo::Pack<T, VEC>;
-  __shared__ float scratch[32];
+  __shared__ float scratch[64];  // row_sum_pair's
   const unsigned tid = mojo::thread_x();
   const int lane = int(tid % THREADS), group = int(tid / THREADS);
   const long long block = mojo::block_x();
