@@ -21,7 +21,7 @@
 // outputs through the shared epilogue. The producer gives up registers
 // (setmaxnreg) so that the consumers can hold 64 x BN fp32 accumulators.
 //
-// Kernel args: MOJO_GEMM_SM90_ARGS (gemm_args.h), then
+// Kernel args: MOJO_GEMM_OUTPUT_ARGS (gemm_args.h), then
 //   TensorMap a_map, TensorMap b_map, TensorMap a_tail_map: for group_gemm
 //   (OFFSETS 4 or 8) the batches are the groups, m covers the largest, tiles
 //   past a group's rows are skipped, a_map is x [total_rows, K] and b_map the

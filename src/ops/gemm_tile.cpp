@@ -233,7 +233,8 @@ TileConfig tile_of(const Params& p) {
 }
 
 namespace {
-mojo_gemm::Sm90Args<void> output_args(const GemmArgs& g) {
+// The output side every gemm.cu kernel takes (gemm_args.h).
+mojo_gemm::OutputArgs<void> output_args(const GemmArgs& g) {
   return {
       .c = ptr(g.c),
       .bias = ptr(g.bias),
@@ -291,25 +292,13 @@ void push_kernel_args(KernelArgs& args, const GemmArgs& given, const Params& p) 
     return;
   }
   args.push_args(mojo_gemm::Args<void, void>{
-      .c = ptr(g.c),
-      .a = ptr(g.a),
-      .b = ptr(g.b),
-      .bias = ptr(g.bias),
-      .residual = ptr(g.residual),
-      .alpha = g.alpha,
-      .beta = g.beta,
-      .m = int(g.m),  // checked_dim: they fit
-      .n = int(g.n),
-      .k = int(g.k),
-      .lda = g.lda,
-      .ldb = g.ldb,
-      .ldc = g.ldc,
-      .ldr = g.ldr,
-      .batch_a = g.batch_a,
-      .batch_b = g.batch_b,
-      .batch_c = g.batch_c,
-      .offsets = ptr(g.offsets),
-      .total_rows = g.total_rows,
+      .in = {.a = ptr(g.a),
+             .b = ptr(g.b),
+             .lda = g.lda,
+             .ldb = g.ldb,
+             .batch_a = g.batch_a,
+             .batch_b = g.batch_b},
+      .out = output_args(g),
   });
 }
 

@@ -155,10 +155,10 @@ struct GemmArgs {
   DevicePtr partials = 0;                       // the workspace: a K split's sums (split_workspace_bytes)
   bool mn_major_a = false, mn_major_b = false;  // a stored [K, M], b stored [K, N] (gemm's layouts)
 };
-// Pushes one struct (kernel_templates/gemm_args.h): mojo_gemm::Args for the
-// sm_80 path; mojo_gemm::Sm90Args, then the TMA descriptors of A, of B and of
-// A's last row tile (from the device part), for the sm_90a one; Sm90Args alone
-// for a K split's reduce step. A split's product step writes to g.partials.
+// Pushes the kernel's arguments (kernel_templates/gemm_args.h): mojo_gemm::Args (the inputs, then the
+// output side) for the sm_80 path; mojo_gemm::OutputArgs, then the TMA descriptors of A, of B and of A's
+// last row tile (from the device part), for the sm_90a one; OutputArgs alone for a K split's reduce step.
+// A split's product step writes to g.partials.
 void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p);
 
 // "m<=64 n<=4096 k<=4096": the powers of two a tuning result stands for.

@@ -574,13 +574,13 @@ TEST(Linear, SplitsKWhereTheTilesLeaveSmsIdle) {
   ASSERT_EQ(steps.size(), 2u);
   KernelArgs product_args, reduce_args;
   linear.pack_args(steps[0], t, {}, workspace, product_args);
-  const auto& g = op_test::packed<mojo_gemm::Args<void, void>>(product_args);
+  const auto& g = op_test::packed<mojo_gemm::Args<void, void>>(product_args).out;
   EXPECT_EQ(g.c, ptr(workspace));
   EXPECT_EQ(g.bias, nullptr);
   EXPECT_EQ(g.ldc, 64);
   EXPECT_EQ(g.batch_c, 2 * 32 * 64);
   linear.pack_args(steps[1], t, {}, workspace, reduce_args);
-  const auto& r = op_test::packed<mojo_gemm::Sm90Args<void>>(reduce_args);
+  const auto& r = op_test::packed<mojo_gemm::OutputArgs<void>>(reduce_args);
   EXPECT_EQ(r.c, ptr(out));
   EXPECT_EQ(r.bias, ptr(bias));
   EXPECT_EQ(r.partials, ptr<const float>(workspace));
@@ -765,7 +765,8 @@ TEST(GemmAutotune, CandidatesBucketsAndSafety) {
   }
 }
 
-// gemm.cu's sm_80 kernels all take one mojo_gemm::Args (gemm_args.h); every op fills it the same way.
+// gemm.cu's sm_80 kernels all take one mojo_gemm::Args (gemm_args.h): the inputs, then the output side every
+// path shares; every op fills it the same way.
 TEST(Gemm, EveryOpPacksOneArgsStruct) {
   const TensorSpec m(DType::bf16, {64, 64}), v(DType::bf16, {64}), w3(DType::bf16, {2, 64, 64}),
       b3(DType::bf16, {2, 64, 64}), off(DType::i64, {3});
@@ -785,17 +786,19 @@ TEST(Gemm, EveryOpPacksOneArgsStruct) {
     const Params p = op.specialize(t.tensors, {}, kSm90);
     ASSERT_EQ(p.get("wgmma"), 0) << "sm_90 (not sm_90a): the sm_80 path";
     op.pack_args(p, t.tensors, {}, 0, args);
-    const auto& g = op_test::packed<mojo_gemm::Args<void, void>>(args);
+    const auto& packed = op_test::packed<mojo_gemm::Args<void, void>>(args);
+    const auto& in = packed.in;
+    const auto& g = packed.out;
     EXPECT_EQ(g.c, ptr(c));
-    EXPECT_EQ(g.a, ptr(a));
-    EXPECT_EQ(g.b, ptr(b));
+    EXPECT_EQ(in.a, ptr(a));
+    EXPECT_EQ(in.b, ptr(b));
     EXPECT_FLOAT_EQ(g.alpha, 1.f);
     EXPECT_FLOAT_EQ(g.beta, 0.f);
     EXPECT_EQ(g.m, 64);
     EXPECT_EQ(g.n, 64);
     EXPECT_EQ(g.k, 64);
-    EXPECT_EQ(g.lda, 64);
-    EXPECT_EQ(g.ldb, 64);
+    EXPECT_EQ(in.lda, 64);
+    EXPECT_EQ(in.ldb, 64);
     EXPECT_EQ(g.ldc, 64);
     const bool linear = t.op == std::string("linear"), group = t.op == std::string("group_gemm");
     EXPECT_EQ(g.bias, linear ? ptr(x) : nullptr);
@@ -804,8 +807,9 @@ TEST(Gemm, EveryOpPacksOneArgsStruct) {
     EXPECT_EQ(g.offsets, group ? ptr(x) : nullptr);
     EXPECT_EQ(g.total_rows, group ? 64 : 0);
     const bool batched = t.op == std::string("gemm_batched");
-    EXPECT_EQ(g.batch_a, batched ? 64 * 64 : 0);
-    EXPECT_EQ(g.batch_b, batched || group ? 64 * 64 : 0) << "group_gemm: one weight matrix per group";
+    EXPECT_EQ(in.batch_a, batched ? 64 * 64 : 0);
+    EXPECT_EQ(in.batch_b, batched || group ? 64 * 64 : 0) << "group_gemm: one weight matrix per group";
     EXPECT_EQ(g.batch_c, batched ? 64 * 64 : 0);
+    EXPECT_EQ(g.batches, batched || group ? 2 : 1);
   }
 }
