@@ -446,7 +446,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 #include "gemv.cuh"
 
 // Two entry points: _0 is the sm_80 kernel above, _1 the sm_90a one
-// (gemm_sm90.cuh, its own kernel args; BM / 64 consumer warpgroups).
+// (gemm_sm90.cuh: the output side's arguments, then the TMA descriptors; BM / 64 consumer warpgroups).
 // A K split's product step (SPLITS > 1) writes f32 sums and leaves the epilogue to the reduce step: its output
 // type (MOJO_GEMM_OUT) is float there, and the epilogue's flags are off (MOJO_GEMM_PRODUCT_OUTPUT: the output
 // type, BETA, BIAS, ACT and RESIDUAL as run and run_sm90 take them).
@@ -457,7 +457,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 #define MOJO_GEMM_KERNEL_1(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, SPLITS, TRANS_A, TRANS_B, VEC, BETA, \
                            BIAS, ACT, RESIDUAL, OFFSETS, TF32)                                                         \
   extern "C" __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)                                                 \
-      NAME(MOJO_ARG_PARAMS(MOJO_GEMM_OUTPUT_ARGS, MOJO_GEMM_OUT(TC, SPLITS)), const mojo::TensorMap,                     \
+      NAME(MOJO_ARG_PARAMS(MOJO_GEMM_OUTPUT_ARGS, MOJO_GEMM_OUT(TC, SPLITS)), const mojo::TensorMap,                   \
            const mojo::TensorMap, const mojo::TensorMap) {                                                             \
     mojo::after_previous_kernels();                                                                                    \
     mojo_gemm::run_sm90<TA, MOJO_GEMM_PRODUCT_OUTPUT(TC, SPLITS, BETA, BIAS, ACT, RESIDUAL), BM, BN, BK, STAGES,       \
@@ -478,7 +478,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 // The reduce step of a K split (either path's): the output-side arguments, one thread a pair of columns.
 #define MOJO_GEMM_REDUCE_KERNEL(NAME, TC, SPLITS, BETA, BIAS, ACT, RESIDUAL)                                           \
   extern "C" __global__ void __launch_bounds__(mojo_gemm::kReduceThreads)                                              \
-      NAME(MOJO_ARG_PARAMS(MOJO_GEMM_OUTPUT_ARGS, TC)) {                                                                 \
+      NAME(MOJO_ARG_PARAMS(MOJO_GEMM_OUTPUT_ARGS, TC)) {                                                               \
     mojo::after_previous_kernels();                                                                                    \
     mojo_gemm::reduce_splits<TC, SPLITS, BETA, BIAS, ACT, RESIDUAL>(partials, c, bias, residual, alpha, beta, m, n,    \
                                                                     ldc, ldr, batch_c, batches);                       \
