@@ -157,7 +157,7 @@ TileConfig split_k(TileConfig c, std::int64_t m, std::int64_t n, std::int64_t k,
 }
 
 std::size_t split_workspace_bytes(const Params& p, std::int64_t m, std::int64_t n, std::int64_t batch) {
-  const std::int64_t splits = p.get_or("splits", 1);
+  const std::int64_t splits = splits_of(p);
   return splits > 1 ? std::size_t(splits * batch * m * n) * sizeof(float) : 0;
 }
 
@@ -229,7 +229,7 @@ TileConfig tile_of(const Params& p) {
   const DType dtype = p.dtype("dtype");
   return {int(p.get("bm")),    int(p.get("bn")),     int(p.get("bk")),       int(p.get("wm")),
           int(p.get("wn")),    int(p.get("stages")), int(dtype_size(dtype)), dtype != DType::f32 || p.get("tf32") != 0,
-          p.get("wgmma") != 0, int(p.get("ks")),     int(p.get("swizzle")),  int(p.get_or("splits", 1))};
+          p.get("wgmma") != 0, int(p.get("ks")),     int(p.get("swizzle")),  int(splits_of(p))};
 }
 
 namespace {
@@ -258,8 +258,7 @@ mojo_gemm::OutputArgs<void> output_args(const GemmArgs& g) {
 void push_kernel_args(KernelArgs& args, const GemmArgs& given, const Params& p) {
   if (is_split_reduce(p)) return args.push_args(output_args(given));
   GemmArgs g = given;
-  if (p.get_or("splits", 1) > 1) {  // the product step: f32 sums into the workspace, no epilogue
-    const std::int64_t splits = p.get("splits");
+  if (const std::int64_t splits = splits_of(p); splits > 1) {  // the product: f32 sums into the workspace, no epilogue
     g.c = g.partials;
     g.bias = g.residual = 0;
     g.alpha = 1;
@@ -375,7 +374,7 @@ std::string TileOp::entry_macro(const Params& p) const {
 }
 
 std::vector<Params> TileOp::plan(const Params& p) const {
-  if (p.get_or("splits", 1) == 1) return {p};
+  if (splits_of(p) == 1) return {p};
   Params product = p, reduce = p;
   product.add("step", 0);
   reduce.add("step", 1);

@@ -112,8 +112,10 @@ bool gemv_fits(std::int64_t m, std::int64_t k, DType dtype, bool aligned, bool t
 // The decode form's params (gemv, cols, ks, chunks), and whether `p` has them.
 void add_gemv(Params& p, const GemvConfig& c);
 inline bool is_gemv(const Params& p) { return p.get_or("gemv", 0) != 0; }
+// How many blocks split K (1: none). The tiles of group_gemm, moe_mlp and the fused loss take no "splits" param.
+inline std::int64_t splits_of(const Params& p) { return p.get_or("splits", 1); }
 // Whether `p` is a K split's reduce step (the plans of cross_entropy and moe_mlp number their own steps, unsplit).
-inline bool is_split_reduce(const Params& p) { return p.get_or("splits", 1) > 1 && p.get_or("step", 0) == 1; }
+inline bool is_split_reduce(const Params& p) { return splits_of(p) > 1 && p.get_or("step", 0) == 1; }
 
 // The tile params: bm, bn, bk, wm, wn, stages, ks, swizzle.
 void add_tile(Params& p, const TileConfig& c);
