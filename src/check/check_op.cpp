@@ -42,6 +42,11 @@ CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const Tens
   if (specs.size() != infos.size())
     throw InvalidArgumentError(fmt::format("{} takes {} tensors, got {}", op.name(), infos.size(), specs.size()));
   rt.device().make_current();  // the buffers below live on the Runtime's device
+  {  // The op's own checks of shapes, dtypes and scalars first: the references below assume shapes it accepts.
+    std::vector<Tensor> unbacked;
+    for (const TensorSpec& spec : specs) unbacked.push_back({spec, 0});
+    op.specialize(unbacked, scalars, rt.device().target());
+  }
 
   // Host data: inputs random, outputs poisoned; the device gets the same bytes.
   std::vector<std::vector<std::uint8_t>> host(specs.size());

@@ -36,7 +36,10 @@ inline std::vector<std::uint8_t> index_bytes(DType d, const std::vector<std::int
 inline std::vector<std::int64_t> random_indices(std::int64_t n, std::int64_t bound, std::uint32_t seed, bool distinct) {
   std::mt19937_64 rng(seed);
   std::vector<std::int64_t> out(std::size_t(std::max<std::int64_t>(n, 0)));
-  if (bound <= 0) return out;
+  if (bound <= 0) {  // no index to give: every one negative (an index the ops skip), none out of range
+    std::fill(out.begin(), out.end(), -1);
+    return out;
+  }
   if (distinct && n <= bound && bound <= (1 << 24)) {
     std::vector<std::int64_t> all(static_cast<std::size_t>(bound));
     std::iota(all.begin(), all.end(), 0);

@@ -79,6 +79,7 @@ std::int64_t TensorSpec::numel() const noexcept {
 }
 
 bool TensorSpec::is_contiguous() const noexcept {
+  if (numel() == 0) return true;  // no element to be out of place (as torch says); its strides are any
   std::int64_t expected = 1;
   for (int i = rank_ - 1; i >= 0; --i) {
     if (shape_[i] != 1 && strides_[i] != expected) return false;

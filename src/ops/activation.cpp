@@ -71,8 +71,8 @@ class Activation final : public OpDef {
     std::int64_t d = 0;
     if (gated_) {
       if (x.rank() < 1 || x.dim(x.rank() - 1) % 2 != 0 || x.dim(x.rank() - 1) == 0)
-        throw ShapeError(
-            fmt::format("{}: x is {}; its last dim must be even (the two halves a and b)", name(), x.str()));
+        throw ShapeError(fmt::format("{}: x is {}; its last dim must be even{} (the two halves a and b)", name(),
+                                     x.str(), x.rank() >= 1 && x.dim(x.rank() - 1) == 0 ? " and not 0" : ""));
       d = x.dim(x.rank() - 1) / 2;
       if (d > (1 << 24)) throw ShapeError(fmt::format("{}: d = {} is larger than 2^24", name(), d));
       bool ok = out.rank() == x.rank() && out.dim(out.rank() - 1) == d;
@@ -113,8 +113,8 @@ class Activation final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
-    checks::expect_pointer(name(), "out", t[0].data, bytes);
-    checks::expect_pointer(name(), "x", t[1].data, bytes);
+    checks::expect_pointer(name(), "out", t[0], bytes);
+    checks::expect_pointer(name(), "x", t[1], bytes);
     args.push_args(mojo_activation::Args<void>{
         .out = ptr(t[0]),
         .x = ptr(t[1]),

@@ -270,10 +270,10 @@ void AttentionOp::pack_args(const Params& p, TensorList t, ScalarList scalars, D
                             KernelArgs& args) const {
   const Shape s = shape(t);
   const auto infos = tensor_args();
-  for (int i = 0; i < 4; ++i) checks::expect_pointer(name(), infos[std::size_t(i)].name, t[std::size_t(i)].data, 16);
+  for (int i = 0; i < 4; ++i) checks::expect_pointer(name(), infos[std::size_t(i)].name, t[std::size_t(i)], 16);
   auto optional = [&](int slot, unsigned align) {
     if (slot < 0 || !present(t, slot)) return DevicePtr(0);
-    checks::expect_pointer(name(), infos[std::size_t(slot)].name, t[std::size_t(slot)].data, align);
+    checks::expect_pointer(name(), infos[std::size_t(slot)].name, t[std::size_t(slot)], align);
     return t[std::size_t(slot)].data;
   };
   const DevicePtr cu_q = optional(slots_.cu_q, 4);
@@ -356,7 +356,11 @@ AttentionOp::Shape AttentionOp::shape(TensorList t) const {
     s.kv_heads = k.dim(2);
     if (s.page < 1 || s.page > 1024)
       throw ShapeError(fmt::format("{}: block_size {}; supported: 1 to 1024", name(), s.page));
+    if (s.kv_tokens < 1)  // block_tables index it, in every row
+      throw ShapeError(
+          fmt::format("{}: {} is {}; it has no blocks for block_tables to name", name(), infos[2].name, k.str()));
   }
+  if (s.heads < 1) throw ShapeError(fmt::format("{}: q is {}; it has no heads", name(), q.str()));
   if (s.kv_heads < 1 || s.heads % s.kv_heads != 0)
     throw ShapeError(fmt::format("{}: kv_heads {} does not divide heads {}", name(), s.kv_heads, s.heads));
   if (s.tokens * s.heads > INT32_MAX || s.kv_tokens > INT32_MAX)
@@ -397,7 +401,7 @@ AttentionOp::Shape AttentionOp::shape(TensorList t) const {
     if (s.max_blocks * s.page > INT32_MAX) throw ShapeError(fmt::format("{}: block_tables too wide", name()));
   }
   if (kind_ == Kind::paged_decode) {
-    if (s.batch < 1 || s.tokens % s.batch != 0 || s.tokens / s.batch > 16)
+    if (s.batch < 1 || s.tokens % s.batch != 0 || s.tokens < s.batch || s.tokens / s.batch > 16)
       throw ShapeError(fmt::format("{}: q has {} tokens for {} sequences; expected batch x q_len, q_len 1 to 16",
                                    name(), s.tokens, s.batch));
     s.q_len = s.tokens / s.batch;

@@ -83,6 +83,11 @@ inline void expect_pointer(std::string_view op, std::string_view arg, DevicePtr 
     throw PointerError(fmt::format("{}: {} at {:#x} is not {}-byte aligned as this kernel needs", op, arg,
                                    p, bytes));
 }
+// The same for a tensor's data, which may be anything where it has no element to read or write (torch gives an
+// empty tensor a null pointer).
+inline void expect_pointer(std::string_view op, std::string_view arg, const Tensor& t, unsigned bytes) {
+  if (t.spec.numel() != 0) expect_pointer(op, arg, t.data, bytes);
+}
 
 }  // namespace mojo::checks
 

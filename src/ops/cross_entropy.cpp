@@ -110,7 +110,7 @@ class LinearCrossEntropy final : public OpDef {
     const TensorSpec &h = t[hidden_index()].spec, &w = t[hidden_index() + 1].spec, &y = labels(t).spec;
     checks::expect_dtype_in(name(), "hidden", h.dtype(), kFloatTypes);
     if (h.rank() != 2 || h.dim(0) < 1 || h.dim(1) < 1)
-      throw ShapeError(fmt::format("{}: hidden is {}; expected [tokens, hidden]", name(), h.str()));
+      throw ShapeError(fmt::format("{}: hidden is {}; expected [tokens, hidden], both at least 1", name(), h.str()));
     const std::int64_t tokens = h.dim(0), hidden = h.dim(1);
     const DType same[] = {h.dtype()};
     checks::expect_exact(name(), "hidden", h, {tokens, hidden}, same);
@@ -392,7 +392,7 @@ class LinearCrossEntropy final : public OpDef {
                                  .ldc = f.ld},
                                 p);
       case kGradWeight:
-        checks::expect_pointer(name(), "grad_weight", t[1].data, vector_bytes);
+        checks::expect_pointer(name(), "grad_weight", t[1], vector_bytes);
         return push_kernel_args(args,
                                 {.c = t[1].data + DevicePtr(f.col0 * s.hidden) * f.element_bytes,
                                  .a = f.dlogits,
@@ -453,7 +453,7 @@ class LinearCrossEntropy final : public OpDef {
             .z_loss = f.z_loss,
         });
       case kReduce:
-        checks::expect_pointer(name(), "loss", t[0].data, 4);
+        checks::expect_pointer(name(), "loss", t[0], 4);
         return args.push_args(mojo_ce::ReduceArgs<void>{
             .loss = ptr<float>(t[0].data),
             .row_loss = ptr<float>(f.row_loss),
@@ -482,7 +482,7 @@ class LinearCrossEntropy final : public OpDef {
       case kZero:
         return args.push_args(mojo_ce::ZeroArgs{.acc = ptr<float>(f.acc), .n = f.s.tokens * f.s.hidden});
       case kConvert:
-        checks::expect_pointer(name(), "grad_hidden", t[0].data, unsigned(f.element_bytes));
+        checks::expect_pointer(name(), "grad_hidden", t[0], unsigned(f.element_bytes));
         return args.push_args(mojo_ce::ConvertArgs<void>{
             .out = ptr(t[0]),
             .acc = ptr<float>(f.acc),

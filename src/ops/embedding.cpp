@@ -63,9 +63,9 @@ class Embedding final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
-    checks::expect_pointer(name(), "out", t[0].data, bytes);
-    checks::expect_pointer(name(), "ids", t[1].data, unsigned(dtype_size(t[1].spec.dtype())));
-    checks::expect_pointer(name(), "weight", t[2].data, bytes);
+    checks::expect_pointer(name(), "out", t[0], bytes);
+    checks::expect_pointer(name(), "ids", t[1], unsigned(dtype_size(t[1].spec.dtype())));
+    checks::expect_pointer(name(), "weight", t[2], bytes);
     args.push_args(mojo_embedding::Args<void, void>{
         .out = ptr(t[0]),
         .ids = ptr(t[1]),

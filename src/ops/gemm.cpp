@@ -115,9 +115,9 @@ class Gemm final : public TileOp {
                  KernelArgs& args) const override {
     const Dims d = dims(t, p.get("ta"), p.get("tb"));
     const unsigned chunk = operand_alignment(p);
-    checks::expect_pointer(name(), "c", t[0].data, unsigned(dtype_size(t[0].spec.dtype())));
-    checks::expect_pointer(name(), "a", t[1].data, chunk);
-    checks::expect_pointer(name(), "b", t[2].data, chunk);
+    checks::expect_pointer(name(), "c", t[0], unsigned(dtype_size(t[0].spec.dtype())));
+    checks::expect_pointer(name(), "a", t[1], chunk);
+    checks::expect_pointer(name(), "b", t[2], chunk);
     push_kernel_args(args,
                      {.c = t[0].data,
                       .a = t[1].data,

@@ -87,10 +87,10 @@ class GroupGemm final : public TileOp {
   void pack_args(const Params& p, TensorList t, ScalarList scalars, DevicePtr, KernelArgs& args) const override {
     const Dims d = dims(t, scalars);
     const unsigned chunk = operand_alignment(p);
-    checks::expect_pointer(name(), "out", t[0].data, unsigned(dtype_size(t[0].spec.dtype())));
-    checks::expect_pointer(name(), "x", t[1].data, chunk);
-    checks::expect_pointer(name(), "weight", t[2].data, chunk);
-    checks::expect_pointer(name(), "offsets", t[3].data, unsigned(dtype_size(t[3].spec.dtype())));
+    checks::expect_pointer(name(), "out", t[0], unsigned(dtype_size(t[0].spec.dtype())));
+    checks::expect_pointer(name(), "x", t[1], chunk);
+    checks::expect_pointer(name(), "weight", t[2], chunk);
+    checks::expect_pointer(name(), "offsets", t[3], unsigned(dtype_size(t[3].spec.dtype())));
     push_kernel_args(args,
                      {.c = t[0].data,
                       .a = t[1].data,

@@ -61,8 +61,8 @@ class LayerNorm final : public OpDef {
   void pack_args(const Params& p, TensorList t, ScalarList scalars, DevicePtr, KernelArgs& args) const override {
     rows::expect_pointers(name(), tensor_args(), t, p);
     if (p.get("stats")) {
-      checks::expect_pointer(name(), "mean", t[1].data, 4);
-      checks::expect_pointer(name(), "rstd", t[2].data, 4);
+      checks::expect_pointer(name(), "mean", t[1], 4);
+      checks::expect_pointer(name(), "rstd", t[2], 4);
     }
     args.push_args(mojo_layer_norm::Args<void>{
         .out = ptr(t[0]),

@@ -101,12 +101,12 @@ class Linear final : public TileOp {
   void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr workspace, KernelArgs& args) const override {
     const Dims d = dims(t);
     const unsigned chunk = operand_alignment(p);
-    checks::expect_pointer(name(), "out", t[0].data, unsigned(dtype_size(t[0].spec.dtype())));
-    checks::expect_pointer(name(), "x", t[1].data, chunk);
-    checks::expect_pointer(name(), "weight", t[2].data, chunk);
+    checks::expect_pointer(name(), "out", t[0], unsigned(dtype_size(t[0].spec.dtype())));
+    checks::expect_pointer(name(), "x", t[1], chunk);
+    checks::expect_pointer(name(), "weight", t[2], chunk);
     const unsigned element = unsigned(dtype_size(t[0].spec.dtype()));
-    if (p.get("bias")) checks::expect_pointer(name(), "bias", t[3].data, element);
-    if (p.get("residual")) checks::expect_pointer(name(), "residual", t[4].data, element);
+    if (p.get("bias")) checks::expect_pointer(name(), "bias", t[3], element);
+    if (p.get("residual")) checks::expect_pointer(name(), "residual", t[4], element);
     push_kernel_args(args,
                      {.c = t[0].data,
                       .a = t[1].data,

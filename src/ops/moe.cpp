@@ -104,8 +104,8 @@ class MoeGate final : public OpDef {
 
   void pack_args(const Params&, TensorList t, ScalarList scalars, DevicePtr, KernelArgs& args) const override {
     for (std::size_t i = 0; i < 3; ++i)
-      checks::expect_pointer(name(), kGateTensors[i].name, t[i].data, unsigned(dtype_size(t[i].spec.dtype())));
-    if (t[3].spec.rank() != 0) checks::expect_pointer(name(), "bias", t[3].data, 4);
+      checks::expect_pointer(name(), kGateTensors[i].name, t[i], unsigned(dtype_size(t[i].spec.dtype())));
+    if (t[3].spec.rank() != 0) checks::expect_pointer(name(), "bias", t[3], 4);
     args.push_args(mojo_moe::GateArgs<void, void>{
         .weights = ptr<float>(t[0]),
         .ids = ptr(t[1]),
@@ -216,12 +216,11 @@ class MoeDispatch final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
     const unsigned index_bytes = unsigned(dtype_size(t[3].spec.dtype()));
-    for (std::size_t i = 0; i < 4; ++i)
-      checks::expect_pointer(name(), kDispatchTensors[i].name, t[i].data, index_bytes);
+    for (std::size_t i = 0; i < 4; ++i) checks::expect_pointer(name(), kDispatchTensors[i].name, t[i], index_bytes);
     if (p.get_or("step", 0) == 1) {
       const unsigned bytes = checks::vector_bytes(p);
-      checks::expect_pointer(name(), "sorted_x", t[4].data, bytes);
-      checks::expect_pointer(name(), "x", t[5].data, bytes);
+      checks::expect_pointer(name(), "sorted_x", t[4], bytes);
+      checks::expect_pointer(name(), "x", t[5], bytes);
       args.push_args(mojo_embedding::Args<void, void>{
           .out = ptr(t[4]),
           .ids = ptr(t[1]),
@@ -310,10 +309,10 @@ class MoeCombine final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
-    checks::expect_pointer(name(), "out", t[0].data, bytes);
-    checks::expect_pointer(name(), "expert_out", t[1].data, bytes);
-    checks::expect_pointer(name(), "positions", t[2].data, unsigned(dtype_size(t[2].spec.dtype())));
-    checks::expect_pointer(name(), "weights", t[3].data, 4);
+    checks::expect_pointer(name(), "out", t[0], bytes);
+    checks::expect_pointer(name(), "expert_out", t[1], bytes);
+    checks::expect_pointer(name(), "positions", t[2], unsigned(dtype_size(t[2].spec.dtype())));
+    checks::expect_pointer(name(), "weights", t[3], 4);
     args.push_args(mojo_moe::CombineArgs<void, void>{
         .out = ptr(t[0]),
         .expert_out = ptr(t[1]),

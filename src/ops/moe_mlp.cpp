@@ -243,7 +243,7 @@ class MoeMlp final : public OpDef {
                     expert_out = workspace + w.expert_out;
     switch (p.get("step")) {
       case kSort:
-        checks::expect_pointer(name(), "ids", t[2].data, unsigned(dtype_size(t[2].spec.dtype())));
+        checks::expect_pointer(name(), "ids", t[2], unsigned(dtype_size(t[2].spec.dtype())));
         args.push_args(mojo_moe::DispatchArgs<void>{
             .offsets = ptr(offsets),
             .sorted_ids = ptr(sorted_ids),
@@ -253,7 +253,7 @@ class MoeMlp final : public OpDef {
         });
         return;
       case kGather:
-        checks::expect_pointer(name(), "x", t[1].data, checks::vector_bytes(p));
+        checks::expect_pointer(name(), "x", t[1], checks::vector_bytes(p));
         args.push_args(mojo_embedding::Args<void, void>{
             .out = ptr(sorted_x),
             .ids = ptr(sorted_ids),
@@ -266,7 +266,7 @@ class MoeMlp final : public OpDef {
       case kDown: {
         const bool up = p.get("step") == kUp;
         const std::int64_t n = up ? 2 * inter : hidden, k = up ? hidden : inter;
-        checks::expect_pointer(name(), up ? "w13" : "w2", t[up ? 4 : 5].data, p.get("vec") == 8 ? 16 : 2);
+        checks::expect_pointer(name(), up ? "w13" : "w2", t[up ? 4 : 5], p.get("vec") == 8 ? 16 : 2);
         push_kernel_args(args,
                          {.c = up ? act : expert_out,
                           .a = up ? sorted_x : act,
@@ -285,8 +285,8 @@ class MoeMlp final : public OpDef {
         return;
       }
       default:
-        checks::expect_pointer(name(), "out", t[0].data, checks::vector_bytes(p));
-        checks::expect_pointer(name(), "weights", t[3].data, 4);
+        checks::expect_pointer(name(), "out", t[0], checks::vector_bytes(p));
+        checks::expect_pointer(name(), "weights", t[3], 4);
         args.push_args(mojo_moe::CombineArgs<void, void>{
             .out = ptr(t[0]),
             .expert_out = ptr(expert_out),

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <functional>
+#include <numeric>
 
 #include "mojo/error.hpp"
 #include "norm_backward_args.h"
@@ -154,14 +156,14 @@ class NormBackward final : public OpDef {
                  KernelArgs& args) const override {
     const bool residual = rms_ && p.get("residual") != 0;
     for (int i : {s_.grad_x, s_.grad_out, s_.x, s_.weight, residual ? s_.grad_residual : s_.x})
-      checks::expect_pointer(name(), arg(i), t[i].data, checks::vector_bytes(p));
+      checks::expect_pointer(name(), arg(i), t[i], checks::vector_bytes(p));
     for (int i : {s_.grad_weight, s_.grad_bias})
-      if (i >= 0) checks::expect_pointer(name(), arg(i), t[i].data, unsigned(dtype_size(p.dtype("dtype"))));
+      if (i >= 0) checks::expect_pointer(name(), arg(i), t[i], unsigned(dtype_size(p.dtype("dtype"))));
     for (int i : {s_.mean, s_.rstd})
-      if (i >= 0) checks::expect_pointer(name(), arg(i), t[i].data, 4);
+      if (i >= 0) checks::expect_pointer(name(), arg(i), t[i], 4);
     // The wide rows' column step reads x and grad_out after the row step wrote grad_x.
     for (int i : {s_.grad_out, s_.x})
-      if (t[i].data == t[s_.grad_x].data)
+      if (t[i].data == t[s_.grad_x].data && t[i].spec.numel() != 0)
         throw InvalidArgumentError(fmt::format("{}: grad_x and {} are the same memory; give grad_x memory of its own",
                                                name(), arg(i)));
     auto optional = [&](int i) { return i >= 0 ? t[i].data : DevicePtr(0); };
@@ -184,8 +186,10 @@ class NormBackward final : public OpDef {
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
     const auto& x = shapes::required(name(), shapes, "x", example_shapes());
-    const std::vector<std::int64_t> cols{x.back()}, rows{TensorSpec(dtype, x).numel() / x.back()};
-    TensorSpec xs(dtype, x), vs(dtype, cols), ss(DType::f32, rows);
+    const TensorSpec xs(dtype, x);  // first: it checks that the dims' product fits
+    const std::vector<std::int64_t> cols{x.back()},
+        rows{std::accumulate(x.begin(), x.end() - 1, std::int64_t(1), std::multiplies<>())};
+    const TensorSpec vs(dtype, cols), ss(DType::f32, rows);
     if (rms_) return {xs, vs, xs, xs, vs, shapes::optional(shapes, "grad_residual", dtype)};
     return {xs, vs, vs, xs, xs, vs, ss, ss};
   }

@@ -90,6 +90,8 @@ class RotaryEmbedding final : public OpDef {
     if (neox != 0 && neox != 1)
       throw InvalidArgumentError(fmt::format("{}: neox is {}; expected 1 (NeoX) or 0 (GPT-J)", name(), neox));
     const std::int64_t heads = q.dim(1), kv_heads = k.dim(1);
+    if (heads + kv_heads > 65535)  // a block takes one or more heads of a token: grid.y's limit
+      throw ShapeError(fmt::format("{}: {} heads of q and {} of k; supported: 65535 in all", name(), heads, kv_heads));
     const Layout l = layout(t, head_dim, rot_dim, neox != 0);
     Params p;
     p.add_dtype("dtype", q.dtype());
@@ -125,10 +127,10 @@ class RotaryEmbedding final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
-    checks::expect_pointer(name(), "q", t[0].data, bytes);
-    checks::expect_pointer(name(), "k", t[1].data, bytes);
-    checks::expect_pointer(name(), "positions", t[2].data, unsigned(dtype_size(t[2].spec.dtype())));
-    checks::expect_pointer(name(), "cos_sin_cache", t[3].data,
+    checks::expect_pointer(name(), "q", t[0], bytes);
+    checks::expect_pointer(name(), "k", t[1], bytes);
+    checks::expect_pointer(name(), "positions", t[2], unsigned(dtype_size(t[2].spec.dtype())));
+    checks::expect_pointer(name(), "cos_sin_cache", t[3],
                            unsigned(p.get("cvec") * std::int64_t(dtype_size(t[3].spec.dtype()))));
     args.push_args(mojo_rotary::Args<void, void, void>{
         .q = ptr(t[0]),

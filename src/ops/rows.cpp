@@ -77,7 +77,7 @@ bool check_stats(std::string_view op, TensorList t, std::size_t mean_index, std:
 void expect_pointers(std::string_view op, std::span<const TensorArgInfo> infos, TensorList t, const Params& p) {
   const unsigned bytes = checks::vector_bytes(p);
   for (std::size_t i = 0; i < t.size(); ++i)
-    if (infos[i].role != std::string_view("stats")) checks::expect_pointer(op, infos[i].name, t[i].data, bytes);
+    if (infos[i].role != std::string_view("stats")) checks::expect_pointer(op, infos[i].name, t[i], bytes);
 }
 
 unsigned alignment(DType dtype, std::initializer_list<Tensor> tensors) {
@@ -124,6 +124,7 @@ void add_params(Params& p, std::string_view cols_name, std::int64_t cols, const 
 Chunking chunk(std::int64_t rows, std::int64_t cols, std::int64_t vec, const Target& target) {
   const std::int64_t sms = reference_sm_count(target);
   Chunking c;
+  if (rows == 0) return c;  // nothing to launch: one block a row of none
   c.chunks = std::clamp<std::int64_t>(std::min((2 * sms + rows - 1) / rows, (cols + kMinChunk - 1) / kMinChunk), 1,
                                       kMaxChunks);
   const std::int64_t chunk_vectors = (cols / vec + c.chunks - 1) / c.chunks;

@@ -22,8 +22,7 @@ constexpr std::int64_t kMaxVocab = 1 << 18;  // the fixed-point masses (2^40 eac
 
 // [batch, vocab] rows with unit stride in the vocabulary; returns the row stride.
 std::int64_t rows_of(std::string_view op, std::string_view arg, const TensorSpec& t) {
-  if (t.rank() != 2 || t.dim(0) < 1 || t.dim(1) < 1 || t.dim(1) > kMaxVocab || t.stride(1) != 1 ||
-      t.stride(0) < t.dim(1))
+  if (t.rank() != 2 || t.dim(1) < 1 || t.dim(1) > kMaxVocab || t.stride(1) != 1 || t.stride(0) < t.dim(1))
     throw ShapeError(fmt::format("{}: {} is {}; expected [batch, vocab] with 1 <= vocab <= {} and unit stride in vocab",
                                  op, arg, t.str(), kMaxVocab));
   if (t.dim(0) > INT32_MAX) throw ShapeError(fmt::format("{}: {} has more rows than the grid can take", op, arg));
@@ -134,9 +133,9 @@ class ApplyPenaltiesTemperature final : public OpDef {
   }
 
   void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
-    checks::expect_pointer(name(), "logits", t[0].data, checks::vector_bytes(p));
+    checks::expect_pointer(name(), "logits", t[0], checks::vector_bytes(p));
     for (std::size_t i = 1; i < 7; ++i)
-      checks::expect_pointer(name(), kPenaltyTensors[i].name, t[i].data, unsigned(dtype_size(t[i].spec.dtype())));
+      checks::expect_pointer(name(), kPenaltyTensors[i].name, t[i], unsigned(dtype_size(t[i].spec.dtype())));
     if (p.get("step") == 0) {
       args.push_args(mojo_sampling::TemperatureArgs<void>{
           .logits = ptr(t[0]),
@@ -280,10 +279,10 @@ class Sample final : public OpDef {
   }
 
   void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr workspace, KernelArgs& args) const override {
-    checks::expect_pointer(name(), "logits", t[2].data, checks::vector_bytes(p));
+    checks::expect_pointer(name(), "logits", t[2], checks::vector_bytes(p));
     for (std::size_t i = 0; i < t.size(); ++i)
       if (i != 2 && !(i == 1 && t[1].spec.rank() == 0))
-        checks::expect_pointer(name(), kSampleTensors[i].name, t[i].data, unsigned(dtype_size(t[i].spec.dtype())));
+        checks::expect_pointer(name(), kSampleTensors[i].name, t[i], unsigned(dtype_size(t[i].spec.dtype())));
     const SampleWorkspace w(t[2].spec.dim(0), p, int(repeats(p, t)));
     args.push_args(mojo_sampling::SampleArgs<void, void>{
         .tokens = static_cast<long long*>(ptr(t[0])),
@@ -378,7 +377,7 @@ class RejectSample final : public OpDef {
 
   void pack_args(const Params&, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
     for (std::size_t i = 0; i < t.size(); ++i)
-      checks::expect_pointer(name(), kRejectTensors[i].name, t[i].data, unsigned(dtype_size(t[i].spec.dtype())));
+      checks::expect_pointer(name(), kRejectTensors[i].name, t[i], unsigned(dtype_size(t[i].spec.dtype())));
     args.push_args(mojo_sampling::RejectArgs<void, void>{
         .out = static_cast<long long*>(ptr(t[0])),
         .accepted = static_cast<long long*>(ptr(t[1])),
@@ -396,7 +395,8 @@ class RejectSample final : public OpDef {
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
     const auto& target = shapes::required(name(), shapes, "target_probs", example_shapes());
-    if (target.size() != 3) throw ShapeError(fmt::format("{}: give target_probs as BATCHxSPEC+1xVOCAB", name()));
+    if (target.size() != 3 || target[1] < 2)
+      throw ShapeError(fmt::format("{}: give target_probs as BATCHxSPEC+1xVOCAB, SPEC at least 1", name()));
     const std::int64_t batch = target[0], spec = target[1] - 1, vocab = target[2];
     const TensorSpec per_request(DType::i64, {batch});
     return {TensorSpec(DType::i64, {batch, spec + 1}),

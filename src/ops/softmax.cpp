@@ -125,8 +125,8 @@ class Softmax final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr workspace, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
-    checks::expect_pointer(name(), "out", t[0].data, bytes);
-    checks::expect_pointer(name(), "x", t[1].data, bytes);
+    checks::expect_pointer(name(), "out", t[0], bytes);
+    checks::expect_pointer(name(), "x", t[1], bytes);
     args.push_args(mojo_softmax::Args<void>{
         .out = ptr(t[0]),
         .x = ptr(t[1]),
@@ -189,7 +189,7 @@ class SoftmaxBackward final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr workspace, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
-    for (std::size_t i = 0; i < 3; ++i) checks::expect_pointer(name(), kBackwardTensors[i].name, t[i].data, bytes);
+    for (std::size_t i = 0; i < 3; ++i) checks::expect_pointer(name(), kBackwardTensors[i].name, t[i], bytes);
     args.push_args(mojo_softmax::BackwardArgs<void>{
         .grad_x = ptr(t[0]),
         .grad_out = ptr(t[1]),

@@ -85,8 +85,8 @@ class StoreKvCache final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
-    for (std::size_t i = 0; i < 4; ++i) checks::expect_pointer(name(), kKvTensors[i].name, t[i].data, bytes);
-    checks::expect_pointer(name(), "slot_mapping", t[4].data, unsigned(dtype_size(t[4].spec.dtype())));
+    for (std::size_t i = 0; i < 4; ++i) checks::expect_pointer(name(), kKvTensors[i].name, t[i], bytes);
+    checks::expect_pointer(name(), "slot_mapping", t[4], unsigned(dtype_size(t[4].spec.dtype())));
     args.push_args(mojo_kv_cache::Args<void, void>{
         .k_cache = ptr(t[0]),
         .v_cache = ptr(t[1]),
