@@ -348,11 +348,12 @@ class RejectSample final : public OpDef {
   Params derive_params(TensorList t, ScalarList, const Target&) const override {
     const TensorSpec& target = t[4].spec;
     checks::expect_dtype_in(name(), "target_probs", target.dtype(), kFloatTypes);
-    if (target.rank() != 3 || target.dim(1) < 2 || target.dim(2) > kMaxVocab || !target.is_contiguous() ||
+    if (target.rank() != 3 || target.dim(1) < 2 || target.dim(2) < 1 || target.dim(2) > kMaxVocab ||
+        !target.is_contiguous() ||
         target.dim(0) > INT32_MAX)
       throw ShapeError(
           fmt::format("{}: target_probs is {}; expected a contiguous [batch, spec + 1, vocab] with spec "
-                      ">= 1 and vocab <= {}",
+                      ">= 1 and 1 <= vocab <= {}",
                       name(), target.str(), kMaxVocab));
     const std::int64_t batch = target.dim(0), spec = target.dim(1) - 1, vocab = target.dim(2);
     if (spec > 32) throw ShapeError(fmt::format("{}: {} speculative tokens; at most 32", name(), spec));
