@@ -41,6 +41,18 @@ TEST(TensorSpec, StridedIsNotContiguous) {
   EXPECT_EQ(s.str(), "f32[4, 8] strides [16, 1]");
 }
 
+// An empty tensor's strides address nothing: numpy gives [0, 64] float32 strides (0, 0), torch (64, 1). Either is
+// the row-major [0, 64], which every op's layout checks take.
+TEST(TensorSpec, AnEmptyTensorIsContiguousWhateverItsStrides) {
+  std::int64_t shape[] = {0, 64}, numpy[] = {0, 0};
+  const TensorSpec s(DType::f32, shape, numpy);
+  EXPECT_TRUE(s.is_contiguous());
+  EXPECT_EQ(s, TensorSpec(DType::f32, {0, 64}));
+  EXPECT_EQ(s.str(), "f32[0, 64]");
+  EXPECT_TRUE(TensorSpec(DType::f32, {17, 0}).is_contiguous());
+  EXPECT_EQ(TensorSpec(DType::f32, {17, 0}).str(), "f32[17, 0]");
+}
+
 TEST(TensorSpec, RejectsTooManyDimsAndNegativeDims) {
   std::vector<std::int64_t> nine(9, 1);
   EXPECT_NE(error_of<ShapeError>([&] { TensorSpec(DType::f32, nine); }).find("exceeds the maximum rank 8"),

@@ -93,3 +93,16 @@ def test_op_matches_its_reference(op, dtype, shapes, scalars):
         rtol, atol = _check.tolerance(op, dtype, shapes, scalars, name)
         wrong, report = _check.mismatches(np.ascontiguousarray(array), want[name], rtol, atol)
         assert wrong == 0, f"{op} {name}: {wrong} of {array.size} elements outside rtol {rtol} atol {atol}: {report}"
+
+
+def test_empty_arrays_run():
+    """numpy gives an empty array strides of 0 (torch a null pointer): an empty batch is ordinary input, and what
+    an empty sum gives is written (a norm backward's weight gradient, moe_dispatch's offsets)."""
+    x = np.zeros((0, 64), np.float32)
+    assert x.strides == (0, 0)
+    assert mojo_jit.ops.rms_norm(x, np.ones(64, np.float32)).shape == (0, 64)
+    grad_x, grad_weight = mojo_jit.ops.rms_norm_backward(x, x, np.ones(64, np.float32))
+    assert grad_x.shape == (0, 64) and np.array_equal(grad_weight, np.zeros(64, np.float32))
+    offsets = mojo_jit.ops.moe_dispatch(np.zeros((0, 2), np.int64), expert_offsets=np.full(9, -5, np.int64))
+    offsets = offsets[0] if isinstance(offsets, tuple) else offsets
+    assert np.array_equal(offsets, np.zeros(9, np.int64))

@@ -61,6 +61,7 @@ TensorSpec::TensorSpec(DType dtype, std::span<const std::int64_t> shape,
     : TensorSpec(dtype, shape) {
   if (strides.size() != shape.size())
     throw ShapeError(fmt::format("{} strides given for a rank-{} shape", strides.size(), shape.size()));
+  if (numel() == 0) return;  // strides of no element mean nothing (numpy gives an empty array 0s): it keeps row-major's
   std::int64_t extent = 0;  // the last element's offset: must fit like the element count
   for (int i = 0; i < rank_; ++i) {
     if (strides[i] < 0) throw ShapeError(fmt::format("negative stride {} in tensor", strides[i]));
