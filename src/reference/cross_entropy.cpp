@@ -81,6 +81,7 @@ void linear_cross_entropy_backward(const CrossEntropy& ce, const std::vector<flo
       double d =
           p * (1 + 2 * ce.z_loss * r.lse[ri]) - ce.smoothing / double(ce.vocab) - (j == y ? 1 - ce.smoothing : 0);
       if (ce.softcap > 0) d *= 1 - (l / ce.softcap) * (l / ce.softcap);
+      if (y < 0 || y >= ce.vocab) d = NAN;  // a label neither in the vocabulary nor ignored: as the kernels say
       d *= g;
       for (std::int64_t k = 0; k < ce.hidden; ++k) {
         gh[std::size_t(i * ce.hidden + k)] += d * weight[std::size_t(j * ce.hidden + k)];
