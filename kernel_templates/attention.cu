@@ -208,8 +208,6 @@ template <class T> __device__ __forceinline__ unsigned pack_pair(float lo, float
   return unsigned(mojo::from_float<T>(lo).bits) | unsigned(mojo::from_float<T>(hi).bits) << 16;
 }
 
-__device__ __forceinline__ float tanh_f(float x) { return 1.f - 2.f / (mojo::exp_approx(2.f * x) + 1.f); }
-
 template <class T, class P>
 __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k,
                                     const T* __restrict__ v, const Batch& a, const float* __restrict__ sinks,
@@ -341,7 +339,7 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e / 2, key = k0 + j * 8 + 2 * (lane % 4) + e % 2, pos = offset + token_of[h];
-        const float x = P::softcap ? cap_log2 * tanh_f(s[j][e] * score_scale) : s[j][e] * score_scale;
+        const float x = P::softcap ? cap_log2 * mojo::tanh_f(s[j][e] * score_scale) : s[j][e] * score_scale;
         s[j][e] = visible<P::causal != 0, P::window != 0>(key, pos, w, window) ? x : mojo::neg_inf();
         tile_max[h] = mojo::max_f(tile_max[h], s[j][e]);
       }

@@ -161,7 +161,7 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) {
       const int h = (i % 4) / 2, key = k0 + (i / 4) * 8 + 2 * (lane % 4) + i % 2;
-      const float x = P::softcap ? cap_log2 * tanh_f(s[i] * score_scale) : s[i] * score_scale;
+      const float x = P::softcap ? cap_log2 * mojo::tanh_f(s[i] * score_scale) : s[i] * score_scale;
       s[i] = visible<P::causal != 0, P::window != 0>(key, pos[h], w, window) ? x : mojo::neg_inf();
       tile_max[h] = mojo::max_f(tile_max[h], s[i]);
     }

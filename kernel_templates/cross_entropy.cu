@@ -33,16 +33,7 @@ struct State {
   float max, sum, label_logit, logit_sum;
 };
 
-__device__ __forceinline__ float capped(float l, float cap) {
-  if (cap <= 0.f) return l;
-  const float x = mojo::abs_f(l) / cap;
-  // tanh(x) = (1 - e^-2x) / (1 + e^-2x) cancels where x is small: 1 - e loses the bits that cap * tanh(x) ~ l
-  // needs (a cap of 2^32 made every logit 0). There, tanh's series: x - x^3/3 + 2x^5/15, within f32's rounding
-  // below 2^-5.
-  const float x2 = x * x, e = mojo::exp_approx(-2.f * x);
-  const float t = x < 0.03125f ? x * (1.f - x2 * (1.f / 3.f - x2 * (2.f / 15.f))) : (1.f - e) / (1.f + e);
-  return cap * (l < 0.f ? -t : t);
-}
+__device__ __forceinline__ float capped(float l, float cap) { return cap > 0.f ? cap * mojo::tanh_f(l / cap) : l; }
 
 template <class I>
 __device__ __forceinline__ bool ignored(const I* labels, long long row, long long ignore_index) {

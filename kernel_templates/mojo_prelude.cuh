@@ -200,6 +200,16 @@ constexpr float kLn2 = 0.6931471805599453f;
 __device__ __forceinline__ float exp_approx(float x) { return exp2_approx(x * kLog2e); }
 __device__ __forceinline__ float log_approx(float x) { return log2_approx(x) * kLn2; }
 
+// tanh(x), for the soft-caps (cap * tanh(l / cap)): 1 - 2 / (e^2x + 1), which cancels near 0 (1 - e^2x loses
+// the bits that make cap * tanh(l / cap) ~ l: a cap of 2^32 made every logit 0), so below 2^-5 tanh's series
+// x - x^3/3 + 2x^5/15 instead, within f32's rounding there. Both are computed, then one is picked: no branch.
+__device__ __forceinline__ float tanh_f(float x) {
+  const float x2 = x * x;
+  const float series = x * (1.f - x2 * (1.f / 3.f - x2 * (2.f / 15.f)));
+  const float formula = 1.f - 2.f / (exp_approx(2.f * x) + 1.f);
+  return abs_f(x) < 0.03125f ? series : formula;
+}
+
 // erfc(x), relative error < 1.2e-7 (Numerical Recipes' Chebyshev fit of
 // erfc): 1 + erf(x) is erfc(-x), which keeps its digits where erf(x) is near -1.
 __device__ __forceinline__ float erfc_f(float x) {

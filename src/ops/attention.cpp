@@ -127,6 +127,9 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
     throw InvalidArgumentError(fmt::format("{}: softcap is {}; expected >= 0 (0: none)", name(), softcap));
   if (!std::isfinite(scalar(scalars, "scale")))
     throw InvalidArgumentError(fmt::format("{}: scale is not finite", name()));
+  if (window != std::floor(window))  // NaN too
+    throw InvalidArgumentError(
+        fmt::format("{}: window is {}; expected a whole number (negative: none)", name(), window));
   if (window >= double(INT32_MAX))
     throw InvalidArgumentError(fmt::format("{}: window {} does not fit an int", name(), window));
 

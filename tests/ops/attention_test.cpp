@@ -242,6 +242,14 @@ TEST(AttentionOp, BadShapesGetOneLineErrors) {
               params("sdpa", DType::bf16, "q=16x32x128 k=16x8x128", {{"softcap", -1.0}});
             }),
             "sdpa: softcap is -1; expected >= 0 (0: none)");
+  EXPECT_EQ(error_of<InvalidArgumentError>([] {
+              params("sdpa", DType::bf16, "q=16x32x128 k=16x8x128", {{"window", std::nan("")}});
+            }),
+            "sdpa: window is nan; expected a whole number (negative: none)");
+  EXPECT_EQ(error_of<InvalidArgumentError>([] {
+              params("sdpa", DType::bf16, "q=16x32x128 k=16x8x128", {{"window", 2.5}});
+            }),
+            "sdpa: window is 2.5; expected a whole number (negative: none)");
 }
 
 // ---- on the device ----------------------------------------------------------------
@@ -280,6 +288,9 @@ TEST_P(AttentionGpu, SdpaVarlenWindowSoftcapSinksAndLse) {
               {{"window", 20}, {"softcap", 30.0}});
   expect_pass("sdpa", DType::f16, "q=50x4x128 k=90x4x128 cu_seqlens_q=3 cu_seqlens_k=3 lse=4x50", {{"causal", 0}});
   expect_pass("sdpa", DType::bf16, "q=33x8x64 k=33x1x64", {{"window", 1000}, {"scale", 0.05}});
+  // A soft-cap so large that it changes no score: tanh's 1 - 2 / (e^2x + 1) cancelled to 0 there (every score
+  // 0 before 2026-11-29); the series keeps them.
+  expect_pass("sdpa", DType::bf16, "q=33x4x64 k=33x2x64", {{"softcap", 4294967296.0}});
 }
 
 // Paged prefill after cached tokens (chunked prefill): partly filled last pages, block tables out of order,
