@@ -42,6 +42,7 @@ std::int64_t stride(std::string_view op, std::string_view arg, const TensorSpec&
 std::int64_t token_stride(std::string_view op, std::string_view arg, const TensorSpec& t) {
   if (t.rank() != 3)
     throw ShapeError(fmt::format("{}: {} is {}; expected [tokens, heads, head_dim]", op, arg, t.str()));
+  if (t.numel() == 0) return t.dim(1) * t.dim(2);  // no token to place (torch gives [17, 4, 0] strides 4, 1, 1)
   const bool ok = (t.dim(2) == 1 || t.stride(2) == 1) && (t.dim(1) == 1 || t.stride(1) == t.dim(2)) &&
                   (t.dim(0) <= 1 || t.stride(0) >= t.dim(1) * t.dim(2));
   if (!ok)
