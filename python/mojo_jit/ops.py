@@ -216,6 +216,9 @@ class OpFunction:
         if len(args) > len(self.inputs):
             raise TypeError(f"{self.name}() takes {len(self.inputs)} positional arguments but {len(args)} were given")
         arrays = dict(zip(self.inputs, args))
+        given_none = [n for n, a in arrays.items() if a is None]
+        if given_none:
+            raise TypeError(f"{self.name}() argument '{given_none[0]}' is required: an array, not None")
         scalars = {}
         out = device = stream = None
         for key, value in kwargs.items():

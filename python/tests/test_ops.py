@@ -106,3 +106,10 @@ def test_empty_arrays_run():
     offsets = mojo_jit.ops.moe_dispatch(np.zeros((0, 2), np.int64), expert_offsets=np.full(9, -5, np.int64))
     offsets = offsets[0] if isinstance(offsets, tuple) else offsets
     assert np.array_equal(offsets, np.zeros(9, np.int64))
+
+
+def test_none_or_a_scalar_for_a_required_array_says_so():
+    with pytest.raises(TypeError, match="rms_norm\\(\\) argument 'x' is required: an array, not None"):
+        mojo_jit.ops.rms_norm(None, np.ones(8, np.float32))
+    with pytest.raises(mojo_jit.ShapeError, match="silu: x has no dims \\(a scalar\\); it needs at least one"):
+        mojo_jit.ops.silu(np.array(1.0, np.float32))

@@ -97,8 +97,10 @@ namespace mojo::shapes {
 inline const std::vector<std::int64_t>& required(std::string_view op, const ShapeMap& shapes, std::string_view name,
                                                  std::string_view example) {
   auto it = shapes.find(name);
-  if (it == shapes.end() || it->second.empty())
+  if (it == shapes.end())
     throw ShapeError(fmt::format("{}: give the shape of {}, e.g. {}", op, name, shapes_as_options(example)));
+  if (it->second.empty())  // a rank-0 tensor stands for an absent one
+    throw ShapeError(fmt::format("{}: {} has no dims (a scalar); it needs at least one", op, name));
   return it->second;
 }
 
