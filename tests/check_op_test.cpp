@@ -95,6 +95,8 @@ void expect_pass(Runtime& rt, const char* op_name, const char* shapes, DType dty
         "{} {} {}: {} of {} elements of {} differ between a launch on NaN-poisoned and one on zeroed output and "
         "workspace memory (read before written, or never written)",
         op_name, dtype_name(dtype), shapes, out.poison_dependent, out.elements, out.name);
+  EXPECT_TRUE(r.overwritten.empty()) << fmt::format("{} {} {}: wrote {}", op_name, dtype_name(dtype), shapes,
+                                                    fmt::join(r.overwritten, ", "));
 }
 
 RuntimeOptions options(const test::TempDir& cache, std::string device) {
@@ -146,6 +148,7 @@ TEST(CheckOp, EveryOpWithADimOfZeroRunsOrSaysWhy) {
             EXPECT_EQ(out.wrong, 0u) << out.name;
             EXPECT_EQ(out.poison_dependent, 0u) << out.name;
           }
+          EXPECT_TRUE(r.overwritten.empty()) << fmt::format("{}", fmt::join(r.overwritten, ", "));
           ++ran;
         } catch (const Error& e) {
           const std::string_view what = e.what();
@@ -161,6 +164,79 @@ TEST(CheckOp, EveryOpWithADimOfZeroRunsOrSaysWhy) {
   // What each op does with a dim of 0 is its own; that both kinds stay common is a check on the loop itself.
   EXPECT_GE(ran, 30);
   EXPECT_GE(refused, 100);
+}
+
+// Each tensor in turn placed as torch slices lie (Placement): one element past an aligned start (no vector access
+// of it aligned), then with dim 0's stride grown by 3 elements (every slice misaligned) and by 8 (aligned, but
+// strided). The op must give the reference's result and write nothing outside the views nor into an input, or
+// refuse with its own error. Returns whether it ran.
+bool runs_or_says_why(Runtime& rt, const char* op_name, const char* shapes, DType dtype, ScalarList scalars,
+                      std::size_t i, Placement place) {
+  const OpDef& op = find_op(op_name);
+  const std::vector<TensorSpec> specs = op.specs_from_shapes(dtype, parse_shapes(op, shapes));
+  std::vector<Placement> placements(specs.size());
+  placements[i] = place;
+  SCOPED_TRACE(fmt::format("{} {} {}: {} at offset {}, pad {}", op_name, dtype_name(dtype), shapes,
+                           op.tensor_args()[i].name, place.offset, place.pad));
+  try {
+    const CheckReport r = check_op(rt, op_name, specs, scalars, 11, CheckLaunch::direct, placements);
+    for (const auto& out : r.outputs) {
+      EXPECT_EQ(out.wrong, 0u) << out.name;
+      EXPECT_EQ(out.poison_dependent, 0u) << out.name;
+    }
+    EXPECT_TRUE(r.overwritten.empty()) << fmt::format("{}", fmt::join(r.overwritten, ", "));
+    return true;
+  } catch (const Error& e) {
+    const std::string_view what = e.what();
+    EXPECT_TRUE(what.starts_with(std::string(op_name) + ": ")) << what;
+    EXPECT_EQ(what.find("internal error"), std::string_view::npos) << what;
+    return false;
+  }
+}
+
+struct Sweep {
+  int ran = 0, refused = 0;
+  void over(Runtime& rt, const char* op_name, const char* shapes, DType dtype, ScalarList scalars = {}) {
+    const OpDef& op = find_op(op_name);
+    const std::vector<TensorSpec> specs = op.specs_from_shapes(dtype, parse_shapes(op, shapes));
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      for (const Placement place : {Placement{.offset = 1}, Placement{.pad = 3}, Placement{.pad = 8}})
+        if (specs[i].numel() != 0) ++(runs_or_says_why(rt, op_name, shapes, dtype, scalars, i, place) ? ran : refused);
+  }
+};
+
+TEST(CheckOp, EveryOpWithEachTensorMisplacedRunsOrSaysWhy) {
+  if (!test::on_cpu_device() && !device_available()) GTEST_SKIP() << "no GPU or no CUDA driver on this machine";
+  test::TempDir cache;
+  Runtime rt(options(cache, test::test_device()));
+  Sweep sweep;
+  for (const OddCase& c :
+       kCases)  // but the 4097-row cases: their 17-row siblings take the same paths in 1/200 the time
+    if (std::string_view(c.shapes).find("4097x") == std::string_view::npos)
+      sweep.over(rt, c.op, c.shapes, find_op(c.op).dtypes().front(), c.scalars);
+  for (const OddCase& c : kCases)  // the 16-bit paths: GEMMs on tensor cores (cp.async), wider vectors
+    if (std::string_view(c.op).find("gemm") != std::string_view::npos || c.op == std::string_view("linear"))
+      sweep.over(rt, c.op, c.shapes, DType::bf16, c.scalars);
+  // q, k and v as slices of a fused projection are the case that matters: pad 8 in dim 0 is one.
+  sweep.over(rt, "sdpa", "q=17x4x64 k=17x1x64", DType::bf16);
+  sweep.over(rt, "paged_prefill_gqa", "q=20x4x64 k_cache=8x8x1x64 cu_seqlens_q=3 block_tables=2x4", DType::f16);
+  sweep.over(rt, "paged_decode_gqa", "q=2x4x64 k_cache=8x16x1x64 block_tables=2x4 lse=4x2", DType::bf16);
+  // The vocabulary, the logits and each of a batch's parameters placed alone; what each op accepts is its own,
+  // that both kinds stay common is a check on the sweep itself (at 2026-11-29: 427 ran, 347 refused).
+  EXPECT_GE(sweep.ran, 400);
+  EXPECT_GE(sweep.refused, 300);
+}
+
+// The sm_90a paths (TMA needs 16-byte aligned rows and starts: they must fall back or refuse).
+TEST(CheckOp, HopperPathWithEachTensorMisplacedRunsOrSaysWhy) {
+  if (!test::on_cpu_device()) GTEST_SKIP() << "misplaced tensors on the sm_90a path run on the CPU device's sm_90a";
+  test::TempDir cache;
+  Runtime rt(options(cache, "cpu:sm_90a"));
+  Sweep sweep;
+  sweep.over(rt, "gemm", "a=130x72 b=72x136", DType::bf16, {{"path", 90}});
+  sweep.over(rt, "linear", "x=17x200 weight=136x200 bias=136", DType::bf16, {{"path", 90}});
+  sweep.over(rt, "sdpa", "q=130x4x128 k=130x1x128", DType::bf16);
+  EXPECT_GE(sweep.ran, 25);  // 29 on 2026-11-29, 19 refused
 }
 
 TEST(CheckOp, HopperPathAtOddShapes) {
@@ -247,6 +323,36 @@ TEST(CheckOp, ReportsAMismatch) {
   EXPECT_GT(r.outputs[0].wrong, 0u);
   EXPECT_GT(r.outputs[0].max_rel, 0.01);
   EXPECT_FALSE(r.pass());
+}
+
+// What check_op reports besides wrong results: an rms_norm that steps through its output rows by the hidden size
+// plus a vector (whatever out's row stride: into a padded out's gaps), and one that also writes its result over x.
+TEST(CheckOp, ReportsWritesOutsideTheViewsAndIntoInputs) {
+  const auto check_variant = [](const char* from, const char* to, std::span<const Placement> placements) {
+    test::TempDir cache, templates;
+    EXPECT_GT(test::write_template_variant(templates.path(), "rms_norm.cu", from, to), 0)
+        << "rms_norm.cu changed: update this test";
+    RuntimeOptions o = options(cache, "cpu");
+    o.template_paths = {templates.path()};
+    Runtime rt(o);
+    const TensorSpec x(DType::f32, {3, 64}), w(DType::f32, {64});
+    const std::vector<TensorSpec> specs = {x, x, w};
+    return check_op(rt, "rms_norm", specs, {}, 0, CheckLaunch::direct, placements);
+  };
+  const Placement padded_out[] = {{.pad = 8}, {}, {}};
+  const CheckReport strayed =
+      check_variant("T* outr = out + r * out_stride;", "T* outr = out + r * (HIDDEN + VEC);", padded_out);
+  EXPECT_EQ(strayed.overwritten, std::vector<std::string>({"out (bytes outside its view, first launch)",
+                                                           "out (bytes outside its view, second launch)"}));
+  EXPECT_FALSE(strayed.pass());
+  const CheckReport over_x = check_variant("mojo::store<T, VEC>(outr + v * VEC, o);",
+                                           "mojo::store<T, VEC>(outr + v * VEC, o); "
+                                           "mojo::store<T, VEC>(const_cast<T*>(xr) + v * VEC, o);",
+                                           {});
+  EXPECT_EQ(over_x.outputs[0].wrong, 0u);
+  EXPECT_EQ(over_x.overwritten, std::vector<std::string>({"x (an input's elements, first launch)",
+                                                          "x (an input's elements, second launch)"}));
+  EXPECT_FALSE(over_x.pass());
 }
 
 // Under the TSan build each GPU thread is a fiber that TSan orders only by the

@@ -80,12 +80,24 @@ struct CheckReport {
   };
   std::string kernel;
   std::vector<Output> outputs;  // every tensor the op writes
-  double kernel_ms = 0;         // the checked launch, between two events (on the cpu device, emulation time)
+  // Tensors the op wrote where it must not: an "in" tensor's elements, or any tensor's bytes outside its view
+  // (a Placement's gaps), in tensor_args() order.
+  std::vector<std::string> overwritten;
+  double kernel_ms = 0;  // the checked launch, between two events (on the cpu device, emulation time)
   bool pass() const noexcept {
     for (const Output& o : outputs)
       if (o.wrong != 0 || o.poison_dependent != 0) return false;
-    return true;
+    return overwritten.empty();
   }
+};
+
+// Where check_op puts a tensor in device memory, as torch slices lie:
+// `offset` elements past an aligned start (a view whose start is not), and
+// `pad` elements after each index of dim 0 (stride(0) grows by pad: q as a
+// slice of a fused [tokens, q + k + v] projection, a column of a matrix at
+// rank 1). The gaps hold 0xff bytes that the op must leave as they were.
+struct Placement {
+  std::int64_t offset = 0, pad = 0;
 };
 
 // How check_op's first launch is made: directly, or captured by name into a
@@ -98,10 +110,14 @@ enum class CheckLaunch { direct, graph };
 // outputs poisoned (0xff: NaN in every float type), and compares every
 // tensor it writes with OpCheck::reference; then launches it again with zeros
 // in its outputs (and its workspace, on the cpu device) on another stream,
-// and requires the same bits in every "out" tensor. `specs` are contiguous, in
-// tensor_args() order; a rank-0 spec is an absent optional tensor.
+// and requires the same bits in every "out" tensor. After each launch, every
+// "in" tensor must be as it was, and every byte outside a tensor's view too.
+// `specs` are contiguous, in tensor_args() order; a rank-0 spec is an absent
+// optional tensor. `placements` (empty, or one a tensor) lay the tensors out
+// in device memory; the references see them contiguous.
 CheckReport check_op(Runtime& rt, std::string_view op, std::span<const TensorSpec> specs, ScalarList scalars,
-                     std::uint32_t seed = 0, CheckLaunch first_launch = CheckLaunch::direct);
+                     std::uint32_t seed = 0, CheckLaunch first_launch = CheckLaunch::direct,
+                     std::span<const Placement> placements = {});
 
 // The elements of `got` outside `tol` of `want` (host bytes of `dtype`;
 // where the reference is not finite, the device must match it exactly);

@@ -34,35 +34,120 @@ std::size_t mismatches(DType dtype, const std::vector<std::uint8_t>& got, const 
   return bad;
 }
 
+namespace {
+
+// A tensor in device memory as a Placement lays it out: dim(0) slices of the other dims (contiguous),
+// slice_stride apart, from `offset` elements into a buffer whose other bytes are a guard (0xff). Moves data
+// between that layout and the contiguous bytes the references see.
+class PlacedTensor {
+ public:
+  static constexpr std::uint8_t kGuard = 0xff;
+
+  PlacedTensor(const TensorSpec& spec, Placement place) : spec_(spec) {
+    if (spec.rank() == 0) return;  // absent
+    if (place.offset < 0 || place.pad < 0)
+      throw InvalidArgumentError(
+          fmt::format("a placement's offset and pad are >= 0, got {} and {}", place.offset, place.pad));
+    const std::int64_t size = std::int64_t(dtype_size(spec.dtype()));
+    slices_ = std::size_t(spec.dim(0));
+    std::vector<std::int64_t> strides(spec.strides().begin(), spec.strides().end());
+    strides[0] += place.pad;
+    slice_ = std::size_t(spec.stride(0) * size);
+    slice_stride_ = std::size_t(strides[0] * size);
+    if (spec.numel() == 0) slices_ = 0;
+    view_ = TensorSpec(spec.dtype(), spec.shape(), strides);
+    start_ = std::size_t(place.offset * size);
+  }
+
+  // The view, unbacked (for the op's checks of shapes and strides before any memory is taken).
+  Tensor unbacked() const { return Tensor{spec_.rank() == 0 ? spec_ : view_, 0}; }
+  void allocate() {
+    if (spec_.rank() == 0) return;
+    uploaded_.assign(start_ + slices_ * slice_stride_, kGuard);
+    buffer_ = DeviceBuffer(uploaded_.size());
+  }
+  Tensor tensor() const { return spec_.rank() == 0 ? Tensor{spec_, 0} : Tensor{view_, buffer_.ptr() + start_}; }
+
+  void upload(const std::vector<std::uint8_t>& contiguous) {
+    if (spec_.rank() == 0) return;
+    for (std::size_t r = 0; r < slices_; ++r)
+      std::memcpy(uploaded_.data() + start_ + r * slice_stride_, contiguous.data() + r * slice_, slice_);
+    buffer_.copy_from_host(uploaded_.data(), uploaded_.size());
+  }
+
+  // The view's elements, contiguous; `gaps_intact` says whether every byte outside the view is as uploaded.
+  std::vector<std::uint8_t> download(bool& gaps_intact) const {
+    if (spec_.rank() == 0) return {};
+    std::vector<std::uint8_t> now(uploaded_.size()), contiguous(slices_ * slice_);
+    buffer_.copy_to_host(now.data(), now.size());
+    std::vector<std::uint8_t> expected = uploaded_;  // what `now` is if only the view changed
+    for (std::size_t r = 0; r < slices_; ++r) {
+      const std::size_t at = start_ + r * slice_stride_;
+      std::memcpy(contiguous.data() + r * slice_, now.data() + at, slice_);
+      std::memcpy(expected.data() + at, now.data() + at, slice_);
+    }
+    gaps_intact = expected == now;
+    return contiguous;
+  }
+
+ private:
+  TensorSpec spec_, view_;
+  std::size_t slice_ = 0, slice_stride_ = 0, slices_ = 0, start_ = 0;  // in bytes, but slices_
+  std::vector<std::uint8_t> uploaded_;                                 // the whole buffer as last uploaded
+  DeviceBuffer buffer_;
+};
+
+}  // namespace
+
 CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const TensorSpec> specs, ScalarList scalars,
-                     std::uint32_t seed, CheckLaunch first_launch) {
+                     std::uint32_t seed, CheckLaunch first_launch, std::span<const Placement> placements) {
   const OpCheck& check = find_check(op_name);
   const OpDef& op = check.op();
   const std::span<const TensorArgInfo> infos = op.tensor_args();
   if (specs.size() != infos.size())
     throw InvalidArgumentError(fmt::format("{} takes {} tensors, got {}", op.name(), infos.size(), specs.size()));
+  if (!placements.empty() && placements.size() != specs.size())
+    throw InvalidArgumentError(
+        fmt::format("{} takes {} tensors, got {} placements", op.name(), infos.size(), placements.size()));
   rt.device().make_current();  // the buffers below live on the Runtime's device
-  {  // The op's own checks of shapes, dtypes and scalars first: the references below assume shapes it accepts.
-    std::vector<Tensor> unbacked;
-    for (const TensorSpec& spec : specs) unbacked.push_back({spec, 0});
-    op.specialize(unbacked, scalars, rt.device().target());
+  const auto role = [&](std::size_t i) { return std::string_view(infos[i].role); };
+  std::vector<PlacedTensor> placed;
+  std::vector<Tensor> tensors;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    placed.emplace_back(specs[i], placements.empty() ? Placement{} : placements[i]);
+    tensors.push_back(placed.back().unbacked());
+  }
+  // The op's own checks of shapes, dtypes, strides and scalars first: the references below assume what it accepts.
+  op.specialize(tensors, scalars, rt.device().target());
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    placed[i].allocate();
+    tensors[i] = placed[i].tensor();
   }
 
   // Host data: inputs random, outputs poisoned; the device gets the same bytes.
   std::vector<std::vector<std::uint8_t>> host(specs.size());
-  std::vector<DeviceBuffer> buffers;
-  std::vector<Tensor> tensors;
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    const bool absent = specs[i].rank() == 0;
-    if (!absent)
-      host[i] = infos[i].role == std::string_view("out") ? std::vector<std::uint8_t>(specs[i].nbytes(), 0xff)
-                                                         : check.random_data(i, specs, seed);
-    buffers.emplace_back(host[i].size());
-    buffers.back().copy_from_host(host[i].data(), host[i].size());
-    tensors.push_back(absent ? Tensor{specs[i], 0} : buffers.back().as(specs[i]));
+    if (specs[i].rank() == 0) continue;  // absent
+    host[i] = role(i) == "out" ? std::vector<std::uint8_t>(specs[i].nbytes(), 0xff) : check.random_data(i, specs, seed);
+    placed[i].upload(host[i]);
   }
 
   CheckReport report;
+  // Every tensor as the device left it; what an op must not have written is named in the report.
+  const auto download = [&](std::string_view launch) {
+    std::vector<std::vector<std::uint8_t>> got(specs.size());
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      bool gaps_intact = true;
+      got[i] = placed[i].download(gaps_intact);
+      const bool input_changed = role(i) == "in" && got[i] != host[i];
+      if (!gaps_intact || input_changed)
+        report.overwritten.push_back(fmt::format("{} ({}, {} launch)", infos[i].name,
+                                                 input_changed ? "an input's elements" : "bytes outside its view",
+                                                 launch));
+    }
+    return got;
+  };
+
   Stream stream;
   // A graph's capture launches by name: what a launch loads and allocates the first time happens inside it.
   std::optional<Graph> graph;
@@ -80,24 +165,15 @@ CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const Tens
   stop.record(stream);
   stop.synchronize();
   report.kernel_ms = Event::elapsed_ms(start, stop);
-  std::vector<std::vector<std::uint8_t>> first(specs.size());
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    if (infos[i].role == std::string_view("in") || specs[i].rank() == 0) continue;
-    first[i].resize(host[i].size());
-    buffers[i].copy_to_host(first[i].data(), first[i].size());
-  }
+  const std::vector<std::vector<std::uint8_t>> first = download("first");
 
   // Again with the other poison: zeros in the outputs and, on the cpu device, in the workspace (a new
   // stream's, allocated by this launch). An output that depends on which poison it met read memory
   // nothing wrote, or left some unwritten.
-  std::vector<std::vector<std::uint8_t>> second(specs.size());
+  std::vector<std::vector<std::uint8_t>> second;
   {
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      if (infos[i].role == std::string_view("in") || specs[i].rank() == 0) continue;
-      const std::vector<std::uint8_t> fill =
-          infos[i].role == std::string_view("out") ? std::vector<std::uint8_t>(host[i].size(), 0) : host[i];
-      buffers[i].copy_from_host(fill.data(), fill.size());
-    }
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      if (role(i) != "in") placed[i].upload(role(i) == "out" ? std::vector<std::uint8_t>(host[i].size(), 0) : host[i]);
     const bool cpu = rt.device().is_cpu();
     if (cpu) cpu::set_poison(cpu::Poison::zero);
     try {
@@ -109,17 +185,13 @@ CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const Tens
       throw;
     }
     if (cpu) cpu::set_poison(std::nullopt);
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      if (infos[i].role == std::string_view("in") || specs[i].rank() == 0) continue;
-      second[i].resize(host[i].size());
-      buffers[i].copy_to_host(second[i].data(), second[i].size());
-    }
+    second = download("second");
   }
 
   std::vector<std::vector<std::uint8_t>> want = host;
   check.reference(specs, want, scalars);
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    if (infos[i].role == std::string_view("in") || specs[i].rank() == 0) continue;
+    if (role(i) == "in" || specs[i].rank() == 0) continue;
     const std::vector<std::uint8_t>& got = first[i];
     CheckReport::Output out;
     out.name = std::string(infos[i].name);
@@ -127,7 +199,7 @@ CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const Tens
     out.elements = std::size_t(specs[i].numel());
     out.tolerance = check.tolerance(out.dtype, specs, scalars);
     out.wrong = mismatches(out.dtype, got, want[i], out.tolerance);
-    if (infos[i].role == std::string_view("out")) {
+    if (role(i) == "out") {
       const std::size_t size = dtype_size(out.dtype);
       for (std::size_t e = 0; e < out.elements; ++e)
         out.poison_dependent += std::memcmp(got.data() + e * size, second[i].data() + e * size, size) != 0;

@@ -265,6 +265,8 @@ struct AttentionGpu : GpuOps {
       EXPECT_EQ(out.wrong, 0u) << fmt::format("{} {} {}: {} of {} elements of {} outside rtol {} atol {} (max abs {})",
                                               op_name, dtype_name(dtype), shapes, out.wrong, out.elements, out.name,
                                               out.tolerance.rtol, out.tolerance.atol, out.max_abs);
+    EXPECT_TRUE(r.overwritten.empty()) << fmt::format("{} {}: wrote {}", op_name, shapes,
+                                                      fmt::join(r.overwritten, ", "));
   }
 };
 

@@ -175,6 +175,7 @@ int run_check(int argc, char** argv) {
                "x max|ref|: {} outside -> {}\n",
                out.name, mojo::dtype_name(out.dtype), out.elements, out.max_abs, out.max_rel, out.tolerance.rtol,
                out.tolerance.atol, out.wrong, out.wrong == 0 ? "pass" : "FAIL");
+  for (const std::string& name : r.overwritten) fmt::print("  {} written where the op must not write: FAIL\n", name);
   fmt::print("kernel time {:.3f} ms{}\n{}\n", r.kernel_ms, rt.device().is_cpu() ? " (emulated on the CPU)" : "",
              r.pass() ? "PASS" : "FAIL");
   return r.pass() ? 0 : 1;
