@@ -4,7 +4,7 @@
 // emulator fills the table and hands it to each kernel library it loads.
 #pragma once
 
-#define MOJO_CPU_ABI_VERSION 3
+#define MOJO_CPU_ABI_VERSION 4
 
 extern "C" {
 
@@ -49,6 +49,9 @@ struct mojo_cpu_api {
   // bar.arrive id, threads: counts the calling thread at barrier `id` and goes on (bar.sync's waiters are
   // released when `threads` have arrived or synced).
   void (*barrier_arrive)(int id, int threads);
+  // A vector access of `bytes` at `address`, which is not a multiple of them: fails the launch, as the GPU's
+  // misaligned-address error does (an x86 aligned move would crash the process instead).
+  void (*misaligned)(const void* address, unsigned bytes, int store);
 };
 
 }  // extern "C"

@@ -298,12 +298,20 @@ __device__ __forceinline__ long long opaque(long long x) {
   return x;
 }
 
+// On the CPU device a misaligned vector fails the launch, as a GPU's does (an x86 aligned move would crash).
+template <int BYTES> __device__ __forceinline__ void expect_aligned(const void* p, int store) {
+#if defined(MOJO_CPU)
+  if (reinterpret_cast<unsigned long long>(p) % BYTES != 0) cpu::api().misaligned(p, BYTES, store);
+#endif
+}
 template <class T, int N> __device__ __forceinline__ Pack<T, N> load(const T* p) {
+  expect_aligned<sizeof(T) * N>(p, 0);
   Pack<T, N> r;
   r.bits = *reinterpret_cast<const Bits<sizeof(T) * N>*>(p);
   return r;
 }
 template <class T, int N> __device__ __forceinline__ void store(T* p, const Pack<T, N>& v) {
+  expect_aligned<sizeof(T) * N>(p, 1);
   *reinterpret_cast<Bits<sizeof(T) * N>*>(p) = v.bits;
 }
 

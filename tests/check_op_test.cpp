@@ -353,6 +353,17 @@ TEST(CheckOp, ReportsWritesOutsideTheViewsAndIntoInputs) {
   EXPECT_EQ(over_x.overwritten, std::vector<std::string>({"x (an input's elements, first launch)",
                                                           "x (an input's elements, second launch)"}));
   EXPECT_FALSE(over_x.pass());
+  // The same stray rows a float further: every vector of row 1 misaligned. A GPU stops at the first with
+  // "misaligned address"; so does the CPU device (an x86 aligned move crashed the test process).
+  try {
+    check_variant("T* outr = out + r * out_stride;", "T* outr = out + r * (HIDDEN + 1);", padded_out);
+    ADD_FAILURE() << "a misaligned vector store ran";
+  } catch (const DeviceError& e) {
+    const std::string_view what = e.what();
+    EXPECT_TRUE(what.starts_with("cpu device: kernel rms_norm_f32_hidden_64_vec_4_threads_16_rows_8: block (")) << what;
+    EXPECT_NE(what.find("a 16-byte vector store at 0x"), std::string_view::npos) << what;
+    EXPECT_TRUE(what.ends_with("is not 16-byte aligned (misaligned address)")) << what;
+  }
 }
 
 // Under the TSan build each GPU thread is a fiber that TSan orders only by the

@@ -42,6 +42,11 @@ void barrier_arrive(int id, int threads) {
   block().barrier(id, threads, false);
 }
 
+[[noreturn]] void misaligned(const void* address, unsigned bytes, int store) {
+  block().fail(fmt::format("a {}-byte vector {} at {} is not {}-byte aligned (misaligned address)", bytes,
+                           store ? "store" : "load", address, bytes));
+}
+
 unsigned shfl_bfly(unsigned value, int lane_mask) {
   Quiet quiet;
   struct Lane {
@@ -520,7 +525,7 @@ const mojo_cpu_api& api_table() {
                                   smem_address,         param,       cp_async,      cp_async_commit, cp_async_wait,
                                   ldmatrix_x4,          mma,         mbarrier_init, mbarrier_arrive, mbarrier_wait,
                                   tma_load_3d,          wgmma_fence, wgmma,         wgmma_commit,    wgmma_wait,
-                                  barrier_arrive};
+                                  barrier_arrive,       misaligned};
   return table;
 }
 
