@@ -316,6 +316,12 @@ TEST_F(Cli, RunChecksASpecializationOnTheCpuDevice) {
   EXPECT_NE(r.output.find(" on cpu (emulating sm_80), its first launch captured in a graph\n"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("\nPASS\n"), std::string::npos) << r.output;
+
+  // --offset and --pad place a tensor as a slice lies: x misaligned runs on 2-byte vectors, out at a row stride.
+  r = run("run rms_norm --dtype bf16 --shape x=17x896 --device cpu --offset x=1 --pad out=8");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rms_norm_bf16_hidden_896_vec_1_"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\nPASS\n"), std::string::npos) << r.output;
 }
 
 TEST_F(Cli, RunFailsOnAMismatchAndOnBadInput) {
@@ -339,6 +345,17 @@ TEST_F(Cli, RunFailsOnAMismatchAndOnBadInput) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(one_line(r.output)) << r.output;
   EXPECT_NE(r.output.find("path = 90 (TMA + wgmma) cannot take these tensors on sm_80"), std::string::npos) << r.output;
+  r = run("run rms_norm --dtype f32 --shape x=3x64 --device cpu --pad y=3");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output, "mojo-jit: error: --pad y=3: rms_norm has no tensor 'y'; its tensors: out, x, weight\n");
+  r = run("run rms_norm --dtype f32 --shape x=3x64 --device cpu --offset x=-1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output, "mojo-jit: error: bad --offset 'x=-1': expected NAME=N, N >= 0 elements\n");
+  r = run("run rms_norm --dtype f32 --shape x=3x64 --device cpu --pad weight=1");  // a strided weight is refused
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output,
+            "mojo-jit: error: rms_norm: weight f32[64] strides [2] is not contiguous; pass a contiguous (row-major) "
+            "tensor\n");
 }
 
 // gemm's c, left out, is inferred with the transposes the params give (a [K, M] with trans_a, b [N, K] with trans_b).

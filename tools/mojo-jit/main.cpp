@@ -34,6 +34,7 @@ usage:
   mojo-jit [--emit=ptx|cubin|sass|llvm|llvm-opt|host] [--compiler=nvrtc|llvm] OP --dtype DT --shape NAME=DIMS... [options]
   mojo-jit describe OP --dtype DT --shape NAME=DIMS... [--sms N] [--json]
   mojo-jit run OP --dtype DT --shape NAME=DIMS... [--param N=V] [--device cpu|cuda] [--arch A] [--seed N]
+               [--offset NAME=N] [--pad NAME=N]
   mojo-jit list
   mojo-jit prewarm --manifest FILE|--ops all|OP,.. [--arch sm_80,sm_90] [-j N] [--cache-dir DIR]
   mojo-jit compile-all --manifest FILE|--ops all|OP,.. [--arch sm_90] [--compiler llvm] [-j N] [-o FILE]
@@ -127,6 +128,31 @@ struct SpecOptions {
   }
 };
 
+// run's --offset and --pad: NAME=N, N >= 0 elements, for one of the op's tensors; sets that field of its placement.
+void place(const mojo::OpDef& op, std::vector<mojo::Placement>& placements, std::string_view option,
+           const std::string& item, std::int64_t mojo::Placement::*field) {
+  const auto eq = item.find('=');
+  const std::string name = item.substr(0, eq);
+  std::int64_t n = -1;
+  std::size_t used = 0;
+  try {
+    if (eq != std::string::npos) n = std::stoll(item.substr(eq + 1), &used);
+  } catch (const std::exception&) {
+  }
+  if (eq == std::string::npos || n < 0 || used == 0 || used != item.size() - eq - 1)
+    throw mojo::InvalidArgumentError(fmt::format("bad {} '{}': expected NAME=N, N >= 0 elements", option, item));
+  const auto args = op.tensor_args();
+  for (std::size_t i = 0; i < args.size(); ++i)
+    if (args[i].name == name) {
+      placements[i].*field = n;
+      return;
+    }
+  std::vector<std::string_view> names;
+  for (const mojo::TensorArgInfo& a : args) names.push_back(a.name);
+  throw mojo::InvalidArgumentError(fmt::format("{} {}: {} has no tensor '{}'; its tensors: {}", option, item, op.name(),
+                                               name, fmt::join(names, ", ")));
+}
+
 // run: one launch on seeded random inputs, compared with the op's CPU reference.
 int run_check(int argc, char** argv) {
   CLI::App app{"Launch one specialization on random inputs and compare it with the op's CPU reference; exits 1 on "
@@ -140,6 +166,12 @@ int run_check(int argc, char** argv) {
                  "cuda (a GPU) or cpu (the emulator; --arch picks the GPU it emulates, sm_80 by default); default: "
                  "$MOJO_JIT_DEVICE, else cuda where there is a GPU, else cpu");
   app.add_option("--seed", seed, "seed of the random inputs")->capture_default_str();
+  std::vector<std::string> offsets, pads;
+  app.add_option("--offset", offsets,
+                 "NAME=N: place tensor NAME N elements past an aligned start (a slice's misaligned view)");
+  app.add_option("--pad", pads,
+                 "NAME=N: grow tensor NAME's stride in dim 0 by N elements (a slice of a wider tensor); the gaps are "
+                 "guarded and a write into them fails the run");
   bool graph = false;
   app.add_flag("--graph", graph,
                "make the checked launch the first, inside a CUDA graph capture (the kernel's load and workspace "
@@ -167,8 +199,11 @@ int run_check(int argc, char** argv) {
   for (const mojo::Tensor& t : spec.tensors(op)) specs.push_back(t.spec);
   std::vector<std::string> names;
   const auto scalars = spec.scalars(names);
-  const mojo::CheckReport r =
-      mojo::check_op(rt, spec.op, specs, scalars, seed, graph ? mojo::CheckLaunch::graph : mojo::CheckLaunch::direct);
+  std::vector<mojo::Placement> placements(specs.size());
+  for (const std::string& item : offsets) place(op, placements, "--offset", item, &mojo::Placement::offset);
+  for (const std::string& item : pads) place(op, placements, "--pad", item, &mojo::Placement::pad);
+  const mojo::CheckReport r = mojo::check_op(rt, spec.op, specs, scalars, seed,
+                                             graph ? mojo::CheckLaunch::graph : mojo::CheckLaunch::direct, placements);
   fmt::print("{} on {}{}\n", r.kernel, rt.device().name(), graph ? ", its first launch captured in a graph" : "");
   for (const auto& out : r.outputs)
     fmt::print("  {:<12} {:<4} {:>9} elements: max abs err {:.3g}, max rel err {:.3g}; tolerance rtol {:g} + atol {:g} "
