@@ -394,3 +394,57 @@ TEST(CheckOp, EveryKernelUnderTheRaceDetector) {
   expect_pass(hopper, "sdpa", "q=130x2x128 k=130x1x128", DType::bf16, {});
 #endif
 }
+
+// Each output in turn written over each input of its shape and dtype, as an engine reusing buffers does: the
+// outputs an op declares in place of that input (TensorArgInfo::in_place_of) give the reference's result, and
+// the rest are refused at launch, before they silently read what they wrote (moe_dispatch's positions over ids
+// and the fused loss's grad_weight over weight did, before 2026-11-29). Also the few-long-rows plans of the
+// softmaxes, where one row is split over blocks.
+TEST(CheckOp, EveryOutputOverEachInputRunsInPlaceOrIsRefused) {
+  if (!test::on_cpu_device() && !device_available()) GTEST_SKIP() << "no GPU or no CUDA driver on this machine";
+  test::TempDir cache;
+  Runtime rt(options(cache, test::test_device()));
+  std::vector<OddCase> cases;
+  for (const OddCase& c : kCases)
+    if (std::string_view(c.shapes).find("4097x") == std::string_view::npos) cases.push_back(c);
+  cases.push_back({"silu", "x=17x896"});  // its kCases row has 4097 rows
+  cases.push_back({"linear", "x=17x200 weight=136x200 residual=17x136", {{"activation", 3}}});
+  for (const char* op : {"softmax", "log_softmax"}) cases.push_back({op, "x=2x151936"});
+  cases.push_back({"softmax_backward", "out=2x151936"});
+  std::set<std::string> in_place;
+  int refused = 0;
+  for (const OddCase& c : cases) {
+    const OpDef& op = find_op(c.op);
+    const auto infos = op.tensor_args();
+    const std::vector<TensorSpec> specs = op.specs_from_shapes(op.dtypes().front(), parse_shapes(op, c.shapes));
+    for (std::size_t o = 0; o < specs.size(); ++o)
+      for (std::size_t i = 0; i < specs.size(); ++i) {
+        if (infos[o].role == std::string_view("in") || infos[i].role != std::string_view("in") ||
+            specs[o].rank() == 0 || specs[o].numel() == 0 || !(specs[o] == specs[i]))
+          continue;
+        SCOPED_TRACE(fmt::format("{} {}: {} over {}", c.op, c.shapes, infos[o].name, infos[i].name));
+        std::vector<Placement> placements(specs.size());
+        placements[o].in_place_of = std::int64_t(i);
+        try {
+          const CheckReport r = check_op(rt, c.op, specs, c.scalars, 11, CheckLaunch::direct, placements);
+          EXPECT_EQ(infos[o].in_place_of, infos[i].name) << "ran, but the op does not declare it";
+          for (const auto& out : r.outputs) EXPECT_EQ(out.wrong, 0u) << out.name;
+          EXPECT_TRUE(r.overwritten.empty()) << fmt::format("{}", fmt::join(r.overwritten, ", "));
+          in_place.insert(fmt::format("{}.{}", c.op, infos[o].name));
+        } catch (const InvalidArgumentError& e) {
+          EXPECT_NE(infos[o].in_place_of, infos[i].name) << e.what();
+          EXPECT_TRUE(std::string_view(e.what()).starts_with(
+              fmt::format("{}: {} and {} share memory; give {} memory of its own", c.op, infos[o].name, infos[i].name,
+                          infos[o].name)))
+              << e.what();
+          ++refused;
+        }
+      }
+  }
+  // Every declaration ran in place at least once.
+  for (const OpDef* op : all_ops())
+    for (const TensorArgInfo& t : op->tensor_args())
+      if (!t.in_place_of.empty())
+        EXPECT_EQ(in_place.count(fmt::format("{}.{}", op->name(), t.name)), 1u) << op->name() << "." << t.name;
+  EXPECT_GE(refused, 30);
+}

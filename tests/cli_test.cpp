@@ -322,6 +322,10 @@ TEST_F(Cli, RunChecksASpecializationOnTheCpuDevice) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("rms_norm_bf16_hidden_896_vec_1_"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\nPASS\n"), std::string::npos) << r.output;
+  // --in-place: out over x, which rms_norm declares.
+  r = run("run rms_norm --dtype bf16 --shape x=17x896 --device cpu --in-place out=x");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\nPASS\n"), std::string::npos) << r.output;
 }
 
 TEST_F(Cli, RunFailsOnAMismatchAndOnBadInput) {
@@ -348,6 +352,20 @@ TEST_F(Cli, RunFailsOnAMismatchAndOnBadInput) {
   r = run("run rms_norm --dtype f32 --shape x=3x64 --device cpu --pad y=3");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.output, "mojo-jit: error: --pad y=3: rms_norm has no tensor 'y'; its tensors: out, x, weight\n");
+  r =
+      run("run moe_dispatch --dtype bf16 --shape expert_offsets=9 --shape ids=100x8 --device cpu --in-place "
+          "positions=ids");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output,
+            "mojo-jit: error: moe_dispatch: positions and ids share memory; give positions memory of its own\n");
+  r = run("run rms_norm --dtype f32 --shape x=3x64 --device cpu --in-place x=out");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output,
+            "mojo-jit: error: rms_norm: x cannot be written in place of out: an output goes over an input of its shape "
+            "and dtype\n");
+  r = run("run rms_norm --dtype f32 --shape x=3x64 --device cpu --in-place out");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output, "mojo-jit: error: bad --in-place 'out': expected OUTPUT=INPUT, e.g. out=x\n");
   r = run("run rms_norm --dtype f32 --shape x=3x64 --device cpu --offset x=-1");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.output, "mojo-jit: error: bad --offset 'x=-1': expected NAME=N, N >= 0 elements\n");

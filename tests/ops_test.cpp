@@ -59,3 +59,67 @@ TEST(Ops, ExampleShapesReadAsCommandLineOptions) {
   EXPECT_EQ(error_of<ShapeError>([] { find_op("embedding").specs_from_shapes(DType::f16, {}); }),
             "embedding: give the shape of ids, e.g. --shape ids=32 --shape weight=151936x4096");
 }
+
+// OpDef::check_memory, by addresses alone (nothing is launched): what shares an element is refused, what lies
+// interleaved in one buffer is not.
+TEST(Ops, WrittenTensorsMustNotShareMemoryButInPlaceOfTheirDeclaredInput) {
+  const DevicePtr base = 1 << 20;
+  const auto view = [&](DType d, std::initializer_list<std::int64_t> shape, std::initializer_list<std::int64_t> strides,
+                        std::int64_t element) {
+    const std::vector<std::int64_t> dims(shape), steps(strides);
+    return Tensor{TensorSpec(d, dims, steps), base + DevicePtr(element) * dtype_size(d)};
+  };
+  // q and k as slices of one [5, (4 + 2 + 2) x 64] qkv: rotary writes both, and no element is shared.
+  const OpDef& rotary = find_op("rotary_embedding");
+  const Tensor q = view(DType::bf16, {5, 4, 64}, {512, 64, 1}, 0), k = view(DType::bf16, {5, 2, 64}, {512, 64, 1}, 256);
+  const Tensor positions{TensorSpec(DType::i64, {5}), base + 100000},
+      cache{TensorSpec(DType::bf16, {16, 64}), base + 200000};
+  rotary.check_memory(std::vector<Tensor>{q, k, positions, cache});
+  // k one head earlier: its first head is q's last.
+  const Tensor k_over_q = view(DType::bf16, {5, 2, 64}, {512, 64, 1}, 192);
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              rotary.check_memory(std::vector<Tensor>{q, k_over_q, positions, cache});
+            }),
+            "rotary_embedding: q and k share memory; give q memory of its own");
+  // k ending where the next token's q begins is apart; one element further is not.
+  rotary.check_memory(std::vector<Tensor>{q, view(DType::bf16, {5, 2, 64}, {512, 64, 1}, 384), positions, cache});
+  EXPECT_EQ(
+      error_of<InvalidArgumentError>([&] {
+        rotary.check_memory(std::vector<Tensor>{q, view(DType::bf16, {5, 2, 64}, {512, 64, 1}, 385), positions, cache});
+      }),
+      "rotary_embedding: q and k share memory; give q memory of its own");
+
+  // rms_norm's out may be exactly x (in place), not x one element along, nor x's rows at another stride.
+  const OpDef& rms_norm = find_op("rms_norm");
+  const Tensor x = view(DType::f32, {4, 64}, {64, 1}, 0), w{TensorSpec(DType::f32, {64}), base + 100000};
+  rms_norm.check_memory(std::vector<Tensor>{x, x, w});
+  const std::string shared =
+      "rms_norm: out and x share memory; give out memory of its own (or exactly x's, to write it in place)";
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              rms_norm.check_memory(std::vector<Tensor>{view(DType::f32, {4, 64}, {64, 1}, 1), x, w});
+            }),
+            shared);
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              rms_norm.check_memory(std::vector<Tensor>{view(DType::f32, {4, 64}, {128, 1}, 0), x, w});
+            }),
+            shared);
+  // Two inputs may share memory (read only); an empty tensor shares nothing.
+  rms_norm.check_memory(
+      std::vector<Tensor>{view(DType::f32, {4, 64}, {64, 1}, 1000), x, view(DType::f32, {64}, {1}, 0)});
+  rms_norm.check_memory(std::vector<Tensor>{view(DType::f32, {0, 64}, {64, 1}, 1), x, w});
+  // A tensor written over an input it does not declare: moe_dispatch's positions over ids read ids later.
+  const OpDef& dispatch = find_op("moe_dispatch");
+  const std::vector<Tensor> moe = example(dispatch, DType::bf16, "expert_offsets=9 ids=100x8 x=100x72");
+  std::vector<Tensor> over = moe;
+  for (std::size_t i = 0; i < over.size(); ++i) over[i].data = base + DevicePtr(i) * 1000000;
+  dispatch.check_memory(over);
+  const auto infos = dispatch.tensor_args();
+  std::size_t positions_at = 0, ids_at = 0;
+  for (std::size_t i = 0; i < infos.size(); ++i) {
+    if (infos[i].name == "positions") positions_at = i;
+    if (infos[i].name == "ids") ids_at = i;
+  }
+  over[positions_at].data = over[ids_at].data;
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] { dispatch.check_memory(over); }),
+            "moe_dispatch: positions and ids share memory; give positions memory of its own");
+}

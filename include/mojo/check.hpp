@@ -98,6 +98,9 @@ struct CheckReport {
 // rank 1). The gaps hold 0xff bytes that the op must leave as they were.
 struct Placement {
   std::int64_t offset = 0, pad = 0;
+  // An output's only: the index of the input it is written in place over (its memory, placement and first
+  // contents; the op must name that input in_place_of, or refuse); -1: memory of its own.
+  std::int64_t in_place_of = -1;
 };
 
 // How check_op's first launch is made: directly, or captured by name into a

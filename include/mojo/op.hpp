@@ -181,6 +181,9 @@ struct TensorArgInfo {
   std::string_view name;
   std::string_view role;  // "in", "out", "inout"; "stats": an optional output (layer_norm's mean and rstd)
   std::string_view doc;
+  // An input this output may be exactly (the same pointer and layout: written in place over it); every other
+  // overlap of a written tensor with another tensor is refused at launch (OpDef::check_memory).
+  std::string_view in_place_of = {};
 };
 struct ScalarArgInfo {
   std::string_view name;
@@ -241,6 +244,10 @@ class OpDef {
   // the params for `target`. A tensor whose data is 0 is taken as 16-byte
   // aligned (compiling without memory); pointers are checked by pack_args.
   Params specialize(TensorList tensors, ScalarList scalars, const Target& target) const;
+  // Throws InvalidArgumentError where a tensor the op writes shares memory with another tensor, but for an
+  // output that is exactly the input its info names in_place_of. Interleaved views (q and k as slices of one
+  // qkv) do not share an element. Run before a launch packs its arguments.
+  void check_memory(TensorList tensors) const;
   // The kernels a launch runs, in stream order, as each one's params. Most
   // ops run one kernel, the specialization's params; a plan of several
   // (attention split over the keys, then the merge of the parts) gives each

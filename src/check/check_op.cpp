@@ -111,40 +111,64 @@ CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const Tens
         fmt::format("{} takes {} tensors, got {} placements", op.name(), infos.size(), placements.size()));
   rt.device().make_current();  // the buffers below live on the Runtime's device
   const auto role = [&](std::size_t i) { return std::string_view(infos[i].role); };
+  // An output written in place over an input has the input's memory and first contents: source[o], else -1.
+  std::vector<std::int64_t> source(specs.size(), -1);
+  std::vector<bool> overwritten_input(specs.size(), false);
+  for (std::size_t o = 0; o < placements.size(); ++o) {
+    const std::int64_t i = placements[o].in_place_of;
+    if (i < 0) continue;
+    if (std::size_t(i) >= specs.size() || role(std::size_t(i)) != "in" || role(o) == "in" ||
+        !(specs[o] == specs[std::size_t(i)]) || placements[std::size_t(i)].in_place_of >= 0)
+      throw InvalidArgumentError(fmt::format(
+          "{}: {} cannot be written in place of {}: an output goes over an input of its shape and dtype", op.name(),
+          infos[o].name,
+          std::size_t(i) < specs.size() ? std::string(infos[std::size_t(i)].name) : fmt::format("tensor {}", i)));
+    source[o] = i;
+    overwritten_input[std::size_t(i)] = true;
+  }
   std::vector<PlacedTensor> placed;
   std::vector<Tensor> tensors;
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    placed.emplace_back(specs[i], placements.empty() ? Placement{} : placements[i]);
+    const std::size_t at = source[i] >= 0 ? std::size_t(source[i]) : i;  // whose placement
+    placed.emplace_back(specs[i], placements.empty() ? Placement{} : placements[at]);
     tensors.push_back(placed.back().unbacked());
   }
   // The op's own checks of shapes, dtypes, strides and scalars first: the references below assume what it accepts.
   op.specialize(tensors, scalars, rt.device().target());
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    placed[i].allocate();
-    tensors[i] = placed[i].tensor();
-  }
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    if (source[i] < 0) {
+      placed[i].allocate();
+      tensors[i] = placed[i].tensor();
+    }
+  for (std::size_t o = 0; o < specs.size(); ++o)
+    if (source[o] >= 0) tensors[o] = tensors[std::size_t(source[o])];
 
   // Host data: inputs random, outputs poisoned; the device gets the same bytes.
   std::vector<std::vector<std::uint8_t>> host(specs.size());
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    if (specs[i].rank() == 0) continue;  // absent
+    if (specs[i].rank() == 0 || source[i] >= 0) continue;  // absent, or another's memory
     host[i] = role(i) == "out" ? std::vector<std::uint8_t>(specs[i].nbytes(), 0xff) : check.random_data(i, specs, seed);
     placed[i].upload(host[i]);
   }
+  for (std::size_t o = 0; o < specs.size(); ++o)
+    if (source[o] >= 0) host[o] = host[std::size_t(source[o])];
 
   CheckReport report;
   // Every tensor as the device left it; what an op must not have written is named in the report.
   const auto download = [&](std::string_view launch) {
     std::vector<std::vector<std::uint8_t>> got(specs.size());
     for (std::size_t i = 0; i < specs.size(); ++i) {
+      if (source[i] >= 0) continue;
       bool gaps_intact = true;
       got[i] = placed[i].download(gaps_intact);
-      const bool input_changed = role(i) == "in" && got[i] != host[i];
+      const bool input_changed = role(i) == "in" && !overwritten_input[i] && got[i] != host[i];
       if (!gaps_intact || input_changed)
         report.overwritten.push_back(fmt::format("{} ({}, {} launch)", infos[i].name,
                                                  input_changed ? "an input's elements" : "bytes outside its view",
                                                  launch));
     }
+    for (std::size_t o = 0; o < specs.size(); ++o)
+      if (source[o] >= 0) got[o] = got[std::size_t(source[o])];
     return got;
   };
 
@@ -173,7 +197,10 @@ CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const Tens
   std::vector<std::vector<std::uint8_t>> second;
   {
     for (std::size_t i = 0; i < specs.size(); ++i)
-      if (role(i) != "in") placed[i].upload(role(i) == "out" ? std::vector<std::uint8_t>(host[i].size(), 0) : host[i]);
+      if (source[i] >= 0)
+        placed[std::size_t(source[i])].upload(host[i]);  // the input, as it was
+      else if (role(i) != "in")
+        placed[i].upload(role(i) == "out" ? std::vector<std::uint8_t>(host[i].size(), 0) : host[i]);
     const bool cpu = rt.device().is_cpu();
     if (cpu) cpu::set_poison(cpu::Poison::zero);
     try {
@@ -199,7 +226,7 @@ CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const Tens
     out.elements = std::size_t(specs[i].numel());
     out.tolerance = check.tolerance(out.dtype, specs, scalars);
     out.wrong = mismatches(out.dtype, got, want[i], out.tolerance);
-    if (role(i) == "out") {
+    if (role(i) == "out" && source[i] < 0) {  // an output over an input starts from the input's data
       const std::size_t size = dtype_size(out.dtype);
       for (std::size_t e = 0; e < out.elements; ++e)
         out.poison_dependent += std::memcmp(got.data() + e * size, second[i].data() + e * size, size) != 0;

@@ -13,7 +13,7 @@ namespace {
 
 using checks::kFloatTypes;
 constexpr TensorArgInfo kPlainTensors[] = {
-    {"out", "out", "same shape and dtype as x, contiguous"},
+    {"out", "out", "same shape and dtype as x, contiguous; may be x (in place)", "x"},
     {"x", "in", "any shape, contiguous"},
 };
 constexpr TensorArgInfo kGatedTensors[] = {

@@ -14,7 +14,7 @@ using checks::kFloatTypes;
 constexpr ScalarArgInfo kEps[] = {{"eps", 1e-6, "added to the variance"}};
 
 constexpr TensorArgInfo kLayerNormTensors[] = {
-    {"out", "out", "[..., hidden], same dtype as x; rows may be strided"},
+    {"out", "out", "[..., hidden], same dtype as x; rows may be strided; may be x (in place)", "x"},
     {"mean", "stats", "f32 [rows] or absent (a rank-0 tensor): written when given"},
     {"rstd", "stats", "f32 [rows] or absent: 1/sqrt(var + eps), written when given"},
     {"x", "in", "[..., hidden]; rows may be strided"},

@@ -15,11 +15,11 @@ namespace mojo {
 namespace {
 
 constexpr TensorArgInfo kLinearTensors[] = {
-    {"out", "out", "[..., N], same dtype as x; rows may be strided"},
+    {"out", "out", "[..., N], same dtype as x; rows may be strided; may be residual (added to in place)", "residual"},
     {"x", "in", "[..., K] f16, bf16 or f32; rows may be strided"},
     {"weight", "in", "[N, K] (the LLM layout: one row per output feature)"},
     {"bias", "in", "[N], or absent (a rank-0 tensor)"},
-    {"residual", "in", "[..., N] added after the activation, or absent; may be out itself"},
+    {"residual", "in", "[..., N] added after the activation, or absent"},
 };
 constexpr ScalarArgInfo kLinearScalars[] = {
     {"activation", 0, "applied after the bias: 0 none, 1 gelu (erf), 2 gelu (tanh), 3 silu"},

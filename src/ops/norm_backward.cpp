@@ -29,7 +29,7 @@ constexpr TensorArgInfo kLayerNormBackwardTensors[] = {
     {"rstd", "in", "f32 [rows], from layer_norm"},
 };
 constexpr TensorArgInfo kRmsNormBackwardTensors[] = {
-    {"grad_x", "out", "[..., hidden], contiguous; may be grad_residual's memory (added to in place)"},
+    {"grad_x", "out", "[..., hidden], contiguous; may be grad_residual (added to in place)", "grad_residual"},
     {"grad_weight", "out", "[hidden]: sum over rows of grad_out * x * rstd, deterministic"},
     {"grad_out", "in", "[..., hidden], contiguous"},
     {"x", "in", "[..., hidden], contiguous: rms_norm's x, or add_rms_norm's residual after the add"},
@@ -161,11 +161,6 @@ class NormBackward final : public OpDef {
       if (i >= 0) checks::expect_pointer(name(), arg(i), t[i], unsigned(dtype_size(p.dtype("dtype"))));
     for (int i : {s_.mean, s_.rstd})
       if (i >= 0) checks::expect_pointer(name(), arg(i), t[i], 4);
-    // The wide rows' column step reads x and grad_out after the row step wrote grad_x.
-    for (int i : {s_.grad_out, s_.x})
-      if (t[i].data == t[s_.grad_x].data && t[i].spec.numel() != 0)
-        throw InvalidArgumentError(fmt::format("{}: grad_x and {} are the same memory; give grad_x memory of its own",
-                                               name(), arg(i)));
     auto optional = [&](int i) { return i >= 0 ? t[i].data : DevicePtr(0); };
     args.push_args(mojo_norm_backward::Args<void>{
         .grad_x = ptr(t[s_.grad_x]),

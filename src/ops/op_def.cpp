@@ -109,6 +109,67 @@ Params OpDef::specialize(TensorList tensors, ScalarList scalars, const Target& t
   return derive_params(tensors, scalars, target);
 }
 
+namespace {
+
+// The bytes a tensor's elements lie in, as dim(0) slices `period` bytes apart, each of `slice` bytes from its
+// start, where dims 1.. are contiguous; else one slice (period 0) over all of its span.
+struct Footprint {
+  DevicePtr begin = 0, end = 0;  // [begin, end): the span, first to last element's last byte
+  std::uint64_t period = 0, slice = 0;
+};
+
+Footprint footprint(const Tensor& t) {
+  const TensorSpec& s = t.spec;
+  const std::uint64_t size = dtype_size(s.dtype());
+  std::uint64_t last = 0;  // the last element's offset
+  for (int i = 0; i < s.rank(); ++i) last += std::uint64_t(s.dim(i) - 1) * std::uint64_t(s.stride(i));
+  Footprint f{t.data, t.data + (last + 1) * size};
+  std::int64_t inner = 1;  // dims 1.. contiguous?
+  bool contiguous = true;
+  for (int i = s.rank() - 1; i >= 1; --i) {
+    if (s.dim(i) != 1 && s.stride(i) != inner) contiguous = false;
+    inner *= s.dim(i);
+  }
+  if (contiguous && s.dim(0) > 1 && s.stride(0) >= inner) {
+    f.period = std::uint64_t(s.stride(0)) * size;
+    f.slice = std::uint64_t(inner) * size;
+  }
+  return f;
+}
+
+// Whether two tensors may share a byte: their spans meet, and they are not slices of the same period whose
+// places in it are apart (q and k of one qkv, each token's heads at their own offset).
+bool overlap(const Tensor& a, const Tensor& b) {
+  if (a.spec.numel() == 0 || b.spec.numel() == 0) return false;
+  const Footprint fa = footprint(a), fb = footprint(b);
+  if (fa.end <= fb.begin || fb.end <= fa.begin) return false;
+  if (fa.period == 0 || fa.period != fb.period) return true;
+  const std::uint64_t p = fa.period;  // b's slices start `from` bytes into a's periods
+  const std::uint64_t from = fb.begin >= fa.begin ? (fb.begin - fa.begin) % p : (p - (fa.begin - fb.begin) % p) % p;
+  return !(fa.slice <= from && from + fb.slice <= p);
+}
+
+}  // namespace
+
+void OpDef::check_memory(TensorList tensors) const {
+  const std::span<const TensorArgInfo> infos = tensor_args();
+  for (std::size_t w = 0; w < tensors.size(); ++w) {
+    if (infos[w].role == "in" || tensors[w].spec.rank() == 0) continue;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      if (i == w || tensors[i].spec.rank() == 0 || !overlap(tensors[w], tensors[i])) continue;
+      if (infos[w].in_place_of == infos[i].name && tensors[w].data == tensors[i].data &&
+          tensors[w].spec == tensors[i].spec)
+        continue;
+      throw InvalidArgumentError(
+          fmt::format("{}: {} and {} share memory; give {} memory of its own{}", name(), infos[w].name, infos[i].name,
+                      infos[w].name,
+                      infos[w].in_place_of.empty()
+                          ? ""
+                          : fmt::format(" (or exactly {}'s, to write it in place)", infos[w].in_place_of)));
+    }
+  }
+}
+
 IdealCost OpDef::ideal_cost(TensorList tensors, ScalarList /*scalars*/) const {
   IdealCost c;
   for (std::size_t i = 0; i < tensors.size() && i < tensor_args().size(); ++i)

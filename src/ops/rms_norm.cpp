@@ -15,12 +15,12 @@ using checks::kFloatTypes;
 constexpr ScalarArgInfo kEps[] = {{"eps", 1e-6, "added to the variance"}};
 
 constexpr TensorArgInfo kRmsTensors[] = {
-    {"out", "out", "[..., hidden], same dtype as x; rows may be strided"},
+    {"out", "out", "[..., hidden], same dtype as x; rows may be strided; may be x (in place)", "x"},
     {"x", "in", "[..., hidden]; rows may be strided"},
     {"weight", "in", "[hidden]"},
 };
 constexpr TensorArgInfo kAddRmsTensors[] = {
-    {"out", "out", "[..., hidden], same dtype as x; rows may be strided"},
+    {"out", "out", "[..., hidden], same dtype as x; rows may be strided; may be x (in place)", "x"},
     {"residual", "inout", "[..., hidden]; residual += x, then normalised"},
     {"x", "in", "[..., hidden]; rows may be strided"},
     {"weight", "in", "[hidden]"},

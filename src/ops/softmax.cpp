@@ -14,11 +14,11 @@ namespace {
 
 using checks::kFloatTypes;
 constexpr TensorArgInfo kForwardTensors[] = {
-    {"out", "out", "[..., cols], same dtype as x; rows may be strided"},
+    {"out", "out", "[..., cols], same dtype as x; rows may be strided; may be x (in place)", "x"},
     {"x", "in", "[..., cols]; rows may be strided"},
 };
 constexpr TensorArgInfo kBackwardTensors[] = {
-    {"grad_x", "out", "[..., cols], contiguous"},
+    {"grad_x", "out", "[..., cols], contiguous; may be grad_out (in place)", "grad_out"},
     {"grad_out", "in", "[..., cols], contiguous"},
     {"out", "in", "[..., cols]: the forward softmax's output, contiguous"},
 };

@@ -170,6 +170,7 @@ void check_data_unless_captured(const OpDef& op, TensorList tensors, ScalarList 
 void launch_plan(const OpDef& op, const LoadedKernel& kernel, TensorList tensors, ScalarList scalars,
                  StreamHandle stream, DevicePtr workspace, const PackedStep* packed = nullptr) {
   kernel.device->ensure_current();  // before pack_args: TMA descriptors are encoded by the current device
+  if (packed == nullptr) op.check_memory(tensors);  // else checked when these pointers were bound
   if (kernel.debug_checks) check_data_unless_captured(op, tensors, scalars, stream);
   std::size_t i = 0;
   for_each_launch(op, kernel, tensors, [&](const LoadedKernel::Step& step, const Params& params) {
@@ -233,6 +234,7 @@ struct Binding {
     }
     kernel.device->ensure_current();
     try {
+      op.check_memory(tensors);
       if (workspace_bytes > 0) workspace = arena.get(stream, workspace_bytes);
       n = 0;
       for_each_launch(op, kernel, tensors, [&](const LoadedKernel::Step&, const Params& p) {

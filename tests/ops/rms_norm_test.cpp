@@ -376,12 +376,16 @@ TEST_P(RmsNormGpu, RmsNormBackwardWillNotWriteOverItsInputs) {
   GpuTensor grad(x, random_tensor(DType::bf16, 256, 1)), xin(x, random_tensor(DType::bf16, 256, 2)),
       weight(v, random_tensor(DType::bf16, 64, 3)), grad_weight(v);
   const Tensor absent{TensorSpec(), 0};
-  EXPECT_EQ(error_of<InvalidArgumentError>(
-                [&] { rt->launch("rms_norm_backward", {grad, grad_weight, grad, xin, weight, absent}); }),
-            "rms_norm_backward: grad_x and grad_out are the same memory; give grad_x memory of its own");
-  EXPECT_EQ(error_of<InvalidArgumentError>(
-                [&] { rt->launch("rms_norm_backward", {xin, grad_weight, grad, xin, weight, absent}); }),
-            "rms_norm_backward: grad_x and x are the same memory; give grad_x memory of its own");
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              rt->launch("rms_norm_backward", {grad, grad_weight, grad, xin, weight, absent});
+            }),
+            "rms_norm_backward: grad_x and grad_out share memory; give grad_x memory of its own (or exactly "
+            "grad_residual's, to write it in place)");
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              rt->launch("rms_norm_backward", {xin, grad_weight, grad, xin, weight, absent});
+            }),
+            "rms_norm_backward: grad_x and x share memory; give grad_x memory of its own (or exactly grad_residual's, "
+            "to write it in place)");
 }
 
 TEST_P(RmsNormGpu, AddRmsNormUpdatesResidualInPlace) {

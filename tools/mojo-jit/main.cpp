@@ -34,7 +34,7 @@ usage:
   mojo-jit [--emit=ptx|cubin|sass|llvm|llvm-opt|host] [--compiler=nvrtc|llvm] OP --dtype DT --shape NAME=DIMS... [options]
   mojo-jit describe OP --dtype DT --shape NAME=DIMS... [--sms N] [--json]
   mojo-jit run OP --dtype DT --shape NAME=DIMS... [--param N=V] [--device cpu|cuda] [--arch A] [--seed N]
-               [--offset NAME=N] [--pad NAME=N]
+               [--offset NAME=N] [--pad NAME=N] [--in-place OUTPUT=INPUT]
   mojo-jit list
   mojo-jit prewarm --manifest FILE|--ops all|OP,.. [--arch sm_80,sm_90] [-j N] [--cache-dir DIR]
   mojo-jit compile-all --manifest FILE|--ops all|OP,.. [--arch sm_90] [--compiler llvm] [-j N] [-o FILE]
@@ -128,29 +128,33 @@ struct SpecOptions {
   }
 };
 
-// run's --offset and --pad: NAME=N, N >= 0 elements, for one of the op's tensors; sets that field of its placement.
+// The index of `op`'s tensor `name`; `what` names the option in the error.
+std::size_t tensor_index(const mojo::OpDef& op, std::string_view what, std::string_view name) {
+  const auto args = op.tensor_args();
+  for (std::size_t i = 0; i < args.size(); ++i)
+    if (args[i].name == name) return i;
+  std::vector<std::string_view> names;
+  for (const mojo::TensorArgInfo& a : args) names.push_back(a.name);
+  throw mojo::InvalidArgumentError(
+      fmt::format("{}: {} has no tensor '{}'; its tensors: {}", what, op.name(), name, fmt::join(names, ", ")));
+}
+
+// run's --offset, --pad and --in-place, as NAME=VALUE: VALUE a count of elements >= 0, or (`names`) a tensor.
 void place(const mojo::OpDef& op, std::vector<mojo::Placement>& placements, std::string_view option,
-           const std::string& item, std::int64_t mojo::Placement::*field) {
+           const std::string& item, std::int64_t mojo::Placement::*field, bool names = false) {
   const auto eq = item.find('=');
-  const std::string name = item.substr(0, eq);
   std::int64_t n = -1;
   std::size_t used = 0;
   try {
-    if (eq != std::string::npos) n = std::stoll(item.substr(eq + 1), &used);
+    if (eq != std::string::npos && !names) n = std::stoll(item.substr(eq + 1), &used);
   } catch (const std::exception&) {
   }
-  if (eq == std::string::npos || n < 0 || used == 0 || used != item.size() - eq - 1)
-    throw mojo::InvalidArgumentError(fmt::format("bad {} '{}': expected NAME=N, N >= 0 elements", option, item));
-  const auto args = op.tensor_args();
-  for (std::size_t i = 0; i < args.size(); ++i)
-    if (args[i].name == name) {
-      placements[i].*field = n;
-      return;
-    }
-  std::vector<std::string_view> names;
-  for (const mojo::TensorArgInfo& a : args) names.push_back(a.name);
-  throw mojo::InvalidArgumentError(fmt::format("{} {}: {} has no tensor '{}'; its tensors: {}", option, item, op.name(),
-                                               name, fmt::join(names, ", ")));
+  if (eq == std::string::npos || eq == 0 || (!names && (n < 0 || used == 0 || used != item.size() - eq - 1)))
+    throw mojo::InvalidArgumentError(fmt::format("bad {} '{}': expected {}", option, item,
+                                                 names ? "OUTPUT=INPUT, e.g. out=x" : "NAME=N, N >= 0 elements"));
+  const std::string what = fmt::format("{} {}", option, item);
+  if (names) n = std::int64_t(tensor_index(op, what, item.substr(eq + 1)));
+  placements[tensor_index(op, what, item.substr(0, eq))].*field = n;
 }
 
 // run: one launch on seeded random inputs, compared with the op's CPU reference.
@@ -166,12 +170,15 @@ int run_check(int argc, char** argv) {
                  "cuda (a GPU) or cpu (the emulator; --arch picks the GPU it emulates, sm_80 by default); default: "
                  "$MOJO_JIT_DEVICE, else cuda where there is a GPU, else cpu");
   app.add_option("--seed", seed, "seed of the random inputs")->capture_default_str();
-  std::vector<std::string> offsets, pads;
+  std::vector<std::string> offsets, pads, in_place;
   app.add_option("--offset", offsets,
                  "NAME=N: place tensor NAME N elements past an aligned start (a slice's misaligned view)");
   app.add_option("--pad", pads,
                  "NAME=N: grow tensor NAME's stride in dim 0 by N elements (a slice of a wider tensor); the gaps are "
                  "guarded and a write into them fails the run");
+  app.add_option("--in-place", in_place,
+                 "OUTPUT=INPUT: write OUTPUT over INPUT's memory (e.g. out=x); the op runs it if it declares it, else "
+                 "refuses");
   bool graph = false;
   app.add_flag("--graph", graph,
                "make the checked launch the first, inside a CUDA graph capture (the kernel's load and workspace "
@@ -202,6 +209,8 @@ int run_check(int argc, char** argv) {
   std::vector<mojo::Placement> placements(specs.size());
   for (const std::string& item : offsets) place(op, placements, "--offset", item, &mojo::Placement::offset);
   for (const std::string& item : pads) place(op, placements, "--pad", item, &mojo::Placement::pad);
+  for (const std::string& item : in_place)
+    place(op, placements, "--in-place", item, &mojo::Placement::in_place_of, true);
   const mojo::CheckReport r = mojo::check_op(rt, spec.op, specs, scalars, seed,
                                              graph ? mojo::CheckLaunch::graph : mojo::CheckLaunch::direct, placements);
   fmt::print("{} on {}{}\n", r.kernel, rt.device().name(), graph ? ", its first launch captured in a graph" : "");
