@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <sstream>
@@ -111,41 +112,48 @@ Params OpDef::specialize(TensorList tensors, ScalarList scalars, const Target& t
 
 namespace {
 
-// The bytes a tensor's elements lie in, as dim(0) slices `period` bytes apart, each of `slice` bytes from its
-// start, where dims 1.. are contiguous; else one slice (period 0) over all of its span.
-struct Footprint {
-  DevicePtr begin = 0, end = 0;  // [begin, end): the span, first to last element's last byte
+// The bytes a tensor's elements lie between: [begin, end), first to last element's last byte; empty where
+// begin == end (an absent tensor, or one without elements).
+struct Span {
+  DevicePtr begin = 0, end = 0;
+};
+
+Span span(const Tensor& t) {
+  const TensorSpec& s = t.spec;
+  std::uint64_t last = 0;  // the last element's offset
+  for (int i = 0; i < s.rank(); ++i) {
+    if (s.dim(i) == 0) return {};
+    last += std::uint64_t(s.dim(i) - 1) * std::uint64_t(s.stride(i));
+  }
+  if (s.rank() == 0) return {};
+  return {t.data, t.data + (last + 1) * dtype_size(s.dtype())};
+}
+
+// Where dims 1.. are contiguous, a tensor's elements lie in dim(0) slices of `slice` bytes, `period` bytes
+// apart; else period 0.
+struct Slices {
   std::uint64_t period = 0, slice = 0;
 };
 
-Footprint footprint(const Tensor& t) {
-  const TensorSpec& s = t.spec;
-  const std::uint64_t size = dtype_size(s.dtype());
-  std::uint64_t last = 0;  // the last element's offset
-  for (int i = 0; i < s.rank(); ++i) last += std::uint64_t(s.dim(i) - 1) * std::uint64_t(s.stride(i));
-  Footprint f{t.data, t.data + (last + 1) * size};
-  std::int64_t inner = 1;  // dims 1.. contiguous?
-  bool contiguous = true;
+Slices slices(const TensorSpec& s) {
+  std::int64_t inner = 1;
   for (int i = s.rank() - 1; i >= 1; --i) {
-    if (s.dim(i) != 1 && s.stride(i) != inner) contiguous = false;
+    if (s.dim(i) != 1 && s.stride(i) != inner) return {};
     inner *= s.dim(i);
   }
-  if (contiguous && s.dim(0) > 1 && s.stride(0) >= inner) {
-    f.period = std::uint64_t(s.stride(0)) * size;
-    f.slice = std::uint64_t(inner) * size;
-  }
-  return f;
+  if (s.dim(0) < 2 || s.stride(0) < inner) return {};
+  const std::uint64_t size = dtype_size(s.dtype());
+  return {std::uint64_t(s.stride(0)) * size, std::uint64_t(inner) * size};
 }
 
 // Whether two tensors may share a byte: their spans meet, and they are not slices of the same period whose
 // places in it are apart (q and k of one qkv, each token's heads at their own offset).
-bool overlap(const Tensor& a, const Tensor& b) {
-  if (a.spec.numel() == 0 || b.spec.numel() == 0) return false;
-  const Footprint fa = footprint(a), fb = footprint(b);
-  if (fa.end <= fb.begin || fb.end <= fa.begin) return false;
+bool overlap(const Tensor& a, Span sa, const Tensor& b, Span sb) {
+  if (sa.end <= sb.begin || sb.end <= sa.begin) return false;  // an empty one too
+  const Slices fa = slices(a.spec), fb = slices(b.spec);
   if (fa.period == 0 || fa.period != fb.period) return true;
   const std::uint64_t p = fa.period;  // b's slices start `from` bytes into a's periods
-  const std::uint64_t from = fb.begin >= fa.begin ? (fb.begin - fa.begin) % p : (p - (fa.begin - fb.begin) % p) % p;
+  const std::uint64_t from = sb.begin >= sa.begin ? (sb.begin - sa.begin) % p : (p - (sa.begin - sb.begin) % p) % p;
   return !(fa.slice <= from && from + fb.slice <= p);
 }
 
@@ -153,10 +161,15 @@ bool overlap(const Tensor& a, const Tensor& b) {
 
 void OpDef::check_memory(TensorList tensors) const {
   const std::span<const TensorArgInfo> infos = tensor_args();
+  constexpr std::size_t kKept = 16;  // spans found once each (ops have fewer tensors)
+  std::array<Span, kKept> kept;
+  for (std::size_t i = 0; i < tensors.size() && i < kKept; ++i) kept[i] = span(tensors[i]);
+  const auto at = [&](std::size_t i) { return i < kKept ? kept[i] : span(tensors[i]); };
   for (std::size_t w = 0; w < tensors.size(); ++w) {
-    if (infos[w].role == "in" || tensors[w].spec.rank() == 0) continue;
+    if (infos[w].role == "in") continue;
+    const Span written = at(w);
     for (std::size_t i = 0; i < tensors.size(); ++i) {
-      if (i == w || tensors[i].spec.rank() == 0 || !overlap(tensors[w], tensors[i])) continue;
+      if (i == w || !overlap(tensors[w], written, tensors[i], at(i))) continue;
       if (infos[w].in_place_of == infos[i].name && tensors[w].data == tensors[i].data &&
           tensors[w].spec == tensors[i].spec)
         continue;
