@@ -307,17 +307,22 @@ TEST(CheckOp, EveryOpHasItsCheck) {
       UnknownOpError);
 }
 
-TEST(CheckOp, ReportsAMismatch) {
-  // A kernel template whose rms_norm forgets the weight: check_op (and so `mojo-jit run`) says so.
+// check_op of rms_norm f32 [3, 64] on the CPU device, its template with `from` replaced by `to`.
+CheckReport check_rms_norm_variant(const char* from, const char* to, std::span<const Placement> placements = {}) {
   test::TempDir cache, templates;
-  ASSERT_GT(test::write_template_variant(templates.path(), "rms_norm.cu", "mojo::to_float(w.v[j])", "1.f"), 0)
+  EXPECT_GT(test::write_template_variant(templates.path(), "rms_norm.cu", from, to), 0)
       << "rms_norm.cu changed: update this test";
   RuntimeOptions o = options(cache, "cpu");
   o.template_paths = {templates.path()};
   Runtime rt(o);
   const TensorSpec x(DType::f32, {3, 64}), w(DType::f32, {64});
   const std::vector<TensorSpec> specs = {x, x, w};
-  const CheckReport r = check_op(rt, "rms_norm", specs, {});
+  return check_op(rt, "rms_norm", specs, {}, 0, CheckLaunch::direct, placements);
+}
+
+TEST(CheckOp, ReportsAMismatch) {
+  // A kernel template whose rms_norm forgets the weight: check_op (and so `mojo-jit run`) says so.
+  const CheckReport r = check_rms_norm_variant("mojo::to_float(w.v[j])", "1.f");
   ASSERT_EQ(r.outputs.size(), 1u);
   EXPECT_EQ(r.outputs[0].name, "out");
   EXPECT_GT(r.outputs[0].wrong, 0u);
@@ -328,27 +333,16 @@ TEST(CheckOp, ReportsAMismatch) {
 // What check_op reports besides wrong results: an rms_norm that steps through its output rows by the hidden size
 // plus a vector (whatever out's row stride: into a padded out's gaps), and one that also writes its result over x.
 TEST(CheckOp, ReportsWritesOutsideTheViewsAndIntoInputs) {
-  const auto check_variant = [](const char* from, const char* to, std::span<const Placement> placements) {
-    test::TempDir cache, templates;
-    EXPECT_GT(test::write_template_variant(templates.path(), "rms_norm.cu", from, to), 0)
-        << "rms_norm.cu changed: update this test";
-    RuntimeOptions o = options(cache, "cpu");
-    o.template_paths = {templates.path()};
-    Runtime rt(o);
-    const TensorSpec x(DType::f32, {3, 64}), w(DType::f32, {64});
-    const std::vector<TensorSpec> specs = {x, x, w};
-    return check_op(rt, "rms_norm", specs, {}, 0, CheckLaunch::direct, placements);
-  };
   const Placement padded_out[] = {{.pad = 8}, {}, {}};
   const CheckReport strayed =
-      check_variant("T* outr = out + r * out_stride;", "T* outr = out + r * (HIDDEN + VEC);", padded_out);
+      check_rms_norm_variant("T* outr = out + r * out_stride;", "T* outr = out + r * (HIDDEN + VEC);", padded_out);
   EXPECT_EQ(strayed.overwritten, std::vector<std::string>({"out (bytes outside its view, first launch)",
                                                            "out (bytes outside its view, second launch)"}));
   EXPECT_FALSE(strayed.pass());
-  const CheckReport over_x = check_variant("mojo::store<T, VEC>(outr + v * VEC, o);",
-                                           "mojo::store<T, VEC>(outr + v * VEC, o); "
-                                           "mojo::store<T, VEC>(const_cast<T*>(xr) + v * VEC, o);",
-                                           {});
+  const CheckReport over_x = check_rms_norm_variant("mojo::store<T, VEC>(outr + v * VEC, o);",
+                                                    "mojo::store<T, VEC>(outr + v * VEC, o); "
+                                                    "mojo::store<T, VEC>(const_cast<T*>(xr) + v * VEC, o);",
+                                                    {});
   EXPECT_EQ(over_x.outputs[0].wrong, 0u);
   EXPECT_EQ(over_x.overwritten, std::vector<std::string>({"x (an input's elements, first launch)",
                                                           "x (an input's elements, second launch)"}));
@@ -356,7 +350,7 @@ TEST(CheckOp, ReportsWritesOutsideTheViewsAndIntoInputs) {
   // The same stray rows a float further: every vector of row 1 misaligned. A GPU stops at the first with
   // "misaligned address"; so does the CPU device (an x86 aligned move crashed the test process).
   try {
-    check_variant("T* outr = out + r * out_stride;", "T* outr = out + r * (HIDDEN + 1);", padded_out);
+    check_rms_norm_variant("T* outr = out + r * out_stride;", "T* outr = out + r * (HIDDEN + 1);", padded_out);
     ADD_FAILURE() << "a misaligned vector store ran";
   } catch (const DeviceError& e) {
     const std::string_view what = e.what();

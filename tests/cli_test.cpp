@@ -337,43 +337,37 @@ TEST_F(Cli, RunFailsOnAMismatchAndOnBadInput) {
   EXPECT_NE(r.output.find("-> FAIL\n"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\nFAIL\n"), std::string::npos) << r.output;
 
-  r = run("run rms_norm --dtype f32 --shape x=3x64 --device tpu");
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.output,
-            "mojo-jit: error: device 'tpu': expected cuda, cuda:N, cpu, cpu:ARCH or cpu:ARCH,sms=N (e.g. cpu:sm_90a, "
-            "cpu:sm_90a,sms=4)\n");
-  r = run("run rms_norm --dtype f32 --shape x=3x64 --device cpu:sm_90a --arch sm_80");
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.output, "mojo-jit: error: --device cpu:sm_90a and --arch sm_80 both name the target; give one\n");
+  // Bad input: one line, exit 1.
+  const std::pair<const char*, const char*> refused[] = {
+      {"run rms_norm --dtype f32 --shape x=3x64 --device tpu",
+       "mojo-jit: error: device 'tpu': expected cuda, cuda:N, cpu, cpu:ARCH or cpu:ARCH,sms=N (e.g. cpu:sm_90a, "
+       "cpu:sm_90a,sms=4)\n"},
+      {"run rms_norm --dtype f32 --shape x=3x64 --device cpu:sm_90a --arch sm_80",
+       "mojo-jit: error: --device cpu:sm_90a and --arch sm_80 both name the target; give one\n"},
+      {"run moe_dispatch --dtype bf16 --shape expert_offsets=9 --shape ids=100x8 --device cpu --in-place positions=ids",
+       "mojo-jit: error: moe_dispatch: positions and ids share memory; give positions memory of its own\n"},
+      {"run rms_norm --dtype f32 --shape x=3x64 --device cpu --in-place x=out",
+       "mojo-jit: error: rms_norm: x cannot be written in place of out: an output goes over an input of its shape and "
+       "dtype\n"},
+      {"run rms_norm --dtype f32 --shape x=3x64 --device cpu --in-place out",
+       "mojo-jit: error: bad --in-place 'out': expected OUTPUT=INPUT, e.g. out=x\n"},
+      {"run rms_norm --dtype f32 --shape x=3x64 --device cpu --offset x=-1",
+       "mojo-jit: error: bad --offset 'x=-1': expected NAME=N, N >= 0 elements\n"},
+      {"run rms_norm --dtype f32 --shape x=3x64 --device cpu --pad y=3",
+       "mojo-jit: error: --pad y=3: rms_norm has no tensor 'y'; its tensors: out, x, weight\n"},
+      {"run rms_norm --dtype f32 --shape x=3x64 --device cpu --pad weight=1",  // a strided weight
+       "mojo-jit: error: rms_norm: weight f32[64] strides [2] is not contiguous; pass a contiguous (row-major) "
+       "tensor\n"},
+  };
+  for (const auto& [args, error] : refused) {
+    r = run(args);
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_EQ(r.output, error) << args;
+  }
   r = run("run gemm --dtype f32 --shape a=4x8 --shape b=8x4 --device cpu --param path=90");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(one_line(r.output)) << r.output;
   EXPECT_NE(r.output.find("path = 90 (TMA + wgmma) cannot take these tensors on sm_80"), std::string::npos) << r.output;
-  r = run("run rms_norm --dtype f32 --shape x=3x64 --device cpu --pad y=3");
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.output, "mojo-jit: error: --pad y=3: rms_norm has no tensor 'y'; its tensors: out, x, weight\n");
-  r =
-      run("run moe_dispatch --dtype bf16 --shape expert_offsets=9 --shape ids=100x8 --device cpu --in-place "
-          "positions=ids");
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.output,
-            "mojo-jit: error: moe_dispatch: positions and ids share memory; give positions memory of its own\n");
-  r = run("run rms_norm --dtype f32 --shape x=3x64 --device cpu --in-place x=out");
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.output,
-            "mojo-jit: error: rms_norm: x cannot be written in place of out: an output goes over an input of its shape "
-            "and dtype\n");
-  r = run("run rms_norm --dtype f32 --shape x=3x64 --device cpu --in-place out");
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.output, "mojo-jit: error: bad --in-place 'out': expected OUTPUT=INPUT, e.g. out=x\n");
-  r = run("run rms_norm --dtype f32 --shape x=3x64 --device cpu --offset x=-1");
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.output, "mojo-jit: error: bad --offset 'x=-1': expected NAME=N, N >= 0 elements\n");
-  r = run("run rms_norm --dtype f32 --shape x=3x64 --device cpu --pad weight=1");  // a strided weight is refused
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.output,
-            "mojo-jit: error: rms_norm: weight f32[64] strides [2] is not contiguous; pass a contiguous (row-major) "
-            "tensor\n");
 }
 
 // gemm's c, left out, is inferred with the transposes the params give (a [K, M] with trans_a, b [N, K] with trans_b).
