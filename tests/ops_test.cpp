@@ -107,6 +107,8 @@ TEST(Ops, WrittenTensorsMustNotShareMemoryButInPlaceOfTheirDeclaredInput) {
   rms_norm.check_memory(
       std::vector<Tensor>{view(DType::f32, {4, 64}, {64, 1}, 1000), x, view(DType::f32, {64}, {1}, 0)});
   rms_norm.check_memory(std::vector<Tensor>{view(DType::f32, {0, 64}, {64, 1}, 1), x, w});
+  // Null pointers are pack_args' to name ("a null pointer"), not shared memory.
+  rms_norm.check_memory(std::vector<Tensor>{Tensor{x.spec, 0}, Tensor{x.spec, 0}, Tensor{w.spec, 0}});
   // A tensor written over an input it does not declare: moe_dispatch's positions over ids read ids later.
   const OpDef& dispatch = find_op("moe_dispatch");
   const std::vector<Tensor> moe = example(dispatch, DType::bf16, "expert_offsets=9 ids=100x8 x=100x72");

@@ -113,13 +113,14 @@ Params OpDef::specialize(TensorList tensors, ScalarList scalars, const Target& t
 namespace {
 
 // The bytes a tensor's elements lie between: [begin, end), first to last element's last byte; empty where
-// begin == end (an absent tensor, or one without elements).
+// begin == end (an absent tensor, one without elements, or a null pointer: pack_args names that).
 struct Span {
   DevicePtr begin = 0, end = 0;
 };
 
 Span span(const Tensor& t) {
   const TensorSpec& s = t.spec;
+  if (t.data == 0) return {};
   std::uint64_t last = 0;  // the last element's offset
   for (int i = 0; i < s.rank(); ++i) {
     if (s.dim(i) == 0) return {};

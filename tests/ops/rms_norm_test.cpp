@@ -388,6 +388,15 @@ TEST_P(RmsNormGpu, RmsNormBackwardWillNotWriteOverItsInputs) {
             "to write it in place)");
 }
 
+// Every pointer null: the launch names the first null one, not memory they all "share" at address 0.
+TEST_P(RmsNormGpu, NullPointersAreNamedAsSuch) {
+  const TensorSpec x(DType::bf16, {4, 64}), w(DType::bf16, {64});
+  EXPECT_EQ(error_of<PointerError>([&] {
+              rt->launch("rms_norm", {{x, 0}, {x, 0}, {w, 0}});
+            }),
+            "rms_norm: out is a null pointer");
+}
+
 TEST_P(RmsNormGpu, AddRmsNormUpdatesResidualInPlace) {
   for (DType d : kFloatTypes)
     for (Rows s : {Rows{1, 1}, Rows{3, 31}, Rows{5, 4097}, Rows{4, 4096}, Rows{2, 262148}}) {
