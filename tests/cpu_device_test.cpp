@@ -122,6 +122,14 @@ TEST_F(DeliberateBugs, CpAsyncWithoutItsWait) {
   expect_caught(gemm(*runtime("sm_80", &v), 64, 64, 96, true, 80));
 }
 
+// A tile's chunks read from one element further on: 16-byte cp.async from addresses 2 bytes off, which a GPU
+// refuses ("misaligned address"); so does the CPU device, which had copied them.
+TEST_F(DeliberateBugs, CpAsyncFromAMisalignedAddress) {
+  const Variant v{"gemm.cu", "const T* src = valid > 0 ? g + (long long)gr * ld + gc : g;",
+                  "const T* src = valid > 0 ? g + (long long)gr * ld + gc + 1 : g;"};
+  expect_caught(gemm(*runtime("sm_80", &v), 64, 64, 96, true, 80), "which is not 16-byte aligned (misaligned address)");
+}
+
 TEST_F(DeliberateBugs, WrongFragmentIndex) {
   const Variant v{"gemm.cu", "        fb[j][1] = r[2];", "        fb[j][1] = r[1];"};
   expect_caught(gemm(*runtime("sm_80", &v), 64, 64, 64, true, 80));

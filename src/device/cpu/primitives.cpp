@@ -97,6 +97,8 @@ void cp_async(unsigned dst, const void* src, int src_bytes) {
   Block& b = block();
   if (src_bytes < 0 || src_bytes > 16)
     b.fail(fmt::format("cp.async.cg of 16 bytes with src-size {} (0 to 16 allowed)", src_bytes));
+  if (src_bytes > 0 && reinterpret_cast<std::uintptr_t>(src) % 16 != 0)  // a zero-fill reads nothing
+    b.fail(fmt::format("cp.async.cg of 16 bytes from {}, which is not 16-byte aligned (misaligned address)", src));
   unsigned char* d = b.shared(dst, 16, 16, "cp.async");
   std::memset(d, 0xff, 16);  // lands at its wait_group
   race::write(d, 16);
