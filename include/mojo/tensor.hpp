@@ -45,6 +45,9 @@ class TensorSpec {
 
   std::int64_t numel() const noexcept;
   std::size_t nbytes() const noexcept { return std::size_t(numel()) * dtype_size(dtype_); }
+  // The bytes from the first element to the end of the last one through the strides (0 without elements):
+  // what a view of this spec reaches.
+  std::size_t extent_bytes() const noexcept;
   bool is_contiguous() const noexcept;
   // "bf16[4096, 4096]", with strides appended when not contiguous.
   std::string str() const;

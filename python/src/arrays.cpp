@@ -119,13 +119,4 @@ ArrayView view_of(nb::handle obj, std::string_view name) {
       name, nb::inst_name(obj).c_str()));
 }
 
-std::size_t extent_bytes(const mojo::TensorSpec& s) {
-  std::int64_t last = 0;
-  for (int i = 0; i < s.rank(); ++i) {
-    if (s.dim(i) == 0) return 0;
-    last += (s.dim(i) - 1) * s.stride(i);
-  }
-  return std::size_t(last + 1) * mojo::dtype_size(s.dtype());
-}
-
 }  // namespace mojo::python

@@ -31,7 +31,4 @@ mojo::TensorSpec spec_of(mojo::DType dtype, const std::vector<std::int64_t>& sha
 // Any array object (None: absent), named `name` in the errors it raises.
 ArrayView view_of(nb::handle obj, std::string_view name);
 
-// Bytes from a tensor's first element to one past its last (strides >= 0).
-std::size_t extent_bytes(const mojo::TensorSpec& s);
-
 }  // namespace mojo::python

@@ -78,7 +78,7 @@ void PyRuntime::launch_views(const mojo::OpDef& op, const std::vector<ArrayView>
       continue;
     }
     // The same host memory twice (out given as its own residual) is one staged buffer, as on the GPU.
-    const std::size_t bytes = extent_bytes(v.spec);
+    const std::size_t bytes = v.spec.extent_bytes();
     auto same = std::find_if(staged.begin(), staged.end(),
                              [&](const Staged& s) { return s.host == v.data && s.bytes == bytes; });
     if (same == staged.end()) {

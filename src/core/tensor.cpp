@@ -79,6 +79,15 @@ std::int64_t TensorSpec::numel() const noexcept {
   return n;
 }
 
+std::size_t TensorSpec::extent_bytes() const noexcept {
+  std::int64_t last = 0;  // the last element's offset
+  for (int i = 0; i < rank_; ++i) {
+    if (shape_[i] == 0) return 0;
+    last += (shape_[i] - 1) * strides_[i];
+  }
+  return std::size_t(last + 1) * dtype_size(dtype_);
+}
+
 bool TensorSpec::is_contiguous() const noexcept {
   if (numel() == 0) return true;  // no element to be out of place (as torch says); its strides are any
   std::int64_t expected = 1;

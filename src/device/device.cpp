@@ -186,9 +186,7 @@ static void check_range(std::size_t offset, std::size_t bytes, std::size_t size,
 }
 
 Tensor DeviceBuffer::as(const TensorSpec& spec, std::size_t byte_offset) const {
-  std::int64_t extent = 0;  // last element reachable through the strides, plus one
-  for (int i = 0; i < spec.rank(); ++i) extent += (spec.dim(i) - 1) * spec.stride(i);
-  std::size_t bytes = spec.numel() == 0 ? 0 : std::size_t(extent + 1) * dtype_size(spec.dtype());
+  const std::size_t bytes = spec.extent_bytes();
   if (byte_offset > size_ || bytes > size_ - byte_offset)
     throw ShapeError(
         fmt::format("tensor {} at offset {} needs {} bytes; the buffer has {}", spec.str(), byte_offset, bytes, size_));

@@ -119,15 +119,9 @@ struct Span {
 };
 
 Span span(const Tensor& t) {
-  const TensorSpec& s = t.spec;
-  if (t.data == 0) return {};
-  std::uint64_t last = 0;  // the last element's offset
-  for (int i = 0; i < s.rank(); ++i) {
-    if (s.dim(i) == 0) return {};
-    last += std::uint64_t(s.dim(i) - 1) * std::uint64_t(s.stride(i));
-  }
-  if (s.rank() == 0) return {};
-  return {t.data, t.data + (last + 1) * dtype_size(s.dtype())};
+  const std::size_t bytes = t.spec.extent_bytes();
+  if (t.data == 0 || t.spec.rank() == 0 || bytes == 0) return {};
+  return {t.data, t.data + bytes};
 }
 
 // Where dims 1.. are contiguous, a tensor's elements lie in dim(0) slices of `slice` bytes, `period` bytes
