@@ -4,7 +4,7 @@
 // emulator fills the table and hands it to each kernel library it loads.
 #pragma once
 
-#define MOJO_CPU_ABI_VERSION 4
+#define MOJO_CPU_ABI_VERSION 5
 
 extern "C" {
 
@@ -52,6 +52,9 @@ struct mojo_cpu_api {
   // A vector access of `bytes` at `address`, which is not a multiple of them: fails the launch, as the GPU's
   // misaligned-address error does (an x86 aligned move would crash the process instead).
   void (*misaligned)(const void* address, unsigned bytes, int store);
+  // Returns once *counter >= value (an acquire load), meanwhile letting the grid's other blocks run: a wait
+  // for other blocks, allowed in a cooperative launch only (it fails the launch in any other).
+  void (*wait_at_least)(const unsigned* counter, unsigned value);
 };
 
 }  // extern "C"

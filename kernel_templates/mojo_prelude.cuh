@@ -607,6 +607,40 @@ __device__ __forceinline__ unsigned long long load_gpu(const unsigned long long*
 }
 #endif
 
+// ---- blocks that wait for each other: cooperative launches only -------------------
+// A block may wait for another only where every block of the grid is resident at once: a cooperative launch
+// (LaunchOptions::cooperative; an op asks for one with LaunchGeometry::cooperative). Elsewhere the waiting
+// block may hold the SM the other one needs, and the GPU hangs; the CPU device fails such a launch.
+// Returns once *counter >= value (an acquire load: what the blocks that arrive()d there wrote before is then
+// visible to the caller).
+#if defined(MOJO_CPU)
+__device__ __forceinline__ void wait_at_least(const unsigned* counter, unsigned value) {
+  cpu::api().wait_at_least(counter, value);
+}
+#else
+__device__ __forceinline__ void wait_at_least(const unsigned* counter, unsigned value) {
+  for (;;) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+    if (v >= value) return;
+    asm volatile("nanosleep.u32 32;" ::: "memory");
+  }
+}
+#endif
+// A barrier of `blocks` blocks (of a row, say): what any of their threads wrote before it is visible to all of
+// their threads after it. `counter` starts at 0 and serves one barrier. Thread 0 arrives for its block after
+// the block's own barrier, as a grid barrier of cooperative groups does: its fence makes the block's writes,
+// ordered before it by the barrier, visible at GPU scope.
+__device__ __forceinline__ void sync_blocks(unsigned* counter, unsigned blocks) {
+  sync_block();
+  if (thread_x() == 0) {
+    fence_gpu();
+    arrive(counter);
+    wait_at_least(counter, blocks);
+  }
+  sync_block();
+}
+
 // ---- the start of every kernel: programmatic dependent launch (sm_90+) --------------
 // Every kernel calls this first, before it touches global memory. Launched with programmatic dependent launch
 // (RuntimeOptions::programmatic_dependent_launch), a kernel may start while the kernel before it in the stream

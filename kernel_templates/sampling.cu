@@ -10,7 +10,8 @@
 //   A token listed with count 0 (seen in the prompt only) gets the repetition
 //   penalty alone. The ids of a request are distinct; -1 pads.
 //
-// sample (CHUNKS blocks per request, a plan of kPhases launches): a token
+// sample (CHUNKS blocks per request, a plan of kPhases launches, or for a
+//   small batch phase 0 and then the rest in one cooperative launch): a token
 //   drawn from softmax(logits[r]) kept to its top_k (0: all; ties with the
 //   k-th logit are kept), then to the smallest set of highest tokens holding
 //   top_p of that mass, then to tokens with probability >= min_p times the
@@ -40,7 +41,8 @@
 // long), VOCAB, VEC (elements per load), THREADS, BLOCKS for the
 // temperature step, CHUNKS for sample and SPEC for reject_sample. Geometry:
 // block = THREADS, grid = rows (the temperature step: rows * BLOCKS; sample:
-// rows * CHUNKS, each phase). Kernel args (sampling_args.h):
+// rows * CHUNKS, each phase, and sample_cooperative's launch, whose blocks
+// must all be resident). Kernel args (sampling_args.h):
 //   apply_penalties_temperature, step 0: MOJO_SAMPLING_TEMPERATURE_ARGS; step 1: MOJO_SAMPLING_PENALTY_ARGS
 //   sample: MOJO_SAMPLING_SAMPLE_ARGS; reject_sample: MOJO_SAMPLING_REJECT_ARGS
 #include "mojo_prelude.cuh"
@@ -196,6 +198,10 @@ __device__ long long draw(W weight, unsigned r24, bool greedy, u64* scan, Shared
 // chunk with ties at its k-th key (all equal, say): the time depends on the
 // values by that much. Other rows (no top-k, or k > THREADS) read it at most
 // 2D + 1 + 1/CHUNKS times, whatever the values.
+// Where the grid fits on half the SMs (a batch of one or two at Qwen3's
+// vocabulary), phases 1.. run in one cooperative launch (sample_cooperative):
+// the same phases, a barrier of the row's blocks between them instead of the
+// end of a launch, and the phases a row does not need skipped.
 template <class T> constexpr int kDigits = kKeyBits<T> / 8;
 template <class T> constexpr int kPhases = MOJO_SAMPLE_PHASES(kKeyBits<T>);
 constexpr int kCopies = 16;
@@ -488,8 +494,8 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
   const T* row = logits + r * stride;
   float* row_stats = stats + r * CHUNKS * 2;
   u64* slots = partials + (r * 2 + (phase & 1)) * CHUNKS * kSlot;  // this phase's buffer, a slot a chunk
-  unsigned* counter = counters + r * PHASES + phase;
-  unsigned* candidate_tickets = counters + r * PHASES;  // phase 0 has no arrivals: its counter numbers candidates
+  unsigned* counter = counters + r * 2 * PHASES + phase;
+  unsigned* candidate_tickets = counters + r * 2 * PHASES;  // phase 0 has no arrivals: its counter numbers candidates
   u64* row_candidates = candidates + r * THREADS;
   const long long k = (long long)top_k[r];
   const bool by_top_k = k > 0 && k < VOCAB;
@@ -516,7 +522,7 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
         states[r].chunk = kNotPlaced;
         states[r].candidates = 0u;
       }
-      for (int i = int(tid); i < PHASES; i += THREADS) counters[r * PHASES + i] = 0u;
+      for (int i = int(tid); i < 2 * PHASES; i += THREADS) counters[r * 2 * PHASES + i] = 0u;
     }
     return;
   }
@@ -649,6 +655,45 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
   if (tid == 0) write_token<T, CHUNKS>(token, r, row, m, row_stats, tokens, logprobs, offset);
 }
 
+// Whether phase `phase` does nothing for row r, by what every block of the row reads alike after a barrier:
+// sample_cooperative then skips it and its barrier. (The phase itself returns at once in these cases too.)
+template <class T, int VOCAB>
+__device__ __forceinline__ bool phase_is_idle(int phase, int chunk_state, long long k, float p) {
+  constexpr int D = kDigits<T>;
+  if (chunk_state == kTokenWritten) return true;
+  const bool by_top_k = k > 0 && k < VOCAB, placed = chunk_state != kNotPlaced;
+  if (phase < D) return !by_top_k;
+  if (phase < 2 * D) return placed || (!(p < 1.f) && !(phase == D && by_top_k));
+  if (phase == 2 * D) return placed;
+  return false;  // the walk
+}
+
+// Phases 1 .. kPhases - 1 of sample in one cooperative launch (every block resident at once): the row's
+// blocks meet at a barrier after each phase instead of at the end of a launch, which a small batch's time
+// is mostly made of. Phase 0 is a launch of its own before it: it zeroes the barriers' counters (the
+// workspace comes uncleared). The same phases, so the same token.
+template <class T, class I, int VOCAB, int VEC, int THREADS, int CHUNKS>
+__device__ __forceinline__ void sample_cooperative(long long* __restrict__ tokens, float* __restrict__ logprobs,
+                                                   const T* __restrict__ logits, long long stride,
+                                                   const I* __restrict__ top_k, const float* __restrict__ top_p,
+                                                   const float* __restrict__ min_p, const long long* __restrict__ seed,
+                                                   long long* __restrict__ offset, u64* __restrict__ partials,
+                                                   u64* __restrict__ candidates, float* __restrict__ stats,
+                                                   RowState* __restrict__ states, unsigned* __restrict__ counters) {
+  constexpr int PHASES = kPhases<T>;
+  const long long r = mojo::block_x() / CHUNKS;
+  unsigned* barriers = counters + r * 2 * PHASES + PHASES;  // zeroed by phase 0
+  const long long k = (long long)top_k[r];
+  const float p = top_p[r];
+#pragma unroll 1
+  for (int phase = 1; phase < PHASES; ++phase) {
+    if (phase_is_idle<T, VOCAB>(phase, states[r].chunk, k, p)) continue;
+    sample<T, I, VOCAB, VEC, THREADS, CHUNKS>(tokens, logprobs, logits, stride, top_k, top_p, min_p, seed, offset,
+                                              partials, candidates, stats, states, counters, phase);
+    if (phase + 1 < PHASES) mojo::sync_blocks(barriers + phase, CHUNKS);
+  }
+}
+
 // What a request's logits are multiplied by: 1 / temperature, or 1 (left as they are) for a temperature of 0.
 __device__ __forceinline__ float inverse_temperature(float t) { return t > 0.f ? 1.f / t : 1.f; }
 
@@ -745,6 +790,15 @@ __device__ __forceinline__ void reject_sample(long long* __restrict__ out, long 
     mojo_sampling::sample<P::dtype, P::index, P::vocab, P::vec, P::threads, P::chunks>(                     \
         tokens, logprobs, logits, stride, top_k, top_p, min_p, seed, offset, partials, candidates, stats, states, \
         counters, phase);                                                                                    \
+  }
+
+#define MOJO_KERNEL_sample_cooperative(NAME, P)                                                                \
+  extern "C" __global__ void __launch_bounds__(P::threads)                                                    \
+      NAME(MOJO_ARG_PARAMS(MOJO_SAMPLING_SAMPLE_ARGS, P::dtype, P::index)) {                                  \
+    mojo::after_previous_kernels();                                                                           \
+    mojo_sampling::sample_cooperative<P::dtype, P::index, P::vocab, P::vec, P::threads, P::chunks>(           \
+        tokens, logprobs, logits, stride, top_k, top_p, min_p, seed, offset, partials, candidates, stats, states, \
+        counters);                                                                                             \
   }
 
 #define MOJO_KERNEL_apply_temperature(NAME, P)                                                                       \

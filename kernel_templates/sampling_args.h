@@ -40,8 +40,9 @@
   ARG(unsigned long long* __restrict__, candidates) /* workspace: [batch, threads] */                              \
   ARG(float* __restrict__, stats)                   /* workspace: [batch, chunks, 2] max, sum */                   \
   ARG(mojo_sampling::RowState* __restrict__, states) /* workspace: [batch] */                                      \
-  ARG(unsigned* __restrict__, counters)             /* workspace: [batch, phases]; phase 0's numbers candidates */ \
-  ARG(int, phase)
+  ARG(unsigned* __restrict__, counters)             /* workspace: [batch, 2, phases]: merges (phase 0's numbers */ \
+                                                    /* candidates), then sample_cooperative's barriers */         \
+  ARG(int, phase)                                   /* sample_cooperative: unused */
 
 #define MOJO_SAMPLING_REJECT_ARGS(T, I, ARG)                              \
   ARG(long long* __restrict__, out)        /* [batch, SPEC + 1] */        \

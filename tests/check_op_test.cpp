@@ -380,7 +380,10 @@ TEST(CheckOp, EveryKernelUnderTheRaceDetector) {
     expect_pass(rt, c.op, c.shapes, find_op(c.op).dtypes().front(), c.scalars);
   }
   expect_pass(rt, "sdpa", "q=40x4x64 k=40x2x64", DType::bf16, {});
-  expect_pass(rt, "sample", "logits=2x3000", DType::f32, {});  // 3 blocks a row, merged by the last to arrive
+  // 3 blocks a row, merged by the last to arrive: phases 1.. in one cooperative launch (the blocks on OS threads of
+  // their own, meeting at barriers), and a launch a phase
+  expect_pass(rt, "sample", "logits=2x3000", DType::f32, {});
+  expect_pass(rt, "sample", "logits=40x3000", DType::f32, {});
   expect_pass(rt, "paged_decode_gqa", "q=1x8x64 k_cache=300x16x1x64 block_tables=1x257", DType::bf16, {});
   expect_pass(rt, "paged_decode_gqa", "q=2x4x128 k_cache=40x16x1x128 block_tables=2x20 sinks=4", DType::bf16, {});
   Runtime hopper(options(cache, "cpu:sm_90a"));

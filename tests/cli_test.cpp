@@ -171,6 +171,26 @@ TEST_F(Cli, DescribeJsonHasTheModelAndTheRoofline) {
   EXPECT_EQ(qkv["tiles"], 128) << "64 x 96 tiles";
   EXPECT_NEAR(qkv["wave_fill"].get<double>(), 128.0 / 132, 1e-9);
 
+  // sample at a batch of one: phase 0, then the other phases in one cooperative launch, resident in one wave.
+  r = run("describe sample --dtype f32 --shape logits=1x151936 --arch sm_90a --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json sample = nlohmann::json::parse(r.output)["kernels"];
+  ASSERT_EQ(sample.size(), 2u);
+  EXPECT_FALSE(sample[0]["cooperative"].get<bool>());
+  EXPECT_FALSE(sample[0].contains("resident"));
+  EXPECT_TRUE(sample[1]["cooperative"].get<bool>());
+  EXPECT_EQ(sample[1]["blocks"], 32);
+  EXPECT_TRUE(sample[1]["resident"].get<bool>());
+  r = run("describe sample --dtype f32 --shape logits=1x151936 --arch sm_90a --compiler nvrtc --sms 16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("(cooperative: every block resident at once; they wait for each other)"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("resident: NO"), std::string::npos) << "2 blocks an SM fit (115 registers): " << r.output;
+  r = run("describe sample --dtype f32 --shape logits=1x151936 --arch sm_90a --sms 8");
+  EXPECT_NE(r.output.find("resident: NO: the cooperative grid needs 32 blocks at once, the SMs hold"),
+            std::string::npos)
+      << r.output;
+
   r = run("describe gemm --dtype bf16 --shape a=4096x4096 --shape b=4096x4096 --arch sm_90a");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("tiles:    512 over 132 persistent blocks, the last wave of tiles 97% full"), std::string::npos)

@@ -284,6 +284,68 @@ TEST_F(CpuKernels, DeadlockNamesKernelBlockAndWaits) {
             "threads 0-31 wait at bar.sync 1, 64 (32 arrived); 32 thread(s) exited");
 }
 
+// Blocks that wait for each other (mojo::sync_blocks) need a cooperative launch: the CPU device then runs every
+// block at once (an OS thread each), and what each block wrote before the barrier is every block's after it.
+// In any other launch the first wait fails it, as a GPU may hang there; a grid too large to be resident, and a
+// grid whose blocks all wait for what none will write, are errors that name what happened.
+TEST_F(CpuKernels, CooperativeLaunchRunsBlocksThatWaitForEachOtherOnThreadsOfTheirOwn) {
+  Module m = build(R"(extern "C" __global__ void neighbours(unsigned* counters, int* values, int* out, unsigned need) {
+    const unsigned b = mojo::block_x(), n = mojo::grid_dim_x(), t = mojo::thread_x();
+    if (t == 0) values[b] = int(b * b + 1);
+    mojo::sync_blocks(counters, need);  // need < n: the counter never gets there
+    if (t == 0) out[b] = values[(b + 1) % n] + values[(b + n - 1) % n];
+  })",
+                   {"neighbours"});
+  constexpr unsigned kBlocks = 7;
+  DeviceBuffer counters(4), values(kBlocks * 4), out(kBlocks * 4);
+  DevicePtr c = counters.ptr(), v = values.ptr(), o = out.ptr();
+  unsigned need = kBlocks;
+  void* args[] = {&c, &v, &o, &need};
+  const Function f = m.function("neighbours");
+  auto run = [&](unsigned blocks, unsigned threads, bool cooperative) {
+    counters.fill_bytes(0);
+    launch(f, {blocks, 1, 1}, {threads, 1, 1}, 0, nullptr, args, {.cooperative = cooperative});
+  };
+  for (const char* schedule : {"forward", "reverse", "random:5"}) {
+    test::ScopedEnv env("MOJO_JIT_CPU_SCHEDULE", schedule);
+    run(kBlocks, 64, true);
+    std::vector<int> got(kBlocks);
+    out.copy_to_host(got.data(), got.size() * 4);
+    for (unsigned b = 0; b < kBlocks; ++b) {
+      const unsigned l = (b + kBlocks - 1) % kBlocks, r = (b + 1) % kBlocks;
+      EXPECT_EQ(got[b], int(l * l + r * r + 2)) << schedule << ", block " << b;
+    }
+  }
+  const std::string alone = test::error_of<DeviceError>([&] { run(kBlocks, 64, false); });
+  EXPECT_TRUE(
+      alone.starts_with("cpu device: kernel neighbours: block (0, 0, 0), thread 0: waits for other blocks (the "
+                        "counter at 0x"))
+      << alone;
+  EXPECT_TRUE(alone.ends_with(
+      " holds 1; it waits for 7) in a launch that is not cooperative: a GPU need not run those blocks while this one "
+      "waits (a hang); launch it with LaunchOptions::cooperative"))
+      << alone;
+  EXPECT_EQ(test::error_of<DeviceError>([&] { run(108 * 32 + 1, 64, true); }),
+            "cpu device: kernel neighbours: a cooperative launch of 3457 blocks of 64 threads: at most 3456 fit on "
+            "sm_80 at once (108 SMs; a GPU refuses it with CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)");
+  EXPECT_EQ(test::error_of<DeviceError>([&] { run(513, 64, true); }),
+            "cpu device: kernel neighbours: a cooperative launch of 513 blocks: the CPU device runs at most 512 (an OS "
+            "thread each)");
+  need = kBlocks + 1;
+  const std::string stuck = test::error_of<DeviceError>([&] { run(kBlocks, 64, true); });
+  EXPECT_TRUE(
+      stuck.starts_with("cpu device: kernel neighbours: the cooperative grid deadlocked: no block can go on (a "
+                        "GPU would hang); block ("))
+      << stuck;
+  EXPECT_NE(stuck.find("threads 0 wait at a global counter at 0x"), std::string::npos) << stuck;
+  EXPECT_NE(stuck.find("(it holds 7; waits for 8); threads 1-63 wait at bar.sync 0 (all threads; 63 of 64 arrived)"),
+            std::string::npos)
+      << stuck;
+  std::size_t blocks_named = 0;
+  for (std::size_t at = 0; (at = stuck.find("; block (", at)) != std::string::npos; ++at) ++blocks_named;
+  EXPECT_EQ(blocks_named, kBlocks) << "every block, with its waits";
+}
+
 // bar.arrive (mojo::arrive_warps) counts a warp at a barrier that other warps wait at with bar.sync, and goes on;
 // what it wrote before is theirs to read. The sm_90a prefill's ping-pong in miniature: two warps take turns at
 // two barriers (each waits at its own, then arrives at the other's; warp 1 lets warp 0 begin), and each turn

@@ -213,12 +213,12 @@ TEST_F(GpuFixture, GpuCacheHitLaunchDoesNotAllocate) {
 // The launches a sink took: each one's first argument (every op's output pointer).
 namespace {
 std::vector<DevicePtr> g_sunk_outputs;
-void sink(const Function&, Dim3, Dim3, unsigned, StreamHandle, void** args, bool) {
+void sink(const Function&, Dim3, Dim3, unsigned, StreamHandle, void** args, LaunchOptions) {
   if (g_sunk_outputs.size() < g_sunk_outputs.capacity()) g_sunk_outputs.push_back(*static_cast<DevicePtr*>(args[0]));
 }
 std::vector<bool> g_sunk_overlaps;
-void sink_overlap(const Function&, Dim3, Dim3, unsigned, StreamHandle, void**, bool overlap_previous) {
-  if (g_sunk_overlaps.size() < g_sunk_overlaps.capacity()) g_sunk_overlaps.push_back(overlap_previous);
+void sink_overlap(const Function&, Dim3, Dim3, unsigned, StreamHandle, void**, LaunchOptions options) {
+  if (g_sunk_overlaps.size() < g_sunk_overlaps.capacity()) g_sunk_overlaps.push_back(options.overlap_previous);
 }
 }  // namespace
 

@@ -180,6 +180,18 @@ struct Dim3 {
   unsigned x = 1, y = 1, z = 1;
 };
 
+// How a kernel is launched besides its geometry.
+struct LaunchOptions {
+  // Programmatic dependent launch (sm_90+): the kernel may start before the one before it in the stream has
+  // finished, so it must wait for it itself (every template's kernel does: mojo::after_previous_kernels); no
+  // effect on the cpu device.
+  bool overlap_previous = false;
+  // Every block of the grid is resident at once (CU_LAUNCH_ATTRIBUTE_COOPERATIVE), so blocks may wait for
+  // each other (mojo::sync_blocks). The launch fails where the grid cannot all be resident; the cpu device
+  // then runs each block on an OS thread of its own, and fails a wait for another block in any other launch.
+  bool cooperative = false;
+};
+
 // A kernel inside a loaded Module (valid while the Module lives).
 class Function {
  public:
@@ -198,17 +210,15 @@ class Function {
 
  private:
   friend class Module;
-  friend void launch(const Function&, Dim3, Dim3, unsigned, StreamHandle, void**, bool);
+  friend void launch(const Function&, Dim3, Dim3, unsigned, StreamHandle, void**, LaunchOptions);
   Function(const Backend& backend, void* function) : backend_(&backend), function_(function) {}
   const Backend* backend_ = nullptr;
   void* function_ = nullptr;
 };
 
-// cuLaunchKernel: `args` points at one pointer per kernel parameter. overlap_previous: programmatic dependent
-// launch (sm_90+), the kernel may start before the one before it in the stream has finished, so it must wait
-// for it itself (every template's kernel does: mojo::after_previous_kernels); no effect on the cpu device.
-void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream,
-            void** args, bool overlap_previous = false);
+// cuLaunchKernel (cuLaunchKernelEx with options): `args` points at one pointer per kernel parameter.
+void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream, void** args,
+            LaunchOptions options = {});
 
 // A TMA descriptor (the driver's CUtensorMap): kernels take it by value and
 // read it where it lies in param space (MOJO_PARAM_ADDRESS in

@@ -117,6 +117,9 @@ struct LaunchGeometry {
   // grid.x counts work tiles that the kernel loops over (grid-stride): the
   // Runtime launches at most one block per SM of its device.
   bool persistent = false;
+  // The blocks wait for each other (mojo::sync_blocks): launched cooperatively (LaunchOptions::cooperative),
+  // so that the GPU runs them all at once or refuses the launch.
+  bool cooperative = false;
 };
 
 // The kernel's arguments in cuLaunchKernel's form, in a fixed inline buffer.

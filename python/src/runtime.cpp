@@ -18,7 +18,8 @@ namespace {
 
 std::atomic<bool> g_sink_on{false};
 
-void discard_launch(const mojo::Function&, mojo::Dim3, mojo::Dim3, unsigned, mojo::StreamHandle, void**, bool) {}
+void discard_launch(const mojo::Function&, mojo::Dim3, mojo::Dim3, unsigned, mojo::StreamHandle, void**,
+                    mojo::LaunchOptions) {}
 
 }  // namespace
 

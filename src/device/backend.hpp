@@ -54,9 +54,9 @@ class Backend {
   virtual void* function(void* module, const std::string& name) const = 0;
   virtual int attribute(void* function, FunctionAttribute a) const = 0;
   virtual void set_max_dynamic_shared(void* function, int bytes) const = 0;
-  // overlap_previous: programmatic dependent launch (launch() in mojo/device.hpp).
-  virtual void launch(void* function, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream,
-                      void** args, bool overlap_previous) const = 0;
+  // launch() in mojo/device.hpp.
+  virtual void launch(void* function, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream, void** args,
+                      LaunchOptions options) const = 0;
 
   // tile_tensor_map's descriptor (a 16-bit element type; dims innermost first, byte strides of dims 1 and 2).
   virtual TensorMap encode_tensor_map(DType dtype, DevicePtr base, const std::uint64_t (&dims)[3],

@@ -265,12 +265,12 @@ void device_hooks::count_driver_call() noexcept { g_driver_calls.fetch_add(1, st
 void device_hooks::set_launch_sink(LaunchSink sink) noexcept { g_launch_sink.store(sink, std::memory_order_relaxed); }
 
 void launch(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream, void** args,
-            bool overlap_previous) {
+            LaunchOptions options) {
   if (const device_hooks::LaunchSink sink = g_launch_sink.load(std::memory_order_relaxed)) {
-    sink(f, grid, block, dynamic_smem, stream, args, overlap_previous);
+    sink(f, grid, block, dynamic_smem, stream, args, options);
     return;
   }
-  backend_of(f.backend_).launch(f.function_, grid, block, dynamic_smem, stream, args, overlap_previous);
+  backend_of(f.backend_).launch(f.function_, grid, block, dynamic_smem, stream, args, options);
 }
 
 void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream) {

@@ -17,7 +17,7 @@ void count_driver_call() noexcept;
 // Called with each launch's arguments instead of the launch; nullptr (the
 // default): launches run. For benchmarks and tests, set while no launch is in flight.
 using LaunchSink = void (*)(const Function& f, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream,
-                            void** args, bool overlap_previous);
+                            void** args, LaunchOptions options);
 void set_launch_sink(LaunchSink sink) noexcept;
 
 }  // namespace mojo::device_hooks

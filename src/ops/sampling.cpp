@@ -8,6 +8,7 @@
 
 #include "core/convert.hpp"
 #include "mojo/error.hpp"
+#include "mojo/perf_model.hpp"
 #include "ops/checks.hpp"
 #include "ops/indices.hpp"
 #include "ops/registry.hpp"
@@ -205,12 +206,18 @@ constexpr TensorArgInfo kSampleTensors[] = {
     {"seed", "in", "i64 [batch]: each request's Philox key"},
     {"offset", "inout", "i64 [batch]: each request's Philox counter, advanced by 1"},
 };
+constexpr ScalarArgInfo kSampleScalars[] = {
+    {"cooperative", -1,
+     "-1: phases 1.. in one cooperative launch where the grid fits on half the target's SMs, else a launch a "
+     "phase; 0: a launch a phase; 1: one cooperative launch (where the grid fits on the target's SMs)"},
+};
 constexpr OpInfo kSample{
     .name = "sample",
     .summary =
         "one token per request from softmax(logits) after top-k, top-p and min-p, without sorting; Philox "
         "per request",
     .tensors = kSampleTensors,
+    .scalars = kSampleScalars,
     .dtypes = kFloatTypes,
     .template_file = "sampling.cu",
     .example_shapes = "logits=256x151936",
@@ -218,6 +225,26 @@ constexpr OpInfo kSample{
 
 // The logits' order keys are this many bits wide (sampling.cu's kKeyBits): bf16 keeps 16, f16 24.
 int key_bits(DType dtype) { return dtype == DType::f32 ? 32 : dtype == DType::f16 ? 24 : 16; }
+int phases(const Params& p) { return MOJO_SAMPLE_PHASES(key_bits(p.dtype("dtype"))); }
+
+// Whether phases 1.. run as one cooperative launch (sample_cooperative) rather than a launch each: the
+// `cooperative` scalar, or by default where the grid fits on half the target's reference SMs. A small batch's
+// time is mostly the launches, one after another (~2 µs each in a CUDA graph; 10 of them for f32): the H200
+// measured 58 µs for one f32 row (2026-11-27). A launchable kernel is promised one block per SM, so such a grid
+// is resident together on any GPU of the family with half the SMs or more, whatever its registers; asked for,
+// a grid up to the SMs of the reference GPU.
+bool cooperative(const OpDef& op, ScalarList scalars, std::int64_t rows, std::int64_t chunks, const Target& target) {
+  const double asked = op.scalar(scalars, "cooperative");
+  if (asked != -1 && asked != 0 && asked != 1)
+    throw InvalidArgumentError(
+        fmt::format("{}: cooperative is {}; expected -1 (the heuristic's choice), 0 or 1", op.name(), asked));
+  const std::int64_t sms = reference_sm_count(target);
+  if (asked == 1 && rows * chunks > sms)
+    throw InvalidArgumentError(
+        fmt::format("{}: cooperative = 1 needs the grid's {} blocks ({} rows of {}) resident at once; {} has {} SMs",
+                    op.name(), rows * chunks, rows, chunks, target.sm_name(), sms));
+  return asked == -1 ? rows * chunks <= sms / 2 : asked == 1;
+}
 
 // sample's workspace, per row: the chunks' slots (histograms, kept masses) in two buffers, top-k's
 // candidates (a thread's worth), the chunks' stats, the state, the counters.
@@ -230,7 +257,7 @@ struct SampleWorkspace {
     stats = candidates + align(rows * std::size_t(p.get("threads")) * sizeof(std::uint64_t));
     states = stats + align(rows * chunks * 2 * sizeof(float));
     counters = states + align(rows * sizeof(mojo_sampling::RowState));
-    bytes = counters + align(rows * std::size_t(phases) * sizeof(unsigned));
+    bytes = counters + align(rows * 2 * std::size_t(phases) * sizeof(unsigned));
   }
 };
 
@@ -238,7 +265,7 @@ class Sample final : public OpDef {
  public:
   Sample() : OpDef(kSample) {}
 
-  Params derive_params(TensorList t, ScalarList, const Target& target) const override {
+  Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
     const TensorSpec& logits = t[2].spec;
     checks::expect_dtype_in(name(), "logits", logits.dtype(), kFloatTypes);
     rows_of(name(), "logits", logits);
@@ -261,20 +288,31 @@ class Sample final : public OpDef {
     p.add("vec", vec);
     p.add("chunks", chunking.chunks);
     p.add("threads", chunking.threads);
+    p.add("cooperative", cooperative(*this, scalars, batch, chunking.chunks, target) ? 1 : 0);
     return p;
   }
 
-  // One kernel, launched once per phase (the repeat is the phase).
-  std::int64_t repeats(const Params& p, TensorList) const override {
-    return MOJO_SAMPLE_PHASES(key_bits(p.dtype("dtype")));
+  // Phase 0, then phases 1.. in one cooperative launch; or one kernel launched once per phase (the repeat is
+  // the phase).
+  std::vector<Params> plan(const Params& p) const override {
+    if (p.get("cooperative") == 0) return {p};
+    Params first = p, rest = p;
+    first.add("step", 0);
+    rest.add("step", 1);
+    return {first, rest};
   }
+  std::string entry_macro(const Params& p) const override {
+    return p.get_or("step", 0) == 1 ? "MOJO_KERNEL_sample_cooperative" : OpDef::entry_macro(p);
+  }
+  std::int64_t repeats(const Params& p, TensorList) const override { return p.get("cooperative") != 0 ? 1 : phases(p); }
   std::size_t workspace_bytes(const Params& p, TensorList t) const override {
-    return SampleWorkspace(t[2].spec.dim(0), p, int(repeats(p, t))).bytes;
+    return SampleWorkspace(t[2].spec.dim(0), p, phases(p)).bytes;
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
     LaunchGeometry g = one_block_per_row(t[2].spec.dim(0), p);
     g.grid.x *= unsigned(p.get("chunks"));
+    g.cooperative = p.get_or("step", 0) == 1;
     return g;
   }
 
@@ -283,7 +321,7 @@ class Sample final : public OpDef {
     for (std::size_t i = 0; i < t.size(); ++i)
       if (i != 2 && !(i == 1 && t[1].spec.rank() == 0))
         checks::expect_pointer(name(), kSampleTensors[i].name, t[i], unsigned(dtype_size(t[i].spec.dtype())));
-    const SampleWorkspace w(t[2].spec.dim(0), p, int(repeats(p, t)));
+    const SampleWorkspace w(t[2].spec.dim(0), p, phases(p));
     args.push_args(mojo_sampling::SampleArgs<void, void>{
         .tokens = static_cast<long long*>(ptr(t[0])),
         .logprobs = t[1].spec.rank() == 0 ? nullptr : ptr<float>(t[1]),
@@ -299,7 +337,7 @@ class Sample final : public OpDef {
         .stats = ptr<float>(workspace + w.stats),
         .states = ptr<mojo_sampling::RowState>(workspace + w.states),
         .counters = ptr<unsigned>(workspace + w.counters),
-        .phase = int(p.get_or("repeat", 0)),
+        .phase = int(p.get_or("step", 0) + p.get_or("repeat", 0)),  // sample_cooperative ignores it
     });
   }
 

@@ -180,8 +180,11 @@ void launch_plan(const OpDef& op, const LoadedKernel& kernel, TensorList tensors
     KernelArgs args;
     if (mine == nullptr) op.pack_args(params, tensors, scalars, workspace, args);
     if (g.persistent) g.grid.x = std::min(g.grid.x, unsigned(kernel.device->sm_count()));
+    // Not both: whether the driver takes a cooperative launch that overlaps the one before is not documented.
+    const LaunchOptions options{.overlap_previous = kernel.overlap_previous && !g.cooperative,
+                                .cooperative = g.cooperative};
     mojo::launch(step.function, g.grid, g.block, g.dynamic_smem, stream, mine ? mine->args.data() : args.data(),
-                 kernel.overlap_previous);
+                 options);
   });
 }
 

@@ -84,14 +84,14 @@ struct Sampled {
   std::vector<float> logprobs;
 };
 
-Sampled run_sample(Runtime& rt, DType dtype, const SampleBatch& b) {
+Sampled run_sample(Runtime& rt, DType dtype, const SampleBatch& b, ScalarList scalars = {}) {
   const std::int64_t n = b.batch();
   const TensorSpec ints(DType::i64, {n}), floats(DType::f32, {n});
   GpuTensor tokens(ints), logprobs(floats), logits(TensorSpec(dtype, {n, b.vocab}), reference::encode(dtype, b.logits)),
       k(ints, test::index_bytes(DType::i64, b.top_k)), p(floats, reference::encode(DType::f32, b.top_p)),
       mp(floats, reference::encode(DType::f32, b.min_p)), seed(ints, test::index_bytes(DType::i64, b.seed)),
       offset(ints, test::index_bytes(DType::i64, b.offset));
-  rt.launch("sample", {tokens, logprobs, logits, k, p, mp, seed, offset});
+  rt.launch("sample", {tokens, logprobs, logits, k, p, mp, seed, offset}, scalars);
   rt.device().synchronize();
   return {indices::decode(DType::i64, tokens.read()), indices::decode(DType::i64, offset.read()),
           reference::decode(DType::f32, logprobs.read())};
@@ -115,20 +115,47 @@ std::vector<float> rounded(DType dtype, const std::vector<float>& v) {
 TEST(SampleOp, ParamsAndShapeErrors) {
   // A row over several blocks: about two per SM of the target's GPU (132 on sm_90a), at most 32, none
   // under 1024 tokens; a phase per digit of the order keys (bf16 16 bits, f16 24, f32 32), twice, and 2 more.
+  // Phases 1.. in one cooperative launch where the grid fits on half the SMs (66 blocks on sm_90a).
   EXPECT_EQ(params("sample", DType::bf16, "logits=256x151936").str(),
-            "dtype=bf16 index=i64 vocab=151936 vec=8 chunks=2 threads=512");
+            "dtype=bf16 index=i64 vocab=151936 vec=8 chunks=2 threads=512 cooperative=0");
   EXPECT_EQ(params("sample", DType::f32, "logits=1x151936").str(),
-            "dtype=f32 index=i64 vocab=151936 vec=4 chunks=32 threads=256");
+            "dtype=f32 index=i64 vocab=151936 vec=4 chunks=32 threads=256 cooperative=1");
+  EXPECT_EQ(params("sample", DType::f32, "logits=2x151936").str(),
+            "dtype=f32 index=i64 vocab=151936 vec=4 chunks=32 threads=256 cooperative=1");
+  EXPECT_EQ(params("sample", DType::f32, "logits=3x151936").str(),
+            "dtype=f32 index=i64 vocab=151936 vec=4 chunks=32 threads=256 cooperative=0");
   EXPECT_EQ(params("sample", DType::f16, "logits=3x4097").str(),
-            "dtype=f16 index=i64 vocab=4097 vec=1 chunks=5 threads=128");
+            "dtype=f16 index=i64 vocab=4097 vec=1 chunks=5 threads=128 cooperative=1");
+  // The scalar picks a plan (an A/B on one machine): 0, a launch a phase; 1, one cooperative launch up to the SMs.
+  EXPECT_EQ(params("sample", DType::f32, "logits=1x151936", {{"cooperative", 0}}).get("cooperative"), 0);
+  EXPECT_EQ(params("sample", DType::f32, "logits=4x151936", {{"cooperative", 1}}).get("cooperative"), 1);
+  EXPECT_EQ(error_of<InvalidArgumentError>([] {
+              params("sample", DType::f32, "logits=5x151936", {{"cooperative", 1}});
+            }),
+            "sample: cooperative = 1 needs the grid's 160 blocks (5 rows of 32) resident at once; sm_90 has 132 SMs");
+  EXPECT_EQ(error_of<InvalidArgumentError>([] {
+              params("sample", DType::f32, "logits=1x1000", {{"cooperative", 2}});
+            }),
+            "sample: cooperative is 2; expected -1 (the heuristic's choice), 0 or 1");
   {
     const OpDef& op = find_op("sample");
     const std::vector<Tensor> t = example(op, DType::f32, "logits=1x151936");
     const Params p = op.specialize(t, {}, kSm90);
-    EXPECT_EQ(op.geometry(p, t).grid.x, 32u) << "a batch of one spreads over 32 blocks";
-    for (const auto& [dtype, phases] : {std::pair{DType::f32, 10}, {DType::f16, 8}, {DType::bf16, 6}})
-      EXPECT_EQ(op.repeats(op.specialize(example(op, dtype, "logits=9x1000"), {}, kSm90), {}), phases)
-          << dtype_name(dtype) << ": the launches do not depend on the logits' values";
+    EXPECT_EQ(op.repeats(p, t), 1) << "a batch of one: two launches, not ten";
+    const std::vector<Params> steps = op.plan(p);
+    ASSERT_EQ(steps.size(), 2u);
+    for (std::size_t i = 0; i < 2; ++i) {
+      const LaunchGeometry g = op.geometry(steps[i], t);
+      EXPECT_EQ(g.grid.x, 32u) << "a batch of one spreads over 32 blocks";
+      EXPECT_EQ(g.cooperative, i == 1) << "phase 0, then the rest in one cooperative launch";
+    }
+    for (const auto& [dtype, phases] : {std::pair{DType::f32, 10}, {DType::f16, 8}, {DType::bf16, 6}}) {
+      const std::vector<Tensor> batch = example(op, dtype, "logits=256x1000");
+      const Params many = op.specialize(batch, {}, kSm90);
+      EXPECT_EQ(op.repeats(many, batch), phases) << dtype_name(dtype) << ": the launches do not depend on the values";
+      EXPECT_EQ(op.plan(many).size(), 1u);
+      EXPECT_FALSE(op.geometry(many, batch).cooperative);
+    }
   }
   EXPECT_EQ(params("apply_penalties_temperature", DType::f32, "logits=4x1000 token_ids=4x16").str(),
             "dtype=f32 index=i64 vocab=1000 vec=4 threads=64 blocks=1");
@@ -212,7 +239,9 @@ TEST_P(SamplingGpu, TokensMatchTheSortingReference) {
 // tied values, one spike, -inf and NaN among finite values, no finite value,
 // the largest finite floats, a few distinct values above many ties. The same
 // token as the sorting reference under every filter, with the row split into
-// 5, 4, 3, 2 and 1 chunks (the batch sets the split). The launches are the
+// 5, 4, 3, 2 and 1 chunks (the batch sets the split; a batch of one runs its
+// phases in one cooperative launch, and again a launch a phase as the other
+// batches do, so each kind of row and filter goes through both). The launches are the
 // same whatever the values (the test above); a top-k row finishes in top-k's
 // last merge when its survivors fit the block, else (ties with the k-th) in
 // the phase after, with the ties as one weight; only top-k beyond the block's
@@ -249,26 +278,31 @@ TEST_P(SamplingGpu, WorstCaseRowsMatchTheReferenceWhateverTheSplit) {
     for (const auto& [batch, chunks] : {std::pair<std::int64_t, std::int64_t>{1, 5}, {66, 4}, {88, 3}, {132, 2}, {264, 1}}) {
       if (dtype == DType::bf16 && chunks % 2 == 0) continue;  // f32's keys have the most digits; bf16 at 5, 3, 1
       SCOPED_TRACE(fmt::format("{} batch {}", dtype_name(dtype), batch));
-      ASSERT_EQ(params("sample", dtype, fmt::format("logits={}x{}", batch, vocab)).get("chunks"), chunks);
-      SampleBatch b;
-      b.vocab = vocab;
-      for (std::int64_t r = 0; r < batch; ++r) {
-        const std::size_t combo = std::size_t(r) % (rows.size() * std::size(filters));
-        const auto& f = filters[combo / rows.size()];
-        b.add(rows[combo % rows.size()], f.k, f.p, f.min_p, 77 + r % 7, r % 5);
-      }
-      const Sampled got = run_sample(*rt, dtype, b);
-      for (std::int64_t r = 0; r < batch; ++r) {
-        const std::size_t ri = std::size_t(r);
-        const std::vector<float> row =
-            rounded(dtype, {b.logits.begin() + r * vocab, b.logits.begin() + (r + 1) * vocab});
-        const auto w = reference::sampling_weights(row, b.top_k[ri], b.top_p[ri], b.min_p[ri]);
-        ASSERT_EQ(got.tokens[ri],
-                  reference::inverse_cdf(w, reference::random24(b.seed[ri], b.offset[ri], 0), b.top_k[ri] == 1))
-            << "row " << r << " (kind " << ri % rows.size() << ", filter "
-            << ri % (rows.size() * std::size(filters)) / rows.size()
-            << ")";
-        EXPECT_EQ(got.offsets[ri], b.offset[ri] + 1);
+      const Params p = params("sample", dtype, fmt::format("logits={}x{}", batch, vocab));
+      ASSERT_EQ(p.get("chunks"), chunks);
+      ASSERT_EQ(p.get("cooperative"), batch == 1 ? 1 : 0);
+      const std::int64_t combos = std::int64_t(rows.size() * std::size(filters));
+      for (std::int64_t first = 0; first < combos; first += batch) {  // every combination, batch by batch
+        SampleBatch b;
+        b.vocab = vocab;
+        for (std::int64_t r = first; r < first + batch; ++r) {
+          const std::size_t combo = std::size_t(r % combos);
+          const auto& f = filters[combo / rows.size()];
+          b.add(rows[combo % rows.size()], f.k, f.p, f.min_p, 77 + r % 7, r % 5);
+        }
+        const Sampled got = run_sample(*rt, dtype, b);
+        if (batch == 1)
+          EXPECT_EQ(run_sample(*rt, dtype, b, {{"cooperative", 0}}).tokens, got.tokens) << "a launch a phase";
+        for (std::int64_t r = 0; r < batch; ++r) {
+          const std::size_t ri = std::size_t(r), combo = std::size_t((first + r) % combos);
+          const std::vector<float> row =
+              rounded(dtype, {b.logits.begin() + r * vocab, b.logits.begin() + (r + 1) * vocab});
+          const auto w = reference::sampling_weights(row, b.top_k[ri], b.top_p[ri], b.min_p[ri]);
+          ASSERT_EQ(got.tokens[ri],
+                    reference::inverse_cdf(w, reference::random24(b.seed[ri], b.offset[ri], 0), b.top_k[ri] == 1))
+              << "row " << first + r << " (kind " << combo % rows.size() << ", filter " << combo / rows.size() << ")";
+          EXPECT_EQ(got.offsets[ri], b.offset[ri] + 1);
+        }
       }
     }
 }
@@ -318,34 +352,39 @@ TEST_P(SamplingGpu, DrawsFollowTheFilteredDistribution) {
 }
 
 // Captured once in a CUDA graph, each replay draws the next token of every request: the kernel advances the
-// offsets on the device, so nothing on the host changes between replays.
+// offsets on the device, so nothing on the host changes between replays. 4 rows run phases 1.. in one cooperative
+// launch, 70 a launch a phase.
 TEST_P(SamplingGpu, EachGraphReplayDrawsTheNextNumbers) {
-  SampleBatch b;
-  b.vocab = 500;
-  for (int r = 0; r < 4; ++r) b.add(normal_logits(b.vocab, 40 + r), 0, 1.f, 0.f, 7 + r, 100);
-  const std::int64_t n = b.batch();
-  const TensorSpec ints(DType::i64, {n}), floats(DType::f32, {n});
-  GpuTensor tokens(ints), logits(TensorSpec(DType::f32, {n, b.vocab}), reference::encode(DType::f32, b.logits)),
-      k(ints, test::index_bytes(DType::i64, b.top_k)), p(floats, reference::encode(DType::f32, b.top_p)),
-      mp(floats, reference::encode(DType::f32, b.min_p)), seed(ints, test::index_bytes(DType::i64, b.seed)),
-      offset(ints, test::index_bytes(DType::i64, b.offset));
-  Stream stream;
-  Graph g = Graph::capture(stream, [&] {
-    rt->launch("sample", {tokens, Tensor{}, logits, k, p, mp, seed, offset}, {}, stream);
-  });
-  for (std::int64_t replay = 0; replay < 3; ++replay) {
-    g.launch(stream);
-    stream.synchronize();
-    const std::vector<std::int64_t> got = indices::decode(DType::i64, tokens.read());
-    for (std::size_t r = 0; r < std::size_t(n); ++r) {
-      const std::vector<float> row(b.logits.begin() + std::int64_t(r) * b.vocab,
-                                   b.logits.begin() + std::int64_t(r + 1) * b.vocab);
-      const auto w = reference::sampling_weights(row, 0, 1.0, 0.0);
-      EXPECT_EQ(got[r], reference::inverse_cdf(w, reference::random24(b.seed[r], 100 + replay, 0), false))
-          << "replay " << replay << " row " << r;
+  for (const int rows : {4, 70}) {
+    SCOPED_TRACE(fmt::format("{} rows", rows));
+    SampleBatch b;
+    b.vocab = 500;
+    for (int r = 0; r < rows; ++r) b.add(normal_logits(b.vocab, 40 + r), 0, 1.f, 0.f, 7 + r, 100);
+    const std::int64_t n = b.batch();
+    ASSERT_EQ(params("sample", DType::f32, fmt::format("logits={}x500", n)).get("cooperative"), rows == 4 ? 1 : 0);
+    const TensorSpec ints(DType::i64, {n}), floats(DType::f32, {n});
+    GpuTensor tokens(ints), logits(TensorSpec(DType::f32, {n, b.vocab}), reference::encode(DType::f32, b.logits)),
+        k(ints, test::index_bytes(DType::i64, b.top_k)), p(floats, reference::encode(DType::f32, b.top_p)),
+        mp(floats, reference::encode(DType::f32, b.min_p)), seed(ints, test::index_bytes(DType::i64, b.seed)),
+        offset(ints, test::index_bytes(DType::i64, b.offset));
+    Stream stream;
+    Graph g = Graph::capture(stream, [&] {
+      rt->launch("sample", {tokens, Tensor{}, logits, k, p, mp, seed, offset}, {}, stream);
+    });
+    for (std::int64_t replay = 0; replay < 3; ++replay) {
+      g.launch(stream);
+      stream.synchronize();
+      const std::vector<std::int64_t> got = indices::decode(DType::i64, tokens.read());
+      for (std::size_t r = 0; r < std::size_t(n); ++r) {
+        const std::vector<float> row(b.logits.begin() + std::int64_t(r) * b.vocab,
+                                     b.logits.begin() + std::int64_t(r + 1) * b.vocab);
+        const auto w = reference::sampling_weights(row, 0, 1.0, 0.0);
+        EXPECT_EQ(got[r], reference::inverse_cdf(w, reference::random24(b.seed[r], 100 + replay, 0), false))
+            << "replay " << replay << " row " << r;
+      }
     }
+    EXPECT_EQ(indices::decode(DType::i64, offset.read()), (std::vector<std::int64_t>(std::size_t(n), 103)));
   }
-  EXPECT_EQ(indices::decode(DType::i64, offset.read()), (std::vector<std::int64_t>(std::size_t(n), 103)));
 }
 
 TEST_P(SamplingGpu, LogprobsAreTheLogSoftmaxAtTheToken) {

@@ -26,7 +26,8 @@ std::atomic<std::uint64_t> g_launches{0};
 // The function of the last launch the sink took: the table checks after each timed loop that it is the CPU
 // device's (a loop launches one function), so the sink itself costs next to nothing.
 mojo::Function g_last_function;
-void count_launch(const mojo::Function& f, mojo::Dim3, mojo::Dim3, unsigned, mojo::StreamHandle, void**, bool) {
+void count_launch(const mojo::Function& f, mojo::Dim3, mojo::Dim3, unsigned, mojo::StreamHandle, void**,
+                  mojo::LaunchOptions) {
   g_launches.fetch_add(1, std::memory_order_relaxed);
   g_last_function = f;
 }

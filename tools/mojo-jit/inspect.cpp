@@ -20,7 +20,8 @@ nlohmann::json kernel_json(const OpDef& op, const Params& step, TensorList tenso
                       {"grid", {g.grid.x, g.grid.y, g.grid.z}},
                       {"block", {g.block.x, g.block.y, g.block.z}},
                       {"dynamic_smem", g.dynamic_smem},
-                      {"persistent", g.persistent}};
+                      {"persistent", g.persistent},
+                      {"cooperative", g.cooperative}};
   if (resources == nullptr) return k;
   const KernelResources& r = *resources;
   const unsigned threads = g.block.x * g.block.y * g.block.z;
@@ -36,6 +37,8 @@ nlohmann::json kernel_json(const OpDef& op, const Params& step, TensorList tenso
   k["limited_by"] = o.limited_by;
   k["warps_fraction"] = o.warps_fraction;
   k["waves"] = o.blocks_per_sm == 0 ? nlohmann::json(nullptr) : nlohmann::json(o.waves);
+  // A cooperative grid must be resident at once: one wave at most, or the GPU refuses the launch.
+  if (g.cooperative) k["resident"] = blocks <= std::uint64_t(o.blocks_per_sm) * std::uint64_t(sms);
   // How full the last wave is: of blocks on the SMs' slots, or of a persistent kernel's tiles on the SMs.
   if (g.persistent) k["tiles"] = grid;
   k["wave_fill"] = wave_fill(g.persistent ? grid : blocks, std::uint64_t(g.persistent ? 1 : o.blocks_per_sm) * sms);

@@ -333,7 +333,9 @@ void print_kernel(const nlohmann::json& k, const mojo::SmLimits* limits, int sms
   fmt::print("kernel:   {}\n", k["name"].get<std::string>());
   fmt::print("grid:     [{}, {}, {}]{}\nblock:    [{}, {}, {}]\nsmem:     {}\n", k["grid"][0].get<unsigned>(),
              k["grid"][1].get<unsigned>(), k["grid"][2].get<unsigned>(),
-             k["persistent"].get<bool>() ? " work units (persistent: at most one block per SM)" : "",
+             k["persistent"].get<bool>()    ? " work units (persistent: at most one block per SM)"
+             : k["cooperative"].get<bool>() ? " (cooperative: every block resident at once; they wait for each other)"
+                                            : "",
              k["block"][0].get<unsigned>(), k["block"][1].get<unsigned>(), k["block"][2].get<unsigned>(),
              k["dynamic_smem"].get<unsigned>());
   if (!k.contains("registers")) return;
@@ -349,6 +351,9 @@ void print_kernel(const nlohmann::json& k, const mojo::SmLimits* limits, int sms
              limiter, 100 * k["warps_fraction"].get<double>());
   fmt::print("waves:    {:.2f} ({} blocks on {} SMs{}{})\n", k["waves"].get<double>(), k["blocks"].get<std::uint64_t>(),
              sms, sms == limits->sm_count ? ", " : "", sms == limits->sm_count ? limits->gpu : "");
+  if (k.contains("resident") && !k["resident"].get<bool>())
+    fmt::print("resident: NO: the cooperative grid needs {} blocks at once, the SMs hold {} (the launch would fail)\n",
+               k["blocks"].get<std::uint64_t>(), std::uint64_t(per_sm) * std::uint64_t(sms));
   if (k.contains("tiles"))
     fmt::print("tiles:    {} over {} persistent blocks, the last wave of tiles {:.0f}% full\n",
                k["tiles"].get<std::uint64_t>(), k["blocks"].get<std::uint64_t>(), 100 * k["wave_fill"].get<double>());

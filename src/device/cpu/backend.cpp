@@ -63,7 +63,7 @@ Recording* capture_of(StreamHandle stream) { return stream != nullptr ? stream_o
 
 // One launch, its arguments copied (as a CUDA graph captures them by value).
 std::function<void()> recorded_launch(const Kernel& k, Dim3 grid, Dim3 block, unsigned smem, void** args,
-                                      const Limits& limits, const Schedule& schedule) {
+                                      bool cooperative, const Limits& limits, const Schedule& schedule) {
   struct Copy {
     std::vector<std::unique_ptr<unsigned char[], void (*)(void*)>> values;
     std::vector<void*> pointers;
@@ -78,7 +78,7 @@ std::function<void()> recorded_launch(const Kernel& k, Dim3 grid, Dim3 block, un
   }
   const Kernel* kernel = &k;
   return [=] {
-    run(Launch{kernel, grid, block, smem, copy->pointers.data()}, limits, schedule);
+    run(Launch{kernel, grid, block, smem, copy->pointers.data(), cooperative}, limits, schedule);
     check_guards(kernel->name);
   };
 }
@@ -171,14 +171,14 @@ class CpuBackend final : public Backend {
   }
   // overlap_previous changes nothing here: the launches of a stream run one after another.
   void launch(void* function, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream, void** args,
-              bool /*overlap_previous*/) const override {
+              LaunchOptions options) const override {
     const Kernel& k = *static_cast<const Kernel*>(function);
     const Schedule schedule = Schedule::from_env();
     if (Recording* r = capture_of(stream)) {
-      r->work.push_back(recorded_launch(k, grid, block, dynamic_smem, args, t_limits, schedule));
+      r->work.push_back(recorded_launch(k, grid, block, dynamic_smem, args, options.cooperative, t_limits, schedule));
       return;
     }
-    run(Launch{&k, grid, block, dynamic_smem, args}, t_limits, schedule);
+    run(Launch{&k, grid, block, dynamic_smem, args, options.cooperative}, t_limits, schedule);
     check_guards(k.name);
   }
 

@@ -5,9 +5,11 @@
 // primitives (primitives.cpp) reach it through `current_block()`.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,7 +21,30 @@
 namespace mojo::cpu {
 
 // Where a waiting thread waits (for the deadlock report).
-enum class Wait : std::uint8_t { none, barrier, warp, warpgroup, mbarrier };
+enum class Wait : std::uint8_t { none, barrier, warp, warpgroup, mbarrier, counter };
+
+class Block;
+
+// The blocks of a cooperative launch, each on an OS thread of its own: a block whose threads all wait, some
+// for a global counter (mojo::wait_at_least) that other blocks advance, stalls here until one of those values
+// is reached; when every unfinished block is stalled so and none can go on, the grid has deadlocked.
+class GridSync {
+ public:
+  explicit GridSync(int blocks) : unfinished_(blocks) {}
+  // Returns once a counter that a thread of `b` waits for has reached its value; throws DeviceError when
+  // the grid deadlocked (naming every stalled block's waits), GridAborted when another block failed.
+  void stall(Block& b);
+  void finished();  // a block ended
+  void abort();     // a block failed: the others stop
+  struct GridAborted {};
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int unfinished_;
+  std::vector<Block*> stalled_;
+  bool aborted_ = false;
+};
 
 struct AsyncCopy {  // cp.async: 16 bytes, the first `bytes` from src, zeros after
   unsigned dst;
@@ -33,7 +58,9 @@ struct Thread {
   enum { runnable, waiting, exited } state = runnable;
   Wait wait = Wait::none;
   const char* wait_what = nullptr;                 // the collective's name
-  unsigned wait_id = 0, wait_arg = 0;              // barrier id and count, or mbarrier address and parity
+  unsigned wait_id = 0, wait_arg = 0;              // barrier id and count, mbarrier address and parity, or
+                                                   // the value a counter must reach
+  const unsigned* wait_counter = nullptr;          // the global counter waited for (Wait::counter)
   int quiet = 0;                                   // Quiet scopes open (race.hpp)
   std::vector<AsyncCopy> open_copies;              // since the last commit
   std::deque<std::vector<AsyncCopy>> copy_groups;  // committed, oldest first
@@ -91,6 +118,8 @@ class Block {
 
   const Launch* launch = nullptr;
   void** args = nullptr;
+  Dim3 index;                // blockIdx
+  GridSync* grid = nullptr;  // a cooperative launch's; null in any other
   std::vector<Thread> threads;
   int live = 0;
   unsigned char* smem = nullptr;  // the host address of window address kWindowBase
@@ -113,9 +142,21 @@ class Block {
 
   // Suspends the calling thread until another wakes it.
   void wait(Wait why, const char* what = nullptr, unsigned id = 0, unsigned arg = 0);
+  // After a failure or deadlock stops the block: each thread still waiting inside a primitive closes its Quiet
+  // scopes and stops, so that no fiber keeps TSan's ignore into its next start (or its end, on an OS thread
+  // that a cooperative launch started).
+  void abandon();
+  bool abandoning = false;
   void wake(Thread& t) { t.state = Thread::runnable, t.wait = Wait::none; }
+  // Wakes the threads whose counter has reached the value they wait for; whether one did.
+  bool wake_counter_waits();
+  // Whether a thread waits for a counter that has reached its value.
+  bool counter_wait_holds() const;
   // Lets the others run before the calling thread goes on (it stays runnable).
-  void yield() { self().fiber->suspend(); }
+  void yield() { suspend_in_primitive(); }
+  // Back to the scheduler from inside a primitive (a Quiet scope open), whose thread goes on when resumed,
+  // or stops there if the block is abandoned meanwhile.
+  void suspend_in_primitive();
   // Records the failure (the first one wins) and stops the calling thread for good.
   [[noreturn]] void fail(std::string message);
 

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -27,6 +29,7 @@ constexpr std::size_t kStackBytes = 1 << 20;  // instrumented frames are larger
 #else
 constexpr std::size_t kStackBytes = 256 << 10;
 #endif
+constexpr std::uint64_t kMaxCooperativeBlocks = 512;
 
 // What each OS thread keeps between launches: the block state, its fibers
 // and the shared-memory arena.
@@ -78,6 +81,9 @@ std::string describe_wait(const Block& b, const Thread& t) {
                              t.wait_id, t.wait_arg, m.phase, m.pending, m.expected, m.tx);
       return fmt::format("mbarrier 0x{:x}", t.wait_id);
     }
+    case Wait::counter:
+      return fmt::format("{} at {} (it holds {}; waits for {})", t.wait_what, static_cast<const void*>(t.wait_counter),
+                         __atomic_load_n(t.wait_counter, __ATOMIC_RELAXED), t.wait_arg);
     case Wait::none:
       break;
   }
@@ -119,13 +125,16 @@ std::string deadlock_report(const Block& b) {
   throw DeviceError(fmt::format("cpu device: kernel {}: {}", l.kernel->name, what));
 }
 
-void run_block(Block& b, Worker& w, const Launch& l, const Schedule& schedule, unsigned x, unsigned y, unsigned z) {
+void run_block(Block& b, Worker& w, const Launch& l, const Schedule& schedule, unsigned x, unsigned y, unsigned z,
+               GridSync* grid) {
   // A block's random order depends on the seed and the block alone, whichever OS thread runs it.
   std::mt19937_64 rng(schedule.seed ^
                       (0x9e3779b97f4a7c15ull * (1 + x + std::uint64_t(l.grid.x) * (y + std::uint64_t(l.grid.y) * z))));
   const unsigned n = l.block.x;
   b.launch = &l;
   b.args = l.args;
+  b.index = {x, y, z};
+  b.grid = grid;
   b.threads.resize(n);
   b.live = int(n);
   b.current = -1;
@@ -175,20 +184,36 @@ void run_block(Block& b, Worker& w, const Launch& l, const Schedule& schedule, u
   order.resize(n);
   std::iota(order.begin(), order.end(), 0);
   if (schedule.order == Schedule::reverse) std::reverse(order.begin(), order.end());
-  while (b.live > 0) {
-    if (schedule.order == Schedule::random) std::shuffle(order.begin(), order.end(), rng);
-    bool ran = false;
-    for (int i : order) {
-      Thread& t = b.threads[std::size_t(i)];
-      if (t.state != Thread::runnable) continue;
-      b.current = i;
-      t.fiber->resume();
-      ran = true;
-      if (!b.error.empty()) launch_error(l, fmt::format("block ({}, {}, {}), thread {}: {}", x, y, z, i, b.error));
-    }
-    if (!ran)
+  std::exception_ptr stopped;  // the block's failure, deadlock, or another block's in a cooperative grid
+  try {
+    while (b.live > 0) {
+      if (schedule.order == Schedule::random) std::shuffle(order.begin(), order.end(), rng);
+      b.wake_counter_waits();
+      bool ran = false;
+      for (int i : order) {
+        Thread& t = b.threads[std::size_t(i)];
+        if (t.state != Thread::runnable) continue;
+        b.current = i;
+        t.fiber->resume();
+        ran = true;
+        if (!b.error.empty()) launch_error(l, fmt::format("block ({}, {}, {}), thread {}: {}", x, y, z, i, b.error));
+      }
+      if (ran) continue;
+      if (grid != nullptr && std::any_of(b.threads.begin(), b.threads.end(), [](const Thread& t) {
+            return t.state == Thread::waiting && t.wait == Wait::counter;
+          })) {
+        grid->stall(b);  // until another block advances a counter waited for
+        continue;
+      }
       launch_error(l, fmt::format("block ({}, {}, {}) deadlocked: no thread can go on (a GPU would hang){}", x, y, z,
                                   deadlock_report(b)));
+    }
+  } catch (...) {
+    stopped = std::current_exception();
+  }
+  if (stopped) {
+    b.abandon();
+    std::rethrow_exception(stopped);
   }
   b.current = -1;
 }
@@ -196,6 +221,69 @@ void run_block(Block& b, Worker& w, const Launch& l, const Schedule& schedule, u
 }  // namespace
 
 Block& current_block() { return *t_running; }
+
+// ---- the blocks of a cooperative launch ------------------------------------------------
+
+bool Block::counter_wait_holds() const {
+  return std::any_of(threads.begin(), threads.end(), [](const Thread& t) {
+    return t.state == Thread::waiting && t.wait == Wait::counter &&
+           __atomic_load_n(t.wait_counter, __ATOMIC_RELAXED) >= t.wait_arg;
+  });
+}
+
+bool Block::wake_counter_waits() {
+  bool woke = false;
+  for (Thread& t : threads)
+    if (t.state == Thread::waiting && t.wait == Wait::counter &&
+        __atomic_load_n(t.wait_counter, __ATOMIC_RELAXED) >= t.wait_arg) {
+      wake(t);
+      woke = true;
+    }
+  return woke;
+}
+
+void GridSync::stall(Block& b) {
+  std::unique_lock lock(mutex_);
+  stalled_.push_back(&b);
+  changed_.notify_all();  // what this block wrote before it stalled may be what another waits for
+  struct Leave {
+    std::vector<Block*>& stalled;
+    Block* b;
+    ~Leave() { stalled.erase(std::find(stalled.begin(), stalled.end(), b)); }
+  } leave{stalled_, &b};
+  for (;;) {
+    if (aborted_) throw GridAborted{};
+    if (b.counter_wait_holds()) return;
+    // A stalled block writes nothing, so when every unfinished one is stalled and none of their waits holds,
+    // none ever will.
+    if (int(stalled_.size()) == unfinished_ &&
+        std::none_of(stalled_.begin(), stalled_.end(), [](const Block* s) { return s->counter_wait_holds(); })) {
+      std::string report;
+      for (const Block* s : stalled_)
+        report += fmt::format("; block ({}, {}, {}){}", s->index.x, s->index.y, s->index.z, deadlock_report(*s));
+      aborted_ = true;
+      changed_.notify_all();
+      throw DeviceError(
+          fmt::format("cpu device: kernel {}: the cooperative grid deadlocked: no block can go on (a "
+                      "GPU would hang){}",
+                      b.launch->kernel->name, report));
+    }
+    // Counters change without a call here; a block that advances one stalls or ends before long, and says so.
+    changed_.wait_for(lock, std::chrono::milliseconds(10));
+  }
+}
+
+void GridSync::finished() {
+  std::lock_guard lock(mutex_);
+  --unfinished_;
+  changed_.notify_all();
+}
+
+void GridSync::abort() {
+  std::lock_guard lock(mutex_);
+  aborted_ = true;
+  changed_.notify_all();
+}
 
 // ---- the block's synchronisation ---------------------------------------------------
 
@@ -206,7 +294,31 @@ void Block::wait(Wait why, const char* what, unsigned id, unsigned arg) {
   t.wait_what = what;
   t.wait_id = id;
   t.wait_arg = arg;
+  suspend_in_primitive();
+}
+
+void Block::suspend_in_primitive() {
+  Thread& t = self();
   t.fiber->suspend();
+  if (abandoning) {          // the block stopped: close the primitive's Quiet scopes and stop for good, as fail() does
+    Fiber* fiber = t.fiber;  // read before the release: the scheduler reuses `t` once it acquires
+    const int quiet = std::exchange(t.quiet, 0);
+    race::release(&end_sync);
+    for (int i = 0; i < quiet; ++i) race::quiet_end();
+    fiber->suspend(true);
+    __builtin_unreachable();
+  }
+}
+
+void Block::abandon() {
+  abandoning = true;
+  for (std::size_t i = 0; i < threads.size(); ++i)
+    if (threads[i].state != Thread::exited && threads[i].quiet > 0) {  // suspended inside a primitive
+      current = int(i);
+      threads[i].fiber->resume();
+    }
+  abandoning = false;
+  current = -1;
 }
 
 void Block::fail(std::string message) {
@@ -297,6 +409,15 @@ Mbarrier& Block::mbarrier(unsigned address, const char* what) {
 
 // ---- launches ------------------------------------------------------------------------
 
+unsigned Limits::resident_blocks_per_sm(const Launch& l) const {
+  // What a block takes of an SM that the CPU device knows: threads, and dynamic shared memory with the 1 KiB
+  // the GPU reserves per block (an SM has max_smem_optin + 1 KiB). Registers and static shared memory would
+  // lower it on a GPU.
+  const unsigned by_threads = max_threads_per_sm / std::max(1u, l.block.x);
+  const unsigned by_smem = (max_smem_optin + 1024) / (l.dynamic_smem + 1024);
+  return std::min({32u, by_threads, by_smem});
+}
+
 Limits Limits::of(const Target& target) {
   Limits l;
   l.target = target;
@@ -306,7 +427,7 @@ Limits Limits::of(const Target& target) {
   else if (target.sm == 80)
     l.sm_count = 108, l.max_smem_optin = 166912;
   else if (target.sm > 80)
-    l.sm_count = 84, l.max_smem_optin = 101376;
+    l.sm_count = 84, l.max_smem_optin = 101376, l.max_threads_per_sm = 1536;
   else
     l.sm_count = 80, l.max_smem_optin = 98304;
   return l;
@@ -355,12 +476,18 @@ void run(const Launch& l, const Limits& limits, const Schedule& schedule) {
                                 "(Function::set_max_dynamic_shared raises it, as cuFuncSetAttribute does)",
                                 l.dynamic_smem, k.max_dynamic_smem));
   if (t_running != nullptr) launch_error(l, "launched from inside a kernel");
-  // Blocks are independent: OS threads take them in turn; the first failure stops the others.
   const std::uint64_t blocks = std::uint64_t(l.grid.x) * l.grid.y * l.grid.z;
-  std::atomic<std::uint64_t> next{0};
   std::mutex failure_mutex;
   std::string failure;
-  auto work = [&] {
+  auto fail = [&](const DeviceError& e) {
+    std::lock_guard lock(failure_mutex);
+    if (failure.empty()) failure = e.what();
+  };
+  // The calling OS thread's block, with shared memory for this launch, until `Reset` goes.
+  struct Reset {
+    ~Reset() { t_running = nullptr; }
+  };
+  auto this_threads_block = [&]() -> Block& {
     Worker& w = t_worker;
     const std::size_t need = (l.dynamic_smem + 2047) / 1024 * 1024;
     if (w.arena_bytes < need) {
@@ -371,16 +498,54 @@ void run(const Launch& l, const Limits& limits, const Schedule& schedule) {
     b.smem = w.arena.get() + Block::kWindowBase % 1024;  // host and window addresses agree modulo 1024
     b.smem_bytes = l.dynamic_smem;
     t_running = &b;
-    struct Reset {
-      ~Reset() { t_running = nullptr; }
-    } reset;
+    return b;
+  };
+  auto coordinates = [&](std::uint64_t i) {
+    return Dim3{unsigned(i % l.grid.x), unsigned(i / l.grid.x % l.grid.y), unsigned(i / l.grid.x / l.grid.y)};
+  };
+  if (l.cooperative) {
+    // Every block at once, each on an OS thread of its own (its static __shared__ arrays are the thread's).
+    const std::uint64_t resident = std::uint64_t(limits.sm_count) * limits.resident_blocks_per_sm(l);
+    if (blocks > resident)
+      launch_error(l, fmt::format("a cooperative launch of {} blocks of {} threads: at most {} fit on {} at once "
+                                  "({} SMs; a GPU refuses it with CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)",
+                                  blocks, l.block.x, resident, limits.target.sm_name(), limits.sm_count));
+    if (blocks > kMaxCooperativeBlocks)
+      launch_error(l, fmt::format("a cooperative launch of {} blocks: the CPU device runs at most {} (an OS "
+                                  "thread each)",
+                                  blocks, kMaxCooperativeBlocks));
+    GridSync grid{int(blocks)};
+    std::vector<std::thread> threads;
+    threads.reserve(std::size_t(blocks));
+    for (std::uint64_t i = 0; i < blocks; ++i)
+      threads.emplace_back([&, i] {
+        Block& b = this_threads_block();
+        Reset reset;
+        const Dim3 at = coordinates(i);
+        try {
+          run_block(b, t_worker, l, schedule, at.x, at.y, at.z, &grid);
+          grid.finished();
+        } catch (const DeviceError& e) {
+          fail(e);
+          grid.abort();
+        } catch (const GridSync::GridAborted&) {
+        }
+      });
+    for (std::thread& t : threads) t.join();
+    if (!failure.empty()) throw DeviceError(failure);
+    return;
+  }
+  // Blocks are independent: OS threads take them in turn; the first failure stops the others.
+  std::atomic<std::uint64_t> next{0};
+  auto work = [&] {
+    Block& b = this_threads_block();
+    Reset reset;
     for (std::uint64_t i; (i = next.fetch_add(1)) < blocks;) {
       try {
-        run_block(b, w, l, schedule, unsigned(i % l.grid.x), unsigned(i / l.grid.x % l.grid.y),
-                  unsigned(i / l.grid.x / l.grid.y));
+        const Dim3 at = coordinates(i);
+        run_block(b, t_worker, l, schedule, at.x, at.y, at.z, nullptr);
       } catch (const DeviceError& e) {
-        std::lock_guard lock(failure_mutex);
-        if (failure.empty()) failure = e.what();
+        fail(e);
         next = blocks;
       }
     }

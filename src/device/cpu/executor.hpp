@@ -23,11 +23,17 @@ struct Kernel {
   void (*tls_touch)() = nullptr;          // allocates the library's thread-local block on the calling OS thread
 };
 
+struct Launch;
+
 // What the emulated GPU allows, from its target.
 struct Limits {
   Target target;
   int sm_count = 0;
   unsigned max_smem_optin = 0;  // dynamic shared memory per block, opted in
+  unsigned max_threads_per_sm = 2048;
+  // How many of the launch's blocks an SM holds at once, as far as the CPU device knows (threads and dynamic
+  // shared memory; not registers): what a cooperative launch may have per SM.
+  unsigned resident_blocks_per_sm(const Launch& l) const;
   static Limits of(const Target& target);
 };
 
@@ -47,6 +53,7 @@ struct Launch {
   Dim3 grid, block;
   unsigned dynamic_smem;
   void** args;
+  bool cooperative = false;  // LaunchOptions::cooperative
 };
 
 // Runs every block of the launch; throws DeviceError naming the kernel and

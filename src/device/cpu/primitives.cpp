@@ -47,6 +47,24 @@ void barrier_arrive(int id, int threads) {
                            store ? "store" : "load", address, bytes));
 }
 
+// A spin on a global counter that other blocks advance (mojo::wait_at_least). The thread sleeps until the
+// scheduler sees the value (executor.cpp), then loads it again with acquire, so that it reads what the blocks
+// wrote before they advanced it (and TSan, whose fibers are the GPU threads, sees that order).
+void wait_at_least(const unsigned* counter, unsigned value) {
+  while (__atomic_load_n(counter, __ATOMIC_ACQUIRE) < value) {
+    Quiet quiet;
+    Block& b = block();
+    if (b.grid == nullptr)
+      b.fail(
+          fmt::format("waits for other blocks (the counter at {} holds {}; it waits for {}) in a launch that is "
+                      "not cooperative: a GPU need not run those blocks while this one waits (a hang); launch "
+                      "it with LaunchOptions::cooperative",
+                      static_cast<const void*>(counter), __atomic_load_n(counter, __ATOMIC_RELAXED), value));
+    b.self().wait_counter = counter;
+    b.wait(Wait::counter, "a global counter", 0, value);
+  }
+}
+
 unsigned shfl_bfly(unsigned value, int lane_mask) {
   Quiet quiet;
   struct Lane {
@@ -527,7 +545,7 @@ const mojo_cpu_api& api_table() {
                                   smem_address,         param,       cp_async,      cp_async_commit, cp_async_wait,
                                   ldmatrix_x4,          mma,         mbarrier_init, mbarrier_arrive, mbarrier_wait,
                                   tma_load_3d,          wgmma_fence, wgmma,         wgmma_commit,    wgmma_wait,
-                                  barrier_arrive,       misaligned};
+                                  barrier_arrive,       misaligned,  wait_at_least};
   return table;
 }
 

@@ -174,22 +174,29 @@ class CudaBackend final : public Backend {
         cuFuncSetAttribute(static_cast<CUfunction>(function), CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
   }
   void launch(void* function, Dim3 grid, Dim3 block, unsigned dynamic_smem, StreamHandle stream, void** args,
-              bool overlap_previous) const override {
-    if (!overlap_previous) {
+              LaunchOptions options) const override {
+    if (!options.overlap_previous && !options.cooperative) {
       MOJO_CU(cuLaunchKernel(static_cast<CUfunction>(function), grid.x, grid.y, grid.z, block.x, block.y, block.z,
                              dynamic_smem, stream, args, nullptr));
       return;
     }
-    CUlaunchAttribute programmatic{};
-    programmatic.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    programmatic.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchAttribute attrs[2]{};
+    unsigned n = 0;
+    if (options.overlap_previous) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attrs[n++].value.programmaticStreamSerializationAllowed = 1;
+    }
+    if (options.cooperative) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      attrs[n++].value.cooperative = 1;
+    }
     CUlaunchConfig config{};
     config.gridDimX = grid.x, config.gridDimY = grid.y, config.gridDimZ = grid.z;
     config.blockDimX = block.x, config.blockDimY = block.y, config.blockDimZ = block.z;
     config.sharedMemBytes = dynamic_smem;
     config.hStream = stream;
-    config.attrs = &programmatic;
-    config.numAttrs = 1;
+    config.attrs = attrs;
+    config.numAttrs = n;
     MOJO_CU(cuLaunchKernelEx(&config, static_cast<CUfunction>(function), args, nullptr));
   }
 
