@@ -668,10 +668,10 @@ __device__ __forceinline__ bool phase_is_idle(int phase, int chunk_state, long l
   return false;  // the walk
 }
 
-// Phases 1 .. kPhases - 1 of sample in one cooperative launch (every block resident at once): the row's
-// blocks meet at a barrier after each phase instead of at the end of a launch, which a small batch's time
-// is mostly made of. Phase 0 is a launch of its own before it: it zeroes the barriers' counters (the
-// workspace comes uncleared). The same phases, so the same token.
+// Phases `first` .. kPhases - 1 of sample (first: 1) in one cooperative launch (every block resident at
+// once): the row's blocks meet at a barrier after each phase instead of at the end of a launch, which a
+// small batch's time is mostly made of. Phase 0 is a launch of its own before it: it zeroes the barriers'
+// counters (the workspace comes uncleared). The same phases, so the same token.
 template <class T, class I, int VOCAB, int VEC, int THREADS, int CHUNKS>
 __device__ __forceinline__ void sample_cooperative(long long* __restrict__ tokens, float* __restrict__ logprobs,
                                                    const T* __restrict__ logits, long long stride,
@@ -679,14 +679,15 @@ __device__ __forceinline__ void sample_cooperative(long long* __restrict__ token
                                                    const float* __restrict__ min_p, const long long* __restrict__ seed,
                                                    long long* __restrict__ offset, u64* __restrict__ partials,
                                                    u64* __restrict__ candidates, float* __restrict__ stats,
-                                                   RowState* __restrict__ states, unsigned* __restrict__ counters) {
+                                                   RowState* __restrict__ states, unsigned* __restrict__ counters,
+                                                   int first) {
   constexpr int PHASES = kPhases<T>;
   const long long r = mojo::block_x() / CHUNKS;
   unsigned* barriers = counters + r * 2 * PHASES + PHASES;  // zeroed by phase 0
   const long long k = (long long)top_k[r];
   const float p = top_p[r];
 #pragma unroll 1
-  for (int phase = 1; phase < PHASES; ++phase) {
+  for (int phase = first; phase < PHASES; ++phase) {
     if (phase_is_idle<T, VOCAB>(phase, states[r].chunk, k, p)) continue;
     sample<T, I, VOCAB, VEC, THREADS, CHUNKS>(tokens, logprobs, logits, stride, top_k, top_p, min_p, seed, offset,
                                               partials, candidates, stats, states, counters, phase);
@@ -783,23 +784,17 @@ __device__ __forceinline__ void reject_sample(long long* __restrict__ out, long 
 
 }  // namespace mojo_sampling
 
-#define MOJO_KERNEL_sample(NAME, P)                                                                          \
+// sample's two entry points: one phase a launch (`sample`), or phases `phase`.. in one cooperative launch.
+#define MOJO_SAMPLE_KERNEL(NAME, P, FUNCTION)                                                                \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                  \
       NAME(MOJO_ARG_PARAMS(MOJO_SAMPLING_SAMPLE_ARGS, P::dtype, P::index)) {                                \
     mojo::after_previous_kernels();                                                                         \
-    mojo_sampling::sample<P::dtype, P::index, P::vocab, P::vec, P::threads, P::chunks>(                     \
+    mojo_sampling::FUNCTION<P::dtype, P::index, P::vocab, P::vec, P::threads, P::chunks>(                   \
         tokens, logprobs, logits, stride, top_k, top_p, min_p, seed, offset, partials, candidates, stats, states, \
         counters, phase);                                                                                    \
   }
-
-#define MOJO_KERNEL_sample_cooperative(NAME, P)                                                                \
-  extern "C" __global__ void __launch_bounds__(P::threads)                                                    \
-      NAME(MOJO_ARG_PARAMS(MOJO_SAMPLING_SAMPLE_ARGS, P::dtype, P::index)) {                                  \
-    mojo::after_previous_kernels();                                                                           \
-    mojo_sampling::sample_cooperative<P::dtype, P::index, P::vocab, P::vec, P::threads, P::chunks>(           \
-        tokens, logprobs, logits, stride, top_k, top_p, min_p, seed, offset, partials, candidates, stats, states, \
-        counters);                                                                                             \
-  }
+#define MOJO_KERNEL_sample(NAME, P) MOJO_SAMPLE_KERNEL(NAME, P, sample)
+#define MOJO_KERNEL_sample_cooperative(NAME, P) MOJO_SAMPLE_KERNEL(NAME, P, sample_cooperative)
 
 #define MOJO_KERNEL_apply_temperature(NAME, P)                                                                       \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                          \

@@ -42,7 +42,7 @@
   ARG(mojo_sampling::RowState* __restrict__, states) /* workspace: [batch] */                                      \
   ARG(unsigned* __restrict__, counters)             /* workspace: [batch, 2, phases]: merges (phase 0's numbers */ \
                                                     /* candidates), then sample_cooperative's barriers */         \
-  ARG(int, phase)                                   /* sample_cooperative: unused */
+  ARG(int, phase)                                   /* sample_cooperative: the first of its phases */
 
 #define MOJO_SAMPLING_REJECT_ARGS(T, I, ARG)                              \
   ARG(long long* __restrict__, out)        /* [batch, SPEC + 1] */        \

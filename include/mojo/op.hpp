@@ -324,6 +324,8 @@ class OpDef {
  protected:
   // specialize() past the checks every op shares.
   virtual Params derive_params(TensorList tensors, ScalarList scalars, const Target& target) const = 0;
+  // A plan of two kernels: `params` with "step" 0, then with "step" 1 (entry_macro tells them apart).
+  static std::vector<Params> two_steps(const Params& params);
 
  private:
   OpInfo info_;

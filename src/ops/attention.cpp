@@ -100,11 +100,7 @@ constexpr OpInfo kPagedDecode{
 namespace attention {
 
 std::vector<Params> AttentionOp::plan(const Params& p) const {
-  if (p.get("splits") == 1) return {p};
-  Params partial = p, merge = p;
-  partial.add("step", 0);
-  merge.add("step", 1);
-  return {partial, merge};
+  return p.get("splits") == 1 ? std::vector<Params>{p} : two_steps(p);  // the partial attentions, then the merge
 }
 
 std::string AttentionOp::entry_macro(const Params& p) const {

@@ -374,11 +374,7 @@ std::string TileOp::entry_macro(const Params& p) const {
 }
 
 std::vector<Params> TileOp::plan(const Params& p) const {
-  if (splits_of(p) == 1) return {p};
-  Params product = p, reduce = p;
-  product.add("step", 0);
-  reduce.add("step", 1);
-  return {product, reduce};
+  return splits_of(p) == 1 ? std::vector<Params>{p} : two_steps(p);  // the split products, then their reduction
 }
 
 std::vector<Params> TileOp::candidates(const Params& chosen, TensorList tensors, ScalarList scalars,

@@ -191,11 +191,7 @@ class MoeDispatch final : public OpDef {
   }
 
   std::vector<Params> plan(const Params& p) const override {
-    if (!gathers(p)) return {p};
-    Params sort = p, gather = p;
-    sort.add("step", 0);
-    gather.add("step", 1);
-    return {sort, gather};
+    return gathers(p) ? two_steps(p) : std::vector<Params>{p};  // the sort, then the gather
   }
   std::string entry_macro(const Params& p) const override {
     return p.get_or("step", 0) == 1 ? "MOJO_KERNEL_moe_dispatch_gather" : OpDef::entry_macro(p);

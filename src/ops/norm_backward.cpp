@@ -127,10 +127,7 @@ class NormBackward final : public OpDef {
   }
 
   std::vector<Params> plan(const Params& p) const override {
-    Params rows = p, columns = p;
-    rows.add("step", 0);
-    columns.add("step", 1);
-    return {rows, columns};
+    return two_steps(p);  // the rows, then the columns
   }
 
   std::size_t workspace_bytes(const Params& p, TensorList t) const override {

@@ -104,6 +104,13 @@ std::string OpDef::entry_line(const Params& params) const {
   return fmt::format("struct {}_p {{{}{} }};\n{}({}, {}_p)", kernel, types, ints, entry_macro(params), kernel, kernel);
 }
 
+std::vector<Params> OpDef::two_steps(const Params& params) {
+  Params first = params, second = params;
+  first.add("step", 0);
+  second.add("step", 1);
+  return {first, second};
+}
+
 Params OpDef::specialize(TensorList tensors, ScalarList scalars, const Target& target) const {
   check_tensor_count(tensors);
   check_scalar_names(scalars);

@@ -117,12 +117,7 @@ class ApplyPenaltiesTemperature final : public OpDef {
   }
 
   // Two kernels: the temperature over all of every row (many blocks a row), then the penalties (one block a row).
-  std::vector<Params> plan(const Params& p) const override {
-    Params scale = p, penalize = p;
-    scale.add("step", 0);
-    penalize.add("step", 1);
-    return {scale, penalize};
-  }
+  std::vector<Params> plan(const Params& p) const override { return two_steps(p); }
   std::string entry_macro(const Params& p) const override {
     return p.get("step") == 0 ? "MOJO_KERNEL_apply_temperature" : OpDef::entry_macro(p);
   }
@@ -295,11 +290,7 @@ class Sample final : public OpDef {
   // Phase 0, then phases 1.. in one cooperative launch; or one kernel launched once per phase (the repeat is
   // the phase).
   std::vector<Params> plan(const Params& p) const override {
-    if (p.get("cooperative") == 0) return {p};
-    Params first = p, rest = p;
-    first.add("step", 0);
-    rest.add("step", 1);
-    return {first, rest};
+    return p.get("cooperative") == 0 ? std::vector<Params>{p} : two_steps(p);
   }
   std::string entry_macro(const Params& p) const override {
     return p.get_or("step", 0) == 1 ? "MOJO_KERNEL_sample_cooperative" : OpDef::entry_macro(p);
@@ -337,7 +328,7 @@ class Sample final : public OpDef {
         .stats = ptr<float>(workspace + w.stats),
         .states = ptr<mojo_sampling::RowState>(workspace + w.states),
         .counters = ptr<unsigned>(workspace + w.counters),
-        .phase = int(p.get_or("step", 0) + p.get_or("repeat", 0)),  // sample_cooperative ignores it
+        .phase = int(p.get_or("step", 0) + p.get_or("repeat", 0)),  // sample_cooperative's first phase: 1
     });
   }
 

@@ -54,14 +54,6 @@ unsigned cache_bytes(const Params& p, int arrays) {
   return unsigned(p.get_or("cache", 0) * arrays * p.get("vec") * std::int64_t(dtype_size(p.dtype("dtype"))));
 }
 
-std::vector<Params> two_steps_if_chunked(const Params& p) {
-  if (!chunked(p)) return {p};
-  Params parts = p, write = p;
-  parts.add("step", 0);
-  write.add("step", 1);
-  return {parts, write};
-}
-
 LaunchGeometry row_geometry(std::int64_t rows, const Params& p, int arrays) {
   if (!chunked(p)) {
     LaunchGeometry g = rows::geometry(rows, p);
@@ -110,7 +102,9 @@ class Softmax final : public OpDef {
     return p;
   }
 
-  std::vector<Params> plan(const Params& p) const override { return two_steps_if_chunked(p); }
+  std::vector<Params> plan(const Params& p) const override {
+    return chunked(p) ? two_steps(p) : std::vector<Params>{p};
+  }
   std::string entry_macro(const Params& p) const override {
     return chunked(p) ? "MOJO_KERNEL_softmax_chunks" : OpDef::entry_macro(p);
   }
@@ -174,7 +168,9 @@ class SoftmaxBackward final : public OpDef {
     return p;
   }
 
-  std::vector<Params> plan(const Params& p) const override { return two_steps_if_chunked(p); }
+  std::vector<Params> plan(const Params& p) const override {
+    return chunked(p) ? two_steps(p) : std::vector<Params>{p};
+  }
   std::string entry_macro(const Params& p) const override {
     return chunked(p) ? "MOJO_KERNEL_softmax_backward_chunks" : OpDef::entry_macro(p);
   }
