@@ -784,17 +784,19 @@ __device__ __forceinline__ void reject_sample(long long* __restrict__ out, long 
 
 }  // namespace mojo_sampling
 
-// sample's two entry points: one phase a launch (`sample`), or phases `phase`.. in one cooperative launch.
-#define MOJO_SAMPLE_KERNEL(NAME, P, FUNCTION)                                                                \
-  extern "C" __global__ void __launch_bounds__(P::threads)                                                  \
+// sample's two entry points: one phase a launch (`sample`), or phases `phase`.. in one cooperative launch, whose
+// grid must be resident at once: at least 2 blocks an SM (ptxas held LLVM's f32 kernel to 128 registers from 182,
+// no stack), so that the grid fits on a quarter of the SMs.
+#define MOJO_SAMPLE_KERNEL(NAME, P, FUNCTION, ...)                                                           \
+  extern "C" __global__ void __launch_bounds__(__VA_ARGS__)                                                 \
       NAME(MOJO_ARG_PARAMS(MOJO_SAMPLING_SAMPLE_ARGS, P::dtype, P::index)) {                                \
     mojo::after_previous_kernels();                                                                         \
     mojo_sampling::FUNCTION<P::dtype, P::index, P::vocab, P::vec, P::threads, P::chunks>(                   \
         tokens, logprobs, logits, stride, top_k, top_p, min_p, seed, offset, partials, candidates, stats, states, \
         counters, phase);                                                                                    \
   }
-#define MOJO_KERNEL_sample(NAME, P) MOJO_SAMPLE_KERNEL(NAME, P, sample)
-#define MOJO_KERNEL_sample_cooperative(NAME, P) MOJO_SAMPLE_KERNEL(NAME, P, sample_cooperative)
+#define MOJO_KERNEL_sample(NAME, P) MOJO_SAMPLE_KERNEL(NAME, P, sample, P::threads)
+#define MOJO_KERNEL_sample_cooperative(NAME, P) MOJO_SAMPLE_KERNEL(NAME, P, sample_cooperative, P::threads, 2)
 
 #define MOJO_KERNEL_apply_temperature(NAME, P)                                                                       \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                          \
