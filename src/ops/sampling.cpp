@@ -224,8 +224,8 @@ int phases(const Params& p) { return MOJO_SAMPLE_PHASES(key_bits(p.dtype("dtype"
 
 // Whether phases 1.. run as one cooperative launch (sample_cooperative) rather than a launch each: the
 // `cooperative` scalar, or by default where the grid fits on half the target's reference SMs. A small batch's
-// time is mostly the launches, one after another (~2 µs each in a CUDA graph; 10 of them for f32): the H200
-// measured 58 µs for one f32 row (2026-11-27). A launchable kernel is promised one block per SM, so such a grid
+// time is mostly the launches, one after another (10 of them for f32): the H200 measured 58 µs for one f32 row
+// (2026-11-27), 5.8 µs a launch, for 0.6 MB of logits. A launchable kernel is promised one block per SM, so such a grid
 // is resident together on any GPU of the family with half the SMs or more, whatever its registers; asked for,
 // a grid up to the SMs of the reference GPU.
 bool cooperative(const OpDef& op, ScalarList scalars, std::int64_t rows, std::int64_t chunks, const Target& target) {
