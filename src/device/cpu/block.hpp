@@ -64,6 +64,12 @@ struct Thread {
   int quiet = 0;                                   // Quiet scopes open (race.hpp)
   std::vector<AsyncCopy> open_copies;              // since the last commit
   std::deque<std::vector<AsyncCopy>> copy_groups;  // committed, oldest first
+
+  bool waits_for_counter() const { return state == waiting && wait == Wait::counter; }
+  // Whether the counter it waits for has reached the value (another block's thread may advance it meanwhile).
+  bool counter_reached() const {
+    return waits_for_counter() && __atomic_load_n(wait_counter, __ATOMIC_RELAXED) >= wait_arg;
+  }
 };
 
 // A rendezvous of the lanes of one warp (32) or warpgroup (128).
@@ -148,8 +154,8 @@ class Block {
   void abandon();
   bool abandoning = false;
   void wake(Thread& t) { t.state = Thread::runnable, t.wait = Wait::none; }
-  // Wakes the threads whose counter has reached the value they wait for; whether one did.
-  bool wake_counter_waits();
+  // Wakes the threads whose counter has reached the value they wait for.
+  void wake_counter_waits();
   // Whether a thread waits for a counter that has reached its value.
   bool counter_wait_holds() const;
   // Lets the others run before the calling thread goes on (it stays runnable).

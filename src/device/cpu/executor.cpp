@@ -199,9 +199,8 @@ void run_block(Block& b, Worker& w, const Launch& l, const Schedule& schedule, u
         if (!b.error.empty()) launch_error(l, fmt::format("block ({}, {}, {}), thread {}: {}", x, y, z, i, b.error));
       }
       if (ran) continue;
-      if (grid != nullptr && std::any_of(b.threads.begin(), b.threads.end(), [](const Thread& t) {
-            return t.state == Thread::waiting && t.wait == Wait::counter;
-          })) {
+      if (grid != nullptr &&
+          std::any_of(b.threads.begin(), b.threads.end(), [](const Thread& t) { return t.waits_for_counter(); })) {
         grid->stall(b);  // until another block advances a counter waited for
         continue;
       }
@@ -225,21 +224,12 @@ Block& current_block() { return *t_running; }
 // ---- the blocks of a cooperative launch ------------------------------------------------
 
 bool Block::counter_wait_holds() const {
-  return std::any_of(threads.begin(), threads.end(), [](const Thread& t) {
-    return t.state == Thread::waiting && t.wait == Wait::counter &&
-           __atomic_load_n(t.wait_counter, __ATOMIC_RELAXED) >= t.wait_arg;
-  });
+  return std::any_of(threads.begin(), threads.end(), [](const Thread& t) { return t.counter_reached(); });
 }
 
-bool Block::wake_counter_waits() {
-  bool woke = false;
+void Block::wake_counter_waits() {
   for (Thread& t : threads)
-    if (t.state == Thread::waiting && t.wait == Wait::counter &&
-        __atomic_load_n(t.wait_counter, __ATOMIC_RELAXED) >= t.wait_arg) {
-      wake(t);
-      woke = true;
-    }
-  return woke;
+    if (t.counter_reached()) wake(t);
 }
 
 void GridSync::stall(Block& b) {
