@@ -250,6 +250,36 @@ TEST(HotPath, ProgrammaticDependentLaunchOnSm90AndLaterWhenAsked) {
   }
 }
 
+// A device that refuses cooperative launches, as a GPU with fewer SMs than the plan assumed does.
+void sink_refusing_cooperative(const Function&, Dim3, Dim3, unsigned, StreamHandle, void**, LaunchOptions options) {
+  if (options.cooperative) throw DeviceError("a cooperative launch of 32 blocks does not fit", 720);
+}
+
+// A refused cooperative launch (sample's at a batch of one) is named after its op, with the way out the op has;
+// the plan without one launches on the same device.
+TEST(HotPath, ARefusedCooperativeLaunchNamesItsOpAndTheWayOut) {
+  RuntimeOptions o;
+  o.disk_cache = false;
+  o.device = "cpu:sm_90a";
+  Runtime rt(o);
+  const TensorSpec ints(DType::i64, {1}), floats(DType::f32, {1}), logits(DType::f32, {1, 151936});
+  DeviceBuffer tokens(8), k(8), p(4), min_p(4), seed(8), offset(8), x(logits.nbytes());
+  const std::vector<Tensor> tensors{tokens.as(ints), Tensor{},         x.as(logits),  k.as(ints),
+                                    p.as(floats),    min_p.as(floats), seed.as(ints), offset.as(ints)};
+  device_hooks::set_launch_sink(sink_refusing_cooperative);
+  try {
+    rt.launch("sample", tensors);
+    ADD_FAILURE() << "the refusal was lost";
+  } catch (const DeviceError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "sample: a cooperative launch of 32 blocks does not fit; cooperative=0 runs it without a cooperative "
+              "launch");
+    EXPECT_EQ(e.code(), 720) << "the driver's code is kept";
+  }
+  EXPECT_NO_THROW(rt.launch("sample", tensors, {{"cooperative", 0}}));
+  device_hooks::set_launch_sink(nullptr);
+}
+
 // A cache hit by handle or by name reuses what was bound: no allocation, no
 // driver call but the launch (the sm_90a linear's TMA descriptors included),
 // and the arguments are those of the tensors given now, not of the bound ones.

@@ -165,6 +165,16 @@ void check_data_unless_captured(const OpDef& op, TensorList tensors, ScalarList 
   });
 }
 
+// A cooperative launch's failure (its grid too large for the device at once, say), named after the op, with
+// the way out where the op has one: a `cooperative` scalar that picks a plan without such a launch.
+std::string cooperative_failure(const OpDef& op, std::string_view what) {
+  const auto scalars = op.scalar_args();
+  const bool has_choice =
+      std::any_of(scalars.begin(), scalars.end(), [](const ScalarArgInfo& s) { return s.name == "cooperative"; });
+  return fmt::format("{}: {}{}", op.name(), what,
+                     has_choice ? "; cooperative=0 runs it without a cooperative launch" : "");
+}
+
 // Launches the kernels of `kernel`'s plan in order; `packed`: their geometry and arguments, when already packed
 // for these tensors and this workspace.
 void launch_plan(const OpDef& op, const LoadedKernel& kernel, TensorList tensors, ScalarList scalars,
@@ -183,8 +193,13 @@ void launch_plan(const OpDef& op, const LoadedKernel& kernel, TensorList tensors
     // Not both: whether the driver takes a cooperative launch that overlaps the one before is not documented.
     const LaunchOptions options{.overlap_previous = kernel.overlap_previous && !g.cooperative,
                                 .cooperative = g.cooperative};
-    mojo::launch(step.function, g.grid, g.block, g.dynamic_smem, stream, mine ? mine->args.data() : args.data(),
-                 options);
+    try {
+      mojo::launch(step.function, g.grid, g.block, g.dynamic_smem, stream, mine ? mine->args.data() : args.data(),
+                   options);
+    } catch (const DeviceError& e) {
+      if (!g.cooperative) throw;
+      throw DeviceError(cooperative_failure(op, e.what()), e.code());
+    }
   });
 }
 

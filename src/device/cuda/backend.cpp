@@ -201,8 +201,8 @@ class CudaBackend final : public Backend {
     const CUresult r = driver::api().cuLaunchKernelEx(&config, static_cast<CUfunction>(function), args, nullptr);
     if (r == CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)  // said so that a user can act on it
       throw DeviceError(fmt::format("a cooperative launch of {} blocks of {} threads does not fit on this GPU at once "
-                                    "(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: fewer SMs than its plan assumed, or "
-                                    "its registers); sample takes cooperative=0 for a launch a phase",
+                                    "(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: fewer SMs, or more registers, than "
+                                    "its plan assumed)",
                                     std::uint64_t(grid.x) * grid.y * grid.z, block.x * block.y * block.z),
                         int(r));
     driver::check(r, "cuLaunchKernelEx");
