@@ -640,6 +640,16 @@ __device__ __forceinline__ void sync_blocks(unsigned* counter, unsigned blocks) 
   }
   sync_block();
 }
+// The end of `blocks` blocks' use of `count` sync words (OpDef::sync_words: zero when a launch starts, and left
+// zero for the next launch): each block calls this once, after its last use of them, and the last to get here
+// zeroes them all. The last word counts the blocks that got here: callers keep it for that. Every block's
+// arrival comes after its last use (the block's barrier, then an acq_rel add), so no block still waits on a
+// word the last one zeroes.
+__device__ __forceinline__ void leave_sync_words(unsigned* words, int count, unsigned blocks) {
+  sync_block();
+  if (thread_x() == 0 && arrive(words + count - 1) == blocks - 1)
+    for (int i = 0; i < count; ++i) words[i] = 0u;
+}
 
 // ---- the start of every kernel: programmatic dependent launch (sm_90+) --------------
 // Every kernel calls this first, before it touches global memory. Launched with programmatic dependent launch

@@ -11,7 +11,7 @@
 //   penalty alone. The ids of a request are distinct; -1 pads.
 //
 // sample (CHUNKS blocks per request, a plan of kPhases launches, or for a
-//   small batch phase 0 and then the rest in one cooperative launch): a token
+//   small batch all of them in one cooperative launch): a token
 //   drawn from softmax(logits[r]) kept to its top_k (0: all; ties with the
 //   k-th logit are kept), then to the smallest set of highest tokens holding
 //   top_p of that mass, then to tokens with probability >= min_p times the
@@ -189,9 +189,9 @@ __device__ long long draw(W weight, unsigned r24, bool greedy, u64* scan, Shared
 // digit into kCopies copies in shared memory: lane l adds to copy l % kCopies,
 // so that tied keys make no more atomics collide than spread ones. Each block
 // writes its histogram, and the row's last block to arrive (mojo::arrive)
-// merges them and picks the digit. Phase 0 has no such merge: it zeroes the
-// later phases' counters (the workspace comes uncleared), so its own cannot
-// be trusted. The histograms alternate between two buffers by phase parity,
+// merges them and picks the digit. Phase 0 has no such merge: launched on
+// its own, it zeroes the later phases' counters (the workspace comes
+// uncleared), so its own cannot be trusted. The histograms alternate between two buffers by phase parity,
 // since phase 1 reads phase 0's while writing its own. A filter a row does
 // not use makes its phases return at once. Every phase reads each chunk once
 // at most. A top-k row (k <= THREADS) reads the row D times, or D + 1 and one
@@ -199,9 +199,11 @@ __device__ long long draw(W weight, unsigned r24, bool greedy, u64* scan, Shared
 // values by that much. Other rows (no top-k, or k > THREADS) read it at most
 // 2D + 1 + 1/CHUNKS times, whatever the values.
 // Where the grid fits on half the SMs (a batch of one or two at Qwen3's
-// vocabulary), phases 1.. run in one cooperative launch (sample_cooperative):
+// vocabulary), every phase runs in one cooperative launch (sample_cooperative):
 // the same phases, a barrier of the row's blocks between them instead of the
-// end of a launch, and the phases a row does not need skipped.
+// end of a launch, the phases a row does not need skipped, and the counters in
+// sync words (zero at the start, and left so).
+template <class T> constexpr int kRowWords = MOJO_SAMPLE_ROW_WORDS(kKeyBits<T>);
 template <class T> constexpr int kDigits = kKeyBits<T> / 8;
 template <class T> constexpr int kPhases = MOJO_SAMPLE_PHASES(kKeyBits<T>);
 constexpr int kCopies = 16;
@@ -475,7 +477,8 @@ __device__ __forceinline__ void finish_from_candidates(const u64* list, unsigned
   }
 }
 
-template <class T, class I, int VOCAB, int VEC, int THREADS, int CHUNKS>
+// COOPERATIVE: called by sample_cooperative, whose counters come zeroed.
+template <class T, class I, int VOCAB, int VEC, int THREADS, int CHUNKS, bool COOPERATIVE = false>
 __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __restrict__ logprobs,
                                        const T* __restrict__ logits, long long stride, const I* __restrict__ top_k,
                                        const float* __restrict__ top_p, const float* __restrict__ min_p,
@@ -494,8 +497,9 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
   const T* row = logits + r * stride;
   float* row_stats = stats + r * CHUNKS * 2;
   u64* slots = partials + (r * 2 + (phase & 1)) * CHUNKS * kSlot;  // this phase's buffer, a slot a chunk
-  unsigned* counter = counters + r * 2 * PHASES + phase;
-  unsigned* candidate_tickets = counters + r * 2 * PHASES;  // phase 0 has no arrivals: its counter numbers candidates
+  unsigned* const row_counters = counters + r * kRowWords<T>;
+  unsigned* counter = row_counters + phase;
+  unsigned* candidate_tickets = row_counters;  // phase 0 has no arrivals: its counter numbers candidates
   u64* row_candidates = candidates + r * THREADS;
   const long long k = (long long)top_k[r];
   const bool by_top_k = k > 0 && k < VOCAB;
@@ -522,7 +526,8 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
         states[r].chunk = kNotPlaced;
         states[r].candidates = 0u;
       }
-      for (int i = int(tid); i < 2 * PHASES; i += THREADS) counters[r * 2 * PHASES + i] = 0u;
+      if (!COOPERATIVE)
+        for (int i = int(tid); i < PHASES; i += THREADS) row_counters[i] = 0u;
     }
     return;
   }
@@ -668,10 +673,10 @@ __device__ __forceinline__ bool phase_is_idle(int phase, int chunk_state, long l
   return false;  // the walk
 }
 
-// Phases `first` .. kPhases - 1 of sample (first: 1) in one cooperative launch (every block resident at
-// once): the row's blocks meet at a barrier after each phase instead of at the end of a launch, which a
-// small batch's time is mostly made of. Phase 0 is a launch of its own before it: it zeroes the barriers'
-// counters (the workspace comes uncleared). The same phases, so the same token.
+// Every phase of sample in one cooperative launch (every block resident at once): the row's blocks meet at a
+// barrier after each phase instead of at the end of a launch, which a small batch's time is mostly made of.
+// The same phases, so the same token. The counters are sync words (OpDef::sync_words): zero when the launch
+// starts, and the row's last block done with them leaves them zero.
 template <class T, class I, int VOCAB, int VEC, int THREADS, int CHUNKS>
 __device__ __forceinline__ void sample_cooperative(long long* __restrict__ tokens, float* __restrict__ logprobs,
                                                    const T* __restrict__ logits, long long stride,
@@ -680,19 +685,21 @@ __device__ __forceinline__ void sample_cooperative(long long* __restrict__ token
                                                    long long* __restrict__ offset, u64* __restrict__ partials,
                                                    u64* __restrict__ candidates, float* __restrict__ stats,
                                                    RowState* __restrict__ states, unsigned* __restrict__ counters,
-                                                   int first) {
+                                                   int /*phase: 0, unused*/) {
   constexpr int PHASES = kPhases<T>;
   const long long r = mojo::block_x() / CHUNKS;
-  unsigned* barriers = counters + r * 2 * PHASES + PHASES;  // zeroed by phase 0
+  unsigned* const row_counters = counters + r * kRowWords<T>;
+  unsigned* const barriers = row_counters + PHASES;
   const long long k = (long long)top_k[r];
   const float p = top_p[r];
 #pragma unroll 1
-  for (int phase = first; phase < PHASES; ++phase) {
-    if (phase_is_idle<T, VOCAB>(phase, states[r].chunk, k, p)) continue;
-    sample<T, I, VOCAB, VEC, THREADS, CHUNKS>(tokens, logprobs, logits, stride, top_k, top_p, min_p, seed, offset,
-                                              partials, candidates, stats, states, counters, phase);
+  for (int phase = 0; phase < PHASES; ++phase) {
+    if (phase > 0 && phase_is_idle<T, VOCAB>(phase, states[r].chunk, k, p)) continue;  // phase 0 writes states
+    sample<T, I, VOCAB, VEC, THREADS, CHUNKS, true>(tokens, logprobs, logits, stride, top_k, top_p, min_p, seed,
+                                                    offset, partials, candidates, stats, states, counters, phase);
     if (phase + 1 < PHASES) mojo::sync_blocks(barriers + phase, CHUNKS);
   }
+  mojo::leave_sync_words(row_counters, kRowWords<T>, CHUNKS);
 }
 
 // What a request's logits are multiplied by: 1 / temperature, or 1 (left as they are) for a temperature of 0.
@@ -784,9 +791,9 @@ __device__ __forceinline__ void reject_sample(long long* __restrict__ out, long 
 
 }  // namespace mojo_sampling
 
-// sample's two entry points: one phase a launch (`sample`), or phases `phase`.. in one cooperative launch, whose
-// grid must be resident at once: at least 2 blocks an SM (ptxas held LLVM's f32 kernel to 128 registers from 182,
-// no stack), so that the grid fits on a quarter of the SMs.
+// sample's two entry points: one phase a launch (`sample`), or every phase in one cooperative launch, whose grid
+// must be resident at once: at least 2 blocks an SM (ptxas held LLVM's f32 kernel to 128 registers from 182, no
+// stack), so that the grid fits on a quarter of the SMs.
 #define MOJO_SAMPLE_KERNEL(NAME, P, FUNCTION, ...)                                                           \
   extern "C" __global__ void __launch_bounds__(__VA_ARGS__)                                                 \
       NAME(MOJO_ARG_PARAMS(MOJO_SAMPLING_SAMPLE_ARGS, P::dtype, P::index)) {                                \

@@ -40,9 +40,9 @@
   ARG(unsigned long long* __restrict__, candidates) /* workspace: [batch, threads] */                              \
   ARG(float* __restrict__, stats)                   /* workspace: [batch, chunks, 2] max, sum */                   \
   ARG(mojo_sampling::RowState* __restrict__, states) /* workspace: [batch] */                                      \
-  ARG(unsigned* __restrict__, counters)             /* workspace: [batch, 2, phases]: merges (phase 0's numbers */ \
-                                                    /* candidates), then sample_cooperative's barriers */         \
-  ARG(int, phase)                                   /* sample_cooperative: the first of its phases */
+  ARG(unsigned* __restrict__, counters)             /* [batch, MOJO_SAMPLE_ROW_WORDS]: workspace, or */            \
+                                                    /* sample_cooperative's sync words */                          \
+  ARG(int, phase)                                   /* sample: the phase this launch runs (cooperative: 0) */
 
 #define MOJO_SAMPLING_REJECT_ARGS(T, I, ARG)                              \
   ARG(long long* __restrict__, out)        /* [batch, SPEC + 1] */        \
@@ -59,6 +59,9 @@
 // walk to the token. A macro: NVRTC takes no host function, and the host has
 // no device one.
 #define MOJO_SAMPLE_PHASES(KEY_BITS) (2 * ((KEY_BITS) / 8) + 2)
+// A row's counters: each phase's merge (phase 0's numbers top-k's candidates instead), then
+// sample_cooperative's barrier after each phase and the count of its blocks done with them.
+#define MOJO_SAMPLE_ROW_WORDS(KEY_BITS) (2 * MOJO_SAMPLE_PHASES(KEY_BITS) + 1)
 
 namespace mojo_sampling {
 // A chunk's slot in sample's partials: a 256-bin histogram, then the chunk's kept mass above the bins.

@@ -32,6 +32,15 @@
 //      the row gets the same bits), and writes its chunk; its second read of
 //      the chunk hits L2.
 // Geometry of that form: block = THREADS, grid = rows * CHUNKS.
+//
+// Where that grid fits on the GPU at once, both steps are one cooperative
+// launch (the cooperative form): each block keeps its chunk in registers
+// (at most MOJO_SOFTMAX_COOPERATIVE_VECTORS a thread), writes its part, meets its row's
+// other blocks at a barrier (mojo::sync_blocks, on the row's two sync words:
+// the barrier and the count of blocks done), merges the parts as step 1 does
+// and writes its chunk from the registers. The same sums in the same order
+// as the two steps, so the same bits; the input is read once, and one
+// launch's latency is saved, which is most of a short row's time.
 #include "mojo_prelude.cuh"
 #include "softmax_args.h"
 
@@ -279,6 +288,109 @@ __device__ __forceinline__ void backward_chunks(T* __restrict__ grad_x, const T*
   }
 }
 
+// ---- the cooperative form: few long rows, CHUNKS blocks a row, one launch ------------
+
+// A block's chunk in registers: Chunk::CV vectors over THREADS threads, thread t holding vectors
+// first + t, first + t + THREADS, ...
+template <class T, int COLS, int VEC, int THREADS, int CHUNKS, int ARRAYS>
+struct ChunkInRegisters {
+  using Chunk = mojo::RowChunk<T, COLS, VEC, THREADS, CHUNKS>;
+  using P = mojo::Pack<T, VEC>;
+  static constexpr int ITEMS = (Chunk::CV + THREADS - 1) / THREADS;
+  static_assert(ITEMS <= MOJO_SOFTMAX_COOPERATIVE_VECTORS, "a thread's share of the chunk must fit its registers");
+  const Chunk chunk;
+  P packs[ARRAYS][ITEMS];
+  __device__ __forceinline__ explicit ChunkInRegisters(int c) : chunk(c) {}
+  // f(item, vector index) for this thread's vectors of the chunk.
+  template <class F> __device__ __forceinline__ void for_each(F f) const {
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i)
+      if (const int v = chunk.first + int(mojo::thread_x()) + i * THREADS; v < chunk.end) f(i, v);
+  }
+};
+
+// OnlineSum::of_parts over the row's CHUNKS parts (the same merges in the same order: the same bits), through
+// shared memory: a thread a part loads them from global memory at once. Every thread merging all 2 * CHUNKS
+// loads from global memory itself held them all in registers, and ptxas gave the kernel a stack frame.
+template <int CHUNKS>
+__device__ __forceinline__ mojo::OnlineSum merged_parts(const float* row_parts, float (&shared)[2 * CHUNKS]) {
+  if (const unsigned t = mojo::thread_x(); t < 2 * CHUNKS) shared[t] = row_parts[t];
+  mojo::sync_block();
+  return mojo::OnlineSum::of_parts(shared, CHUNKS);
+}
+
+template <class T, int COLS, int VEC, int THREADS, int CHUNKS, bool LOG>
+__device__ __forceinline__ void forward_cooperative(T* __restrict__ out, const T* __restrict__ x,
+                                                    long long out_stride, long long x_stride,
+                                                    float* __restrict__ parts, unsigned* __restrict__ sync) {
+  __shared__ float scratch[32], parts_here[2 * CHUNKS];
+  const long long r = mojo::block_x() / CHUNKS;
+  const int c = int(mojo::block_x() % CHUNKS);
+  ChunkInRegisters<T, COLS, VEC, THREADS, CHUNKS, 1> mine(c);
+  const T* xr = x + r * x_stride;
+  float* row_parts = parts + r * CHUNKS * 2;
+  unsigned* row_sync = sync + r * 2;
+  mine.for_each([&](int i, int v) { mine.packs[0][i] = mojo::load<T, VEC>(xr + v * VEC); });
+  mojo::OnlineSum part;
+  mine.for_each([&](int i, int) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) part.add(mojo::to_float(mine.packs[0][i].v[j]));
+  });
+  part = part.template block<THREADS>(scratch);
+  if (mojo::thread_x() == 0) {
+    row_parts[2 * c] = part.max;
+    row_parts[2 * c + 1] = part.sum;
+  }
+  mojo::sync_blocks(row_sync, CHUNKS);
+  mojo::leave_sync_words(row_sync, 2, CHUNKS);
+  const mojo::OnlineSum row = merged_parts<CHUNKS>(row_parts, parts_here);
+  const float inv_sum = 1.f / row.sum, log_sum = mojo::log_approx(row.sum);
+  T* outr = out + r * out_stride;
+  mine.for_each([&](int i, int v) {
+    typename decltype(mine)::P o;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j)
+      o.v[j] = mojo::from_float<T>(output_of<LOG>(mojo::to_float(mine.packs[0][i].v[j]) - row.max, inv_sum, log_sum));
+    mojo::store<T, VEC>(outr + v * VEC, o);
+  });
+}
+
+template <class T, int COLS, int VEC, int THREADS, int CHUNKS>
+__device__ __forceinline__ void backward_cooperative(T* __restrict__ grad_x, const T* __restrict__ grad_out,
+                                                     const T* __restrict__ out, float* __restrict__ parts,
+                                                     unsigned* __restrict__ sync) {
+  __shared__ float scratch[32];
+  const long long r = mojo::block_x() / CHUNKS;
+  const int c = int(mojo::block_x() % CHUNKS);
+  ChunkInRegisters<T, COLS, VEC, THREADS, CHUNKS, 2> mine(c);  // grad_out's vectors, then out's
+  const long long offset = r * COLS;
+  float* row_parts = parts + r * CHUNKS;
+  unsigned* row_sync = sync + r * 2;
+  mine.for_each([&](int i, int v) {
+    mine.packs[0][i] = mojo::load<T, VEC>(grad_out + offset + v * VEC);
+    mine.packs[1][i] = mojo::load<T, VEC>(out + offset + v * VEC);
+  });
+  float dot = 0.f;
+  mine.for_each([&](int i, int) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) dot += mojo::to_float(mine.packs[0][i].v[j]) * mojo::to_float(mine.packs[1][i].v[j]);
+  });
+  dot = mojo::block_sum<THREADS>(dot, scratch);
+  if (mojo::thread_x() == 0) row_parts[c] = dot;
+  mojo::sync_blocks(row_sync, CHUNKS);
+  dot = 0.f;
+  for (int i = 0; i < CHUNKS; ++i) dot += row_parts[i];
+  mojo::leave_sync_words(row_sync, 2, CHUNKS);
+  mine.for_each([&](int i, int v) {
+    typename decltype(mine)::P o;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j)
+      o.v[j] = mojo::from_float<T>(
+          grad_x_of(mojo::to_float(mine.packs[1][i].v[j]), mojo::to_float(mine.packs[0][i].v[j]), dot));
+    mojo::store<T, VEC>(grad_x + offset + v * VEC, o);
+  });
+}
+
 }  // namespace mojo_softmax
 
 // With a row cache (CACHE > 0) a block fills an SM's shared memory: its launch bounds say one block an SM, or
@@ -308,6 +420,20 @@ __device__ __forceinline__ void backward_chunks(T* __restrict__ grad_x, const T*
     mojo::after_previous_kernels();                                                                            \
     mojo_softmax::forward_chunks<P::dtype, P::cols, P::vec, P::threads, P::chunks, P::step, P::log != 0>(      \
         out, x, out_stride, x_stride, parts);                                                                  \
+  }
+// The cooperative form: the chunked form's two steps in one cooperative launch.
+#define MOJO_KERNEL_softmax_cooperative(NAME, P)                                                                 \
+  extern "C" __global__ void __launch_bounds__(P::threads) NAME(MOJO_ARG_PARAMS(MOJO_SOFTMAX_ARGS, P::dtype)) { \
+    mojo::after_previous_kernels();                                                                            \
+    mojo_softmax::forward_cooperative<P::dtype, P::cols, P::vec, P::threads, P::chunks, P::log != 0>(          \
+        out, x, out_stride, x_stride, parts, sync);                                                            \
+  }
+#define MOJO_KERNEL_softmax_backward_cooperative(NAME, P)                                                        \
+  extern "C" __global__ void __launch_bounds__(P::threads)                                                      \
+      NAME(MOJO_ARG_PARAMS(MOJO_SOFTMAX_BACKWARD_ARGS, P::dtype)) {                                             \
+    mojo::after_previous_kernels();                                                                            \
+    mojo_softmax::backward_cooperative<P::dtype, P::cols, P::vec, P::threads, P::chunks>(grad_x, grad_out, out, \
+                                                                                       parts, sync);           \
   }
 #define MOJO_KERNEL_softmax_backward_chunks(NAME, P)                                                             \
   extern "C" __global__ void __launch_bounds__(P::threads)                                                      \

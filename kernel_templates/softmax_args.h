@@ -7,6 +7,10 @@
 #include "mojo_args.h"
 #include "mojo_row_tile.h"  // MOJO_ROW_REGISTER_VECTORS, which src/ops/softmax.cpp takes too
 
+// The most vectors a thread of the cooperative form keeps of its row's chunk (in registers, for each tensor it
+// reads): longer chunks take the chunked form's two launches.
+#define MOJO_SOFTMAX_COOPERATIVE_VECTORS 8
+
 // softmax and log_softmax.
 #define MOJO_SOFTMAX_ARGS(T, ARG)                                     \
   ARG(T* __restrict__, out)                                           \
@@ -14,7 +18,8 @@
   ARG(long long, rows)                                                \
   ARG(long long, out_stride) /* elements between rows, as the next */ \
   ARG(long long, x_stride)                                            \
-  ARG(float* __restrict__, parts) /* workspace of the chunked form: [rows, chunks, 2] */
+  ARG(float* __restrict__, parts) /* workspace of the chunked form: [rows, chunks, 2] */ \
+  ARG(unsigned* __restrict__, sync) /* the cooperative form's sync words: [rows, 2] */
 
 // softmax_backward: every tensor contiguous [rows, COLS].
 #define MOJO_SOFTMAX_BACKWARD_ARGS(T, ARG)                   \
@@ -22,7 +27,8 @@
   ARG(const T* __restrict__, grad_out)                       \
   ARG(const T* __restrict__, out) /* the forward's output */ \
   ARG(long long, rows)                                       \
-  ARG(float* __restrict__, parts) /* workspace of the chunked form: [rows, chunks] */
+  ARG(float* __restrict__, parts) /* workspace of the chunked form: [rows, chunks] */ \
+  ARG(unsigned* __restrict__, sync) /* the cooperative form's sync words: [rows, 2] */
 
 namespace mojo_softmax {
 template <class T>

@@ -171,16 +171,23 @@ TEST_F(Cli, DescribeJsonHasTheModelAndTheRoofline) {
   EXPECT_EQ(qkv["tiles"], 128) << "64 x 96 tiles";
   EXPECT_NEAR(qkv["wave_fill"].get<double>(), 128.0 / 132, 1e-9);
 
-  // sample at a batch of one: phase 0, then the other phases in one cooperative launch, resident in one wave.
+  // sample at a batch of one: every phase in one cooperative launch, resident in one wave, its counters in sync
+  // words (2 a phase and 1); a launch a phase has none.
   r = run("describe sample --dtype f32 --shape logits=1x151936 --arch sm_90a --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const nlohmann::json sample = nlohmann::json::parse(r.output)["kernels"];
-  ASSERT_EQ(sample.size(), 2u);
-  EXPECT_FALSE(sample[0]["cooperative"].get<bool>());
-  EXPECT_FALSE(sample[0].contains("resident"));
-  EXPECT_TRUE(sample[1]["cooperative"].get<bool>());
-  EXPECT_EQ(sample[1]["blocks"], 32);
-  EXPECT_TRUE(sample[1]["resident"].get<bool>());
+  const nlohmann::json sample = nlohmann::json::parse(r.output);
+  ASSERT_EQ(sample["kernels"].size(), 1u);
+  EXPECT_TRUE(sample["kernels"][0]["cooperative"].get<bool>());
+  EXPECT_EQ(sample["kernels"][0]["blocks"], 32);
+  EXPECT_TRUE(sample["kernels"][0]["resident"].get<bool>());
+  EXPECT_EQ(sample["sync_words"], 21);
+  r = run("describe sample --dtype f32 --shape logits=1x151936 --arch sm_90a --param cooperative=0 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json phases = nlohmann::json::parse(r.output);
+  EXPECT_FALSE(phases["kernels"][0]["cooperative"].get<bool>());
+  EXPECT_FALSE(phases["kernels"][0].contains("resident"));
+  EXPECT_EQ(phases["runs"], 10);
+  EXPECT_EQ(phases["sync_words"], 0);
   r = run("describe sample --dtype f32 --shape logits=1x151936 --arch sm_90a --compiler nvrtc --sms 16");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("(cooperative: every block resident at once; they wait for each other)"), std::string::npos)

@@ -252,6 +252,30 @@ TEST_F(DeliberateBugs, ProductWithBetaZeroReadsC) {
   }
 }
 
+// A cooperative kernel that does not leave its sync words zero: the next launch's barriers would pass early,
+// silently. With debug checks the Runtime reads them back after the launch and says which it left set.
+TEST_F(DeliberateBugs, CooperativeKernelLeavesItsSyncWordsSet) {
+  const Variant v{"softmax.cu", "  mojo::leave_sync_words(row_sync, 2, CHUNKS);\n  const mojo::OnlineSum row",
+                  "  const mojo::OnlineSum row"};
+  const TensorSpec x(DType::f32, {1, 4096});  // 4 blocks, one cooperative launch
+  const auto xh = reference::encode(DType::f32, test::random_values(4096, 5));
+  for (const Variant* variant : {static_cast<const Variant*>(nullptr), &v}) {
+    test::ScopedEnv checks("MOJO_JIT_DEBUG_CHECKS", "1");
+    const auto rt = runtime("sm_90a", variant);
+    GpuTensor out(x), in(x, xh);
+    ASSERT_EQ(find_op("softmax").specialize({out, in}, {}, Target::parse("sm_90a")).get("cooperative"), 1);
+    if (variant == nullptr) {
+      for (int run = 0; run < 2; ++run) EXPECT_NO_THROW(rt->launch("softmax", {out, in})) << "the real template";
+      continue;
+    }
+    EXPECT_EQ(test::error_of<Error>([&] {
+                rt->launch("softmax", {out, in});
+              }),
+              "softmax: its kernels left 1 of its 2 sync words set (word 0 holds 4); a cooperative kernel must leave "
+              "them zero (mojo::leave_sync_words), or the next launch's barriers pass early");
+  }
+}
+
 // ---- the device API with kernels of its own ---------------------------------------------
 
 // Kernels written here, built by the host compiler and run through Module / launch.
@@ -810,14 +834,52 @@ TEST(WorkspaceArena, OneBufferPerStreamThatGrowsAndKeepsWhatItOutgrew) {
   const Device cpu = Device::cpu(Target::parse("sm_80"));
   WorkspaceArena arena;
   Stream a, b;
-  const DevicePtr first = arena.get(a, 100);
-  EXPECT_EQ(arena.get(a, 64), first) << "large enough: the same buffer";
-  EXPECT_NE(arena.get(b, 100), first) << "another stream, another buffer";
-  const DevicePtr grown = arena.get(a, 300);
+  const DevicePtr first = arena.get(a, 100, 0).scratch;
+  EXPECT_EQ(arena.get(a, 64, 0).scratch, first) << "large enough: the same buffer";
+  EXPECT_EQ(arena.get(a, 64, 0).sync, 0u) << "no sync words asked for";
+  EXPECT_NE(arena.get(b, 100, 0).scratch, first) << "another stream, another buffer";
+  const DevicePtr grown = arena.get(a, 300, 0).scratch;
   EXPECT_NE(grown, first);
   EXPECT_EQ(grown % 256, 0u);
   std::memset(reinterpret_cast<void*>(first), 0, 100);  // still allocated
   EXPECT_EQ(arena.bytes(), 100u + 100u + 300u);
+}
+
+// Sync words are zero whenever a launch gets them: zeroed when allocated (in stream order, and again after a
+// capture, which ran nothing), and again after a launch that failed (forget_sync) may have left them set. Between
+// launches they stay as the kernels left them (zero), so the arena writes nothing on a launch's hot path.
+TEST(WorkspaceArena, SyncWordsAreZeroWhenALaunchGetsThem) {
+  const Device cpu = Device::cpu(Target::parse("sm_80"));
+  WorkspaceArena arena;
+  Stream a;
+  const auto words = [](DevicePtr p) { return reinterpret_cast<unsigned*>(p); };
+  const auto all_zero = [&](DevicePtr p, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i)
+      if (words(p)[i] != 0) return false;
+    return true;
+  };
+  const Workspace w = arena.get(a, 0, 10);
+  EXPECT_EQ(w.scratch, 0u);
+  ASSERT_NE(w.sync, 0u);
+  EXPECT_EQ(w.sync % 256, 0u);
+  EXPECT_TRUE(all_zero(w.sync, 10)) << "a new buffer starts poisoned on the cpu device; the arena zeroes it";
+  words(w.sync)[3] = 7;
+  EXPECT_EQ(arena.get(a, 0, 10).sync, w.sync);
+  EXPECT_EQ(words(w.sync)[3], 7u) << "not zeroed again: the kernels keep them zero";
+  arena.forget_sync(a);
+  EXPECT_EQ(arena.get(a, 0, 10).sync, w.sync);
+  EXPECT_EQ(words(w.sync)[3], 0u) << "zeroed again after a failed launch";
+
+  DevicePtr grown = 0;
+  const Graph g = Graph::capture(a, [&] { grown = arena.get(a, 0, 100).sync; });
+  ASSERT_NE(grown, w.sync);
+  std::memset(words(grown), 0xab, 100 * sizeof(unsigned));  // as if the capture's memory came uncleared
+  EXPECT_EQ(arena.get(a, 0, 100).sync, grown);
+  EXPECT_TRUE(all_zero(grown, 100)) << "grown in a capture, which ran nothing: zeroed at the next launch";
+  std::memset(words(grown), 0xab, 100 * sizeof(unsigned));
+  g.launch(a);
+  EXPECT_TRUE(all_zero(grown, 100)) << "the graph zeroes what it allocated, before its kernels";
+  EXPECT_EQ(arena.bytes(), 10u * 4 + 100u * 4);
 }
 
 // The public device types hold the backend that made them: an empty or moved-from one is an error that says so,

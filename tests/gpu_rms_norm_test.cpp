@@ -226,7 +226,7 @@ void sink_overlap(const Function&, Dim3, Dim3, unsigned, StreamHandle, void**, L
 // launch before it where the device is sm_90 or later, and never where it is older or the option is off. (The
 // kernels' side, a wait before any global access, is checked on every op's PTX by EveryOpCompiles.)
 TEST(HotPath, ProgrammaticDependentLaunchOnSm90AndLaterWhenAsked) {
-  const TensorSpec x(DType::bf16, {2, 151936});  // softmax of few long rows: a plan of two steps
+  const TensorSpec x(DType::bf16, {2, 151936});  // softmax of few long rows, not cooperative: a plan of two steps
   struct Case {
     const char* device;
     bool asked, overlaps;
@@ -243,7 +243,7 @@ TEST(HotPath, ProgrammaticDependentLaunchOnSm90AndLaterWhenAsked) {
     g_sunk_overlaps.clear();
     g_sunk_overlaps.reserve(16);
     device_hooks::set_launch_sink(sink_overlap);
-    rt.launch("softmax", {out.as(x), in.as(x)});
+    rt.launch("softmax", {out.as(x), in.as(x)}, {{"cooperative", 0}});
     device_hooks::set_launch_sink(nullptr);
     ASSERT_EQ(g_sunk_overlaps.size(), 2u) << "two steps";
     EXPECT_EQ(g_sunk_overlaps, std::vector<bool>(2, c.overlaps));

@@ -66,7 +66,8 @@ TEST_P(Signatures, EveryKernelTakesWhatItsOpPacks) {
         if (tensors[i].spec.rank() != 0) tensors[i].data = DevicePtr(i + 1) << 20;  // distinct, aligned, never read
       const std::vector<ScalarArg> scalars = item.scalar_args();
       const Params params = op.specialize(tensors, scalars, target);
-      const DevicePtr workspace = op.workspace_bytes(params, tensors) ? DevicePtr(1) << 30 : 0;
+      const Workspace workspace{.scratch = op.workspace_bytes(params, tensors) ? DevicePtr(1) << 30 : 0,
+                                .sync = op.sync_words(params, tensors) ? DevicePtr(1) << 31 : 0};
       for (const Params& step : op.plan(params)) {  // every kernel of the op's plan
         KernelArgs args;
         op.pack_args(step, tensors, scalars, workspace, args);

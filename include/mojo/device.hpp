@@ -236,6 +236,8 @@ TensorMap tile_tensor_map(DevicePtr base, DType dtype, std::int64_t cols, std::i
 
 // Asynchronous device-to-device copy.
 void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream);
+// Asynchronous fill: `bytes` bytes at `dst` set to `value`, in stream order (a CUDA graph captures it).
+void fill_async(DevicePtr dst, std::uint8_t value, std::size_t bytes, StreamHandle stream);
 // Waits for `stream`, then copies device memory to the host.
 void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, StreamHandle stream);
 

@@ -122,6 +122,15 @@ struct LaunchGeometry {
   bool cooperative = false;
 };
 
+// The device memory a launch lends its plan's kernels: the Runtime keeps one of each per stream, since the
+// kernels of one stream run in order.
+struct Workspace {
+  DevicePtr scratch = 0;  // OpDef::workspace_bytes() bytes, 256-byte aligned, as the last launch left them
+  // OpDef::sync_words() 32-bit words, zero when the launch starts; the plan's kernels leave them zero
+  // (mojo::leave_sync_words), so that the next launch needs no kernel of its own to clear them.
+  DevicePtr sync = 0;
+};
+
 // The kernel's arguments in cuLaunchKernel's form, in a fixed inline buffer.
 // pack_args fills the kernel's Args struct (kernel_templates/<op>_args.h) and
 // pushes it with push_args, then any TMA descriptor the kernel reads in place.
@@ -269,6 +278,9 @@ class OpDef {
   // a buffer per stream that grows to the largest need, so a launch after
   // the first for a shape allocates nothing.
   virtual std::size_t workspace_bytes(const Params& /*params*/, TensorList /*tensors*/) const { return 0; }
+  // 32-bit words of memory the blocks of a cooperative step meet at (barriers, arrival counters), zero when a
+  // launch starts, and left zero by its kernels (Workspace::sync); 0: none.
+  virtual std::size_t sync_words(const Params& /*params*/, TensorList /*tensors*/) const { return 0; }
   // What these shapes need at the least (the roofline's inputs): by default
   // every tensor read once and written once (an in-out one both); ops that
   // gather or scatter rows, and the products and attention, say more.
@@ -280,9 +292,9 @@ class OpDef {
   // them to the SMs in that order (in_order_balance).
   virtual std::vector<double> block_work(const Params& /*params*/, TensorList /*tensors*/) const { return {}; }
   // Checks pointers (null, alignment the params assume) and packs the
-  // kernel arguments of one step; `workspace`: workspace_bytes() bytes,
-  // 256-byte aligned (0 when it asked for none).
-  virtual void pack_args(const Params& params, TensorList tensors, ScalarList scalars, DevicePtr workspace,
+  // kernel arguments of one step; `workspace`: what workspace_bytes() and
+  // sync_words() asked for (a pointer of 0 where they asked for none).
+  virtual void pack_args(const Params& params, TensorList tensors, ScalarList scalars, const Workspace& workspace,
                          KernelArgs& args) const = 0;
   // Tensor specs from the shapes a user names on the command line
   // (e.g. {"x": [4096, 4096]}); shapes the op can derive may be left out,

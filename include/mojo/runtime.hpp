@@ -46,8 +46,9 @@ struct RuntimeOptions {
   std::string device;
   // Before each launch, ops that index memory with data (embedding ids,
   // rotary positions, KV slots) read it back and throw InvalidArgumentError
-  // for a value out of range. Synchronizes the stream: for debugging only
-  // (also MOJO_JIT_DEBUG_CHECKS=1).
+  // for a value out of range; after a cooperative one, the Runtime checks
+  // that its kernels left their sync words zero (OpDef::sync_words).
+  // Synchronizes the stream: for debugging only (also MOJO_JIT_DEBUG_CHECKS=1).
   bool debug_checks = false;
   // On a specialization's first launch, time the op's candidate configs
   // (GEMM tiles) on the real tensors and keep the fastest; the choice is

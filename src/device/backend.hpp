@@ -39,12 +39,13 @@ class Backend {
   virtual void synchronize_event(void* context, void* event) const = 0;
   virtual float elapsed_ms(void* start, void* end) const = 0;
 
-  // Memory. copy_async and copy_to_host_after run in stream order on the thread's current device.
+  // Memory. fill_async, copy_async and copy_to_host_after run in stream order on the thread's current device.
   virtual DevicePtr allocate(std::size_t bytes) const = 0;
   virtual void release(void* context, DevicePtr p) const noexcept = 0;
   virtual void copy_from_host(void* context, DevicePtr dst, const void* src, std::size_t bytes) const = 0;
   virtual void copy_to_host(void* context, void* dst, DevicePtr src, std::size_t bytes) const = 0;
   virtual void fill_bytes(void* context, DevicePtr dst, std::uint8_t value, std::size_t bytes) const = 0;
+  virtual void fill_async(DevicePtr dst, std::uint8_t value, std::size_t bytes, StreamHandle stream) const = 0;
   virtual void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream) const = 0;
   virtual void copy_to_host_after(void* dst, DevicePtr src, std::size_t bytes, StreamHandle stream) const = 0;
 

@@ -277,6 +277,10 @@ void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle st
   if (bytes != 0) current_backend().copy_async(dst, src, bytes, stream);
 }
 
+void fill_async(DevicePtr dst, std::uint8_t value, std::size_t bytes, StreamHandle stream) {
+  if (bytes != 0) current_backend().fill_async(dst, value, bytes, stream);
+}
+
 void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, StreamHandle stream) {
   if (bytes != 0) current_backend().copy_to_host_after(dst, src, bytes, stream);
 }

@@ -111,7 +111,7 @@ class Activation final : public OpDef {
     return g;
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList, const Workspace&, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
     checks::expect_pointer(name(), "out", t[0], bytes);
     checks::expect_pointer(name(), "x", t[1], bytes);

@@ -265,7 +265,7 @@ unsigned AttentionOp::max_dynamic_smem(const Params& p) const {
   return unsigned(std::max(loop, merge));
 }
 
-void AttentionOp::pack_args(const Params& p, TensorList t, ScalarList scalars, DevicePtr workspace,
+void AttentionOp::pack_args(const Params& p, TensorList t, ScalarList scalars, const Workspace& workspace,
                             KernelArgs& args) const {
   const Shape s = shape(t);
   const auto infos = tensor_args();
@@ -280,7 +280,8 @@ void AttentionOp::pack_args(const Params& p, TensorList t, ScalarList scalars, D
                                                 : optional(slots_.context_lens, 4);
   const DevicePtr block_table = optional(slots_.block_tables, 4), sinks = optional(slots_.sinks, 4),
                   lse = optional(slots_.lse, 4);
-  if (p.get("splits") > 1 && workspace == 0) throw Error("internal error: a split attention plan without workspace");
+  if (p.get("splits") > 1 && workspace.scratch == 0)
+    throw Error("internal error: a split attention plan without workspace");
   const double scale = scalar(scalars, "scale");
   args.push_args(mojo_attention::Args<void>{
       .out = ptr(t[0]),
@@ -292,7 +293,7 @@ void AttentionOp::pack_args(const Params& p, TensorList t, ScalarList scalars, D
       .block_table = ptr<int>(block_table),
       .sinks = ptr<float>(sinks),
       .lse = ptr<float>(lse),
-      .workspace = ptr<float>(workspace),
+      .workspace = ptr<float>(workspace.scratch),
       .q_stride = s.q_stride,
       .k_stride = s.k_stride,
       .v_stride = s.v_stride,

@@ -64,7 +64,7 @@ class AttentionOp final : public OpDef {
   // stats; attention_sm90.cuh's: Q, the K/V ring, P and the barriers.
   unsigned max_dynamic_smem(const Params& p) const override;
 
-  void pack_args(const Params& p, TensorList t, ScalarList scalars, DevicePtr workspace,
+  void pack_args(const Params& p, TensorList t, ScalarList scalars, const Workspace& workspace,
                  KernelArgs& args) const override;
 
   // Debug checks: the lengths agree with each other and the tensors, block table entries are pages.

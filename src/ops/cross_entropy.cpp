@@ -273,10 +273,10 @@ class LinearCrossEntropy final : public OpDef {
     return g;
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList scalars, DevicePtr workspace,
+  void pack_args(const Params& p, TensorList t, ScalarList scalars, const Workspace& workspace,
                  KernelArgs& args) const override {
-    if (workspace == 0) throw Error(fmt::format("internal error: {}'s plan without its workspace", name()));
-    const Frame f = frame(p, t, scalars, workspace);
+    if (workspace.scratch == 0) throw Error(fmt::format("internal error: {}'s plan without its workspace", name()));
+    const Frame f = frame(p, t, scalars, workspace.scratch);
     const Step step = Step(p.get("step"));
     if (step == kLogits || step == kGradWeight || step == kGradHidden) return pack_product(step, p, t, f, args);
     if (backward_) return pack_backward_row_step(step, p, t, f, args);

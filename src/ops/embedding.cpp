@@ -61,7 +61,7 @@ class Embedding final : public OpDef {
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override { return rows::geometry(t[1].spec.numel(), p); }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList, const Workspace&, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
     checks::expect_pointer(name(), "out", t[0], bytes);
     checks::expect_pointer(name(), "ids", t[1], unsigned(dtype_size(t[1].spec.dtype())));

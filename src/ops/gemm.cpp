@@ -111,7 +111,7 @@ class Gemm final : public TileOp {
     return split_workspace_bytes(p, d.m, d.n, d.batch);
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList scalars, DevicePtr workspace,
+  void pack_args(const Params& p, TensorList t, ScalarList scalars, const Workspace& workspace,
                  KernelArgs& args) const override {
     const Dims d = dims(t, p.get("ta"), p.get("tb"));
     const unsigned chunk = operand_alignment(p);
@@ -134,7 +134,7 @@ class Gemm final : public TileOp {
                       .batch_b = d.batch_b,
                       .batch_c = d.batch_c,
                       .batches = d.batch,
-                      .partials = workspace,
+                      .partials = workspace.scratch,
                       .mn_major_a = d.trans_a == 1,
                       .mn_major_b = d.trans_b == 0},
                      p);

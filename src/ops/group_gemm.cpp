@@ -84,7 +84,7 @@ class GroupGemm final : public TileOp {
     return tile_geometry(p, d.rows, d.n, d.groups);
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList scalars, DevicePtr, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList scalars, const Workspace&, KernelArgs& args) const override {
     const Dims d = dims(t, scalars);
     const unsigned chunk = operand_alignment(p);
     checks::expect_pointer(name(), "out", t[0], unsigned(dtype_size(t[0].spec.dtype())));

@@ -58,7 +58,7 @@ class LayerNorm final : public OpDef {
     return rows::geometry(t[3].spec.numel() / p.get("hidden"), p);
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList scalars, DevicePtr, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList scalars, const Workspace&, KernelArgs& args) const override {
     rows::expect_pointers(name(), tensor_args(), t, p);
     if (p.get("stats")) {
       checks::expect_pointer(name(), "mean", t[1], 4);

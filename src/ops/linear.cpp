@@ -98,7 +98,8 @@ class Linear final : public TileOp {
     return split_workspace_bytes(p, d.m, d.n, 1);
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr workspace, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList, const Workspace& workspace,
+                 KernelArgs& args) const override {
     const Dims d = dims(t);
     const unsigned chunk = operand_alignment(p);
     checks::expect_pointer(name(), "out", t[0], unsigned(dtype_size(t[0].spec.dtype())));
@@ -120,7 +121,7 @@ class Linear final : public TileOp {
                       .ldb = d.ldw,
                       .ldc = d.ldo,
                       .ldr = d.ldr,
-                      .partials = workspace},
+                      .partials = workspace.scratch},
                      p);
   }
 

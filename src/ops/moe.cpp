@@ -102,7 +102,7 @@ class MoeGate final : public OpDef {
     return g;
   }
 
-  void pack_args(const Params&, TensorList t, ScalarList scalars, DevicePtr, KernelArgs& args) const override {
+  void pack_args(const Params&, TensorList t, ScalarList scalars, const Workspace&, KernelArgs& args) const override {
     for (std::size_t i = 0; i < 3; ++i)
       checks::expect_pointer(name(), kGateTensors[i].name, t[i], unsigned(dtype_size(t[i].spec.dtype())));
     if (t[3].spec.rank() != 0) checks::expect_pointer(name(), "bias", t[3], 4);
@@ -210,7 +210,7 @@ class MoeDispatch final : public OpDef {
     return g;
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList, const Workspace&, KernelArgs& args) const override {
     const unsigned index_bytes = unsigned(dtype_size(t[3].spec.dtype()));
     for (std::size_t i = 0; i < 4; ++i) checks::expect_pointer(name(), kDispatchTensors[i].name, t[i], index_bytes);
     if (p.get_or("step", 0) == 1) {
@@ -303,7 +303,7 @@ class MoeCombine final : public OpDef {
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override { return rows::geometry(t[2].spec.dim(0), p); }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList, const Workspace&, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
     checks::expect_pointer(name(), "out", t[0], bytes);
     checks::expect_pointer(name(), "expert_out", t[1], bytes);

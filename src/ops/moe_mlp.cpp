@@ -56,15 +56,15 @@ constexpr std::int64_t kSortThreads = 256;
 
 // The workspace: the sort's tables, then the rows each product reads and writes (from the tensors: a
 // step's params are its kernel's).
-struct Workspace {
+struct MlpWorkspace {
   std::size_t offsets, sorted_ids, positions, sorted_x, act, expert_out, bytes;
 };
-Workspace layout(TensorList t) {
+MlpWorkspace layout(TensorList t) {
   const TensorSpec &x = t[1].spec, &ids = t[2].spec, &w13 = t[4].spec;
   const std::int64_t pairs = ids.numel(), hidden = x.dim(1), inter = w13.dim(1) / 2;
   const std::size_t index = dtype_size(ids.dtype()), es = dtype_size(x.dtype());
   const auto round = [](std::size_t b) { return (b + 255) / 256 * 256; };
-  Workspace w{};
+  MlpWorkspace w{};
   w.offsets = 0;
   w.sorted_ids = round(std::size_t(w13.dim(0) + 1) * index);
   w.positions = w.sorted_ids + round(std::size_t(pairs) * index);
@@ -233,14 +233,15 @@ class MoeMlp final : public OpDef {
     }
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr workspace, KernelArgs& args) const override {
-    if (workspace == 0) throw Error("internal error: moe_mlp's plan without its workspace");
+  void pack_args(const Params& p, TensorList t, ScalarList, const Workspace& workspace,
+                 KernelArgs& args) const override {
+    if (workspace.scratch == 0) throw Error("internal error: moe_mlp's plan without its workspace");
     const std::int64_t tokens = t[1].spec.dim(0), top_k = t[2].spec.dim(1), pairs = tokens * top_k;
     const std::int64_t experts = t[4].spec.dim(0), hidden = t[1].spec.dim(1), inter = t[4].spec.dim(1) / 2;
-    const Workspace w = layout(t);
-    const DevicePtr offsets = workspace + w.offsets, sorted_ids = workspace + w.sorted_ids,
-                    positions = workspace + w.positions, sorted_x = workspace + w.sorted_x, act = workspace + w.act,
-                    expert_out = workspace + w.expert_out;
+    const MlpWorkspace w = layout(t);
+    const DevicePtr base = workspace.scratch;
+    const DevicePtr offsets = base + w.offsets, sorted_ids = base + w.sorted_ids, positions = base + w.positions,
+                    sorted_x = base + w.sorted_x, act = base + w.act, expert_out = base + w.expert_out;
     switch (p.get("step")) {
       case kSort:
         checks::expect_pointer(name(), "ids", t[2], unsigned(dtype_size(t[2].spec.dtype())));

@@ -149,7 +149,7 @@ class NormBackward final : public OpDef {
     return g;
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList scalars, DevicePtr workspace,
+  void pack_args(const Params& p, TensorList t, ScalarList scalars, const Workspace& workspace,
                  KernelArgs& args) const override {
     const bool residual = rms_ && p.get("residual") != 0;
     for (int i : {s_.grad_x, s_.grad_out, s_.x, s_.weight, residual ? s_.grad_residual : s_.x})
@@ -171,7 +171,7 @@ class NormBackward final : public OpDef {
         .grad_residual = residual ? ptr(t[s_.grad_residual]) : nullptr,
         .eps = rms_ ? float(scalar(scalars, "eps")) : 0.f,
         .rows = row_count(p, t),
-        .workspace = reinterpret_cast<float*>(workspace),
+        .workspace = reinterpret_cast<float*>(workspace.scratch),
         .parts = p.get("partials") != 0 ? parts(p, t) : 0,
     });
   }

@@ -74,7 +74,7 @@ class RmsNorm final : public OpDef {
     return rows::geometry(t[x_index()].spec.numel() / p.get("hidden"), p);
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList scalars, DevicePtr, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList scalars, const Workspace&, KernelArgs& args) const override {
     rows::expect_pointers(name(), tensor_args(), t, p);
     const Tensor& x = t[x_index()];
     const Tensor& out = t[0];

@@ -125,7 +125,7 @@ class RotaryEmbedding final : public OpDef {
     return g;
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList, const Workspace&, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
     checks::expect_pointer(name(), "q", t[0], bytes);
     checks::expect_pointer(name(), "k", t[1], bytes);

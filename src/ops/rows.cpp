@@ -133,6 +133,20 @@ Chunking chunk(std::int64_t rows, std::int64_t cols, std::int64_t vec, const Tar
   return c;
 }
 
+bool cooperative(const OpDef& op, ScalarList scalars, std::int64_t rows, std::int64_t chunks, const Target& target,
+                 bool worth_it) {
+  const double asked = op.scalar(scalars, "cooperative");
+  if (asked != -1 && asked != 0 && asked != 1)
+    throw InvalidArgumentError(
+        fmt::format("{}: cooperative is {}; expected -1 (the heuristic's choice), 0 or 1", op.name(), asked));
+  const std::int64_t sms = reference_sm_count(target);
+  if (asked == 1 && rows * chunks > sms)
+    throw InvalidArgumentError(
+        fmt::format("{}: cooperative = 1 needs the grid's {} blocks ({} rows of {}) resident at once; {} has {} SMs",
+                    op.name(), rows * chunks, rows, chunks, target.sm_name(), sms));
+  return asked == -1 ? worth_it && rows * chunks <= sms / 2 : asked == 1;
+}
+
 LaunchGeometry geometry(std::int64_t rows, const Params& p) {
   const std::int64_t per_block = p.get("rows");
   LaunchGeometry g;

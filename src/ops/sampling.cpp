@@ -128,7 +128,7 @@ class ApplyPenaltiesTemperature final : public OpDef {
     return g;
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList, const Workspace&, KernelArgs& args) const override {
     checks::expect_pointer(name(), "logits", t[0], checks::vector_bytes(p));
     for (std::size_t i = 1; i < 7; ++i)
       checks::expect_pointer(name(), kPenaltyTensors[i].name, t[i], unsigned(dtype_size(t[i].spec.dtype())));
@@ -203,7 +203,7 @@ constexpr TensorArgInfo kSampleTensors[] = {
 };
 constexpr ScalarArgInfo kSampleScalars[] = {
     {"cooperative", -1,
-     "-1: phases 1.. in one cooperative launch where the grid fits on half the target's SMs, else a launch a "
+     "-1: every phase in one cooperative launch where the grid fits on half the target's SMs, else a launch a "
      "phase; 0: a launch a phase; 1: one cooperative launch (where the grid fits on the target's SMs)"},
 };
 constexpr OpInfo kSample{
@@ -221,38 +221,23 @@ constexpr OpInfo kSample{
 // The logits' order keys are this many bits wide (sampling.cu's kKeyBits): bf16 keeps 16, f16 24.
 int key_bits(DType dtype) { return dtype == DType::f32 ? 32 : dtype == DType::f16 ? 24 : 16; }
 int phases(const Params& p) { return MOJO_SAMPLE_PHASES(key_bits(p.dtype("dtype"))); }
-
-// Whether phases 1.. run as one cooperative launch (sample_cooperative) rather than a launch each: the
-// `cooperative` scalar, or by default where the grid fits on half the target's reference SMs. A small batch's
-// time is mostly the launches, one after another (10 of them for f32): the H200 measured 58 µs for one f32 row
-// (2026-11-27), 5.8 µs a launch, for 0.6 MB of logits. A launchable kernel is promised one block per SM, so such a grid
-// is resident together on any GPU of the family with half the SMs or more, whatever its registers; asked for,
-// a grid up to the SMs of the reference GPU.
-bool cooperative(const OpDef& op, ScalarList scalars, std::int64_t rows, std::int64_t chunks, const Target& target) {
-  const double asked = op.scalar(scalars, "cooperative");
-  if (asked != -1 && asked != 0 && asked != 1)
-    throw InvalidArgumentError(
-        fmt::format("{}: cooperative is {}; expected -1 (the heuristic's choice), 0 or 1", op.name(), asked));
-  const std::int64_t sms = reference_sm_count(target);
-  if (asked == 1 && rows * chunks > sms)
-    throw InvalidArgumentError(
-        fmt::format("{}: cooperative = 1 needs the grid's {} blocks ({} rows of {}) resident at once; {} has {} SMs",
-                    op.name(), rows * chunks, rows, chunks, target.sm_name(), sms));
-  return asked == -1 ? rows * chunks <= sms / 2 : asked == 1;
-}
+// A row's counters (sampling_args.h).
+std::size_t row_words(const Params& p) { return MOJO_SAMPLE_ROW_WORDS(key_bits(p.dtype("dtype"))); }
+bool is_cooperative(const Params& p) { return p.get("cooperative") != 0; }
 
 // sample's workspace, per row: the chunks' slots (histograms, kept masses) in two buffers, top-k's
-// candidates (a thread's worth), the chunks' stats, the state, the counters.
+// candidates (a thread's worth), the chunks' stats, the state, and the counters of a launch a phase (the
+// cooperative launch's are sync words).
 struct SampleWorkspace {
   std::size_t candidates, stats, states, counters, bytes;
-  SampleWorkspace(std::int64_t batch, const Params& p, int phases) {
+  explicit SampleWorkspace(std::int64_t batch, const Params& p) {
     const auto align = [](std::size_t n) { return (n + 255) / 256 * 256; };
     const auto rows = std::size_t(batch), chunks = std::size_t(p.get("chunks"));
     candidates = align(rows * 2 * chunks * mojo_sampling::kSlot * sizeof(std::uint64_t));
     stats = candidates + align(rows * std::size_t(p.get("threads")) * sizeof(std::uint64_t));
     states = stats + align(rows * chunks * 2 * sizeof(float));
     counters = states + align(rows * sizeof(mojo_sampling::RowState));
-    bytes = counters + align(rows * 2 * std::size_t(phases) * sizeof(unsigned));
+    bytes = counters + (is_cooperative(p) ? 0 : align(rows * row_words(p) * sizeof(unsigned)));
   }
 };
 
@@ -283,36 +268,38 @@ class Sample final : public OpDef {
     p.add("vec", vec);
     p.add("chunks", chunking.chunks);
     p.add("threads", chunking.threads);
-    p.add("cooperative", cooperative(*this, scalars, batch, chunking.chunks, target) ? 1 : 0);
+    // A small batch's time is mostly the launches, one after another (10 of them for f32): the H200 measured
+    // 58 µs for one f32 row (2026-11-27), 5.8 µs a launch, for 0.6 MB of logits.
+    p.add("cooperative", rows::cooperative(*this, scalars, batch, chunking.chunks, target) ? 1 : 0);
     return p;
   }
 
-  // Phase 0, then phases 1.. in one cooperative launch; or one kernel launched once per phase (the repeat is
-  // the phase).
-  std::vector<Params> plan(const Params& p) const override {
-    return p.get("cooperative") == 0 ? std::vector<Params>{p} : two_steps(p);
-  }
+  // Every phase in one cooperative launch, or one kernel launched once per phase (the repeat is the phase).
   std::string entry_macro(const Params& p) const override {
-    return p.get_or("step", 0) == 1 ? "MOJO_KERNEL_sample_cooperative" : OpDef::entry_macro(p);
+    return is_cooperative(p) ? "MOJO_KERNEL_sample_cooperative" : OpDef::entry_macro(p);
   }
-  std::int64_t repeats(const Params& p, TensorList) const override { return p.get("cooperative") != 0 ? 1 : phases(p); }
+  std::int64_t repeats(const Params& p, TensorList) const override { return is_cooperative(p) ? 1 : phases(p); }
   std::size_t workspace_bytes(const Params& p, TensorList t) const override {
-    return SampleWorkspace(t[2].spec.dim(0), p, phases(p)).bytes;
+    return SampleWorkspace(t[2].spec.dim(0), p).bytes;
+  }
+  std::size_t sync_words(const Params& p, TensorList t) const override {
+    return is_cooperative(p) ? std::size_t(t[2].spec.dim(0)) * row_words(p) : 0;
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
     LaunchGeometry g = one_block_per_row(t[2].spec.dim(0), p);
     g.grid.x *= unsigned(p.get("chunks"));
-    g.cooperative = p.get_or("step", 0) == 1;
+    g.cooperative = is_cooperative(p);
     return g;
   }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr workspace, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList, const Workspace& workspace,
+                 KernelArgs& args) const override {
     checks::expect_pointer(name(), "logits", t[2], checks::vector_bytes(p));
     for (std::size_t i = 0; i < t.size(); ++i)
       if (i != 2 && !(i == 1 && t[1].spec.rank() == 0))
         checks::expect_pointer(name(), kSampleTensors[i].name, t[i], unsigned(dtype_size(t[i].spec.dtype())));
-    const SampleWorkspace w(t[2].spec.dim(0), p, phases(p));
+    const SampleWorkspace w(t[2].spec.dim(0), p);
     args.push_args(mojo_sampling::SampleArgs<void, void>{
         .tokens = static_cast<long long*>(ptr(t[0])),
         .logprobs = t[1].spec.rank() == 0 ? nullptr : ptr<float>(t[1]),
@@ -323,12 +310,12 @@ class Sample final : public OpDef {
         .min_p = ptr<float>(t[5]),
         .seed = static_cast<const long long*>(ptr(t[6])),
         .offset = static_cast<long long*>(ptr(t[7])),
-        .partials = ptr<unsigned long long>(workspace),
-        .candidates = ptr<unsigned long long>(workspace + w.candidates),
-        .stats = ptr<float>(workspace + w.stats),
-        .states = ptr<mojo_sampling::RowState>(workspace + w.states),
-        .counters = ptr<unsigned>(workspace + w.counters),
-        .phase = int(p.get_or("step", 0) + p.get_or("repeat", 0)),  // sample_cooperative's first phase: 1
+        .partials = ptr<unsigned long long>(workspace.scratch),
+        .candidates = ptr<unsigned long long>(workspace.scratch + w.candidates),
+        .stats = ptr<float>(workspace.scratch + w.stats),
+        .states = ptr<mojo_sampling::RowState>(workspace.scratch + w.states),
+        .counters = ptr<unsigned>(is_cooperative(p) ? workspace.sync : workspace.scratch + w.counters),
+        .phase = int(p.get_or("repeat", 0)),
     });
   }
 
@@ -405,7 +392,7 @@ class RejectSample final : public OpDef {
     return one_block_per_row(t[4].spec.dim(0), p);
   }
 
-  void pack_args(const Params&, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
+  void pack_args(const Params&, TensorList t, ScalarList, const Workspace&, KernelArgs& args) const override {
     for (std::size_t i = 0; i < t.size(); ++i)
       checks::expect_pointer(name(), kRejectTensors[i].name, t[i], unsigned(dtype_size(t[i].spec.dtype())));
     args.push_args(mojo_sampling::RejectArgs<void, void>{

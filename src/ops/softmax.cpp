@@ -23,17 +23,28 @@ constexpr TensorArgInfo kBackwardTensors[] = {
     {"out", "in", "[..., cols]: the forward softmax's output, contiguous"},
 };
 
+constexpr ScalarArgInfo kScalars[] = {
+    {"cooperative", -1,
+     "few long rows split over blocks: -1: one cooperative launch where the grid fits on half the target's SMs "
+     "(and a thread's share of a chunk in registers), else two launches; 0: two launches; 1: one cooperative "
+     "launch"},
+};
+
 // Static shared memory the row kernels keep beside the cache (their reductions' scratch: 1152 bytes in the cubins).
 constexpr std::int64_t kStaticSharedReserve = 2048;
 
 // Rows as the kernels see them: one block each, or, for fewer rows than the target's GPU has SMs, each split over
-// several blocks (the chunked form: a plan of two steps, softmax.cu). A row a block reads twice (longer than
-// MOJO_ROW_REGISTER_VECTORS a thread) keeps as many of its first vectors in shared memory as one block may
-// hold, for each of the `arrays` tensors it reads: "cache".
-void add_row_params(Params& p, std::int64_t rows, std::int64_t cols, const rows::Layout& layout, int arrays,
-                    DType dtype, const Target& target) {
+// several blocks (the chunked form: a plan of two steps, or one cooperative launch; softmax.cu). A row a block
+// reads twice (longer than MOJO_ROW_REGISTER_VECTORS a thread) keeps as many of its first vectors in shared
+// memory as one block may hold, for each of the `arrays` tensors it reads: "cache".
+void add_row_params(const OpDef& op, ScalarList scalars, Params& p, std::int64_t rows, std::int64_t cols,
+                    const rows::Layout& layout, int arrays, DType dtype, const Target& target) {
   const rows::Chunking c = rows::chunk(rows, cols, layout.vec, target);
   if (rows >= reference_sm_count(target) || c.chunks == 1) {
+    if (op.scalar(scalars, "cooperative") == 1)
+      throw InvalidArgumentError(
+          fmt::format("{}: cooperative = 1 is for few long rows split over blocks; these {} rows take a block each",
+                      op.name(), rows));
     rows::add_params(p, "cols", cols, layout);
     const std::int64_t vectors = cols / layout.vec, per_thread = (vectors + layout.threads - 1) / layout.threads;
     const std::int64_t vector_bytes = layout.vec * std::int64_t(dtype_size(dtype)) * arrays;
@@ -47,8 +58,23 @@ void add_row_params(Params& p, std::int64_t rows, std::int64_t cols, const rows:
   p.add("vec", layout.vec);
   p.add("threads", c.threads);
   p.add("chunks", c.chunks);
+  // The cooperative form keeps a thread's share of its chunk in registers (softmax.cu's ChunkInRegisters).
+  const std::int64_t chunk_vectors = (cols / layout.vec + c.chunks - 1) / c.chunks;
+  const std::int64_t per_thread = (chunk_vectors + c.threads - 1) / c.threads;
+  const bool fits = per_thread <= MOJO_SOFTMAX_COOPERATIVE_VECTORS;
+  const bool cooperative = rows::cooperative(op, scalars, rows, c.chunks, target, fits);
+  if (cooperative && !fits)
+    throw InvalidArgumentError(fmt::format(
+        "{}: cooperative = 1 keeps a thread's share of a chunk in registers, at most {} vectors; these rows need {}",
+        op.name(), MOJO_SOFTMAX_COOPERATIVE_VECTORS, per_thread));
+  p.add("cooperative", cooperative ? 1 : 0);
 }
 bool chunked(const Params& p) { return p.get_or("chunks", 1) > 1; }
+bool cooperative(const Params& p) { return p.get_or("cooperative", 0) == 1; }
+// The entry point of a chunked form's kernels: `op`'s macro, then _chunks (two steps) or _cooperative.
+std::string chunked_entry(std::string_view op, const Params& p) {
+  return fmt::format("MOJO_KERNEL_{}_{}", op, cooperative(p) ? "cooperative" : "chunks");
+}
 // The row cache's bytes: `arrays` arrays of "cache" vectors.
 unsigned cache_bytes(const Params& p, int arrays) {
   return unsigned(p.get_or("cache", 0) * arrays * p.get("vec") * std::int64_t(dtype_size(p.dtype("dtype"))));
@@ -63,6 +89,7 @@ LaunchGeometry row_geometry(std::int64_t rows, const Params& p, int arrays) {
   LaunchGeometry g;
   g.grid.x = unsigned(rows * p.get("chunks"));
   g.block.x = unsigned(p.get("threads"));
+  g.cooperative = cooperative(p);
   return g;
 }
 
@@ -70,6 +97,7 @@ constexpr OpInfo kSoftmax{
     .name = "softmax",
     .summary = "out = exp(x - max) / sum(exp(x - max)) over the last dim",
     .tensors = kForwardTensors,
+    .scalars = kScalars,
     .dtypes = kFloatTypes,
     .template_file = "softmax.cu",
     .example_shapes = "x=32x151936",
@@ -78,6 +106,7 @@ constexpr OpInfo kLogSoftmax{
     .name = "log_softmax",
     .summary = "out = x - max - log(sum(exp(x - max))) over the last dim",
     .tensors = kForwardTensors,
+    .scalars = kScalars,
     .dtypes = kFloatTypes,
     .template_file = "softmax.cu",
     .example_shapes = "x=32x151936",
@@ -86,7 +115,7 @@ constexpr OpInfo kLogSoftmax{
 class Softmax final : public OpDef {
  public:
   explicit Softmax(bool log) : OpDef(log ? kLogSoftmax : kSoftmax), log_(log) {}
-  Params derive_params(TensorList t, ScalarList, const Target& target) const override {
+  Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
     const TensorSpec &out = t[0].spec, &x = t[1].spec;
     checks::expect_dtype_in(name(), "x", x.dtype(), kFloatTypes);
     const std::int64_t cols = rows::cols_of(name(), "x", x);
@@ -97,19 +126,22 @@ class Softmax final : public OpDef {
     const std::int64_t rows = rows::count(name(), x);
     Params p;
     p.add_dtype("dtype", x.dtype());
-    add_row_params(p, rows, cols, rows::pick(cols, x.dtype(), {t[0], t[1]}), 1, x.dtype(), target);
+    add_row_params(*this, scalars, p, rows, cols, rows::pick(cols, x.dtype(), {t[0], t[1]}), 1, x.dtype(), target);
     p.add("log", log_ ? 1 : 0);
     return p;
   }
 
   std::vector<Params> plan(const Params& p) const override {
-    return chunked(p) ? two_steps(p) : std::vector<Params>{p};
+    return chunked(p) && !cooperative(p) ? two_steps(p) : std::vector<Params>{p};
   }
   std::string entry_macro(const Params& p) const override {
-    return chunked(p) ? "MOJO_KERNEL_softmax_chunks" : OpDef::entry_macro(p);
+    return chunked(p) ? chunked_entry("softmax", p) : OpDef::entry_macro(p);
   }
   std::size_t workspace_bytes(const Params& p, TensorList t) const override {
     return chunked(p) ? std::size_t(t[1].spec.numel() / p.get("cols") * p.get("chunks")) * 2 * sizeof(float) : 0;
+  }
+  std::size_t sync_words(const Params& p, TensorList t) const override {
+    return cooperative(p) ? std::size_t(t[1].spec.numel() / p.get("cols")) * 2 : 0;
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
@@ -117,7 +149,8 @@ class Softmax final : public OpDef {
   }
   unsigned max_dynamic_smem(const Params& p) const override { return cache_bytes(p, 1); }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr workspace, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList, const Workspace& workspace,
+                 KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
     checks::expect_pointer(name(), "out", t[0], bytes);
     checks::expect_pointer(name(), "x", t[1], bytes);
@@ -127,7 +160,8 @@ class Softmax final : public OpDef {
         .rows = t[1].spec.numel() / p.get("cols"),
         .out_stride = rows::stride(name(), "out", t[0].spec),
         .x_stride = rows::stride(name(), "x", t[1].spec),
-        .parts = ptr<float>(workspace),
+        .parts = ptr<float>(workspace.scratch),
+        .sync = ptr<unsigned>(workspace.sync),
     });
   }
 
@@ -144,6 +178,7 @@ constexpr OpInfo kSoftmaxBackward{
     .name = "softmax_backward",
     .summary = "grad_x = out * (grad_out - sum(grad_out * out)) over the last dim, from softmax's output",
     .tensors = kBackwardTensors,
+    .scalars = kScalars,
     .dtypes = kFloatTypes,
     .template_file = "softmax.cu",
     .example_shapes = "out=32x151936",
@@ -152,7 +187,7 @@ constexpr OpInfo kSoftmaxBackward{
 class SoftmaxBackward final : public OpDef {
  public:
   SoftmaxBackward() : OpDef(kSoftmaxBackward) {}
-  Params derive_params(TensorList t, ScalarList, const Target& target) const override {
+  Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
     const TensorSpec& y = t[2].spec;
     checks::expect_dtype_in(name(), "out", y.dtype(), kFloatTypes);
     const std::int64_t cols = rows::cols_of(name(), "out", y);
@@ -164,18 +199,22 @@ class SoftmaxBackward final : public OpDef {
     const std::int64_t rows = rows::count(name(), y);
     Params p;
     p.add_dtype("dtype", y.dtype());
-    add_row_params(p, rows, cols, rows::pick(cols, y.dtype(), {t[0], t[1], t[2]}), 2, y.dtype(), target);
+    add_row_params(*this, scalars, p, rows, cols, rows::pick(cols, y.dtype(), {t[0], t[1], t[2]}), 2, y.dtype(),
+                   target);
     return p;
   }
 
   std::vector<Params> plan(const Params& p) const override {
-    return chunked(p) ? two_steps(p) : std::vector<Params>{p};
+    return chunked(p) && !cooperative(p) ? two_steps(p) : std::vector<Params>{p};
   }
   std::string entry_macro(const Params& p) const override {
-    return chunked(p) ? "MOJO_KERNEL_softmax_backward_chunks" : OpDef::entry_macro(p);
+    return chunked(p) ? chunked_entry("softmax_backward", p) : OpDef::entry_macro(p);
   }
   std::size_t workspace_bytes(const Params& p, TensorList t) const override {
     return chunked(p) ? std::size_t(t[2].spec.numel() / p.get("cols") * p.get("chunks")) * sizeof(float) : 0;
+  }
+  std::size_t sync_words(const Params& p, TensorList t) const override {
+    return cooperative(p) ? std::size_t(t[2].spec.numel() / p.get("cols")) * 2 : 0;
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
@@ -183,7 +222,8 @@ class SoftmaxBackward final : public OpDef {
   }
   unsigned max_dynamic_smem(const Params& p) const override { return cache_bytes(p, 2); }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr workspace, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList, const Workspace& workspace,
+                 KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
     for (std::size_t i = 0; i < 3; ++i) checks::expect_pointer(name(), kBackwardTensors[i].name, t[i], bytes);
     args.push_args(mojo_softmax::BackwardArgs<void>{
@@ -191,7 +231,8 @@ class SoftmaxBackward final : public OpDef {
         .grad_out = ptr(t[1]),
         .out = ptr(t[2]),
         .rows = t[2].spec.numel() / p.get("cols"),
-        .parts = ptr<float>(workspace),
+        .parts = ptr<float>(workspace.scratch),
+        .sync = ptr<unsigned>(workspace.sync),
     });
   }
 

@@ -83,7 +83,7 @@ class StoreKvCache final : public OpDef {
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override { return rows::geometry(t[2].spec.dim(0), p); }
 
-  void pack_args(const Params& p, TensorList t, ScalarList, DevicePtr, KernelArgs& args) const override {
+  void pack_args(const Params& p, TensorList t, ScalarList, const Workspace&, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
     for (std::size_t i = 0; i < 4; ++i) checks::expect_pointer(name(), kKvTensors[i].name, t[i], bytes);
     checks::expect_pointer(name(), "slot_mapping", t[4], unsigned(dtype_size(t[4].spec.dtype())));

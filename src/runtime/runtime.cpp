@@ -175,10 +175,34 @@ std::string cooperative_failure(const OpDef& op, std::string_view what) {
                      has_choice ? "; cooperative=0 runs it without a cooperative launch" : "");
 }
 
-// Launches the kernels of `kernel`'s plan in order; `packed`: their geometry and arguments, when already packed
-// for these tensors and this workspace.
+// The workspace a plan asks for (OpDef::workspace_bytes, OpDef::sync_words), from `arena`.
+Workspace workspace_for(std::size_t bytes, std::size_t words, WorkspaceArena& arena, StreamHandle stream) {
+  return bytes > 0 || words > 0 ? arena.get(stream, bytes, words) : Workspace{};
+}
+
+// With debug checks: that the plan's kernels left its sync words zero, as the next launch needs them (a launch a
+// graph captures has not run yet). Else the barriers of the next launch would pass early, silently.
+void check_sync_words_left_zero(const OpDef& op, const Params& params, TensorList tensors, DevicePtr sync,
+                                WorkspaceArena& arena, StreamHandle stream) {
+  if (is_capturing(stream)) return;
+  std::vector<unsigned> words(op.sync_words(params, tensors));
+  copy_to_host(words.data(), sync, words.size() * sizeof(unsigned), stream);
+  const auto set = std::find_if(words.begin(), words.end(), [](unsigned w) { return w != 0; });
+  if (set == words.end()) return;
+  arena.forget_sync(stream);
+  throw Error(
+      fmt::format("{}: its kernels left {} of its {} sync words set (word {} holds {}); a cooperative "
+                  "kernel must leave them zero (mojo::leave_sync_words), or the next launch's barriers pass "
+                  "early",
+                  op.name(), std::count_if(set, words.end(), [](unsigned w) { return w != 0; }), words.size(),
+                  set - words.begin(), *set));
+}
+
+// Launches the kernels of `kernel`'s plan in order, with `workspace` from `arena`; `packed`: their geometry and
+// arguments, when already packed for these tensors and this workspace.
 void launch_plan(const OpDef& op, const LoadedKernel& kernel, TensorList tensors, ScalarList scalars,
-                 StreamHandle stream, DevicePtr workspace, const PackedStep* packed = nullptr) {
+                 StreamHandle stream, const Workspace& workspace, WorkspaceArena& arena,
+                 const PackedStep* packed = nullptr) {
   kernel.device->ensure_current();  // before pack_args: TMA descriptors are encoded by the current device
   if (packed == nullptr) op.check_memory(tensors);  // else checked when these pointers were bound
   if (kernel.debug_checks) check_data_unless_captured(op, tensors, scalars, stream);
@@ -197,17 +221,21 @@ void launch_plan(const OpDef& op, const LoadedKernel& kernel, TensorList tensors
       mojo::launch(step.function, g.grid, g.block, g.dynamic_smem, stream, mine ? mine->args.data() : args.data(),
                    options);
     } catch (const DeviceError& e) {
+      if (workspace.sync != 0) arena.forget_sync(stream);  // its kernels may have left sync words set
       if (!g.cooperative) throw;
       throw DeviceError(cooperative_failure(op, e.what()), e.code());
     }
   });
+  if (kernel.debug_checks && workspace.sync != 0)
+    check_sync_words_left_zero(op, kernel.params, tensors, workspace.sync, arena, stream);
 }
 
 // A launch with nothing packed beforehand: the geometry, the workspace and the arguments found now.
 void launch_unbound(const OpDef& op, const LoadedKernel& kernel, WorkspaceArena& arena, TensorList tensors,
                     ScalarList scalars, StreamHandle stream) {
-  const std::size_t bytes = op.workspace_bytes(kernel.params, tensors);
-  launch_plan(op, kernel, tensors, scalars, stream, bytes > 0 ? arena.get(stream, bytes) : 0);
+  const Workspace workspace =
+      workspace_for(op.workspace_bytes(kernel.params, tensors), op.sync_words(kernel.params, tensors), arena, stream);
+  launch_plan(op, kernel, tensors, scalars, stream, workspace, arena);
 }
 
 }  // namespace
@@ -224,8 +252,8 @@ struct Binding {
   std::vector<DevicePtr> pointers;    // the tensors' pointers, for which `steps` are packed
   std::vector<std::string> scalar_names;
   std::vector<Scalar> scalar_values;
-  std::size_t workspace_bytes;
-  DevicePtr workspace = 0;                  // what `steps` are packed with
+  std::size_t workspace_bytes, sync_words;
+  Workspace workspace;                      // what `steps` are packed with
   std::unique_ptr<PackedStep[]> steps;      // one per launch of the plan
   bool args_packed = false;  // false: these pointers do not pass the op's checks (e.g. null)
 
@@ -235,8 +263,8 @@ struct Binding {
         kernel(&kernel),
         arena(&arena),
         workspace_bytes(op.workspace_bytes(kernel.params, tensors)),
-        steps(std::make_unique<PackedStep[]>(
-            std::size_t(op.repeats(kernel.params, tensors)) * kernel.steps.size())) {
+        sync_words(op.sync_words(kernel.params, tensors)),
+        steps(std::make_unique<PackedStep[]>(std::size_t(op.repeats(kernel.params, tensors)) * kernel.steps.size())) {
     std::size_t n = 0;
     for_each_launch(op, kernel, tensors,
                     [&](const LoadedKernel::Step&, const Params& p) { steps[n++].geometry = op.geometry(p, tensors); });
@@ -253,7 +281,7 @@ struct Binding {
     kernel.device->ensure_current();
     try {
       op.check_memory(tensors);
-      if (workspace_bytes > 0) workspace = arena.get(stream, workspace_bytes);
+      workspace = workspace_for(workspace_bytes, sync_words, arena, stream);
       n = 0;
       for_each_launch(op, kernel, tensors, [&](const LoadedKernel::Step&, const Params& p) {
         op.pack_args(p, tensors, scalars, workspace, steps[n++].args);
@@ -268,10 +296,10 @@ struct Binding {
   // workspace's) are the same.
   // The hot path of every cache hit: inlined into its callers (GCC stopped doing so by itself, +4 ns a launch).
   [[gnu::always_inline]] void launch(TensorList tensors, ScalarList scalars, StreamHandle stream) const {
-    const DevicePtr ws = workspace_bytes > 0 ? arena->get(stream, workspace_bytes) : 0;
-    bool same = args_packed && ws == workspace;
+    const Workspace ws = workspace_for(workspace_bytes, sync_words, *arena, stream);
+    bool same = args_packed && ws.scratch == workspace.scratch && ws.sync == workspace.sync;
     for (std::size_t i = 0; same && i < pointers.size(); ++i) same = tensors[i].data == pointers[i];
-    launch_plan(*op, *kernel, tensors, scalars, stream, ws, same ? steps.get() : nullptr);
+    launch_plan(*op, *kernel, tensors, scalars, stream, ws, *arena, same ? steps.get() : nullptr);
   }
 
   bool matches(TensorList tensors, ScalarList scalars) const noexcept {

@@ -79,7 +79,7 @@ TEST(AttentionOp, EveryKernelOfThePlanTakesOneArgsStruct) {
     if (t[i].spec.rank() != 0) t[i].data = DevicePtr(i + 1) << 20;  // distinct, aligned, never read
   const std::vector<ScalarArg> scalars = {{"window", 100}};
   const Params p = decode.specialize(t, scalars, kSm90);
-  const DevicePtr workspace = DevicePtr(1) << 30;
+  const Workspace workspace{.scratch = DevicePtr(1) << 30};
   const std::vector<Params> plan = decode.plan(p);
   ASSERT_EQ(plan.size(), 2u);
   for (const Params& step : plan) {
@@ -96,7 +96,7 @@ TEST(AttentionOp, EveryKernelOfThePlanTakesOneArgsStruct) {
     EXPECT_EQ(a.block_table, ptr(t[4]));
     EXPECT_EQ(a.sinks, nullptr);
     EXPECT_EQ(a.lse, nullptr);
-    EXPECT_EQ(a.workspace, ptr(workspace));
+    EXPECT_EQ(a.workspace, ptr(workspace.scratch));
     EXPECT_EQ(a.q_stride, 32 * 128);
     EXPECT_EQ(a.batch, 32);
     EXPECT_EQ(a.q_tokens, 32);

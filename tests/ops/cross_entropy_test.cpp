@@ -60,7 +60,7 @@ TEST(LinearCrossEntropyOp, FinishPacksOneArgsStruct) {
     if (fwd.entry_macro(step) != "MOJO_CE_FINISH") continue;
     ++finishes;
     KernelArgs a;
-    fwd.pack_args(step, t, scalars, DevicePtr(1) << 30, a);
+    fwd.pack_args(step, t, scalars, Workspace{.scratch = DevicePtr(1) << 30}, a);
     const auto& args = packed<mojo_ce::FinishArgs<void>>(a);
     EXPECT_EQ(args.lse, nullptr) << "no lse wanted";
     EXPECT_EQ(args.rows, 16);

@@ -573,13 +573,13 @@ TEST(Linear, SplitsKWhereTheTilesLeaveSmsIdle) {
   const std::vector<Params> steps = linear.plan(linear.specialize(t, {{"splits", 2}, {"path", 80}}, sm80));
   ASSERT_EQ(steps.size(), 2u);
   KernelArgs product_args, reduce_args;
-  linear.pack_args(steps[0], t, {}, workspace, product_args);
+  linear.pack_args(steps[0], t, {}, Workspace{.scratch = workspace}, product_args);
   const auto& g = op_test::packed<mojo_gemm::Args<void, void>>(product_args).out;
   EXPECT_EQ(g.c, ptr(workspace));
   EXPECT_EQ(g.bias, nullptr);
   EXPECT_EQ(g.ldc, 64);
   EXPECT_EQ(g.batch_c, 2 * 32 * 64);
-  linear.pack_args(steps[1], t, {}, workspace, reduce_args);
+  linear.pack_args(steps[1], t, {}, Workspace{.scratch = workspace}, reduce_args);
   const auto& r = op_test::packed<mojo_gemm::OutputArgs<void>>(reduce_args);
   EXPECT_EQ(r.c, ptr(out));
   EXPECT_EQ(r.bias, ptr(bias));
@@ -785,7 +785,7 @@ TEST(Gemm, EveryOpPacksOneArgsStruct) {
     KernelArgs args;
     const Params p = op.specialize(t.tensors, {}, kSm90);
     ASSERT_EQ(p.get("wgmma"), 0) << "sm_90 (not sm_90a): the sm_80 path";
-    op.pack_args(p, t.tensors, {}, 0, args);
+    op.pack_args(p, t.tensors, {}, {}, args);
     const auto& packed = op_test::packed<mojo_gemm::Args<void, void>>(args);
     const auto& in = packed.in;
     const auto& g = packed.out;

@@ -47,7 +47,7 @@ TEST(MoeOp, GatePacksOneArgsStruct) {
   std::vector<Tensor> t = example(gate, DType::f32, "logits=16x256 ids=16x8 bias=256");
   for (std::size_t i = 0; i < t.size(); ++i) t[i].data = DevicePtr(i + 1) << 20;
   KernelArgs a;
-  gate.pack_args(gate.specialize(t, {}, kSm90), t, {{"routed_scaling", 2.5}}, 0, a);
+  gate.pack_args(gate.specialize(t, {}, kSm90), t, {{"routed_scaling", 2.5}}, {}, a);
   const auto& args = packed<Args>(a);
   EXPECT_EQ(args.weights, ptr(DevicePtr(1) << 20));
   EXPECT_EQ(args.ids, ptr(DevicePtr(2) << 20));
@@ -57,7 +57,7 @@ TEST(MoeOp, GatePacksOneArgsStruct) {
   EXPECT_EQ(args.tokens, 16);
   t[3] = Tensor{};
   KernelArgs b;
-  gate.pack_args(gate.specialize(t, {}, kSm90), t, {}, 0, b);
+  gate.pack_args(gate.specialize(t, {}, kSm90), t, {}, {}, b);
   EXPECT_EQ(packed<Args>(b).bias, nullptr) << "no bias";
   EXPECT_FLOAT_EQ(packed<Args>(b).scaling, 1.f) << "routed_scaling defaults to 1";
 }

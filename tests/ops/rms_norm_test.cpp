@@ -122,7 +122,7 @@ TEST(RmsNormOp, PacksOneArgsStruct) {
   auto t = args(DType::f16, 10, 256, 0x7000000);
   Params p = op().specialize(t, {}, kSm90);
   KernelArgs a;
-  op().pack_args(p, t, {{"eps", 1e-5f}}, 0, a);
+  op().pack_args(p, t, {{"eps", 1e-5f}}, {}, a);
   const auto& args = packed<mojo_rms_norm::Args<void>>(a);
   EXPECT_EQ(args.out, ptr(0x7000000));
   EXPECT_EQ(args.residual, nullptr) << "rms_norm has no residual";
@@ -133,7 +133,7 @@ TEST(RmsNormOp, PacksOneArgsStruct) {
   EXPECT_EQ(args.out_stride, 256);
   EXPECT_EQ(args.x_stride, 256);
   KernelArgs d;
-  op().pack_args(p, t, {}, 0, d);
+  op().pack_args(p, t, {}, {}, d);
   EXPECT_FLOAT_EQ(packed<mojo_rms_norm::Args<void>>(d).eps, 1e-6f) << "eps defaults to 1e-6";
 }
 
@@ -168,7 +168,7 @@ TEST(RmsNormOp, StridedRowsAreTakenOverlappingOrScatteredAreNot) {
   std::vector<Tensor> t = {{x, 0x7000000}, {strided, 0x7100000}, {w, 0x7200000}};
   Params p = op().specialize(t, {}, kSm90);
   KernelArgs a;
-  op().pack_args(p, t, {}, 0, a);
+  op().pack_args(p, t, {}, {}, a);
   EXPECT_EQ(packed<mojo_rms_norm::Args<void>>(a).out_stride, 64);
   EXPECT_EQ(packed<mojo_rms_norm::Args<void>>(a).x_stride, 128);
   // A row stride of 66 floats leaves odd rows 8-byte aligned: vec 2, not 4.
@@ -194,9 +194,9 @@ TEST(RmsNormOp, NullAndMisalignedPointersAreRejectedAtLaunch) {
   Params p = op().specialize(t, {}, kSm90);
   KernelArgs a;
   t[2].data = 0;
-  EXPECT_EQ(error_of<PointerError>([&] { op().pack_args(p, t, {}, 0, a); }), "rms_norm: weight is a null pointer");
+  EXPECT_EQ(error_of<PointerError>([&] { op().pack_args(p, t, {}, {}, a); }), "rms_norm: weight is a null pointer");
   t[2].data = 0x7200004;  // the vec=8 kernel needs 16-byte alignment
-  EXPECT_EQ(error_of<PointerError>([&] { op().pack_args(p, t, {}, 0, a); }),
+  EXPECT_EQ(error_of<PointerError>([&] { op().pack_args(p, t, {}, {}, a); }),
             "rms_norm: weight at 0x7200004 is not 16-byte aligned as this kernel needs");
 }
 

@@ -22,7 +22,7 @@ TEST(RotaryOp, ViewsOfQkvAndPartialRotary) {
   EXPECT_EQ(p.str(), "dtype=bf16 cache=f32 pos=i32 head_dim=128 rot_dim=64 heads=32 kv_heads=8 neox=0 vec=8 cvec=4 threads=64 hpb=8")
       << "16-byte vectors of 4 pairs, 8 vectors a rotated head: 8 heads a block of 64 threads";
   KernelArgs a;
-  op.pack_args(p, t, {}, 0, a);
+  op.pack_args(p, t, {}, {}, a);
   const auto& args = packed<mojo_rotary::Args<void, void, void>>(a);
   EXPECT_EQ(args.k, ptr(0x10000 + 32 * 128 * 2)) << "k: a view into qkv";
   EXPECT_EQ(args.q_stride, 48 * 128) << "q token stride";

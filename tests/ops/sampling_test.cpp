@@ -141,20 +141,21 @@ TEST(SampleOp, ParamsAndShapeErrors) {
     const OpDef& op = find_op("sample");
     const std::vector<Tensor> t = example(op, DType::f32, "logits=1x151936");
     const Params p = op.specialize(t, {}, kSm90);
-    EXPECT_EQ(op.repeats(p, t), 1) << "a batch of one: two launches, not ten";
-    const std::vector<Params> steps = op.plan(p);
-    ASSERT_EQ(steps.size(), 2u);
-    for (std::size_t i = 0; i < 2; ++i) {
-      const LaunchGeometry g = op.geometry(steps[i], t);
-      EXPECT_EQ(g.grid.x, 32u) << "a batch of one spreads over 32 blocks";
-      EXPECT_EQ(g.cooperative, i == 1) << "phase 0, then the rest in one cooperative launch";
-    }
+    EXPECT_EQ(op.repeats(p, t), 1) << "a batch of one: one launch, not ten";
+    ASSERT_EQ(op.plan(p).size(), 1u);
+    const LaunchGeometry g = op.geometry(p, t);
+    EXPECT_EQ(g.grid.x, 32u) << "a batch of one spreads over 32 blocks";
+    EXPECT_TRUE(g.cooperative) << "every phase in one cooperative launch";
+    EXPECT_EQ(op.entry_macro(p), "MOJO_KERNEL_sample_cooperative");
+    EXPECT_EQ(op.sync_words(p, t), std::size_t(MOJO_SAMPLE_ROW_WORDS(32)))
+        << "the row's counters are sync words, which no kernel of the launch has to clear";
     for (const auto& [dtype, phases] : {std::pair{DType::f32, 10}, {DType::f16, 8}, {DType::bf16, 6}}) {
       const std::vector<Tensor> batch = example(op, dtype, "logits=256x1000");
       const Params many = op.specialize(batch, {}, kSm90);
       EXPECT_EQ(op.repeats(many, batch), phases) << dtype_name(dtype) << ": the launches do not depend on the values";
       EXPECT_EQ(op.plan(many).size(), 1u);
       EXPECT_FALSE(op.geometry(many, batch).cooperative);
+      EXPECT_EQ(op.sync_words(many, batch), 0u) << "phase 0 clears the counters, in the workspace";
     }
   }
   EXPECT_EQ(params("apply_penalties_temperature", DType::f32, "logits=4x1000 token_ids=4x16").str(),
@@ -185,7 +186,7 @@ TEST(SampleOp, PacksOneArgsStruct) {
   std::vector<Tensor> t = example(op, DType::f32, "logits=4x1000");
   for (std::size_t i = 0; i < t.size(); ++i) t[i].data = DevicePtr(i + 1) << 20;
   KernelArgs a;
-  op.pack_args(op.specialize(t, {}, kSm90), t, {}, 0, a);
+  op.pack_args(op.specialize(t, {}, kSm90), t, {}, {}, a);
   const auto& args = packed<Args>(a);
   EXPECT_EQ(args.tokens, ptr(DevicePtr(1) << 20));
   EXPECT_EQ(args.logprobs, ptr(DevicePtr(2) << 20));
@@ -196,7 +197,7 @@ TEST(SampleOp, PacksOneArgsStruct) {
   EXPECT_EQ(args.offset, ptr(DevicePtr(8) << 20));
   t[1] = Tensor{};
   KernelArgs b;
-  op.pack_args(op.specialize(t, {}, kSm90), t, {}, 0, b);
+  op.pack_args(op.specialize(t, {}, kSm90), t, {}, {}, b);
   EXPECT_EQ(packed<Args>(b).logprobs, nullptr) << "no logprobs wanted";
 }
 
@@ -274,6 +275,11 @@ TEST_P(SamplingGpu, WorstCaseRowsMatchTheReferenceWhateverTheSplit) {
     std::int64_t k;
     float p, min_p;
   } filters[] = {{0, 1.f, 0.f}, {1, 1.f, 0.f}, {50, 0.9f, 0.f}, {0, 0.5f, 0.1f}, {60, 0.95f, 0.5f}, {600, 0.9f, 0.f}};
+  // With debug checks, which also read the cooperative launch's sync words back: every way a row can end (its
+  // token written early, phases skipped) must leave them zero.
+  RuntimeOptions o = options();
+  o.debug_checks = true;
+  Runtime checked(o);
   for (DType dtype : {DType::f32, DType::bf16})
     for (const auto& [batch, chunks] : {std::pair<std::int64_t, std::int64_t>{1, 5}, {66, 4}, {88, 3}, {132, 2}, {264, 1}}) {
       if (dtype == DType::bf16 && chunks % 2 == 0) continue;  // f32's keys have the most digits; bf16 at 5, 3, 1
@@ -290,7 +296,7 @@ TEST_P(SamplingGpu, WorstCaseRowsMatchTheReferenceWhateverTheSplit) {
           const auto& f = filters[combo / rows.size()];
           b.add(rows[combo % rows.size()], f.k, f.p, f.min_p, 77 + r % 7, r % 5);
         }
-        const Sampled got = run_sample(*rt, dtype, b);
+        const Sampled got = run_sample(checked, dtype, b);
         if (batch == 1)
           EXPECT_EQ(run_sample(*rt, dtype, b, {{"cooperative", 0}}).tokens, got.tokens) << "a launch a phase";
         for (std::int64_t r = 0; r < batch; ++r) {

@@ -17,16 +17,43 @@ TEST(SoftmaxOp, VocabularyRowsUseWholeBlocksOrChunksWhenFew) {
   // Fewer rows than the H100's 132 SMs: each row over several blocks, about two blocks an SM in all (at most
   // 32 a row), a plan of two steps (the rows' parts, then the output).
   EXPECT_EQ(params("softmax", DType::bf16, "x=32x151936").str(),
-            "dtype=bf16 cols=151936 vec=8 threads=512 chunks=9 log=0");
+            "dtype=bf16 cols=151936 vec=8 threads=512 chunks=9 cooperative=0 log=0");
+  EXPECT_EQ(params("softmax_backward", DType::f16, "out=4x151936").str(),
+            "dtype=f16 cols=151936 vec=8 threads=128 chunks=32 cooperative=0");
+  // A grid that fits on half the SMs (one or two rows of a vocabulary): both steps in one cooperative launch,
+  // each thread's share of its chunk in registers (5 vectors here).
   const OpDef& op = find_op("softmax");
   const std::vector<Tensor> t = example(op, DType::f32, "x=1x151936");
   const Params p = op.specialize(t, {}, kSm90);
-  EXPECT_EQ(p.str(), "dtype=f32 cols=151936 vec=4 threads=256 chunks=32 log=0");
-  ASSERT_EQ(op.plan(p).size(), 2u);
-  EXPECT_EQ(op.geometry(op.plan(p)[1], t).grid.x, 32u) << "one row over 32 blocks";
+  EXPECT_EQ(p.str(), "dtype=f32 cols=151936 vec=4 threads=256 chunks=32 cooperative=1 log=0");
+  ASSERT_EQ(op.plan(p).size(), 1u);
+  EXPECT_EQ(op.entry_macro(p), "MOJO_KERNEL_softmax_cooperative");
+  EXPECT_EQ(op.geometry(p, t).grid.x, 32u) << "one row over 32 blocks";
+  EXPECT_TRUE(op.geometry(p, t).cooperative);
   EXPECT_EQ(op.workspace_bytes(p, t), 32u * 2 * sizeof(float)) << "a max and a sum per block";
-  EXPECT_EQ(params("softmax_backward", DType::f16, "out=4x151936").str(),
-            "dtype=f16 cols=151936 vec=8 threads=128 chunks=32");
+  EXPECT_EQ(op.sync_words(p, t), 2u) << "the row's barrier and its count of blocks done";
+  // cooperative = 0: the two steps (an A/B on one machine).
+  const Params two = op.specialize(t, {{"cooperative", 0}}, kSm90);
+  ASSERT_EQ(op.plan(two).size(), 2u);
+  EXPECT_EQ(op.entry_macro(op.plan(two)[1]), "MOJO_KERNEL_softmax_chunks");
+  EXPECT_FALSE(op.geometry(op.plan(two)[1], t).cooperative);
+  EXPECT_EQ(op.sync_words(two, t), 0u);
+  EXPECT_EQ(params("softmax_backward", DType::bf16, "out=2x151936").get("cooperative"), 1);
+  EXPECT_EQ(params("log_softmax", DType::f16, "x=4x151936", {{"cooperative", 1}}).get("cooperative"), 1);
+  EXPECT_EQ(error_of<InvalidArgumentError>([] {
+              params("softmax", DType::f32, "x=512x4096", {{"cooperative", 1}});
+            }),
+            "softmax: cooperative = 1 is for few long rows split over blocks; these 512 rows take a block each");
+  EXPECT_EQ(error_of<InvalidArgumentError>([] {
+              params("softmax", DType::f32, "x=1x1048576", {{"cooperative", 1}});
+            }),
+            "softmax: cooperative = 1 keeps a thread's share of a chunk in registers, at most 8 vectors; these rows "
+            "need 16");
+  EXPECT_EQ(params("softmax", DType::f32, "x=1x1048576").get("cooperative"), 0) << "too long for the registers";
+  EXPECT_EQ(error_of<InvalidArgumentError>([] {
+              params("softmax", DType::f32, "x=5x151936", {{"cooperative", 1}});
+            }),
+            "softmax: cooperative = 1 needs the grid's 160 blocks (5 rows of 32) resident at once; sm_90 has 132 SMs");
   EXPECT_EQ(params("log_softmax", DType::f32, "x=4x31").str(),
             "dtype=f32 cols=31 vec=1 threads=32 rows=4 cache=0 log=1");
   EXPECT_EQ(params("softmax", DType::f16, "x=1000x8").str(),
@@ -119,6 +146,50 @@ TEST_P(SoftmaxGpu, SoftmaxBackward) {
     }
 }
 
+// Few long rows: one cooperative launch (each thread's share of its chunk in registers, a barrier of the row's
+// blocks) computes the same sums in the same order as the two launches, so the same bits. Each runs twice with
+// debug checks, which read the sync words back after the launch: the first launch must leave them zero for the
+// second; and a captured graph of it replays.
+TEST_P(SoftmaxGpu, FewLongRowsGiveTheSameBitsInOneCooperativeLaunchAsInTwo) {
+  RuntimeOptions o = options();
+  o.debug_checks = true;
+  Runtime checked(o);
+  struct Case {
+    const char* op;
+    DType dtype;
+    Rows shape;
+  };
+  // (On sm_80's 108 SMs two vocabulary rows of 32 blocks are past half of them: two rows of 20,000 here.)
+  for (const Case c :
+       {Case{"softmax", DType::bf16, Rows{1, 151936}}, Case{"log_softmax", DType::f32, Rows{2, 20000}},
+        Case{"softmax_backward", DType::f16, Rows{1, 151936}}, Case{"softmax_backward", DType::f32, Rows{2, 4097}}}) {
+    SCOPED_TRACE(fmt::format("{} {} {}", c.op, dtype_name(c.dtype), str(c.shape)));
+    const bool backward = std::string_view(c.op) == "softmax_backward";
+    const std::int64_t n = c.shape.rows * c.shape.cols;
+    const TensorSpec x(c.dtype, {c.shape.rows, c.shape.cols});
+    GpuTensor out(x), in(x, random_tensor(c.dtype, n, 15, 0.2f, 8.f)), y(x, random_tensor(c.dtype, n, 16, 0.f, 1.f));
+    const std::vector<Tensor> tensors = backward ? std::vector<Tensor>{out, in, y} : std::vector<Tensor>{out, in};
+    ASSERT_EQ(find_op(c.op).specialize(tensors, {}, rt->device().target()).get("cooperative"), 1);
+    checked.launch(c.op, tensors, {{"cooperative", 0}});
+    sync();
+    const std::vector<std::uint8_t> two_launches = out.read();
+    for (int run = 0; run < 2; ++run) {
+      out.poison();
+      checked.launch(c.op, tensors);
+      sync();
+      EXPECT_EQ(out.read(), two_launches) << "run " << run;
+    }
+    Stream stream;
+    const Graph graph = Graph::capture(stream, [&] { rt->launch(c.op, tensors, {}, stream); });
+    for (int replay = 0; replay < 2; ++replay) {
+      out.poison();
+      graph.launch(stream);
+      stream.synchronize();
+      EXPECT_EQ(out.read(), two_launches) << "replay " << replay;
+    }
+  }
+}
+
 // Rows too long for the registers, and as many as the device's reference GPU has SMs (one block a row, not
 // chunked): the first `cache` vectors of each row wait in shared memory for the writing pass, the rest are read
 // again, and both kinds of vector must come out right (f32 keeps fewer in registers than 16-bit types).
@@ -164,8 +235,14 @@ TEST_P(SoftmaxCompiles, VocabularyRowsDoNotSpill) {
   Runtime rt(memory_only(GetParam()));
   for (const char* op : {"softmax", "softmax_backward"})
     for (DType d : {DType::f32, DType::bf16})
-      for (std::int64_t cols : {32768, 65536, 100000, 131072, 151936}) {
-        const TensorSpec x(d, {512, cols});
+      for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{512, 32768},
+                                       {512, 65536},
+                                       {512, 100000},
+                                       {512, 131072},
+                                       {512, 151936},
+                                       {1, 151936},
+                                       {2, 65536}}) {  // 1, 2: cooperative
+        const TensorSpec x(d, {rows, cols});
         const std::vector<Tensor> t = std::string_view(op) == "softmax" ? std::vector<Tensor>{{x, 0}, {x, 0}}
                                                                         : std::vector<Tensor>{{x, 0}, {x, 0}, {x, 0}};
         const Artifact a = rt.compile(op, t, {}, Target::parse("sm_90a"), Emit::cubin);

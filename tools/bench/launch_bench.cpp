@@ -66,7 +66,7 @@ void bench_host_overhead(mojo::Runtime& rt, const Options& options) {
   const std::vector<mojo::Tensor> tensors{out, in, weight};
   const std::vector<mojo::ScalarArg> scalars{{"eps", mojo::Scalar(eps)}};
   mojo::KernelArgs args;
-  op.pack_args(h.params(), tensors, scalars, 0, args);
+  op.pack_args(h.params(), tensors, scalars, {}, args);
   const mojo::LaunchGeometry g = op.geometry(h.params(), tensors);
   double raw_us = 0;
   if (cpu) {

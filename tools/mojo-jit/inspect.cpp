@@ -125,6 +125,7 @@ nlohmann::json describe(Runtime& rt, const OpDef& op, TensorList tensors, Scalar
     d["kernels"].push_back(kernel_json(op, plan[i], tensors, limits ? &*limits : nullptr, sms, r ? &*r : nullptr));
   }
   d["workspace_bytes"] = op.workspace_bytes(params, tensors);
+  d["sync_words"] = op.sync_words(params, tensors);
   d["runs"] = op.repeats(params, tensors);
   if (model) {
     d["sms"] = sms;

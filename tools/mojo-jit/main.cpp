@@ -410,6 +410,8 @@ int run_describe(int argc, char** argv, bool explain) {
     print_kernel(kernels[i], limits ? &*limits : nullptr, sms);
   }
   fmt::print("workspace: {} bytes\n", d["workspace_bytes"].get<std::size_t>());
+  if (const std::size_t words = d["sync_words"].get<std::size_t>(); words > 0)
+    fmt::print("sync words: {} (zero between launches: the cooperative kernels leave them so)\n", words);
   // A plan run once per slice (the fused cross-entropy's vocabulary slices): the grids above are the first run's.
   if (const std::int64_t runs = d["runs"].get<std::int64_t>(); runs > 1)
     fmt::print("runs:     {} (the plan run again per slice or phase; the grids above are the first run's)\n", runs);

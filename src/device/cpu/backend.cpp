@@ -60,6 +60,13 @@ struct Stream {
 Stream* stream_of(StreamHandle h) { return reinterpret_cast<Stream*>(h); }
 // Where `stream`'s work goes while it is captured, else null (run it now).
 Recording* capture_of(StreamHandle stream) { return stream != nullptr ? stream_of(stream)->capture : nullptr; }
+// Runs `work` now, or records it where `stream` is being captured.
+void in_stream_order(StreamHandle stream, std::function<void()> work) {
+  if (Recording* r = capture_of(stream))
+    r->work.push_back(std::move(work));
+  else
+    work();
+}
 
 // One launch, its arguments copied (as a CUDA graph captures them by value).
 std::function<void()> recorded_launch(const Kernel& k, Dim3 grid, Dim3 block, unsigned smem, void** args,
@@ -137,12 +144,12 @@ class CpuBackend final : public Backend {
     refuse_while_capturing("cuMemsetD8");
     std::memset(reinterpret_cast<void*>(dst), value, bytes);
   }
+  void fill_async(DevicePtr dst, std::uint8_t value, std::size_t bytes, StreamHandle stream) const override {
+    in_stream_order(stream, [=] { std::memset(reinterpret_cast<void*>(dst), value, bytes); });
+  }
   void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream) const override {
-    auto copy = [=] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes); };
-    if (Recording* r = capture_of(stream))
-      r->work.push_back(copy);
-    else
-      copy();
+    in_stream_order(stream,
+                    [=] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes); });
   }
   void copy_to_host_after(void* dst, DevicePtr src, std::size_t bytes, StreamHandle stream) const override {
     if (capture_of(stream) != nullptr) refuse_in_capture("cuStreamSynchronize");

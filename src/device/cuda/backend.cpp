@@ -139,6 +139,9 @@ class CudaBackend final : public Backend {
     MOJO_CU(cuMemsetD8(dst, value, bytes));
     MOJO_CU(cuStreamSynchronize(CU_STREAM_LEGACY));  // a memset of device memory is asynchronous to the host
   }
+  void fill_async(DevicePtr dst, std::uint8_t value, std::size_t bytes, StreamHandle stream) const override {
+    MOJO_CU(cuMemsetD8Async(dst, value, bytes, stream));
+  }
   void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream) const override {
     MOJO_CU(cuMemcpyDtoDAsync(dst, src, bytes, stream));
   }

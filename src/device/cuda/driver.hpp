@@ -11,6 +11,7 @@
 
 namespace mojo::driver {
 
+// clang-format off: a table
 #define MOJO_DRIVER_FUNCTIONS(X)                                                              \
   X(cuInit) X(cuGetErrorName) X(cuGetErrorString) X(cuDriverGetVersion) X(cuDeviceGetCount)   \
   X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem)               \
@@ -18,12 +19,14 @@ namespace mojo::driver {
   X(cuCtxGetCurrent) X(cuCtxSynchronize) X(cuStreamCreate) X(cuStreamDestroy)                 \
   X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                  \
   X(cuEventSynchronize) X(cuEventElapsedTime) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD)      \
-  X(cuMemcpyDtoH) X(cuMemcpyDtoDAsync) X(cuMemsetD8) X(cuModuleLoadData) X(cuModuleUnload)    \
+  X(cuMemcpyDtoH) X(cuMemcpyDtoDAsync) X(cuMemsetD8) X(cuMemsetD8Async) X(cuModuleLoadData)   \
+  X(cuModuleUnload)                                                                           \
   X(cuModuleGetFunction) X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel)        \
   X(cuLaunchKernelEx)                                                                         \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags)                \
   X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuTensorMapEncodeTiled)               \
   X(cuThreadExchangeStreamCaptureMode) X(cuStreamIsCapturing)
+// clang-format on
 
 struct Api {
 #define MOJO_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;
