@@ -587,6 +587,7 @@ __device__ __forceinline__ void fence_gpu() { __atomic_thread_fence(__ATOMIC_SEQ
 __device__ __forceinline__ unsigned long long load_gpu(const unsigned long long* p) {
   return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
+__device__ __forceinline__ void store_gpu(unsigned* p, unsigned v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 #else
 __device__ __forceinline__ unsigned arrive(unsigned* counter) {
   unsigned old;
@@ -604,6 +605,10 @@ __device__ __forceinline__ unsigned long long load_gpu(const unsigned long long*
   unsigned long long v;
   asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
+}
+// A store other blocks may read during this launch (a counter they wait on, say): to L2, as atomics see it.
+__device__ __forceinline__ void store_gpu(unsigned* p, unsigned v) {
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 #endif
 
@@ -644,11 +649,12 @@ __device__ __forceinline__ void sync_blocks(unsigned* counter, unsigned blocks) 
 // zero for the next launch): each block calls this once, after its last use of them, and the last to get here
 // zeroes them all. The last word counts the blocks that got here: callers keep it for that. Every block's
 // arrival comes after its last use (the block's barrier, then an acq_rel add), so no block still waits on a
-// word the last one zeroes.
+// word the last one zeroes. (Relaxed atomic stores: the CPU device's scheduler reads a waited-on word atomically,
+// unordered with its blocks, and TSan would call a plain store beside it a race.)
 __device__ __forceinline__ void leave_sync_words(unsigned* words, int count, unsigned blocks) {
   sync_block();
   if (thread_x() == 0 && arrive(words + count - 1) == blocks - 1)
-    for (int i = 0; i < count; ++i) words[i] = 0u;
+    for (int i = 0; i < count; ++i) store_gpu(words + i, 0u);
 }
 
 // ---- the start of every kernel: programmatic dependent launch (sm_90+) --------------
