@@ -312,8 +312,9 @@ struct ChunkInRegisters {
 // OnlineSum::of_parts over the row's CHUNKS parts (the same merges in the same order: the same bits), through
 // shared memory: a thread a part loads them from global memory at once. Every thread merging all 2 * CHUNKS
 // loads from global memory itself held them all in registers, and ptxas gave the kernel a stack frame.
-template <int CHUNKS>
+template <int CHUNKS, int THREADS>
 __device__ __forceinline__ mojo::OnlineSum merged_parts(const float* row_parts, float (&shared)[2 * CHUNKS]) {
+  static_assert(2 * CHUNKS <= THREADS, "a thread a part's max or sum");
   if (const unsigned t = mojo::thread_x(); t < 2 * CHUNKS) shared[t] = row_parts[t];
   mojo::sync_block();
   return mojo::OnlineSum::of_parts(shared, CHUNKS);
@@ -343,7 +344,7 @@ __device__ __forceinline__ void forward_cooperative(T* __restrict__ out, const T
   }
   mojo::sync_blocks(row_sync, CHUNKS);
   mojo::leave_sync_words(row_sync, 2, CHUNKS);
-  const mojo::OnlineSum row = merged_parts<CHUNKS>(row_parts, parts_here);
+  const mojo::OnlineSum row = merged_parts<CHUNKS, THREADS>(row_parts, parts_here);
   const float inv_sum = 1.f / row.sum, log_sum = mojo::log_approx(row.sum);
   T* outr = out + r * out_stride;
   mine.for_each([&](int i, int v) {
