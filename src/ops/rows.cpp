@@ -122,29 +122,32 @@ void add_params(Params& p, std::string_view cols_name, std::int64_t cols, const 
   p.add("rows", l.rows_per_block);
 }
 
-Chunking chunk(std::int64_t rows, std::int64_t cols, std::int64_t vec, const Target& target) {
+Chunking chunk(std::int64_t rows, std::int64_t cols, std::int64_t vec, const Target& target, std::int64_t max_chunks) {
   const std::int64_t sms = reference_sm_count(target);
   Chunking c;
   if (rows == 0) return c;  // nothing to launch: one block a row of none
   c.chunks = std::clamp<std::int64_t>(std::min((2 * sms + rows - 1) / rows, (cols + kMinChunk - 1) / kMinChunk), 1,
-                                      kMaxChunks);
+                                      std::min(kMaxChunks, max_chunks));
   const std::int64_t chunk_vectors = (cols / vec + c.chunks - 1) / c.chunks;
   c.threads = std::clamp<std::int64_t>(std::int64_t(std::bit_ceil(std::uint64_t((chunk_vectors + 7) / 8))), 64, 512);
   return c;
 }
 
-bool cooperative(const OpDef& op, ScalarList scalars, std::int64_t rows, std::int64_t chunks, const Target& target,
-                 bool worth_it) {
+bool cooperative(const OpDef& op, ScalarList scalars, std::int64_t rows, std::int64_t cols, std::int64_t vec,
+                 const Target& target, Chunking& c, bool worth_it) {
   const double asked = op.scalar(scalars, "cooperative");
   if (asked != -1 && asked != 0 && asked != 1)
     throw InvalidArgumentError(
         fmt::format("{}: cooperative is {}; expected -1 (the heuristic's choice), 0 or 1", op.name(), asked));
   const std::int64_t sms = reference_sm_count(target);
-  if (asked == 1 && rows * chunks > sms)
-    throw InvalidArgumentError(
-        fmt::format("{}: cooperative = 1 needs the grid's {} blocks ({} rows of {}) resident at once; {} has {} SMs",
-                    op.name(), rows * chunks, rows, chunks, target.sm_name(), sms));
-  return asked == -1 ? worth_it && rows * chunks <= sms / 2 : asked == 1;
+  if (asked == -1) return worth_it && rows * c.chunks <= sms / 2;
+  if (asked == 0) return false;
+  if (rows > sms)
+    throw InvalidArgumentError(fmt::format(
+        "{}: cooperative = 1 needs every block resident at once, one a row at the least: {} rows; {} has {} SMs",
+        op.name(), rows, target.sm_name(), sms));
+  if (rows * c.chunks > sms) c = chunk(rows, cols, vec, target, sms / rows);
+  return true;
 }
 
 LaunchGeometry geometry(std::int64_t rows, const Params& p) {

@@ -72,15 +72,18 @@ struct Chunking {
   std::int64_t chunks = 1;  // blocks a row
   std::int64_t threads = 64;
 };
-Chunking chunk(std::int64_t rows, std::int64_t cols, std::int64_t vec, const Target& target);
+// `max_chunks`: fewer a row, where a grid must fit on the SMs (cooperative below).
+Chunking chunk(std::int64_t rows, std::int64_t cols, std::int64_t vec, const Target& target,
+               std::int64_t max_chunks = kMaxChunks);
 
-// Whether the blocks of rows split over `chunks` blocks each meet in one cooperative launch (LaunchGeometry::
-// cooperative) rather than across launches: the op's `cooperative` scalar (-1, 0 or 1), whose -1 picks it where
-// the grid fits on half the target's reference SMs and `worth_it`. A launchable kernel is promised one block per
-// SM, so such a grid is resident together on any GPU of the family with half the SMs or more, whatever its
-// registers; asked for (1), a grid up to the reference GPU's SMs (InvalidArgumentError past them).
-bool cooperative(const OpDef& op, ScalarList scalars, std::int64_t rows, std::int64_t chunks, const Target& target,
-                 bool worth_it = true);
+// Whether the blocks of rows split as `c` (chunk's) meet in one cooperative launch (LaunchGeometry::cooperative)
+// rather than across launches: the op's `cooperative` scalar (-1, 0 or 1), whose -1 picks it where the grid
+// fits on half the target's reference SMs and `worth_it`. A launchable kernel is promised one block per SM, so
+// such a grid is resident together on any GPU of the family with half the SMs or more, whatever its registers.
+// Asked for (1), a grid up to the reference GPU's SMs: where `c` has more blocks, it gets fewer chunks a row
+// (InvalidArgumentError where even one block a row is too many).
+bool cooperative(const OpDef& op, ScalarList scalars, std::int64_t rows, std::int64_t cols, std::int64_t vec,
+                 const Target& target, Chunking& c, bool worth_it = true);
 
 // One block per ROWS rows of THREADS threads each.
 LaunchGeometry geometry(std::int64_t rows, const Params& p);

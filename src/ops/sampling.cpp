@@ -204,7 +204,8 @@ constexpr TensorArgInfo kSampleTensors[] = {
 constexpr ScalarArgInfo kSampleScalars[] = {
     {"cooperative", -1,
      "-1: every phase in one cooperative launch where the grid fits on half the target's SMs, else a launch a "
-     "phase; 0: a launch a phase; 1: one cooperative launch (where the grid fits on the target's SMs)"},
+     "phase; 0: a launch a phase; 1: one cooperative launch, over fewer blocks a row where that is needed to fit "
+     "the target's SMs"},
 };
 constexpr OpInfo kSample{
     .name = "sample",
@@ -258,7 +259,10 @@ class Sample final : public OpDef {
     checks::expect_exact(name(), "seed", t[6].spec, {batch}, kI64);
     checks::expect_exact(name(), "offset", t[7].spec, {batch}, kI64);
     const std::int64_t vec = rows::pick(vocab, logits.dtype(), {t[2]}).vec;
-    const rows::Chunking chunking = rows::chunk(batch, vocab, vec, target);
+    rows::Chunking chunking = rows::chunk(batch, vocab, vec, target);
+    // A small batch's time is mostly the launches, one after another (10 of them for f32): the H200 measured
+    // 58 µs for one f32 row (2026-11-27), 5.8 µs a launch, for 0.6 MB of logits.
+    const bool cooperative = rows::cooperative(*this, scalars, batch, vocab, vec, target, chunking);
     if (batch > INT32_MAX / chunking.chunks)
       throw ShapeError(fmt::format("{}: logits has more rows than the grid can take", name()));
     Params p;
@@ -268,9 +272,7 @@ class Sample final : public OpDef {
     p.add("vec", vec);
     p.add("chunks", chunking.chunks);
     p.add("threads", chunking.threads);
-    // A small batch's time is mostly the launches, one after another (10 of them for f32): the H200 measured
-    // 58 µs for one f32 row (2026-11-27), 5.8 µs a launch, for 0.6 MB of logits.
-    p.add("cooperative", rows::cooperative(*this, scalars, batch, chunking.chunks, target) ? 1 : 0);
+    p.add("cooperative", cooperative ? 1 : 0);
     return p;
   }
 

@@ -27,7 +27,7 @@ constexpr ScalarArgInfo kScalars[] = {
     {"cooperative", -1,
      "few long rows split over blocks: -1: one cooperative launch where the grid fits on half the target's SMs "
      "(and a thread's share of a chunk in registers), else two launches; 0: two launches; 1: one cooperative "
-     "launch"},
+     "launch, over fewer blocks a row where that is needed to fit the target's SMs"},
 };
 
 // Static shared memory the row kernels keep beside the cache (their reductions' scratch: 1152 bytes in the cubins).
@@ -39,12 +39,14 @@ constexpr std::int64_t kStaticSharedReserve = 2048;
 // memory as one block may hold, for each of the `arrays` tensors it reads: "cache".
 void add_row_params(const OpDef& op, ScalarList scalars, Params& p, std::int64_t rows, std::int64_t cols,
                     const rows::Layout& layout, int arrays, DType dtype, const Target& target) {
-  const rows::Chunking c = rows::chunk(rows, cols, layout.vec, target);
+  rows::Chunking c = rows::chunk(rows, cols, layout.vec, target);
+  const auto one_block_a_row = [&] {
+    return InvalidArgumentError(
+        fmt::format("{}: cooperative = 1 is for few long rows split over blocks; these {} rows take a block each",
+                    op.name(), rows));
+  };
   if (rows >= reference_sm_count(target) || c.chunks == 1) {
-    if (op.scalar(scalars, "cooperative") == 1)
-      throw InvalidArgumentError(
-          fmt::format("{}: cooperative = 1 is for few long rows split over blocks; these {} rows take a block each",
-                      op.name(), rows));
+    if (op.scalar(scalars, "cooperative") == 1) throw one_block_a_row();
     rows::add_params(p, "cols", cols, layout);
     const std::int64_t vectors = cols / layout.vec, per_thread = (vectors + layout.threads - 1) / layout.threads;
     const std::int64_t vector_bytes = layout.vec * std::int64_t(dtype_size(dtype)) * arrays;
@@ -54,19 +56,22 @@ void add_row_params(const OpDef& op, ScalarList scalars, Params& p, std::int64_t
                               : 0);
     return;
   }
+  // The cooperative form keeps a thread's share of its chunk in registers (softmax.cu's ChunkInRegisters).
+  const auto per_thread = [&] {
+    const std::int64_t chunk_vectors = (cols / layout.vec + c.chunks - 1) / c.chunks;
+    return (chunk_vectors + c.threads - 1) / c.threads;
+  };
+  const bool cooperative = rows::cooperative(op, scalars, rows, cols, layout.vec, target, c,
+                                             per_thread() <= MOJO_SOFTMAX_COOPERATIVE_VECTORS);
+  if (cooperative && c.chunks == 1) throw one_block_a_row();  // asked for, and fitted to the SMs
+  if (cooperative && per_thread() > MOJO_SOFTMAX_COOPERATIVE_VECTORS)
+    throw InvalidArgumentError(fmt::format(
+        "{}: cooperative = 1 keeps a thread's share of a chunk in registers, at most {} vectors; these rows need {}",
+        op.name(), MOJO_SOFTMAX_COOPERATIVE_VECTORS, per_thread()));
   p.add("cols", cols);
   p.add("vec", layout.vec);
   p.add("threads", c.threads);
   p.add("chunks", c.chunks);
-  // The cooperative form keeps a thread's share of its chunk in registers (softmax.cu's ChunkInRegisters).
-  const std::int64_t chunk_vectors = (cols / layout.vec + c.chunks - 1) / c.chunks;
-  const std::int64_t per_thread = (chunk_vectors + c.threads - 1) / c.threads;
-  const bool fits = per_thread <= MOJO_SOFTMAX_COOPERATIVE_VECTORS;
-  const bool cooperative = rows::cooperative(op, scalars, rows, c.chunks, target, fits);
-  if (cooperative && !fits)
-    throw InvalidArgumentError(fmt::format(
-        "{}: cooperative = 1 keeps a thread's share of a chunk in registers, at most {} vectors; these rows need {}",
-        op.name(), MOJO_SOFTMAX_COOPERATIVE_VECTORS, per_thread));
   p.add("cooperative", cooperative ? 1 : 0);
 }
 bool chunked(const Params& p) { return p.get_or("chunks", 1) > 1; }

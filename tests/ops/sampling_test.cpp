@@ -126,13 +126,19 @@ TEST(SampleOp, ParamsAndShapeErrors) {
             "dtype=f32 index=i64 vocab=151936 vec=4 chunks=32 threads=256 cooperative=0");
   EXPECT_EQ(params("sample", DType::f16, "logits=3x4097").str(),
             "dtype=f16 index=i64 vocab=4097 vec=1 chunks=5 threads=128 cooperative=1");
-  // The scalar picks a plan (an A/B on one machine): 0, a launch a phase; 1, one cooperative launch up to the SMs.
+  // The scalar picks a plan (an A/B on one machine): 0, a launch a phase; 1, one cooperative launch up to the SMs,
+  // with fewer blocks a row where the rule's would not fit on them (5 rows of 26 on sm_90's 132; 100 of 1).
   EXPECT_EQ(params("sample", DType::f32, "logits=1x151936", {{"cooperative", 0}}).get("cooperative"), 0);
   EXPECT_EQ(params("sample", DType::f32, "logits=4x151936", {{"cooperative", 1}}).get("cooperative"), 1);
+  EXPECT_EQ(params("sample", DType::f32, "logits=5x151936", {{"cooperative", 1}}).str(),
+            "dtype=f32 index=i64 vocab=151936 vec=4 chunks=26 threads=256 cooperative=1");
+  EXPECT_EQ(params("sample", DType::bf16, "logits=100x151936", {{"cooperative", 1}}).str(),
+            "dtype=bf16 index=i64 vocab=151936 vec=8 chunks=1 threads=512 cooperative=1");
   EXPECT_EQ(error_of<InvalidArgumentError>([] {
-              params("sample", DType::f32, "logits=5x151936", {{"cooperative", 1}});
+              params("sample", DType::f32, "logits=133x151936", {{"cooperative", 1}});
             }),
-            "sample: cooperative = 1 needs the grid's 160 blocks (5 rows of 32) resident at once; sm_90 has 132 SMs");
+            "sample: cooperative = 1 needs every block resident at once, one a row at the least: 133 rows; sm_90 has "
+            "132 SMs");
   EXPECT_EQ(error_of<InvalidArgumentError>([] {
               params("sample", DType::f32, "logits=1x1000", {{"cooperative", 2}});
             }),
@@ -299,6 +305,8 @@ TEST_P(SamplingGpu, WorstCaseRowsMatchTheReferenceWhateverTheSplit) {
         const Sampled got = run_sample(checked, dtype, b);
         if (batch == 1)
           EXPECT_EQ(run_sample(*rt, dtype, b, {{"cooperative", 0}}).tokens, got.tokens) << "a launch a phase";
+        if (batch == 66)  // past the rule: forced, its rows over fewer blocks so that the grid fits on the SMs
+          EXPECT_EQ(run_sample(checked, dtype, b, {{"cooperative", 1}}).tokens, got.tokens) << "one cooperative launch";
         for (std::int64_t r = 0; r < batch; ++r) {
           const std::size_t ri = std::size_t(r), combo = std::size_t((first + r) % combos);
           const std::vector<float> row =

@@ -50,10 +50,19 @@ TEST(SoftmaxOp, VocabularyRowsUseWholeBlocksOrChunksWhenFew) {
             "softmax: cooperative = 1 keeps a thread's share of a chunk in registers, at most 8 vectors; these rows "
             "need 16");
   EXPECT_EQ(params("softmax", DType::f32, "x=1x1048576").get("cooperative"), 0) << "too long for the registers";
+  // Asked for where the rule's chunks would not fit on the SMs: fewer a row (5 rows of 26 on sm_90's 132), while
+  // a thread's share still fits its registers.
+  EXPECT_EQ(params("softmax", DType::f32, "x=5x151936", {{"cooperative", 1}}).str(),
+            "dtype=f32 cols=151936 vec=4 threads=256 chunks=26 cooperative=1 log=0");
   EXPECT_EQ(error_of<InvalidArgumentError>([] {
-              params("softmax", DType::f32, "x=5x151936", {{"cooperative", 1}});
+              params("softmax", DType::f32, "x=20x151936", {{"cooperative", 1}});
             }),
-            "softmax: cooperative = 1 needs the grid's 160 blocks (5 rows of 32) resident at once; sm_90 has 132 SMs");
+            "softmax: cooperative = 1 keeps a thread's share of a chunk in registers, at most 8 vectors; these rows "
+            "need 13");
+  EXPECT_EQ(error_of<InvalidArgumentError>([] {
+              params("softmax", DType::f32, "x=100x4096", {{"cooperative", 1}});
+            }),
+            "softmax: cooperative = 1 is for few long rows split over blocks; these 100 rows take a block each");
   EXPECT_EQ(params("log_softmax", DType::f32, "x=4x31").str(),
             "dtype=f32 cols=31 vec=1 threads=32 rows=4 cache=0 log=1");
   EXPECT_EQ(params("softmax", DType::f16, "x=1000x8").str(),
