@@ -98,6 +98,42 @@ LaunchGeometry row_geometry(std::int64_t rows, const Params& p, int arrays) {
   return g;
 }
 
+// What softmax's forward and backward share: rows of one tensor (`rows_of`, `arrays` of them read a row), a
+// block each or chunked (`kernel`'s _chunks and _cooperative entry points), `parts` floats a chunk in the
+// workspace.
+class SoftmaxRows : public OpDef {
+ public:
+  SoftmaxRows(const OpInfo& info, std::string_view kernel, std::size_t rows_of, int arrays, int parts)
+      : OpDef(info), kernel_(kernel), rows_of_(rows_of), arrays_(arrays), parts_(parts) {}
+
+  std::vector<Params> plan(const Params& p) const override {
+    return chunked(p) && !cooperative(p) ? two_steps(p) : std::vector<Params>{p};
+  }
+  std::string entry_macro(const Params& p) const override {
+    return chunked(p) ? chunked_entry(kernel_, p) : OpDef::entry_macro(p);
+  }
+  std::size_t workspace_bytes(const Params& p, TensorList t) const override {
+    return chunked(p) ? std::size_t(rows(p, t) * p.get("chunks") * parts_) * sizeof(float) : 0;
+  }
+  std::size_t sync_words(const Params& p, TensorList t) const override {
+    return cooperative(p) ? std::size_t(rows(p, t)) * 2 : 0;
+  }
+  LaunchGeometry geometry(const Params& p, TensorList t) const override { return row_geometry(rows(p, t), p, arrays_); }
+  unsigned max_dynamic_smem(const Params& p) const override { return cache_bytes(p, arrays_); }
+
+ protected:
+  std::int64_t rows(const Params& p, TensorList t) const { return t[rows_of_].spec.numel() / p.get("cols"); }
+  void add_params(ScalarList scalars, Params& p, std::int64_t rows, std::int64_t cols, const rows::Layout& layout,
+                  DType dtype, const Target& target) const {
+    add_row_params(*this, scalars, p, rows, cols, layout, arrays_, dtype, target);
+  }
+
+ private:
+  std::string_view kernel_;
+  std::size_t rows_of_;
+  int arrays_, parts_;
+};
+
 constexpr OpInfo kSoftmax{
     .name = "softmax",
     .summary = "out = exp(x - max) / sum(exp(x - max)) over the last dim",
@@ -117,9 +153,10 @@ constexpr OpInfo kLogSoftmax{
     .example_shapes = "x=32x151936",
 };
 
-class Softmax final : public OpDef {
+class Softmax final : public SoftmaxRows {
  public:
-  explicit Softmax(bool log) : OpDef(log ? kLogSoftmax : kSoftmax), log_(log) {}
+  // A chunk's part: its max and sum.
+  explicit Softmax(bool log) : SoftmaxRows(log ? kLogSoftmax : kSoftmax, "softmax", 1, 1, 2), log_(log) {}
   Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
     const TensorSpec &out = t[0].spec, &x = t[1].spec;
     checks::expect_dtype_in(name(), "x", x.dtype(), kFloatTypes);
@@ -131,28 +168,10 @@ class Softmax final : public OpDef {
     const std::int64_t rows = rows::count(name(), x);
     Params p;
     p.add_dtype("dtype", x.dtype());
-    add_row_params(*this, scalars, p, rows, cols, rows::pick(cols, x.dtype(), {t[0], t[1]}), 1, x.dtype(), target);
+    add_params(scalars, p, rows, cols, rows::pick(cols, x.dtype(), {t[0], t[1]}), x.dtype(), target);
     p.add("log", log_ ? 1 : 0);
     return p;
   }
-
-  std::vector<Params> plan(const Params& p) const override {
-    return chunked(p) && !cooperative(p) ? two_steps(p) : std::vector<Params>{p};
-  }
-  std::string entry_macro(const Params& p) const override {
-    return chunked(p) ? chunked_entry("softmax", p) : OpDef::entry_macro(p);
-  }
-  std::size_t workspace_bytes(const Params& p, TensorList t) const override {
-    return chunked(p) ? std::size_t(t[1].spec.numel() / p.get("cols") * p.get("chunks")) * 2 * sizeof(float) : 0;
-  }
-  std::size_t sync_words(const Params& p, TensorList t) const override {
-    return cooperative(p) ? std::size_t(t[1].spec.numel() / p.get("cols")) * 2 : 0;
-  }
-
-  LaunchGeometry geometry(const Params& p, TensorList t) const override {
-    return row_geometry(t[1].spec.numel() / p.get("cols"), p, 1);
-  }
-  unsigned max_dynamic_smem(const Params& p) const override { return cache_bytes(p, 1); }
 
   void pack_args(const Params& p, TensorList t, ScalarList, const Workspace& workspace,
                  KernelArgs& args) const override {
@@ -162,7 +181,7 @@ class Softmax final : public OpDef {
     args.push_args(mojo_softmax::Args<void>{
         .out = ptr(t[0]),
         .x = ptr(t[1]),
-        .rows = t[1].spec.numel() / p.get("cols"),
+        .rows = rows(p, t),
         .out_stride = rows::stride(name(), "out", t[0].spec),
         .x_stride = rows::stride(name(), "x", t[1].spec),
         .parts = ptr<float>(workspace.scratch),
@@ -189,9 +208,10 @@ constexpr OpInfo kSoftmaxBackward{
     .example_shapes = "out=32x151936",
 };
 
-class SoftmaxBackward final : public OpDef {
+class SoftmaxBackward final : public SoftmaxRows {
  public:
-  SoftmaxBackward() : OpDef(kSoftmaxBackward) {}
+  // A chunk's part: its sum of grad_out * out.
+  SoftmaxBackward() : SoftmaxRows(kSoftmaxBackward, "softmax_backward", 2, 2, 1) {}
   Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
     const TensorSpec& y = t[2].spec;
     checks::expect_dtype_in(name(), "out", y.dtype(), kFloatTypes);
@@ -204,28 +224,9 @@ class SoftmaxBackward final : public OpDef {
     const std::int64_t rows = rows::count(name(), y);
     Params p;
     p.add_dtype("dtype", y.dtype());
-    add_row_params(*this, scalars, p, rows, cols, rows::pick(cols, y.dtype(), {t[0], t[1], t[2]}), 2, y.dtype(),
-                   target);
+    add_params(scalars, p, rows, cols, rows::pick(cols, y.dtype(), {t[0], t[1], t[2]}), y.dtype(), target);
     return p;
   }
-
-  std::vector<Params> plan(const Params& p) const override {
-    return chunked(p) && !cooperative(p) ? two_steps(p) : std::vector<Params>{p};
-  }
-  std::string entry_macro(const Params& p) const override {
-    return chunked(p) ? chunked_entry("softmax_backward", p) : OpDef::entry_macro(p);
-  }
-  std::size_t workspace_bytes(const Params& p, TensorList t) const override {
-    return chunked(p) ? std::size_t(t[2].spec.numel() / p.get("cols") * p.get("chunks")) * sizeof(float) : 0;
-  }
-  std::size_t sync_words(const Params& p, TensorList t) const override {
-    return cooperative(p) ? std::size_t(t[2].spec.numel() / p.get("cols")) * 2 : 0;
-  }
-
-  LaunchGeometry geometry(const Params& p, TensorList t) const override {
-    return row_geometry(t[2].spec.numel() / p.get("cols"), p, 2);
-  }
-  unsigned max_dynamic_smem(const Params& p) const override { return cache_bytes(p, 2); }
 
   void pack_args(const Params& p, TensorList t, ScalarList, const Workspace& workspace,
                  KernelArgs& args) const override {
@@ -235,7 +236,7 @@ class SoftmaxBackward final : public OpDef {
         .grad_x = ptr(t[0]),
         .grad_out = ptr(t[1]),
         .out = ptr(t[2]),
-        .rows = t[2].spec.numel() / p.get("cols"),
+        .rows = rows(p, t),
         .parts = ptr<float>(workspace.scratch),
         .sync = ptr<unsigned>(workspace.sync),
     });
