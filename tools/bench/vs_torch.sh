@@ -11,6 +11,7 @@
 # Each line is timed by `mojo-bench --op ... --json` (CUDA graph, random operands); the rows then go to
 # torch_compare.py, which times PyTorch on the same shapes the same way. For a few ops after a change,
 # where `mojo-bench --only ops` would time every op.
+# Without a GPU, tests/bench_cases.sh (ctest Tools.bench_cases_are_valid) checks every line of the case files.
 set -euo pipefail
 cases=${1:?usage: tools/bench/vs_torch.sh CASES [BUILD_DIR]}
 build=${2:-build}
