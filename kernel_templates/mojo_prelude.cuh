@@ -326,6 +326,35 @@ __device__ __forceinline__ float shfl_xor(float v, int lane_mask) {
 #endif
 }
 
+__device__ __forceinline__ unsigned shfl_xor(unsigned v, int lane_mask) {
+#if defined(MOJO_CPU)
+  return cpu::api().shfl_bfly(v, lane_mask);
+#else
+  unsigned r;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(v), "r"(lane_mask));
+  return r;
+#endif
+}
+__device__ __forceinline__ unsigned long long shfl_xor(unsigned long long v, int lane_mask) {
+  return (static_cast<unsigned long long>(shfl_xor(unsigned(v >> 32), lane_mask)) << 32) | shfl_xor(unsigned(v), lane_mask);
+}
+
+// The sum of v over the lanes up to and including this one; `total` gets the whole warp's. Every lane of
+// the warp must call it. Integer sums, so exact in any order: 5 butterfly steps, where a loop of one
+// lane over 32 values waits on 32 loads in turn (or, unrolled, holds 64 registers for them).
+__device__ __forceinline__ unsigned long long warp_inclusive_sum(unsigned long long v, unsigned long long& total) {
+  const unsigned lane = thread_x() % 32;
+  unsigned long long through = v;
+  total = v;  // after the step for m: the sum over this lane's aligned group of 2m lanes
+#pragma unroll
+  for (int m = 1; m < 32; m *= 2) {
+    const unsigned long long other = shfl_xor(total, m);  // the other half of the group
+    if (lane & m) through += other;                        // which lies below this lane
+    total += other;
+  }
+  return through;
+}
+
 struct Sum {
   __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
 };

@@ -93,7 +93,7 @@ struct Shared {
 // read with coalesced loads (lane l of a warp reads index base + l: one
 // 128-byte line a warp load, where a chunk per thread made each warp load
 // touch 32 lines): each warp sums one contiguous segment of the row, one
-// thread finds the segment that holds the point, then the block sums that
+// warp finds the segment that holds the point, then the block sums that
 // segment in a chunk per thread, a block prefix sum places the chunks, and
 // the one thread whose chunk holds the point walks it. Integer weights: the
 // same sums, hence the same index, whatever the partition.
@@ -106,30 +106,20 @@ __device__ long long draw(W weight, unsigned r24, bool greedy, u64* scan, Shared
   const int tid = int(mojo::thread_x()), lane = tid % 32, warp = tid / 32;
   if (tid == 0) s.chosen = -1;
   const int segment_end = warp * SEGMENT + SEGMENT < VOCAB ? warp * SEGMENT + SEGMENT : VOCAB;
-  u64 mine = 0;
+  u64 mine = 0, segment_sum;
   for (int i = warp * SEGMENT + lane; i < segment_end; i += 32) mine += weight(i);
-  scan[tid] = mine;  // each warp's segment sum, its lanes' parts added by one thread
+  mojo::warp_inclusive_sum(mine, segment_sum);
+  if (lane == 0) s.lane_sums[warp] = segment_sum;
   mojo::sync_block();
-  if (tid < WARPS) {
-    u64 sum = 0;
-    for (int l = 0; l < 32; ++l) sum += scan[tid * 32 + l];
-    s.lane_sums[tid] = sum;
-  }
-  mojo::sync_block();
-  if (tid == 0) {  // the segment that holds the point, and the point within it
-    u64 total = 0;
-    for (int w = 0; w < WARPS; ++w) total += s.lane_sums[w];
-    const u64 point = greedy ? 0 : scale(total, r24);
-    s.prefix = WARPS;  // none: every weight is 0
-    u64 before = 0;
-#pragma unroll 1  // one thread, once a draw: unrolled (LLVM did), its 32 steps' sums stayed live and spilled
-    for (int w = 0; total > 0 && w < WARPS; ++w) {
-      if (point < before + s.lane_sums[w]) {
-        s.prefix = unsigned(w);
-        s.want = point - before;
-        break;
-      }
-      before += s.lane_sums[w];
+  if (tid < 32) {  // warp 0, lane w: whether segment w holds the point, and where within it
+    const u64 segment_weight = tid < WARPS ? s.lane_sums[tid] : 0ull;
+    u64 total;
+    const u64 through = mojo::warp_inclusive_sum(segment_weight, total);
+    const u64 point = greedy ? 0 : scale(total, r24), before = through - segment_weight;
+    if (total == 0 && tid == 0) s.prefix = WARPS;  // none: every weight is 0
+    if (before <= point && point < through) {      // one lane, when total > 0 (point < total)
+      s.prefix = unsigned(tid);
+      s.want = point - before;
     }
   }
   mojo::sync_block();
@@ -334,24 +324,25 @@ __device__ __forceinline__ void kept_masses(const u64* above, const u64* bins, i
   mojo::sync_block();
 }
 
-// Thread 0 of the placing block: the chunk that holds the draw's point and the point within it, from
-// the chunks' kept masses in s.lane_sums (greedy: the point 0, the first kept token).
+// Warp 0 of the placing block, lane c for chunk c: the chunk that holds the draw's point and the point
+// within it, from the chunks' kept masses in s.lane_sums (greedy: the point 0, the first kept token).
 template <int CHUNKS, int THREADS>
 __device__ __forceinline__ void place_point(const SampleShared<THREADS>& s, bool greedy, long long seed,
                                             long long offset, RowState* state) {
-  u64 sum = 0;
-  for (int i = 0; i < CHUNKS; ++i) sum += s.lane_sums[i];
-  u64 point = greedy ? 0ull : scale(sum, mojo::random24(seed, offset, 0));
-  int holder = -1;
-  for (int i = 0; sum > 0 && i < CHUNKS; ++i) {
-    if (point < s.lane_sums[i]) {
-      holder = i;
-      break;
-    }
-    point -= s.lane_sums[i];
+  static_assert(CHUNKS <= 32, "a lane a chunk");
+  const int lane = int(mojo::thread_x());
+  const u64 kept = lane < CHUNKS ? s.lane_sums[lane] : 0ull;
+  u64 total;
+  const u64 through = mojo::warp_inclusive_sum(kept, total);
+  const u64 point = greedy ? 0ull : scale(total, mojo::random24(seed, offset, 0)), before = through - kept;
+  if (total == 0 && lane == 0) {  // nothing kept: no token
+    state->chunk = -1;
+    state->point = point;
   }
-  state->chunk = holder;
-  state->point = point;
+  if (before <= point && point < through) {  // one lane, when total > 0 (point < total)
+    state->chunk = lane;
+    state->point = point - before;
+  }
 }
 
 constexpr int kTokenWritten = -2;  // RowState::chunk once the row's token is written
@@ -458,10 +449,8 @@ __device__ __forceinline__ void finish_from_candidates(const u64* list, unsigned
     mojo::sync_block();
     if (int(tid) < CHUNKS) s.lane_sums[tid] += mojo::load_gpu(tied_counts + tid * kSlot) * tied_kept;
     mojo::sync_block();
-    if (tid == 0) {
-      state->threshold = kept_from;
-      place_point<CHUNKS>(s, greedy, seed, offset[r], state);
-    }
+    if (tid == 0) state->threshold = kept_from;
+    if (tid < 32) place_point<CHUNKS>(s, greedy, seed, offset[r], state);
     return;
   }
   u64* masses = s.scan;
@@ -610,7 +599,7 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
       const int pick = int(s.prefix & 255u);
       kept_masses<CHUNKS>(before, slots, d == D - 1 ? pick : pick + 1, s);  // the last digit keeps its pick too
       if (d < D - 1 && int(tid) < CHUNKS) slots[tid * kSlot + 256] = s.lane_sums[tid];
-      if (d == D - 1 && tid == 0) place_point<CHUNKS>(s, k == 1, seed[r], offset[r], states + r);
+      if (d == D - 1 && tid < 32) place_point<CHUNKS>(s, k == 1, seed[r], offset[r], states + r);
     }
     if (!from_candidates) return;
   }
@@ -632,7 +621,7 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
     if (tid == 0) slots[c * kSlot + 256] = total;
     if (!last_to_arrive<CHUNKS>(counter, s)) return;
     kept_masses<CHUNKS>(slots, slots, 256, s);
-    if (tid == 0) place_point<CHUNKS>(s, k == 1, seed[r], offset[r], states + r);
+    if (tid < 32) place_point<CHUNKS>(s, k == 1, seed[r], offset[r], states + r);
     return;
   }
 
