@@ -336,7 +336,8 @@ __device__ __forceinline__ unsigned shfl_xor(unsigned v, int lane_mask) {
 #endif
 }
 __device__ __forceinline__ unsigned long long shfl_xor(unsigned long long v, int lane_mask) {
-  return (static_cast<unsigned long long>(shfl_xor(unsigned(v >> 32), lane_mask)) << 32) | shfl_xor(unsigned(v), lane_mask);
+  const unsigned long long high = shfl_xor(unsigned(v >> 32), lane_mask);
+  return high << 32 | shfl_xor(unsigned(v), lane_mask);
 }
 
 // The sum of v over the lanes up to and including this one; `total` gets the whole warp's. Every lane of
