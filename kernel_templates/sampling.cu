@@ -793,7 +793,10 @@ __device__ __forceinline__ void reject_sample(long long* __restrict__ out, long 
 
 // sample's two entry points: one phase a launch (`sample`), or every phase in one cooperative launch, whose grid
 // must be resident at once: at least 2 blocks an SM (ptxas held LLVM's f32 kernel to 128 registers from 182; with
-// phase 0 in it, 4 bytes spill on sm_90a), so that the grid fits on a quarter of the SMs.
+// phase 0 in it, 4 bytes spill on sm_90a), so that the grid fits on a quarter of the SMs. A launch a phase asks
+// for 64 registers at any block size, the 2 blocks of 512 an SM that rows::chunk plans its grid for: left to
+// itself ptxas took 98 at a batch of 32 (one block an SM: 288 blocks in 2.18 waves, not 1.09), and elsewhere held
+// itself to 64 by spilling up to 64 bytes, where asked up front it fits them with none (sm_90a, both compilers).
 #define MOJO_SAMPLE_KERNEL(NAME, P, FUNCTION, ...)                                                           \
   extern "C" __global__ void __launch_bounds__(__VA_ARGS__)                                                 \
       NAME(MOJO_ARG_PARAMS(MOJO_SAMPLING_SAMPLE_ARGS, P::dtype, P::index)) {                                \
@@ -802,7 +805,7 @@ __device__ __forceinline__ void reject_sample(long long* __restrict__ out, long 
         tokens, logprobs, logits, stride, top_k, top_p, min_p, seed, offset, partials, candidates, stats, states, \
         counters, phase);                                                                                    \
   }
-#define MOJO_KERNEL_sample(NAME, P) MOJO_SAMPLE_KERNEL(NAME, P, sample, P::threads)
+#define MOJO_KERNEL_sample(NAME, P) MOJO_SAMPLE_KERNEL(NAME, P, sample, P::threads, 1024 / P::threads)
 #define MOJO_KERNEL_sample_cooperative(NAME, P) MOJO_SAMPLE_KERNEL(NAME, P, sample_cooperative, P::threads, 2)
 
 #define MOJO_KERNEL_apply_temperature(NAME, P)                                                                       \

@@ -123,10 +123,19 @@ void add_params(Params& p, std::string_view cols_name, std::int64_t cols, const 
 }
 
 Chunking chunk(std::int64_t rows, std::int64_t cols, std::int64_t vec, const Target& target, std::int64_t max_chunks) {
-  const std::int64_t sms = reference_sm_count(target);
+  const std::int64_t slots = 2 * reference_sm_count(target);  // two blocks an SM
   Chunking c;
   if (rows == 0) return c;  // nothing to launch: one block a row of none
-  c.chunks = std::clamp<std::int64_t>(std::min((2 * sms + rows - 1) / rows, (cols + kMinChunk - 1) / kMinChunk), 1,
+  // Of the counts just below and just above two blocks an SM, the one whose last wave (at two blocks an SM, what
+  // sample's kernels hold) is fuller, the larger on a tie: 16 rows take 16 chunks (256 blocks, 0.97 of a wave),
+  // not 17 (272: 8 blocks in a second wave).
+  const auto last_wave_fill = [&](std::int64_t chunks) {
+    const std::int64_t blocks = rows * chunks;
+    return double(blocks) / double((blocks + slots - 1) / slots * slots);
+  };
+  const std::int64_t above = (slots + rows - 1) / rows, below = std::max<std::int64_t>(slots / rows, 1);
+  const std::int64_t wanted = last_wave_fill(below) > last_wave_fill(above) ? below : above;
+  c.chunks = std::clamp<std::int64_t>(std::min(wanted, (cols + kMinChunk - 1) / kMinChunk), 1,
                                       std::min(kMaxChunks, max_chunks));
   const std::int64_t chunk_vectors = (cols / vec + c.chunks - 1) / c.chunks;
   c.threads = std::clamp<std::int64_t>(std::int64_t(std::bit_ceil(std::uint64_t((chunk_vectors + 7) / 8))), 64, 512);

@@ -64,7 +64,8 @@ void add_params(Params& p, std::string_view cols_name, std::int64_t cols, const 
 
 // Few long rows (a batch of vocabulary rows) split over several blocks a row
 // (mojo::RowChunk in the prelude), so that they still fill the GPU: about two
-// blocks per SM of the target's reference GPU, at most kMaxChunks (a row's
+// blocks per SM of the target's reference GPU (no more where that leaves a
+// last wave fuller: rows.cpp), at most kMaxChunks (a row's
 // parts are merged in one place) and none shorter than kMinChunk columns;
 // about 8 vectors a thread, 64 to 512 threads.
 constexpr std::int64_t kMaxChunks = 32, kMinChunk = 1024;

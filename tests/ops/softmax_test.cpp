@@ -17,7 +17,7 @@ TEST(SoftmaxOp, VocabularyRowsUseWholeBlocksOrChunksWhenFew) {
   // Fewer rows than the H100's 132 SMs: each row over several blocks, about two blocks an SM in all (at most
   // 32 a row), a plan of two steps (the rows' parts, then the output).
   EXPECT_EQ(params("softmax", DType::bf16, "x=32x151936").str(),
-            "dtype=bf16 cols=151936 vec=8 threads=512 chunks=9 cooperative=0 log=0");
+            "dtype=bf16 cols=151936 vec=8 threads=512 chunks=8 cooperative=0 log=0");
   EXPECT_EQ(params("softmax_backward", DType::f16, "out=4x151936").str(),
             "dtype=f16 cols=151936 vec=8 threads=128 chunks=32 cooperative=0");
   // A grid that fits on half the SMs (one or two rows of a vocabulary): both steps in one cooperative launch,
