@@ -7,6 +7,7 @@
 //   mojo-bench --op linear --shape x=128x4096 --shape weight=6144x4096 --param path=90 --json
 //   mojo-bench --op gemm --shape a=64x64 --shape b=64x64 --device cpu
 //   mojo-bench --op sample --shape logits=1x151936 --fill logits=0    (every logit equal)
+//   mojo-bench --op paged_decode_gqa --compiler llvm ...               (a case's kernels from the other compiler)
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -21,12 +22,15 @@ namespace bench {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: mojo-bench --op OP [--dtype DT] [--shape NAME=DIMS]... [--param NAME=VALUE]... [--device cuda|cpu|cpu:ARCH]\n"
-    "                  [--fill NAME=VALUE]... [--batches N] [--launches N] [--quick] [--json [FILE]]\n"
+    "usage: mojo-bench --op OP [--dtype DT] [--shape NAME=DIMS]... [--param NAME=VALUE]... [--device "
+    "cuda|cpu|cpu:ARCH]\n"
+    "                  [--fill NAME=VALUE]... [--compiler nvrtc|llvm] [--batches N] [--launches N] [--quick]\n"
+    "                  [--json [FILE]]\n"
     "  --shape      one per tensor, as mojo-jit takes them (x=4096x4096); none: the op's example shapes\n"
     "  --fill       an input tensor holding one value instead of random data (worst cases: --fill logits=0)\n"
     "  --dtype      default bf16 (or the op's first dtype)\n"
     "  --device     default $MOJO_JIT_DEVICE, else cuda where there is a GPU, else cpu (the emulator: wall time)\n"
+    "  --compiler   the GPU kernels' compiler (default $MOJO_JIT_COMPILER, else nvrtc): one case under each\n"
     "  --batches    timed batches (default 10, --quick 3; the median is reported)\n"
     "  --launches   launches per batch, at least (default 20, enough buffer sets to stream 256 MiB past the L2)\n"
     "  --json       the result as JSON: on stdout alone, or into FILE beside the text";
@@ -48,7 +52,7 @@ int positive(const char* flag, const char* text) {
 
 int bench_one_op(int argc, char** argv) {
   OpCase c;
-  std::string dtype, device;
+  std::string dtype, device, compiler;
   std::vector<std::string> shapes;
   bool json = false, quick = false;
   std::filesystem::path json_file;
@@ -68,6 +72,8 @@ int bench_one_op(int argc, char** argv) {
       c.fills.push_back(mojo::parse_param(argv[++i]));
     } else if (a == "--device" && has_value) {
       device = argv[++i];
+    } else if (a == "--compiler" && has_value) {
+      compiler = argv[++i];
     } else if (a == "--batches" && has_value) {
       batches = positive("--batches", argv[++i]);
     } else if (a == "--launches" && has_value) {
@@ -105,6 +111,7 @@ int bench_one_op(int argc, char** argv) {
 
   mojo::RuntimeOptions o;
   o.device = device;
+  o.compiler = compiler;
   mojo::Runtime rt(o);
   const mojo::Device& dev = use_device(rt);
   Options options;
@@ -129,6 +136,7 @@ int bench_one_op(int argc, char** argv) {
       {"fills", fills},
       {"device", dev.name()},
       {"target", dev.target().sm_name()},
+      {"compiler", dev.is_cpu() ? "host" : std::string(rt.compiler().name())},
       {"kernel", t.kernel},
       {"plan_kernels", t.plan_kernels},
       {"specialization", t.params.str()},
@@ -153,7 +161,8 @@ int bench_one_op(int argc, char** argv) {
 
   const auto [lo, hi] = std::minmax_element(t.batch_us.begin(), t.batch_us.end());
   fmt::print("op:       {} {} {}\n", c.op, mojo::dtype_name(c.dtype), c.label());
-  fmt::print("device:   {} ({})\n", dev.name(), dev.target().sm_name());
+  fmt::print("device:   {} ({}), kernels compiled by {}\n", dev.name(), dev.target().sm_name(),
+             dev.is_cpu() ? "the host's C++ compiler" : rt.compiler().name());
   fmt::print("kernel:   {}{} [{}]\n", t.kernel,
              t.plan_kernels > 1 ? fmt::format(" (+{} more in the plan)", t.plan_kernels - 1) : "", t.params.str());
   fmt::print("time:     {:.2f} µs per launch: median of {} batches of {} launches ({}{} buffer set{}; batches "

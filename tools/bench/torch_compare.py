@@ -291,8 +291,10 @@ def main():
                 print(f"<!-- {op} {row['shapes']}: {type(e).__name__}: {e} -->", file=sys.stderr)
                 cells.append(float("nan"))
         eager, compiled = cells
-        # Every param the case pinned (path=80, splits=4, causal=0, ...): rows of one shape stay apart.
-        shapes = " ".join([row["shapes"]] + [f"{k}={v:g}" for k, v in row.get("params", {}).items()])
+        # Every param the case pinned (path=80, splits=4, causal=0, ...) and the compiler when not NVRTC: rows of
+        # one shape stay apart.
+        shapes = " ".join([row["shapes"]] + [f"{k}={v:g}" for k, v in row.get("params", {}).items()] +
+                          [f"compiler={row['compiler']}"] * (row.get("compiler", "nvrtc") != "nvrtc"))
         print(f"| {op} | {row['dtype']} | {shapes} | {mojo_us:.2f} | {eager:.2f} | {compiled:.2f} | "
               f"{eager / mojo_us:.2f} | {compiled / mojo_us:.2f} |", flush=True)
         if op.startswith("linear_cross_entropy"):
