@@ -824,8 +824,11 @@ __device__ __forceinline__ void reject_sample(long long* __restrict__ out, long 
                                                                              temperature);                          \
   }
 
+// reject_sample streams two rows of probabilities a block: every block an SM can hold (2 of 1024 threads on
+// sm_90a, 32 registers), asked up front; left to itself ptxas gave NVRTC's kernel 44 (one block an SM) and held
+// LLVM's to 32 with 16 bytes of spills.
 #define MOJO_KERNEL_reject_sample(NAME, P)                                                                           \
-  extern "C" __global__ void __launch_bounds__(P::threads)                                                          \
+  extern "C" __global__ void __launch_bounds__(P::threads, mojo::kFullOccupancyBlocks<P::threads>)                  \
       NAME(MOJO_ARG_PARAMS(MOJO_SAMPLING_REJECT_ARGS, P::dtype, P::index)) {                                        \
     mojo::after_previous_kernels();                                                                                 \
     mojo_sampling::reject_sample<P::dtype, P::index, P::vocab, P::threads, P::spec>(                                \

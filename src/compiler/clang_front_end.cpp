@@ -38,6 +38,7 @@ std::vector<const char*> options(const std::string& cpu) {
           "-aux-triple",
           "x86_64-unknown-linux-gnu",
           "-fcuda-is-device",
+          "-fcuda-short-ptr",  // 32-bit shared, constant and local pointers: the back end's too (llvm_compiler.cpp)
           "-target-cpu",
           cpu.c_str(),
           "-target-feature",

@@ -26,8 +26,8 @@ inline std::string nvrtc(int major, int minor) {
 inline constexpr const char* kLlvmPtxFeature = "+ptx85";
 // `toolkit_release`: the CUDA release ("13.0") whose ptxas makes the cubins.
 inline std::string llvm(std::string_view llvm_version, std::string_view toolkit_release) {
-  return fmt::format("llvm-{} clang-cuda -O3 -ffp-contract=fast {} ptxas-{}", llvm_version, kLlvmPtxFeature,
-                     toolkit_release);
+  return fmt::format("llvm-{} clang-cuda -O3 -ffp-contract=fast -fcuda-short-ptr {} ptxas-{}", llvm_version,
+                     kLlvmPtxFeature, toolkit_release);
 }
 
 }  // namespace mojo::compiler_identity
