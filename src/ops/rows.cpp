@@ -129,12 +129,9 @@ Chunking chunk(std::int64_t rows, std::int64_t cols, std::int64_t vec, const Tar
   // Of the counts just below and just above two blocks an SM, the one whose last wave (at two blocks an SM, what
   // sample's kernels hold) is fuller, the larger on a tie: 16 rows take 16 chunks (256 blocks, 0.97 of a wave),
   // not 17 (272: 8 blocks in a second wave).
-  const auto last_wave_fill = [&](std::int64_t chunks) {
-    const std::int64_t blocks = rows * chunks;
-    return double(blocks) / double((blocks + slots - 1) / slots * slots);
-  };
+  const auto fill = [&](std::int64_t chunks) { return wave_fill(std::uint64_t(rows * chunks), std::uint64_t(slots)); };
   const std::int64_t above = (slots + rows - 1) / rows, below = std::max<std::int64_t>(slots / rows, 1);
-  const std::int64_t wanted = last_wave_fill(below) > last_wave_fill(above) ? below : above;
+  const std::int64_t wanted = fill(below) > fill(above) ? below : above;
   c.chunks = std::clamp<std::int64_t>(std::min(wanted, (cols + kMinChunk - 1) / kMinChunk), 1,
                                       std::min(kMaxChunks, max_chunks));
   const std::int64_t chunk_vectors = (cols / vec + c.chunks - 1) / c.chunks;

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <random>
 
+#include "mojo/perf_model.hpp"
 #include "op_test_util.hpp"
 #include "sampling_args.h"
 
@@ -211,6 +212,37 @@ struct SamplingGpu : GpuOps {};
 
 // Every filter alone and together, each dtype, vocabularies that do and do
 // not divide a vector: the token the reference draws with the same uniform.
+// A launch a phase plans its grid for two blocks of 512 threads an SM (rows::chunk: one wave from 16 to 128
+// rows), and its kernel asks ptxas for them: left alone, ptxas gave NVRTC's f32 kernel at B 32 98 registers (one
+// block an SM, 2.18 waves) and held others to 64 by spilling (bf16 B 64: 64 bytes). sm_90a, each compiler.
+TEST(SampleCompiles, ALaunchAPhaseHoldsTheBlocksItsGridIsPlannedForWithoutSpills) {
+  test::TempDir cache;
+  const Target target = Target::parse("sm_90a");
+  const SmLimits limits = sm_limits(target);
+  const OpDef& op = find_op("sample");
+  for (const std::string& compiler : test::compilers()) {
+    RuntimeOptions o;
+    o.cache_dir = cache.path();
+    o.compiler = compiler;
+    Runtime rt(o);
+    for (const auto& [dtype, batch] : {std::pair{DType::f32, 32}, {DType::bf16, 64}}) {
+      SCOPED_TRACE(fmt::format("{} {} B {}", compiler, dtype_name(dtype), batch));
+      const std::vector<Tensor> t = example(op, dtype, fmt::format("logits={}x151936", batch));
+      const Params p = op.specialize(t, {}, target);
+      const LaunchGeometry g = op.geometry(p, t);
+      ASSERT_FALSE(g.cooperative);
+      ASSERT_EQ(g.block.x, 512u);
+      EXPECT_LE(g.grid.x, 2u * unsigned(limits.sm_count)) << "the grid fits one wave at two blocks an SM";
+      const Artifact art = rt.compile("sample", t, {}, target, Emit::cubin);
+      const KernelResources r = kernel_resources(*art.binary, op.kernel_name(p));
+      EXPECT_EQ(r.stack_bytes, 0u) << r.registers << " registers";
+      EXPECT_GE(
+          occupancy(limits, g.block.x, r.registers, r.static_shared_bytes, g.grid.x, limits.sm_count).blocks_per_sm, 2)
+          << r.registers << " registers";
+    }
+  }
+}
+
 TEST_P(SamplingGpu, TokensMatchTheSortingReference) {
   for (DType dtype : kFloatTypes)
     for (std::int64_t vocab : {1000, 4097, 151936}) {  // Qwen3's: draw's second level sums 5 tokens a thread
