@@ -208,10 +208,6 @@ TEST(SampleOp, PacksOneArgsStruct) {
   EXPECT_EQ(packed<Args>(b).logprobs, nullptr) << "no logprobs wanted";
 }
 
-struct SamplingGpu : GpuOps {};
-
-// Every filter alone and together, each dtype, vocabularies that do and do
-// not divide a vector: the token the reference draws with the same uniform.
 // A launch a phase plans its grid for two blocks of 512 threads an SM (rows::chunk: one wave from 16 to 128
 // rows), and its kernel asks ptxas for them: left alone, ptxas gave NVRTC's f32 kernel at B 32 98 registers (one
 // block an SM, 2.18 waves) and held others to 64 by spilling (bf16 B 64: 64 bytes). sm_90a, each compiler.
@@ -243,6 +239,10 @@ TEST(SampleCompiles, ALaunchAPhaseHoldsTheBlocksItsGridIsPlannedForWithoutSpills
   }
 }
 
+struct SamplingGpu : GpuOps {};
+
+// Every filter alone and together, each dtype, vocabularies that do and do
+// not divide a vector: the token the reference draws with the same uniform.
 TEST_P(SamplingGpu, TokensMatchTheSortingReference) {
   for (DType dtype : kFloatTypes)
     for (std::int64_t vocab : {1000, 4097, 151936}) {  // Qwen3's: draw's second level sums 5 tokens a thread
