@@ -177,7 +177,8 @@ __device__ long long draw(W weight, unsigned r24, bool greedy, u64* scan, Shared
 //   2D + 1      that chunk's block finds the token.
 // A select phase histograms its chunk's weights (counts, or masses) by the
 // digit into kCopies copies in shared memory: lane l adds to copy l % kCopies,
-// so that tied keys make no more atomics collide than spread ones. Each block
+// and a thread adds a run of its keys in one bin as one update (BinRun), so
+// that tied keys make no more atomics collide than spread ones. Each block
 // writes its histogram, and the row's last block to arrive (mojo::arrive)
 // merges them and picks the digit. Phase 0 has no such merge: launched on
 // its own, it zeroes the later phases' counters (the workspace comes
@@ -216,17 +217,40 @@ template <int THREADS> __device__ __forceinline__ void clear_histogram(SampleSha
   mojo::sync_block();
 }
 
-// Adds w to bin `bin` of the calling lane's copy.
+// Adds w to bin `bin` of the calling lane's copy: a mass, as a 64-bit add (mojo::shared_add), or a count, as
+// one 32-bit add to the low word (a block counts fewer than 2^32 keys: a count never carries).
 template <int THREADS> __device__ __forceinline__ void add_to_bin(SampleShared<THREADS>& s, unsigned bin, u64 w) {
   mojo::shared_add(&s.hist[bin * kCopies + mojo::thread_x() % kCopies], w);
 }
-// Adds 1 to bin `bin` of the calling lane's copy. A count never carries into the bin's high word (a block
-// counts fewer than 2^32 keys), so it is one 32-bit add to the low word with no result to wait for, where
-// add_to_bin's 64-bit add returns the low word to carry from. ptxas 13.0 makes it ATOMS.POPC.INC, the
-// increment it aggregates over a warp's lanes at one address (ties): unmeasured on a GPU.
-template <int THREADS> __device__ __forceinline__ void count_in_bin(SampleShared<THREADS>& s, unsigned bin) {
-  mojo::shared_add(reinterpret_cast<unsigned*>(&s.hist[bin * kCopies + mojo::thread_x() % kCopies]), 1u);
+template <int THREADS> __device__ __forceinline__ void add_to_bin(SampleShared<THREADS>& s, unsigned bin, unsigned n) {
+  mojo::shared_add(reinterpret_cast<unsigned*>(&s.hist[bin * kCopies + mojo::thread_x() % kCopies]), n);
 }
+
+// A thread's consecutive keys in one bin, added to the histogram as one update when the bin changes and at the
+// end (flush): counts (as 32-bit adds) or masses. On a row of ties (all equal, say) every key of a block falls
+// in one bin, so each update of the block's threads queued behind the last at the same few addresses (CUB's
+// histogram documents the same slowdown); with runs a thread makes one update a phase there. Spread keys change
+// bin at almost every key: a compare more a key, the same updates.
+struct BinRun {
+  bool counts;
+  unsigned bin = 256u;  // none yet
+  u64 weight = 0;
+  template <int THREADS> __device__ __forceinline__ void add(SampleShared<THREADS>& s, unsigned b, u64 w) {
+    if (b != bin) {
+      flush(s);
+      bin = b;
+      weight = 0;
+    }
+    weight += w;
+  }
+  template <int THREADS> __device__ __forceinline__ void flush(SampleShared<THREADS>& s) const {
+    if (weight == 0) return;
+    if (counts)
+      add_to_bin(s, bin, unsigned(weight));
+    else
+      add_to_bin(s, bin, weight);
+  }
+};
 
 // The block's histogram, its copies summed, to out[0 .. 256).
 template <int THREADS> __device__ __forceinline__ void write_histogram(SampleShared<THREADS>& s, u64* out) {
@@ -503,11 +527,15 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
   if (phase == 0) {  // stats, top-k's first histogram, and the row's state and counters made ready
     if (by_top_k) clear_histogram(s);
     mojo::OnlineSum part;
+    BinRun run{true};  // counts
     chunk.for_each(row, [&](int, float l) {
       part.add(l);
-      if (by_top_k) count_in_bin(s, order_key<T>(l) >> (KEY_BITS - 8));
+      if (by_top_k) run.add(s, order_key<T>(l) >> (KEY_BITS - 8), 1ull);
     });
-    if (by_top_k) write_histogram(s, slots + c * kSlot);
+    if (by_top_k) {
+      run.flush(s);
+      write_histogram(s, slots + c * kSlot);
+    }
     part = part.block<THREADS>(s.reduce);
     if (tid == 0) {
       row_stats[2 * c] = part.max;
@@ -569,17 +597,15 @@ __device__ __forceinline__ void sample(long long* __restrict__ tokens, float* __
     const bool keep_candidates = by_count && d == D - 1 && at_or_above <= unsigned(THREADS);
     const unsigned floor = by_count ? 0u : threshold;
     clear_histogram(s);
+    BinRun run{by_count};
     chunk.for_each(row, [&](int i, float l) {
       const unsigned key = order_key<T>(l);
       if (keep_candidates && (key >> 8) >= prefix) list_candidate(i, l);
       if (!in_select(key, floor, d, shift, prefix)) return;
-      const unsigned bin = (key >> shift) & 255u;
-      if (by_count) {
-        count_in_bin(s, bin);
-      } else if (const u64 w = mass(mojo::exp_approx(l - m)); w != 0) {
-        add_to_bin(s, bin, w);
-      }
+      const u64 w = by_count ? 1ull : mass(mojo::exp_approx(l - m));
+      if (w != 0) run.add(s, (key >> shift) & 255u, w);
     });
+    run.flush(s);
     write_histogram(s, slots + c * kSlot);
     if (!last_to_arrive<CHUNKS>(counter, s)) return;
     merge_histograms<CHUNKS>(slots, s);
