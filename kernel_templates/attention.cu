@@ -239,7 +239,7 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
       const int r = c / CHUNKS, col = (c % CHUNKS) * 8, gr = row0 + r, token = gr / G;
       const bool valid = token < sq.q_count && sq.q_start + token < a.q_tokens && col < D;
       const T* src = valid ? q + (long long)(sq.q_start + token) * q_stride + (kv_head * G + gr % G) * D + col : q;
-      mojo::cp_async_16(mojo::smem_address(smem + QTile::offset(r, col)), src, valid ? 16 : 0);
+      mojo::cp_async_16(mojo::smem_address(smem) + unsigned(QTile::offset(r, col)), src, valid ? 16 : 0);
     }
     mojo::cp_async_commit();
     mojo::cp_async_wait<0>();
@@ -269,8 +269,8 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
         k_at = (long long)(sq.kv_start + key) * k_stride + kv_head * D + col;
         v_at = (long long)(sq.kv_start + key) * v_stride + kv_head * D + col;
       }
-      mojo::cp_async_16(mojo::smem_address(s + KvTile::offset(r, col)), valid ? k + k_at : k, valid ? 16 : 0);
-      mojo::cp_async_16(mojo::smem_address(s + KvTile::BYTES + KvTile::offset(r, col)), valid ? v + v_at : v,
+      mojo::cp_async_16(mojo::smem_address(s) + unsigned(KvTile::offset(r, col)), valid ? k + k_at : k, valid ? 16 : 0);
+      mojo::cp_async_16(mojo::smem_address(s) + unsigned(KvTile::BYTES + KvTile::offset(r, col)), valid ? v + v_at : v,
                         valid ? 16 : 0);
     }
   };

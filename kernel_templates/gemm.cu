@@ -79,7 +79,7 @@ __device__ __forceinline__ void load_tile(unsigned char* tile, const T* g, long 
       const int gr = row0 + r, gc = col0 + c, left = cols - gc;
       const int valid = gr < rows && left > 0 ? (left < E ? left : E) : 0;
       const T* src = valid > 0 ? g + (long long)gr * ld + gc : g;
-      mojo::cp_async_16(mojo::smem_address(tile + L::offset(r, c)), src, valid * (int)sizeof(T));
+      mojo::cp_async_16(mojo::smem_address(tile) + unsigned(L::offset(r, c)), src, valid * (int)sizeof(T));
     }
   } else {
     // The slow path stays a loop: unrolled, its scalar loads would need more registers than there are.

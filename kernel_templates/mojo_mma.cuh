@@ -129,11 +129,11 @@ __device__ __forceinline__ void load_fragment(const unsigned char* tile, int x0,
   if constexpr (K_INNER) {
     const int matrix = lane / 8, row = lane % 8;
     const int x = x0 + row + (matrix % 2) * 8, k = k0 + (matrix / 2) * HALF;
-    ldmatrix_x4(r, smem_address(tile + L::offset(x, k)));
+    ldmatrix_x4(r, smem_address(tile) + unsigned(L::offset(x, k)));
   } else if constexpr (sizeof(T) == 2) {
     const int matrix = lane / 8, row = lane % 8;
     const int k = k0 + row + (matrix / 2) * 8, x = x0 + (matrix % 2) * 8;
-    ldmatrix_x4_trans(r, smem_address(tile + L::offset(k, x)));
+    ldmatrix_x4_trans(r, smem_address(tile) + unsigned(L::offset(k, x)));
   } else {
     // 32-bit words: ldmatrix cannot transpose them, so each lane reads its four.
     const int g = lane / 4, t = lane % 4;

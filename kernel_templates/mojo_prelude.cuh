@@ -565,7 +565,11 @@ __device__ __forceinline__ unsigned shared_fetch_add(unsigned* p, unsigned v) {
   return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 }
 #else
-// The 32-bit shared-window address of a generic pointer into shared memory.
+// The 32-bit shared-window address of a generic pointer into shared memory. Convert a tile's base and add
+// offsets to the result (smem_address(tile) + offset), not smem_address(tile + offset): NVRTC then adds each
+// offset to the 64-bit generic pointer before converting it, and ptxas kept those 64-bit sums live (the paged
+// decode kernel at q_len 8 took 222 registers that way on sm_90a, 168 this way; LLVM's 32-bit shared pointers,
+// -fcuda-short-ptr, spare it the same).
 __device__ __forceinline__ unsigned smem_address(const void* p) {
   unsigned a;
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));

@@ -432,10 +432,10 @@ void AttentionOp::index_vector(std::string_view arg, const TensorSpec& t) const 
 
 // Decode: the blocks of one split (batch x kv_heads x query tiles) run in the target's slots, its SMs times
 // the blocks an SM holds by threads and shared memory (registers are not known before the compile; the rings
-// are sized so that shared memory binds: 166 registers and 3 blocks an SM either way for Qwen3-8B's decode on
-// sm_90a). A sequence's time goes as its waves times its keys per split, i.e. as 1 / the last wave's fill.
-// Of 1 to 16 splits, each at least 512 keys: the most when even they fit one wave (each split more shortens
-// it); else the fewest whose fill is within 85% of the fullest any count reaches (FlashAttention's
+// are sized so that shared memory binds: on sm_90a, 3 blocks an SM for Qwen3-8B's decode with either compiler,
+// 128 registers at q_len 1 and 162-168 at q_len 8). A sequence's time goes as its waves times its keys per split, i.e.
+// as 1 / the last wave's fill. Of 1 to 16 splits, each at least 512 keys: the most when even they fit one wave (each
+// split more shortens it); else the fewest whose fill is within 85% of the fullest any count reaches (FlashAttention's
 // num_splits_heuristic, on the model's slots): each split more costs its merge.
 std::int64_t AttentionOp::decode_splits(const Shape& s, std::int64_t wm, unsigned threads, unsigned smem,
                                         const Target& target) {
