@@ -137,8 +137,8 @@ TEST_F(DeliberateBugs, WrongFragmentIndex) {
 
 TEST_F(DeliberateBugs, LdmatrixReadsUnswizzledRows) {
   // The fragment loads forget the swizzle the tile writes with.
-  const Variant v{"mojo_mma.cuh", "    ldmatrix_x4(r, smem_address(tile + L::offset(x, k)));",
-                  "    ldmatrix_x4(r, smem_address(tile + (x * INNER + k) * (int)sizeof(T)));"};
+  const Variant v{"mojo_mma.cuh", "    ldmatrix_x4(r, smem_address(tile) + unsigned(L::offset(x, k)));",
+                  "    ldmatrix_x4(r, smem_address(tile) + unsigned((x * INNER + k) * (int)sizeof(T)));"};
   expect_caught(gemm(*runtime("sm_80", &v), 64, 64, 64, true, 80));
 }
 
