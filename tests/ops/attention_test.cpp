@@ -214,6 +214,32 @@ TEST_P(AttentionCompiles, HopperPrefillIsHgmmaWithoutLocalMemory) {
   if (!disassembled)
     GTEST_SKIP() << "compiled and checked for spills; no nvdisasm to read the SASS (tools/setup.sh installs one)";
 }
+// decode_splits counts the blocks an SM by threads and shared memory; the compiled kernel must hold that many
+// with its registers too, or the splits planned as one wave and a bit run as more. Qwen3-8B's decode (q_len 1)
+// and a speculative verify (q_len 8, four warps over two row tiles), batch 32, 8k keys. NVRTC's q_len 8 kernel
+// took 222 registers on sm_90a (2 blocks an SM where 3 were counted) while its shared addresses were generic
+// pointers plus offsets, converted after the add.
+TEST_P(AttentionCompiles, DecodeKernelsHoldTheBlocksAnSmTheirSplitsCount) {
+  Runtime rt(memory_only(GetParam()));
+  const OpDef& decode = find_op("paged_decode_gqa");
+  for (const char* arch : {"sm_90a", "sm_80"})
+    for (const int q_len : {1, 8}) {
+      SCOPED_TRACE(fmt::format("{} q_len {}", arch, q_len));
+      const Target target = Target::parse(arch);
+      const auto t = example(decode, DType::bf16,
+                             fmt::format("q={}x32x128 k_cache=16384x16x8x128 block_tables=32x512", 32 * q_len));
+      const Params partial = decode.plan(decode.specialize(t, {}, target)).front();
+      const LaunchGeometry g = decode.geometry(partial, t);
+      const SmLimits limits = sm_limits(target);
+      const int counted = occupancy(limits, g.block.x, 0, g.dynamic_smem, 1, 1).blocks_per_sm;
+      const Artifact cubin = rt.compile("paged_decode_gqa", t, {}, target, Emit::cubin);
+      const KernelResources r = kernel_resources(*cubin.binary, decode.kernel_name(partial));
+      EXPECT_EQ(r.stack_bytes, 0u);
+      EXPECT_GE(occupancy(limits, g.block.x, r.registers, g.dynamic_smem + r.static_shared_bytes, 1, 1).blocks_per_sm,
+                counted)
+          << r.registers << " registers";
+    }
+}
 INSTANTIATE_TEST_SUITE_P(Compilers, AttentionCompiles, ::testing::ValuesIn(test::compilers()),
                          [](const auto& info) { return test::compiler_test_name(info.param); });
 
