@@ -190,6 +190,11 @@ template <bool CAUSAL, bool WINDOW>
 __device__ __forceinline__ bool visible(int key, int pos, const Work& w, int window) {
   return key >= w.lo && key < w.hi && (!CAUSAL || key <= pos) && (!WINDOW || key >= pos - window);
 }
+// Whether queries at positions first .. last all see every key of [k0, k0 + n): a tile that needs no mask.
+template <bool CAUSAL, bool WINDOW>
+__device__ __forceinline__ bool all_visible(int k0, int n, int first, int last, const Work& w, int window) {
+  return k0 >= w.lo && k0 + n <= w.hi && (!CAUSAL || k0 + n - 1 <= first) && (!WINDOW || k0 >= last - window);
+}
 
 // A row's result from its running maximum `base` (log2 units, 0 when it saw no key) and sum `total`, with the
 // head's sink (log2 units, -inf for none): the factor that normalises its O, and its lse (natural log).

@@ -4,12 +4,14 @@
 //
 // A block takes 128 packed query rows (two consumer warpgroups of 64) of one
 // KV head. Warpgroup 0 is the producer: one thread streams the K and V tiles
-// (128 keys x 128) with TMA into a STAGES-deep ring of 128-byte-swizzled
-// shared memory (64-column boxes; a paged tile is one box per cache block),
-// each stage guarded by a "full" mbarrier (its bytes landed) and an "empty"
-// one (both consumers are done with it). Each consumer computes S = Q K^T with
-// wgmma from shared memory (its Q tile, which it loads itself), applies the
-// masks and the online softmax in registers, and accumulates O += P V with
+// (BN keys x 128: 176 keys without a causal mask or window, else 128) with
+// TMA into a STAGES-deep ring of 128-byte-swizzled shared memory (64-column
+// boxes; a paged tile is one box per cache block), each stage guarded by a
+// "full" mbarrier (its bytes landed) and an "empty" one (both consumers are
+// done with it). Each consumer computes S = Q K^T with wgmma from shared
+// memory (its Q tile, which it loads itself), applies the masks (only to the
+// tiles some of its rows see in part) and the online softmax in registers,
+// and accumulates O += P V with
 // wgmma, P from registers (the layout of S's accumulators is that of A's
 // fragments: packed in pairs, they are the operand as they stand) and V read
 // MN-major. The two consumers take turns on the tensor cores (named
@@ -18,10 +20,10 @@
 //
 // Kernel args: attention.cu's (MOJO_ATTENTION_ARGS), then the TMA descriptors
 // of k and v as 3-D tensors (head_dim, rows, kv_heads): rows are the packed
-// tokens (boxes of 64 x 128 x 1) or the cache's slots (boxes of 64 x
+// tokens (boxes of 64 x BN x 1) or the cache's slots (boxes of 64 x
 // block_size x 1).
 // Geometry: 384 threads; grid as the sm_80 path's with 128-row tiles; dynamic
-// shared memory: 1024 (alignment) + Q 32 KB + STAGES x 64 KB + barriers.
+// shared memory: 1024 (alignment) + Q 32 KB + STAGES x BN x 512 bytes (K and V) + barriers.
 #pragma once
 
 #include "mojo_wgmma.cuh"
@@ -37,14 +39,31 @@ template <int ROWS> __device__ __forceinline__ unsigned swizzled(int row, int co
   return unsigned(col / 64) * ROWS * 128 + unsigned(row) * 128 + (((byte >> 4) ^ unsigned(row % 8)) << 4) + byte % 16;
 }
 
+// A key tile's scores S of a thread's two rows (at positions pos) into log2 units, capped, and masked where
+// MASKED; each row's maximum into tile_max. Element 4j + e of s is row e / 2's, key key0 + 8j + e % 2.
+template <class P, bool MASKED, int N>
+__device__ __forceinline__ void scale_scores(float (&s)[N], float (&tile_max)[2], int key0, const int (&pos)[2],
+                                             const Work& w, int window, float score_scale, float cap_log2) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int h = (i % 4) / 2, key = key0 + (i / 4) * 8 + i % 2;
+    const float x = P::softcap ? cap_log2 * mojo::tanh_f(s[i] * score_scale) : s[i] * score_scale;
+    s[i] = MASKED ? mojo::select_f(visible<P::causal != 0, P::window != 0>(key, pos[h], w, window), x, mojo::neg_inf())
+                  : x;
+    tile_max[h] = mojo::max_f(tile_max[h], s[i]);
+  }
+}
+
 template <class T, class P>
 __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restrict__ q, const Batch& a,
                                          const float* __restrict__ sinks, float* __restrict__ lse, long long q_stride,
                                          int heads, int kv_heads, float scale, float softcap, int window,
                                          const mojo::TensorMap* k_map, const mojo::TensorMap* v_map) {
-  constexpr int D = P::head_dim, G = P::group, BM = 128, BN = 128, STAGES = P::stages;
+  constexpr int D = P::head_dim, G = P::group, BM = 128, BN = P::bn, STAGES = P::stages;
   constexpr int BOX = P::paged ? P::page : BN;  // key rows per TMA box
-  static_assert(D == 128 && 16 * P::wm == BM && P::bn == BN, "the sm_90a path: head_dim 128, 128 x 128 tiles");
+  static_assert(D == 128 && 16 * P::wm == BM, "the sm_90a path: head_dim 128, 128-row tiles");
+  static_assert(BN == 128 || (BN == 176 && !P::causal && !P::window && !P::paged),
+                "key tiles of 128, or of 176 where every tile sees all its keys");
   static_assert(BN % BOX == 0 && BOX % 8 == 0, "whole cache blocks of 8 to 128 tokens per key tile");
   static_assert(sizeof(T) == 2, "wgmma here takes f16 or bf16");
   constexpr unsigned Q_BYTES = 64 * D * 2, KV_BYTES = BN * D * 2;
@@ -158,13 +177,13 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
     const int k0 = w.tile_begin + it * BN;
     float tile_max[2] = {mojo::neg_inf(), mojo::neg_inf()};
     const int pos[2] = {w.offset + (first_row + row_in(0)) / G, w.offset + (first_row + row_in(1)) / G};
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) {
-      const int h = (i % 4) / 2, key = k0 + (i / 4) * 8 + 2 * (lane % 4) + i % 2;
-      const float x = P::softcap ? cap_log2 * mojo::tanh_f(s[i] * score_scale) : s[i] * score_scale;
-      s[i] = visible<P::causal != 0, P::window != 0>(key, pos[h], w, window) ? x : mojo::neg_inf();
-      tile_max[h] = mojo::max_f(tile_max[h], s[i]);
-    }
+    // Most tiles are seen whole by all 64 rows of this consumer (a uniform branch): no key is compared there,
+    // as in FlashAttention 3, which masks only a sequence's last tile and a causal mask's diagonal.
+    if (all_visible<P::causal != 0, P::window != 0>(k0, BN, w.offset + first_row / G,
+                                                     w.offset + (first_row + 63) / G, w, window))
+      scale_scores<P, false>(s, tile_max, k0 + 2 * (lane % 4), pos, w, window, score_scale, cap_log2);
+    else
+      scale_scores<P, true>(s, tile_max, k0 + 2 * (lane % 4), pos, w, window, score_scale, cap_log2);
     float row_base[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -160,6 +160,7 @@ __device__ __forceinline__ float log2_approx(float x) { return std::log2(cpu::ft
 __device__ __forceinline__ float abs_f(float x) { return std::fabs(x); }
 // max.f32: the other operand when one is NaN.
 __device__ __forceinline__ float max_f(float a, float b) { return std::fmax(a, b); }
+__device__ __forceinline__ float select_f(bool c, float a, float b) { return c ? a : b; }
 #else
 __device__ __forceinline__ float rsqrt_approx(float x) {
   float y;
@@ -189,6 +190,13 @@ __device__ __forceinline__ float abs_f(float x) {
 __device__ __forceinline__ float max_f(float a, float b) {
   float y;
   asm("max.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
+// c ? a : b as one selp: LLVM turns such a select into branches where a is a product (attention's masks: 88
+// branches a tile, which ptxas spilled across).
+__device__ __forceinline__ float select_f(bool c, float a, float b) {
+  float y;
+  asm("{ .reg .pred p; setp.ne.b32 p, %3, 0; selp.f32 %0, %1, %2, p; }" : "=f"(y) : "f"(a), "f"(b), "r"(int(c)));
   return y;
 }
 #endif

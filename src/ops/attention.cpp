@@ -33,6 +33,9 @@ constexpr ScalarArgInfo kScalars[] = {
     {"window", -1.0, "sliding window: a query sees the keys at most this many positions before it; < 0: all"},
     {"softcap", 0.0, "logit soft-cap: cap * tanh(logit / cap); 0: none"},
     {"causal", 1.0, "1: a query sees no later key (positions aligned at the sequences' ends); 0: every key"},
+    {"key_tile", 0.0,
+     "keys a tile on the sm_90a path: 0 the heuristic (176 with neither a causal mask nor a window, else 128), 128, "
+     "or 176 where the heuristic allows it"},
 };
 
 constexpr TensorArgInfo kSdpaTensors[] = {
@@ -136,9 +139,18 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
   const std::int64_t dp = padded(s.head_dim);
   std::int64_t wm = 4, wn = 1, bn = dp <= 128 ? 64 : 32, splits = 1, stages = 2;
   const bool wgmma = sm90_path(s, target);
+  // FlashAttention 3's key tiles for head_dim 128: 176 where every tile but a sequence's last is seen whole (fewer
+  // softmax rounds, barriers and waits a key), 128 under a causal mask or a window (a wider tile wastes more of
+  // the masked keys on their edges); a paged cache's blocks of 32 to 128 tokens do not tile 176 keys.
+  const bool unmasked = kind_ == Kind::sdpa && causal == 0 && window < 0;
+  const double key_tile = kind_ == Kind::sdpa ? scalar(scalars, "key_tile") : 0;
+  if (key_tile != 0 && key_tile != 128 && !(key_tile == 176 && unmasked))
+    throw InvalidArgumentError(fmt::format(
+        "{}: key_tile is {}; expected 0 (the heuristic), 128, or 176 (with neither a causal mask nor a window)", name(),
+        key_tile));
   if (wgmma) {
     wm = 8;  // two consumer warpgroups of 64 rows
-    bn = 128;
+    bn = key_tile != 0 ? std::int64_t(key_tile) : unmasked ? 176 : 128;
   } else if (kind_ == Kind::paged_decode) {
     // Few query rows per sequence (q_len x group): one to four warps along them, the rest split the keys;
     // key tiles small enough that the rings stay within 64 KB.

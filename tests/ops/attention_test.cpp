@@ -128,6 +128,23 @@ TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
             0)
       << "blocks of 12 tokens do not tile 128 keys";
   EXPECT_EQ(path("paged_decode_gqa", "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512", "sm_90a"), 0);
+  // Key tiles of 176 where no mask thins them (FlashAttention 3's for head_dim 128), 128 under a causal mask or a
+  // window, and for a paged cache, whose blocks of 32 to 128 tokens do not tile 176 keys.
+  auto key_tile = [](const char* op, const char* shapes, ScalarList scalars) {
+    const OpDef& def = find_op(op);
+    return def.specialize(example(def, DType::bf16, shapes), scalars, Target::parse("sm_90a")).get("bn");
+  };
+  const char* dense = "q=4096x32x128 k=4096x8x128";
+  EXPECT_EQ(key_tile("sdpa", dense, {{"causal", 0}}), 176);
+  EXPECT_EQ(key_tile("sdpa", "q=300x8x128 k=900x8x128 cu_seqlens_q=4 cu_seqlens_k=4", {{"causal", 0}}), 176);
+  EXPECT_EQ(key_tile("sdpa", dense, {}), 128);
+  EXPECT_EQ(key_tile("sdpa", dense, {{"causal", 0}, {"window", 1024}}), 128);
+  EXPECT_EQ(key_tile("paged_prefill_gqa", paged, {}), 128);
+  EXPECT_EQ(key_tile("sdpa", dense, {{"causal", 0}, {"key_tile", 128}}), 128) << "pinned, for an A/B";
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              key_tile("sdpa", dense, {{"key_tile", 176}});
+            }),
+            "sdpa: key_tile is 176; expected 0 (the heuristic), 128, or 176 (with neither a causal mask nor a window)");
   const OpDef& sdpa = find_op("sdpa");
   const auto t = example(sdpa, DType::bf16, "q=4096x32x128 k=4096x8x128");
   const Params p = sdpa.specialize(t, {}, Target::parse("sm_90a"));
@@ -183,24 +200,30 @@ TEST_P(AttentionCompiles, HopperPrefillIsHgmmaWithoutLocalMemory) {
     const char* shapes;
     const char* arch;
     int wgmma;
+    double causal = 1;
   };
   const Case cases[] = {
       {"sdpa", "q=4096x32x128 k=4096x8x128 lse=32x4096", "sm_90a", 1},
+      // Not causal: key tiles of 176. LLVM's build spilled 152 to 200 bytes here while its masks were selects,
+      // which it turned into branches (mojo::select_f keeps them one instruction).
+      {"sdpa", "q=4096x32x128 k=4096x8x128 cu_seqlens_q=5 cu_seqlens_k=5 lse=32x4096", "sm_90a", 1, 0},
       {"paged_prefill_gqa", "q=512x32x128 k_cache=1024x16x8x128 cu_seqlens_q=3 block_tables=2x64", "sm_90a", 1},
       // Several sequences (their tiles by rank) and lse: LLVM's build spilled 8 to 48 bytes here while it kept
       // Q's wgmma descriptors live through the loop.
       {"sdpa", "q=4096x32x128 k=4096x8x128 cu_seqlens_q=5 cu_seqlens_k=5 lse=32x4096", "sm_90a", 1},
-      {"paged_prefill_gqa", "q=512x32x128 k_cache=1024x16x8x128 cu_seqlens_q=3 block_tables=2x64 lse=32x512",
-       "sm_90a", 1},
+      {"paged_prefill_gqa", "q=512x32x128 k_cache=1024x16x8x128 cu_seqlens_q=3 block_tables=2x64 lse=32x512", "sm_90a",
+       1},
       {"sdpa", "q=4096x32x128 k=4096x8x128", "sm_80", 0},
       {"paged_decode_gqa", "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512", "sm_90a", 0}};
   for (const Case& c : cases) {
-    SCOPED_TRACE(fmt::format("{} {} {}", c.op, c.shapes, c.arch));
+    SCOPED_TRACE(fmt::format("{} {} {} causal {}", c.op, c.shapes, c.arch, c.causal));
     const OpDef& op = find_op(c.op);
     const auto t = example(op, DType::bf16, c.shapes);
     const Target target = Target::parse(c.arch);
-    ASSERT_EQ(op.specialize(t, {}, target).get("wgmma"), c.wgmma);
-    const Artifact cubin = rt.compile(c.op, t, {}, target, Emit::cubin);
+    std::vector<ScalarArg> scalars;  // sdpa's causal; the paged ops have none
+    if (c.causal != 1) scalars.push_back({"causal", c.causal});
+    ASSERT_EQ(op.specialize(t, scalars, target).get("wgmma"), c.wgmma);
+    const Artifact cubin = rt.compile(c.op, t, scalars, target, Emit::cubin);
     EXPECT_EQ(cubin.resources.stack_bytes, 0u) << "no spills";
     const auto sass = test::sass_facts(*cubin.binary, dir.path());
     if (!sass) continue;
@@ -353,6 +376,13 @@ TEST_P(AttentionGpu, HopperPrefillMatchesTheReference) {
               "q=200x8x128 k_cache=128x16x2x128 cu_seqlens_q=4 block_tables=3x30 lse=8x200", {}, 3, h);
   expect_pass("paged_prefill_gqa", DType::f16,
               "q=150x8x128 k_cache=64x32x1x128 cu_seqlens_q=3 block_tables=2x12 sinks=8", {{"window", 40}}, 3, h);
+  // Tiles whose keys every query of a consumer's 64 rows sees skip the mask (all_visible): these sit one key
+  // past that edge. A causal tile whose last key (127) is one after the consumer's first query (126: 62 keys
+  // before 300 queries, 64 rows a consumer): with the edge moved by one, 113 elements fail. A window's tile
+  // whose first key (128) is one before the last query's reach (191 - 62): moved by one, that one query sees
+  // one key too many among hundreds, which only some data shows (seed 0: 120 elements, the row; seed 3: none).
+  expect_pass("sdpa", DType::bf16, "q=300x2x128 k=362x2x128", {}, 3, h);
+  expect_pass("sdpa", DType::bf16, "q=600x1x128 k=600x1x128", {{"causal", 0}, {"window", 62}}, 0, h);
   // On the CPU device, in an order where a consumer waits on a stage before its producer has issued the
   // stage's copies: they land anyway, as on a GPU (the CPU device left them queued and called it a deadlock).
   test::ScopedEnv schedule("MOJO_JIT_CPU_SCHEDULE", "random:7");
