@@ -15,6 +15,8 @@
 #   compile      mojo-bench's compile tables alone (cold compiles, each stage's share) -> OUT/compile.md
 #   cases:NAME   tools/bench/cases/NAME.txt, ours against PyTorch eager (vs_torch.sh) -> OUT/cases-NAME.md
 #   cases-pdl:NAME  the same with MOJO_JIT_PDL=1                           -> OUT/cases-NAME-pdl.md
+#   profile:NAME Nsight Compute's sections of each kernel of one launch of every case of
+#                tools/bench/cases/NAME.txt (bench/profile.sh; `profile:profile`: the slowest) -> OUT/profile-NAME.txt
 #   torch        PyTorch eager and torch.compile on the benchmarked ops    -> OUT/torch.md
 #   python       the Python package's tests on the GPU, and its per-call overhead -> OUT/python.txt
 #
@@ -36,11 +38,11 @@
 #   GPU_CHECK_BUDGET=540 GPU_CHECK_TAR=$OUT/check.tgz bash .gpu/run bash tools/gpu_check.sh /tmp/check \
 #     tests cases:issue27 cases:issue28 sass
 #   GPU_CHECK_BUDGET=<what is left, less a minute> GPU_CHECK_TAR=$OUT/check2.tgz bash .gpu/run \
-#     bash tools/gpu_check.sh /tmp/check2 cases:pdl cases-pdl:pdl pdl compile
+#     bash tools/gpu_check.sh /tmp/check2 profile:profile cases:pdl cases-pdl:pdl pdl compile
 # Then, in a later session's machine: memcheck racecheck synccheck initcheck; bench (its ops.json, copied into
 # the working tree, feeds GPU_CHECK_OPS_JSON=ops.json GPU_CHECK_TORCH_ROWS=0:45 ... torch in a later call).
 set -uo pipefail
-out=${1:?usage: tools/gpu_check.sh OUT_DIR [tests pdl conformance example sass memcheck racecheck synccheck initcheck bench torch python compile cases:NAME cases-pdl:NAME]}
+out=${1:?usage: tools/gpu_check.sh OUT_DIR [tests pdl conformance example sass memcheck racecheck synccheck initcheck bench torch python compile cases:NAME cases-pdl:NAME profile:NAME]}
 shift
 steps=("$@")
 ((${#steps[@]})) || steps=(tests pdl conformance example sass memcheck racecheck synccheck initcheck bench torch python)
@@ -203,6 +205,15 @@ run_step() {  # STEP: prints what it found, returns non-zero on a failure
       timeout -k 10 "$(left)" "$build/tools/mojo-bench" --only compile,modes >"$out/compile.md" 2>&1
       local status=$?
       grep -v '^ptxas' "$out/compile.md"
+      return $status ;;
+    profile:*)
+      local name=${1#profile:}
+      [ -f "$(dirname "$0")/bench/cases/$name.txt" ] || { echo "no tools/bench/cases/$name.txt"; return 2; }
+      timeout -k 10 "$(left)" bash "$(dirname "$0")/bench/profile.sh" "$(dirname "$0")/bench/cases/$name.txt" \
+        "$build" >"$out/profile-$name.txt" 2>&1
+      local status=$?
+      grep -E '^(== |profile:)|Duration|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy' \
+        "$out/profile-$name.txt"
       return $status ;;
     cases:* | cases-pdl:*)
       # A cases file of tools/bench/cases against PyTorch eager (vs_torch.sh), with programmatic dependent launch
