@@ -34,8 +34,8 @@ constexpr ScalarArgInfo kScalars[] = {
     {"softcap", 0.0, "logit soft-cap: cap * tanh(logit / cap); 0: none"},
     {"causal", 1.0, "1: a query sees no later key (positions aligned at the sequences' ends); 0: every key"},
     {"key_tile", 0.0,
-     "keys a tile on the sm_90a path: 0 the heuristic (176 with neither a causal mask nor a window, else 128), 128, "
-     "or 176 where the heuristic allows it"},
+     "keys a tile on the sm_90a path: 0 the heuristic (176 with neither a causal mask nor a window where that takes "
+     "fewer tiles than 128, else 128), 128, or 176 without a mask"},
 };
 
 constexpr TensorArgInfo kSdpaTensors[] = {
@@ -141,7 +141,11 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
   const bool wgmma = sm90_path(s, target);
   // FlashAttention 3's key tiles for head_dim 128: 176 where every tile but a sequence's last is seen whole (fewer
   // softmax rounds, barriers and waits a key), 128 under a causal mask or a window (a wider tile wastes more of
-  // the masked keys on their edges); a paged cache's blocks of 32 to 128 tokens do not tile 176 keys.
+  // the masked keys on their edges); a paged cache's blocks of 32 to 128 tokens do not tile 176 keys. And 176
+  // only where it takes fewer rounds over a sequence's keys (a varlen batch's mean) than 128: in as many it
+  // would only multiply more padding (200 keys: 2 rounds either way, 352 keys' work against 256).
+  const std::int64_t keys = s.kv_tokens / std::max<std::int64_t>(s.batch, 1);
+  auto rounds = [&](std::int64_t bn) { return (keys + bn - 1) / bn; };
   const bool unmasked = kind_ == Kind::sdpa && causal == 0 && window < 0;
   const double key_tile = kind_ == Kind::sdpa ? scalar(scalars, "key_tile") : 0;
   if (key_tile != 0 && key_tile != 128 && !(key_tile == 176 && unmasked))
@@ -150,7 +154,7 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
         key_tile));
   if (wgmma) {
     wm = 8;  // two consumer warpgroups of 64 rows
-    bn = key_tile != 0 ? std::int64_t(key_tile) : unmasked ? 176 : 128;
+    bn = key_tile != 0 ? std::int64_t(key_tile) : unmasked && rounds(176) < rounds(128) ? 176 : 128;
   } else if (kind_ == Kind::paged_decode) {
     // Few query rows per sequence (q_len x group): one to four warps along them, the rest split the keys;
     // key tiles small enough that the rings stay within 64 KB.

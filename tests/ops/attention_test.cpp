@@ -128,15 +128,19 @@ TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
             0)
       << "blocks of 12 tokens do not tile 128 keys";
   EXPECT_EQ(path("paged_decode_gqa", "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512", "sm_90a"), 0);
-  // Key tiles of 176 where no mask thins them (FlashAttention 3's for head_dim 128), 128 under a causal mask or a
-  // window, and for a paged cache, whose blocks of 32 to 128 tokens do not tile 176 keys.
+  // Key tiles of 176 where no mask thins them (FlashAttention 3's for head_dim 128) and they take fewer rounds
+  // than 128 over a sequence's keys, 128 under a causal mask or a window, and for a paged cache, whose blocks of
+  // 32 to 128 tokens do not tile 176 keys.
   auto key_tile = [](const char* op, const char* shapes, ScalarList scalars) {
     const OpDef& def = find_op(op);
     return def.specialize(example(def, DType::bf16, shapes), scalars, Target::parse("sm_90a")).get("bn");
   };
   const char* dense = "q=4096x32x128 k=4096x8x128";
   EXPECT_EQ(key_tile("sdpa", dense, {{"causal", 0}}), 176);
-  EXPECT_EQ(key_tile("sdpa", "q=300x8x128 k=900x8x128 cu_seqlens_q=4 cu_seqlens_k=4", {{"causal", 0}}), 176);
+  EXPECT_EQ(key_tile("sdpa", "q=300x8x128 k=900x8x128 cu_seqlens_q=4 cu_seqlens_k=4", {{"causal", 0}}), 176)
+      << "3 sequences of 300 keys on average: 2 tiles of 176 or 3 of 128";
+  EXPECT_EQ(key_tile("sdpa", "q=200x8x128 k=200x8x128", {{"causal", 0}}), 128) << "2 tiles either way";
+  EXPECT_EQ(key_tile("sdpa", "q=170x8x128 k=170x8x128", {{"causal", 0}}), 176) << "1 tile of 176, or 2 of 128";
   EXPECT_EQ(key_tile("sdpa", dense, {}), 128);
   EXPECT_EQ(key_tile("sdpa", dense, {{"causal", 0}, {"window", 1024}}), 128);
   EXPECT_EQ(key_tile("paged_prefill_gqa", paged, {}), 128);
@@ -370,7 +374,8 @@ TEST_P(AttentionGpu, HopperPrefillMatchesTheReference) {
   expect_pass("sdpa", DType::bf16, "q=300x8x128 k=300x1x128", {}, 3, h);
   expect_pass("sdpa", DType::f16, "q=300x4x128 k=300x4x128 cu_seqlens_q=4 sinks=4 lse=4x300",
               {{"window", 150}, {"softcap", 30.0}}, 3, h);
-  expect_pass("sdpa", DType::bf16, "q=100x8x128 k=400x1x128 cu_seqlens_q=3 cu_seqlens_k=3 lse=8x100", {{"causal", 0}},
+  // Not causal: key tiles of 176 (two sequences of 350 keys on average: 2 tiles each, not 3).
+  expect_pass("sdpa", DType::bf16, "q=100x8x128 k=700x1x128 cu_seqlens_q=3 cu_seqlens_k=3 lse=8x100", {{"causal", 0}},
               3, h);
   expect_pass("paged_prefill_gqa", DType::bf16,
               "q=200x8x128 k_cache=128x16x2x128 cu_seqlens_q=4 block_tables=3x30 lse=8x200", {}, 3, h);
