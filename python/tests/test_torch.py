@@ -1,6 +1,7 @@
 """mojo_jit.torch where torch is installed (skipped elsewhere, with the reason): the golden functions against the C++
 float64 references, every op registered with a schema and a fake kernel, the kernels through the torch op on the CPU
 device, torch.compile(fullgraph=True) keeping an op whole, and the backend switch."""
+import inspect
 import warnings
 
 import numpy as np
@@ -68,6 +69,20 @@ GOLDEN_CASES = CASES + [
 
 def test_every_op_has_a_golden_function():
     assert [op for op in mojo_jit.op_names() if not hasattr(golden, op)] == []
+
+
+def test_every_golden_function_takes_every_scalar_of_its_op():
+    """A call the kernel takes falls back to the golden function as it stands (backend torch, or auto where the
+    kernel cannot run): softmax's cooperative, gemm's splits and sdpa's key_tile were refused there."""
+    missing = {}
+    for op in mojo_jit.op_names():
+        params = inspect.signature(getattr(golden, op)).parameters
+        names = [n for n in mt._registered[op].f.scalar_defaults if n not in params]
+        if names:
+            missing[op] = names
+    assert missing == {}
+    x = torch.randn(3, 100)
+    torch.testing.assert_close(mt.softmax(x, cooperative=0, backend="torch"), golden.softmax(x))
 
 
 @pytest.mark.parametrize("op,dtype,shapes,scalars", GOLDEN_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(GOLDEN_CASES)])

@@ -79,15 +79,17 @@ def layer_norm_backward(grad_out, x, weight, mean, rstd):
     return (grad_x.reshape(x.shape).to(x.dtype), (g * xhat).sum(0).to(weight.dtype), g.sum(0).to(weight.dtype))
 
 
-def softmax(x):
+# The scalars that only choose how a kernel runs (cooperative, path, splits, key_tile) are taken and ignored:
+# the result is the same whatever they choose, and a call the kernel takes must not fail on its fallback.
+def softmax(x, cooperative=-1):
     return torch.softmax(x.to(_F64), -1).to(x.dtype)
 
 
-def log_softmax(x):
+def log_softmax(x, cooperative=-1):
     return torch.log_softmax(x.to(_F64), -1).to(x.dtype)
 
 
-def softmax_backward(grad_out, out):
+def softmax_backward(grad_out, out, cooperative=-1):
     g, o = grad_out.to(_F64), out.to(_F64)
     return (o * (g - (g * o).sum(-1, keepdim=True))).to(out.dtype)
 
@@ -151,7 +153,7 @@ def store_kv_cache(k_cache, v_cache, k, v, slot_mapping):
 
 
 # ---- matrix products ---------------------------------------------------------------------------------------------
-def gemm(c, a, b, alpha=1.0, beta=0.0, trans_a=0, trans_b=0, tf32=0, path=0):
+def gemm(c, a, b, alpha=1.0, beta=0.0, trans_a=0, trans_b=0, tf32=0, path=0, splits=0):
     """c = alpha op(a) op(b) + beta c, in place (batched over leading dims); beta 0 ignores c's old values."""
     ad, bd = a.to(_F64), b.to(_F64)
     if trans_a:
@@ -167,7 +169,7 @@ def gemm(c, a, b, alpha=1.0, beta=0.0, trans_a=0, trans_b=0, tf32=0, path=0):
 gemm_batched = gemm
 
 
-def linear(x, weight, bias=None, residual=None, activation=0, tf32=0, path=0):
+def linear(x, weight, bias=None, residual=None, activation=0, tf32=0, path=0, splits=0):
     y = x.to(_F64) @ weight.to(_F64).T
     if bias is not None:
         y = y + bias.to(_F64)
@@ -228,7 +230,7 @@ def _write_lse(lse, parts):
 
 
 def sdpa(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, sinks=None, lse=None, scale=0.0, window=-1, softcap=0.0,
-         causal=1):
+         causal=1, key_tile=0):
     cq = [0, q.shape[0]] if cu_seqlens_q is None else [int(s) for s in cu_seqlens_q]
     ck = cq if cu_seqlens_k is None else [int(s) for s in cu_seqlens_k]
     out, lses = [], []
@@ -327,7 +329,7 @@ def _inverse_cdf(w, r24: int, greedy: bool) -> int:
     return int(hit[0]) if hit.numel() else int(nonzero.nonzero()[-1])
 
 
-def sample(logits, top_k, top_p, min_p, seed, offset):
+def sample(logits, top_k, top_p, min_p, seed, offset, cooperative=-1):
     """Each row's token (top_k 1: greedy) and its log-probability under the unfiltered softmax; offset += 1."""
     tokens = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)
     logprobs = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
