@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <climits>
 #include <cmath>
 
@@ -184,6 +185,26 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
   p.add("splits", splits);
   p.add("wgmma", wgmma ? 1 : 0);
   return p;
+}
+
+std::vector<Params> AttentionOp::candidates(const Params& chosen, TensorList tensors, ScalarList scalars,
+                                            const Target& target) const {
+  std::vector<Params> out{chosen};
+  if (chosen.get("wgmma") == 0 || scalar(scalars, "key_tile") != 0) return out;  // no choice, or pinned
+  std::vector<ScalarArg> pinned(scalars.begin(), scalars.end());
+  pinned.push_back({"key_tile", chosen.get("bn") == 176 ? 128.0 : 176.0});
+  try {
+    out.push_back(derive_params(tensors, pinned, target));
+  } catch (const InvalidArgumentError&) {  // 176 under a mask
+  }
+  return out;
+}
+
+std::string AttentionOp::bucket(TensorList tensors) const {
+  const Shape s = shape(tensors);
+  auto up = [](std::int64_t v) { return std::bit_ceil(std::uint64_t(std::max<std::int64_t>(v, 1))); };
+  const std::int64_t batch = std::max<std::int64_t>(s.batch, 1);
+  return fmt::format("tokens<={} keys<={}", up(s.tokens / batch), up(s.kv_tokens / batch));
 }
 
 double query_key_pairs(std::int64_t q_len, std::int64_t k_len, bool causal, double window) {

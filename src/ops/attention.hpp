@@ -43,9 +43,17 @@ inline std::int64_t padded(std::int64_t d) { return d <= 64 ? 64 : d <= 128 ? 12
 // ideal_cost and by the bench (which knows each sequence's real lengths).
 double query_key_pairs(std::int64_t q_len, std::int64_t k_len, bool causal, double window);
 
-class AttentionOp final : public OpDef {
+class AttentionOp final : public OpDef, public Tunable {
  public:
   AttentionOp(const OpInfo& info, Kind kind) : OpDef(info), kind_(kind), slots_(slots_of(kind)) {}
+
+  // Autotuning: sdpa's key tiles on the sm_90a path without a mask, 176 and 128 (the heuristic's first).
+  const Tunable* tuning() const noexcept override { return kind_ == Kind::sdpa ? this : nullptr; }
+  std::vector<Params> candidates(const Params& chosen, TensorList tensors, ScalarList scalars,
+                                 const Target& target) const override;
+  // "tokens<=4096 keys<=4096": a sequence's (a varlen batch's mean), each a power of two.
+  std::string bucket(TensorList tensors) const override;
+  bool safe(TensorList, ScalarList) const override { return true; }  // the outputs are only written
 
   std::vector<Params> plan(const Params& p) const override;
   std::string entry_macro(const Params& p) const override;

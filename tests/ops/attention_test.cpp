@@ -152,6 +152,20 @@ TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
   const OpDef& sdpa = find_op("sdpa");
   const auto t = example(sdpa, DType::bf16, "q=4096x32x128 k=4096x8x128");
   const Params p = sdpa.specialize(t, {}, Target::parse("sm_90a"));
+  // Autotuning times the other key tile where there is a choice: without a mask, on the sm_90a path, unpinned.
+  const Tunable& tuning = *sdpa.tuning();
+  const Target sm90a = Target::parse("sm_90a"), sm80 = Target::parse("sm_80");
+  const std::vector<ScalarArg> open{{"causal", 0}}, pinned{{"causal", 0}, {"key_tile", 128}};
+  const auto both = tuning.candidates(sdpa.specialize(t, open, sm90a), t, open, sm90a);
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_EQ(both[0].get("bn"), 176) << "the heuristic's first";
+  EXPECT_EQ(both[1], sdpa.specialize(t, pinned, sm90a));
+  EXPECT_EQ(tuning.candidates(p, t, {}, sm90a).size(), 1u) << "causal: 128 only";
+  EXPECT_EQ(tuning.candidates(sdpa.specialize(t, pinned, sm90a), t, pinned, sm90a).size(), 1u) << "pinned";
+  EXPECT_EQ(tuning.candidates(sdpa.specialize(t, open, sm80), t, open, sm80).size(), 1u) << "one key tile on sm_80";
+  EXPECT_EQ(tuning.bucket(example(sdpa, DType::bf16, "q=3000x32x128 k=9000x8x128 cu_seqlens_q=3 cu_seqlens_k=3")),
+            "tokens<=2048 keys<=8192");
+  EXPECT_EQ(find_op("paged_prefill_gqa").tuning(), nullptr);
   EXPECT_EQ(sdpa.entry_macro(p), "MOJO_ATTENTION_SM90");
   EXPECT_EQ(sdpa.geometry(p, t).block.x, 384u);
   EXPECT_EQ(sdpa.geometry(p, t).grid.x, 4096u * 4 / 128);
