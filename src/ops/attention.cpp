@@ -143,8 +143,8 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
   // FlashAttention 3's key tiles for head_dim 128: 176 where every tile but a sequence's last is seen whole (fewer
   // softmax rounds, barriers and waits a key), 128 under a causal mask or a window (a wider tile wastes more of
   // the masked keys on their edges); a paged cache's blocks of 32 to 128 tokens do not tile 176 keys. And 176
-  // only where it takes fewer rounds over a sequence's keys (a varlen batch's mean) than 128: in as many it
-  // would only multiply more padding (200 keys: 2 rounds either way, 352 keys' work against 256).
+  // only where it takes fewer rounds over a sequence's keys (a varlen batch's mean) than 128: in as many rounds
+  // it would only add padding (200 keys: 2 rounds either way, 352 keys' work against 256).
   const std::int64_t keys = s.kv_tokens / std::max<std::int64_t>(s.batch, 1);
   auto rounds = [&](std::int64_t bn) { return (keys + bn - 1) / bn; };
   const bool unmasked = kind_ == Kind::sdpa && causal == 0 && window < 0;
