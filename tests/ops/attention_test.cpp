@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "attention_args.h"
@@ -406,6 +407,45 @@ TEST_P(AttentionGpu, HopperPrefillMatchesTheReference) {
   // stage's copies: they land anyway, as on a GPU (the CPU device left them queued and called it a deadlock).
   test::ScopedEnv schedule("MOJO_JIT_CPU_SCHEDULE", "random:7");
   expect_pass("sdpa", DType::bf16, "q=300x8x128 k=420x2x128 cu_seqlens_q=4 cu_seqlens_k=4", {}, 3, h);
+}
+
+// The sequence-end edge of all_visible: a varlen sequence whose keys end one short of a whole key tile (127 of
+// 128, 175 of 176) has a last tile that must be masked, because the key after it is the next sequence's first,
+// read by the same copy. That key is made to win every softmax of the first sequence (every query positive, it
+// all +1: scores near 11 against about 1), so that if it were seen the first sequence's output would be its V.
+// With the edge moved by one (k0 + n <= hi + 1), 8123 of 8192 elements fail at 128 and 8118 at 176.
+TEST_P(AttentionGpu, HopperPrefillMasksTheKeyAfterASequencesEnd) {
+  Runtime* h = hopper();
+  if (h == nullptr) GTEST_SKIP() << "the sm_90a path needs a Hopper GPU (or no GPU: the CPU device emulates one)";
+  const std::int64_t dim = 128, tokens = 128;
+  for (std::int64_t tile : {128, 176}) {
+    SCOPED_TRACE(fmt::format("key_tile {}", tile));
+    const std::int64_t first = tile - 1, keys = 2 * tile;
+    const std::vector<ScalarArg> scalars = {{"causal", 0}, {"key_tile", double(tile)}};
+    const OpDef& sdpa = find_op("sdpa");
+    const std::string shapes = fmt::format("q={}x1x{} k={}x1x{} cu_seqlens_q=3 cu_seqlens_k=3", tokens, dim, keys, dim);
+    const std::vector<TensorSpec> specs = sdpa.specs_from_shapes(DType::bf16, parse_shapes(sdpa, shapes));
+    ASSERT_EQ(sdpa.specialize(example(sdpa, DType::bf16, shapes), scalars, Target::parse("sm_90a")).get("bn"), tile);
+    std::vector<float> q = test::random_values(std::size_t(tokens * dim), 1),
+                       k = test::random_values(std::size_t(keys * dim), 2);
+    for (float& x : q) x = std::fabs(x);
+    std::fill(k.begin() + first * dim, k.begin() + (first + 1) * dim, 1.f);
+    std::vector<std::vector<std::uint8_t>> data = {std::vector<std::uint8_t>(specs[0].nbytes()),
+                                                   reference::encode(DType::bf16, q),
+                                                   reference::encode(DType::bf16, k),
+                                                   random_tensor(DType::bf16, keys * dim, 3),
+                                                   test::index_bytes(DType::i32, {0, tokens / 2, tokens}),
+                                                   test::index_bytes(DType::i32, {0, first, keys}),
+                                                   {},
+                                                   {}};
+    GpuTensor out(specs[0]), qd(specs[1], data[1]), kd(specs[2], data[2]), vd(specs[3], data[3]),
+        cu_q(specs[4], data[4]), cu_k(specs[5], data[5]);
+    h->launch("sdpa", {out, qd, kd, vd, cu_q, cu_k, Tensor{}, Tensor{}}, scalars);
+    const std::vector<std::uint8_t> got = out.read();
+    const OpCheck& check = find_check("sdpa");
+    check.reference(specs, data, scalars);
+    test::expect_close(DType::bf16, got, data[0], "out", check.tolerance(DType::bf16, specs, scalars));
+  }
 }
 
 // A plan's kernels are one module: compile() and compile_all() build both steps of a split decode.
