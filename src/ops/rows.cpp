@@ -130,10 +130,18 @@ Chunking chunk(std::int64_t rows, std::int64_t cols, std::int64_t vec, const Tar
   // sample's kernels hold) is fuller, the larger on a tie: 16 rows take 16 chunks (256 blocks, 0.97 of a wave),
   // not 17 (272: 8 blocks in a second wave).
   const auto fill = [&](std::int64_t chunks) { return wave_fill(std::uint64_t(rows * chunks), std::uint64_t(slots)); };
+  const std::int64_t most = std::min({(cols + kMinChunk - 1) / kMinChunk, kMaxChunks, max_chunks});
   const std::int64_t above = (slots + rows - 1) / rows, below = std::max<std::int64_t>(slots / rows, 1);
-  const std::int64_t wanted = fill(below) > fill(above) ? below : above;
-  c.chunks = std::clamp<std::int64_t>(std::min(wanted, (cols + kMinChunk - 1) / kMinChunk), 1,
-                                      std::min(kMaxChunks, max_chunks));
+  std::int64_t wanted = fill(below) > fill(above) ? below : above;
+  // More rows than a wave holds: the count up to kMaxChunksPastAWave whose waves (of blocks of 1/chunks of a
+  // row) take the least time, ceil(rows x chunks / slots) / chunks; the fewest on a tie. sm_80's B 256 (216
+  // slots): 4 chunks, 1024 blocks in 5 waves of quarter rows (1.25 a row's time), not 2 waves of whole rows.
+  if (rows > slots) {
+    const auto time = [&](std::int64_t chunks) { return double((rows * chunks + slots - 1) / slots) / double(chunks); };
+    for (std::int64_t chunks = 2; chunks <= std::min(kMaxChunksPastAWave, most); ++chunks)
+      if (time(chunks) < time(wanted)) wanted = chunks;
+  }
+  c.chunks = std::clamp<std::int64_t>(wanted, 1, std::max<std::int64_t>(most, 1));
   const std::int64_t chunk_vectors = (cols / vec + c.chunks - 1) / c.chunks;
   c.threads = std::clamp<std::int64_t>(std::int64_t(std::bit_ceil(std::uint64_t((chunk_vectors + 7) / 8))), 64, 512);
   return c;

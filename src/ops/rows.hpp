@@ -67,8 +67,9 @@ void add_params(Params& p, std::string_view cols_name, std::int64_t cols, const 
 // blocks per SM of the target's reference GPU (no more where that leaves a
 // last wave fuller: rows.cpp), at most kMaxChunks (a row's
 // parts are merged in one place) and none shorter than kMinChunk columns;
-// about 8 vectors a thread, 64 to 512 threads.
-constexpr std::int64_t kMaxChunks = 32, kMinChunk = 1024;
+// about 8 vectors a thread, 64 to 512 threads. More rows than that wave holds
+// are split (up to kMaxChunksPastAWave) where the last wave is then fuller.
+constexpr std::int64_t kMaxChunks = 32, kMinChunk = 1024, kMaxChunksPastAWave = 4;
 struct Chunking {
   std::int64_t chunks = 1;  // blocks a row
   std::int64_t threads = 64;

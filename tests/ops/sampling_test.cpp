@@ -187,6 +187,27 @@ TEST(SampleOp, ParamsAndShapeErrors) {
             "sample: seed is i64[3]; expected a contiguous [4]");
 }
 
+// More rows than a wave holds (two blocks an SM): each row is split where its blocks then take fewer waves of
+// shorter blocks, so that the modelled time, ceil(blocks / slots) waves of 1/chunks of a row, stays within 1.25x
+// of the rows' even share of the slots. With a block a row, B = slots + 1 took 2x (sm_80's B 256: 1.69x).
+TEST(SampleOp, RowsPastAWaveAreSplitWhereTheWavesThenTakeLessTime) {
+  const OpDef& op = find_op("sample");
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    const Target target = Target::parse(arch);
+    const std::int64_t slots = 2 * sm_limits(target).sm_count;
+    for (std::int64_t batch : {slots + 1, std::int64_t(256), std::int64_t(300), slots * 2 - 1, std::int64_t(1000)}) {
+      SCOPED_TRACE(fmt::format("{} B {}", arch, batch));
+      const auto t = example(op, DType::f32, fmt::format("logits={}x151936", batch));
+      const Params p = op.specialize(t, {}, target);
+      const std::int64_t chunks = p.get("chunks"), blocks = op.geometry(p, t).grid.x;
+      ASSERT_EQ(blocks, batch * chunks);
+      const double time = double((blocks + slots - 1) / slots) / double(chunks), even = double(batch) / double(slots);
+      EXPECT_LE(time, 1.25 * even) << chunks << " chunks";
+    }
+  }
+  EXPECT_EQ(params("sample", DType::f32, "logits=512x151936").get("chunks"), 1) << "sm_90: one wave of 528 slots";
+}
+
 TEST(SampleOp, PacksOneArgsStruct) {
   using Args = mojo_sampling::SampleArgs<void, void>;
   const OpDef& op = find_op("sample");
