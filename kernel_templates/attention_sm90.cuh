@@ -1,10 +1,12 @@
 // Attention prefill, the sm_90a path (Hopper), FlashAttention-3 style:
-// included by attention.cu for head_dim 128 (sdpa and paged_prefill_gqa; the
-// paged cache's blocks of 16 to 128 tokens), param wgmma = 1.
+// included by attention.cu for head_dim 64, 128 and 256 (sdpa and
+// paged_prefill_gqa; the paged cache's blocks of 8 to 128 tokens that tile a
+// key tile), param wgmma = 1.
 //
 // A block takes 128 packed query rows (two consumer warpgroups of 64) of one
 // KV head. Warpgroup 0 is the producer: one thread streams the K and V tiles
-// (BN keys x 128: 176 keys without a causal mask or window, else 128) with
+// (BN keys x head_dim: 176 keys without a causal mask or window, else 128;
+// 80 at head_dim 256, whose O takes 128 registers a thread) with
 // TMA into a STAGES-deep ring of 128-byte-swizzled shared memory (64-column
 // boxes; a paged tile is one box per cache block), each stage guarded by a
 // "full" mbarrier (its bytes landed) and an "empty" one (both consumers are
@@ -23,7 +25,8 @@
 // tokens (boxes of 64 x BN x 1) or the cache's slots (boxes of 64 x
 // block_size x 1).
 // Geometry: 384 threads; grid as the sm_80 path's with 128-row tiles; dynamic
-// shared memory: 1024 (alignment) + Q 32 KB + STAGES x BN x 512 bytes (K and V) + barriers.
+// shared memory: 1024 (alignment) + Q 128 x head_dim x 2 bytes + STAGES x BN x head_dim x 4 bytes (K and V) +
+// barriers (head_dim 256: 230,432 bytes, under the 232,448 a block may take).
 #pragma once
 
 #include "mojo_wgmma.cuh"
@@ -61,9 +64,11 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
                                          const mojo::TensorMap* k_map, const mojo::TensorMap* v_map) {
   constexpr int D = P::head_dim, G = P::group, BM = 128, BN = P::bn, STAGES = P::stages;
   constexpr int BOX = P::paged ? P::page : BN;  // key rows per TMA box
-  static_assert(D == 128 && 16 * P::wm == BM, "the sm_90a path: head_dim 128, 128-row tiles");
-  static_assert(BN == 128 || (BN == 176 && !P::causal && !P::window && !P::paged),
-                "key tiles of 128, or of 176 where every tile sees all its keys");
+  static_assert((D == 64 || D == 128 || D == 256) && 16 * P::wm == BM,
+                "the sm_90a path: head_dim 64, 128 or 256, 128-row tiles");
+  static_assert(BN == (D == 256 ? 80 : 128) || (BN == 176 && D != 256 && !P::causal && !P::window && !P::paged),
+                "key tiles of 128 (80 at head_dim 256: O holds 128 registers), or of 176 where every tile sees all its "
+                "keys");
   static_assert(BN % BOX == 0 && BOX % 8 == 0, "whole cache blocks of 8 to 128 tokens per key tile");
   static_assert(sizeof(T) == 2, "wgmma here takes f16 or bf16");
   constexpr unsigned Q_BYTES = 64 * D * 2, KV_BYTES = BN * D * 2;

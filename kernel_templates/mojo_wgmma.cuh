@@ -77,7 +77,7 @@ __device__ __forceinline__ void wgmma(float (&d)[N / 2], unsigned long long a, u
 }
 template <class T, int N, int MN_MAJOR_B>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long b, int scale_d) {
-  static_assert(N == 128, "wgmma with A in registers here: 64 x 128 tiles");
+  static_assert(N == 64 || N == 128 || N == 256, "wgmma with A in registers here: 64 x 64, 128 or 256 tiles");
   cpu::api().wgmma(d, N, 0, a, b, scale_d, 0, MN_MAJOR_B, is_bf16<T> ? 2 : 1);
 }
 #else
@@ -246,25 +246,42 @@ __device__ __forceinline__ void wgmma(float (&d)[N_ / 2], unsigned long long a, 
   else MOJO_WGMMA_CASE(240, 15) else MOJO_WGMMA_CASE(256, 16)
 }
 
-// d (64 x 128, fp32) (+)= a (64 x 16, from registers) * b (128 x 16, through its descriptor, K-major or
-// MN_MAJOR_B = 1). Thread t of the warpgroup holds a in 4 registers of two 16-bit values each: register r,
-// half h (the low half first) is element (row 16 * (t / 32) + (t % 32) / 4 + 8 * (r % 2), k 2 * (t % 4) + h +
+// d (64 x N, fp32; N 64, 128 or 256) (+)= a (64 x 16, from registers) * b (N x 16, through its descriptor,
+// K-major or MN_MAJOR_B = 1). Thread t of the warpgroup holds a in 4 registers of two 16-bit values each: register
+// r, half h (the low half first) is element (row 16 * (t / 32) + (t % 32) / 4 + 8 * (r % 2), k 2 * (t % 4) + h +
 // 8 * (r / 2)). That is where the thread holds accumulators of the same 64 rows (wgmma above): accumulators
 // d[8c .. 8c + 8) of a product, packed in pairs, are the A of the next one's k step c (FlashAttention 3
-// keeps P so, never through shared memory).
-#define MOJO_WGMMA_RS_ASM(TYPE)                                                                                \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %69, 0;\n"                                                     \
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {" MOJO_DREGS_8 "}, "            \
-               "{%64, %65, %66, %67}, %68, p, 1, 1, %70; }"                                                  \
-               : MOJO_DOPS_8(d)                                                                              \
+// keeps P so, never through shared memory). The operands after d's 8 C: a's four, b, scale_d, MN_MAJOR_B.
+#define MOJO_WGMMA_RS_TAIL_4 "{%32, %33, %34, %35}, %36, p, 1, 1, %38"
+#define MOJO_WGMMA_RS_SCALE_4 "%37"
+#define MOJO_WGMMA_RS_TAIL_8 "{%64, %65, %66, %67}, %68, p, 1, 1, %70"
+#define MOJO_WGMMA_RS_SCALE_8 "%69"
+#define MOJO_WGMMA_RS_TAIL_16 "{%128, %129, %130, %131}, %132, p, 1, 1, %134"
+#define MOJO_WGMMA_RS_SCALE_16 "%133"
+#define MOJO_WGMMA_RS_ASM(N, C, TYPE)                                                                          \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, " MOJO_WGMMA_RS_SCALE_##C ", 0;\n"                            \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " {" MOJO_DREGS_##C "}, "      \
+               MOJO_WGMMA_RS_TAIL_##C "; }"                                                                  \
+               : MOJO_DOPS_##C(d)                                                                            \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(MN_MAJOR_B))
+#define MOJO_WGMMA_RS_CASE(N, C)                                \
+  if constexpr (N_ == N) {                                      \
+    if constexpr (is_bf16<T>) MOJO_WGMMA_RS_ASM(N, C, "bf16"); \
+    else MOJO_WGMMA_RS_ASM(N, C, "f16");                        \
+  }
 template <class T, int N_, int MN_MAJOR_B>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N_ / 2], const unsigned (&a)[4], unsigned long long b, int scale_d) {
-  static_assert(N_ == 128, "wgmma with A in registers here: 64 x 128 tiles");
-  if constexpr (is_bf16<T>) MOJO_WGMMA_RS_ASM("bf16");
-  else MOJO_WGMMA_RS_ASM("f16");
+  static_assert(N_ == 64 || N_ == 128 || N_ == 256, "wgmma with A in registers here: 64 x 64, 128 or 256 tiles");
+  MOJO_WGMMA_RS_CASE(64, 4) else MOJO_WGMMA_RS_CASE(128, 8) else MOJO_WGMMA_RS_CASE(256, 16)
 }
+#undef MOJO_WGMMA_RS_CASE
 #undef MOJO_WGMMA_RS_ASM
+#undef MOJO_WGMMA_RS_TAIL_4
+#undef MOJO_WGMMA_RS_SCALE_4
+#undef MOJO_WGMMA_RS_TAIL_8
+#undef MOJO_WGMMA_RS_SCALE_8
+#undef MOJO_WGMMA_RS_TAIL_16
+#undef MOJO_WGMMA_RS_SCALE_16
 
 #undef MOJO_WGMMA_CASE
 #undef MOJO_WGMMA_ASM

@@ -36,7 +36,7 @@ constexpr ScalarArgInfo kScalars[] = {
     {"causal", 1.0, "1: a query sees no later key (positions aligned at the sequences' ends); 0: every key"},
     {"key_tile", 0.0,
      "keys a tile on the sm_90a path: 0 the heuristic (176 with neither a causal mask nor a window where that takes "
-     "fewer tiles than 128, else 128), 128, or 176 without a mask"},
+     "fewer tiles than 128, else 128; 80 at head_dim 256), 128, or 176 without a mask"},
 };
 
 constexpr TensorArgInfo kSdpaTensors[] = {
@@ -140,11 +140,12 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
   const std::int64_t dp = padded(s.head_dim);
   std::int64_t wm = 4, wn = 1, bn = dp <= 128 ? 64 : 32, splits = 1, stages = 2;
   const bool wgmma = sm90_path(s, target);
-  // FlashAttention 3's key tiles for head_dim 128: 176 where every tile but a sequence's last is seen whole (fewer
-  // softmax rounds, barriers and waits a key), 128 under a causal mask or a window (a wider tile wastes more of
-  // the masked keys on their edges); a paged cache's blocks of 32 to 128 tokens do not tile 176 keys. And 176
+  // FlashAttention 3's key tiles for head_dim 64 and 128: 176 where every tile but a sequence's last is seen whole
+  // (fewer softmax rounds, barriers and waits a key), 128 under a causal mask or a window (a wider tile wastes more
+  // of the masked keys on their edges); a paged cache's blocks of 32 to 128 tokens do not tile 176 keys. And 176
   // only where it takes fewer rounds over a sequence's keys (a varlen batch's mean) than 128: in as many rounds
-  // it would only add padding (200 keys: 2 rounds either way, 352 keys' work against 256).
+  // it would only add padding (200 keys: 2 rounds either way, 352 keys' work against 256). Head_dim 256 takes 80
+  // (masked_key_tile), as FlashAttention 3 does: its O holds 128 registers a thread.
   const std::int64_t keys = s.kv_tokens / std::max<std::int64_t>(s.batch, 1);
   auto rounds = [&](std::int64_t bn) { return (keys + bn - 1) / bn; };
   const bool unmasked = kind_ == Kind::sdpa && causal == 0 && window < 0;
@@ -153,9 +154,17 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
     throw InvalidArgumentError(fmt::format(
         "{}: key_tile is {}; expected 0 (the heuristic), 128, or 176 (with neither a causal mask nor a window)", name(),
         key_tile));
+  if (wgmma && key_tile != 0 && masked_key_tile(s.head_dim) != 128)
+    throw InvalidArgumentError(fmt::format("{}: key_tile is {}; head_dim {} takes key tiles of {} only (expected 0)",
+                                           name(), key_tile, s.head_dim, masked_key_tile(s.head_dim)));
   if (wgmma) {
     wm = 8;  // two consumer warpgroups of 64 rows
-    bn = key_tile != 0 ? std::int64_t(key_tile) : unmasked && rounds(176) < rounds(128) ? 176 : 128;
+    if (masked_key_tile(s.head_dim) != 128)
+      bn = masked_key_tile(s.head_dim);
+    else if (key_tile != 0)
+      bn = std::int64_t(key_tile);
+    else
+      bn = unmasked && rounds(176) < rounds(128) ? 176 : 128;
   } else if (kind_ == Kind::paged_decode) {
     // Few query rows per sequence (q_len x group): one to four warps along them, the rest split the keys;
     // key tiles small enough that the rings stay within 64 KB.
@@ -498,10 +507,12 @@ std::int64_t AttentionOp::chunk(const Params& p, const Shape& s) {
   return (keys + bn - 1) / bn * bn;
 }
 
-// The sm_90a prefill (attention_sm90.cuh): TMA and wgmma for head_dim 128, K/V tiles of whole cache blocks.
+// The sm_90a prefill (attention_sm90.cuh): TMA and wgmma for head_dim 64, 128 and 256, K/V tiles of whole cache
+// blocks.
 bool AttentionOp::sm90_path(const Shape& s, const Target& target) const {
-  if (kind_ == Kind::paged_decode || !target.arch_specific || target.sm < 90 || s.head_dim != 128) return false;
-  return kind_ == Kind::sdpa || (s.page >= 8 && s.page <= 128 && 128 % s.page == 0);
+  if (kind_ == Kind::paged_decode || !target.arch_specific || target.sm < 90) return false;
+  if (s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256) return false;
+  return kind_ == Kind::sdpa || (s.page >= 8 && s.page <= 128 && masked_key_tile(s.head_dim) % s.page == 0);
 }
 
 }  // namespace attention

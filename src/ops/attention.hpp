@@ -37,6 +37,9 @@ constexpr Slots slots_of(Kind kind) {
 
 // D rounded up to the tile width the kernel uses (attention.cu's DP).
 inline std::int64_t padded(std::int64_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
+// The sm_90a prefill's key tiles under a mask or for a paged cache (and at head_dim 256 always): 128 keys, or 80
+// at head_dim 256, whose O takes 128 registers a thread (FlashAttention 3's tiles).
+inline std::int64_t masked_key_tile(std::int64_t head_dim) { return head_dim == 256 ? 80 : 128; }
 
 // The query-key pairs one sequence of `q_len` queries over `k_len` keys computes: causal aligns the queries at
 // the keys' end (query i sees k_len - q_len + i + 1 keys), a window >= 0 keeps window + 1 of them. Counted by

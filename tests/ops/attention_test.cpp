@@ -113,8 +113,8 @@ TEST(AttentionOp, EveryKernelOfThePlanTakesOneArgsStruct) {
   }
 }
 
-// The sm_90a prefill (TMA + wgmma) for head_dim 128 on sm_90a, its K/V tiles whole cache blocks; the sm_80
-// path everywhere else.
+// The sm_90a prefill (TMA + wgmma) for head_dim 64, 128 and 256 on sm_90a, its K/V tiles whole cache blocks; the
+// sm_80 path everywhere else.
 TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
   auto path = [](const char* op, const char* shapes, const char* arch) {
     const OpDef& def = find_op(op);
@@ -122,7 +122,14 @@ TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
   };
   EXPECT_EQ(path("sdpa", "q=4096x32x128 k=4096x8x128", "sm_90a"), 1);
   EXPECT_EQ(path("sdpa", "q=4096x32x128 k=4096x8x128", "sm_90"), 0) << "wgmma needs the arch-specific target";
-  EXPECT_EQ(path("sdpa", "q=4096x32x64 k=4096x8x64", "sm_90a"), 0) << "head_dim 128 only";
+  EXPECT_EQ(path("sdpa", "q=4096x32x64 k=4096x8x64", "sm_90a"), 1);
+  EXPECT_EQ(path("sdpa", "q=4096x32x256 k=4096x8x256", "sm_90a"), 1);
+  EXPECT_EQ(path("sdpa", "q=4096x32x96 k=4096x8x96", "sm_90a"), 0) << "96 columns are one and a half TMA boxes";
+  EXPECT_EQ(path("paged_prefill_gqa", "q=512x32x256 k_cache=1024x16x8x256 cu_seqlens_q=3 block_tables=2x64", "sm_90a"),
+            1);
+  EXPECT_EQ(path("paged_prefill_gqa", "q=512x32x256 k_cache=512x32x8x256 cu_seqlens_q=3 block_tables=2x32", "sm_90a"),
+            0)
+      << "blocks of 32 tokens do not tile head_dim 256's 80 keys";
   const char* paged = "q=512x32x128 k_cache=1024x16x8x128 cu_seqlens_q=3 block_tables=2x64";
   EXPECT_EQ(path("paged_prefill_gqa", paged, "sm_90a"), 1);
   EXPECT_EQ(path("paged_prefill_gqa", "q=512x32x128 k_cache=1024x12x8x128 cu_seqlens_q=3 block_tables=2x64", "sm_90a"),
@@ -150,6 +157,15 @@ TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
               key_tile("sdpa", dense, {{"key_tile", 176}});
             }),
             "sdpa: key_tile is 176; expected 0 (the heuristic), 128, or 176 (with neither a causal mask nor a window)");
+  // Head_dim 256 takes tiles of 80 keys (O holds 128 registers a thread), masked or not; nothing else fits.
+  const char* wide = "q=4096x32x256 k=4096x8x256";
+  EXPECT_EQ(key_tile("sdpa", wide, {}), 80);
+  EXPECT_EQ(key_tile("sdpa", wide, {{"causal", 0}}), 80);
+  EXPECT_EQ(key_tile("sdpa", "q=4096x32x64 k=4096x8x64", {{"causal", 0}}), 176);
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              key_tile("sdpa", wide, {{"causal", 0}, {"key_tile", 128}});
+            }),
+            "sdpa: key_tile is 128; head_dim 256 takes key tiles of 80 only (expected 0)");
   const OpDef& sdpa = find_op("sdpa");
   const auto t = example(sdpa, DType::bf16, "q=4096x32x128 k=4096x8x128");
   const Params p = sdpa.specialize(t, {}, Target::parse("sm_90a"));
@@ -232,6 +248,9 @@ TEST_P(AttentionCompiles, HopperPrefillIsHgmmaWithoutLocalMemory) {
       {"sdpa", "q=4096x32x128 k=4096x8x128 cu_seqlens_q=5 cu_seqlens_k=5 lse=32x4096", "sm_90a", 1},
       {"paged_prefill_gqa", "q=512x32x128 k_cache=1024x16x8x128 cu_seqlens_q=3 block_tables=2x64 lse=32x512", "sm_90a",
        1},
+      // Head_dim 64 (P V 64 wide) and 256 (key tiles of 80, P V 256 wide, O 128 registers a thread).
+      {"sdpa", "q=4096x32x64 k=4096x8x64 lse=32x4096", "sm_90a", 1},
+      {"sdpa", "q=4096x32x256 k=4096x8x256 cu_seqlens_q=5 cu_seqlens_k=5 lse=32x4096", "sm_90a", 1},
       {"sdpa", "q=4096x32x128 k=4096x8x128", "sm_80", 0},
       {"paged_decode_gqa", "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512", "sm_90a", 0}};
   for (const Case& c : cases) {
@@ -244,11 +263,14 @@ TEST_P(AttentionCompiles, HopperPrefillIsHgmmaWithoutLocalMemory) {
     ASSERT_EQ(op.specialize(t, scalars, target).get("wgmma"), c.wgmma);
     const Artifact cubin = rt.compile(c.op, t, scalars, target, Emit::cubin);
     EXPECT_EQ(cubin.resources.stack_bytes, 0u) << "no spills";
+    // Head_dim 256's ring and Q take 230,432 bytes: with the cubin's static scratch, still within a block's share.
+    EXPECT_LE(op.geometry(op.specialize(t, scalars, target), t).dynamic_smem + cubin.resources.static_shared_bytes,
+              max_shared_per_block(target));
     const auto sass = test::sass_facts(*cubin.binary, dir.path());
     if (!sass) continue;
     disassembled = true;
     if (c.wgmma) test::expect_whole_program_wgmma(*sass);
-    EXPECT_EQ(sass->sass.find("HGMMA.64x128x16.F32.BF16") != std::string::npos, c.wgmma == 1) << "HGMMA in SASS";
+    EXPECT_EQ(sass->sass.find("HGMMA.64x") != std::string::npos, c.wgmma == 1) << "HGMMA in SASS";
     EXPECT_EQ(sass->tma_loads > 0, c.wgmma == 1) << "TMA loads in SASS";
     EXPECT_EQ(sass->hmma > 0, c.wgmma == 0) << "HMMA in SASS";
     EXPECT_EQ(sass->local_memory, 0);
@@ -394,6 +416,17 @@ TEST_P(AttentionGpu, HopperPrefillMatchesTheReference) {
               3, h);
   expect_pass("paged_prefill_gqa", DType::bf16,
               "q=200x8x128 k_cache=128x16x2x128 cu_seqlens_q=4 block_tables=3x30 lse=8x200", {}, 3, h);
+  // head_dim 64: one 64-column sub-tile of Q, K and V, P V 64 wide (causal: key tiles of 128; not: 176).
+  expect_pass("sdpa", DType::bf16, "q=300x8x64 k=300x2x64 cu_seqlens_q=3 lse=8x300", {}, 3, h);
+  expect_pass("sdpa", DType::f16, "q=100x4x64 k=400x1x64 sinks=4", {{"causal", 0}, {"softcap", 30.0}}, 3, h);
+  expect_pass("paged_prefill_gqa", DType::bf16, "q=150x8x64 k_cache=64x16x2x64 cu_seqlens_q=3 block_tables=2x24",
+              {{"window", 40}}, 3, h);
+  // head_dim 256: four sub-tiles, P V 256 wide, key tiles of 80 (several a sequence, a causal edge inside one).
+  expect_pass("sdpa", DType::bf16, "q=200x8x256 k=260x2x256 cu_seqlens_q=3 cu_seqlens_k=3 lse=8x200", {}, 3, h);
+  expect_pass("sdpa", DType::f16, "q=90x4x256 k=90x4x256 sinks=4", {{"causal", 0}, {"window", 50}, {"softcap", 30.0}},
+              3, h);
+  expect_pass("paged_prefill_gqa", DType::bf16, "q=100x8x256 k_cache=48x16x1x256 cu_seqlens_q=3 block_tables=2x20", {},
+              3, h);
   expect_pass("paged_prefill_gqa", DType::f16,
               "q=150x8x128 k_cache=64x32x1x128 cu_seqlens_q=3 block_tables=2x12 sinks=8", {{"window", 40}}, 3, h);
   // Tiles whose keys every query of a consumer's 64 rows sees skip the mask (all_visible): these sit one key
