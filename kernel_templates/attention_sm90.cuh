@@ -62,16 +62,18 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
                                          const float* __restrict__ sinks, float* __restrict__ lse, long long q_stride,
                                          int heads, int kv_heads, float scale, float softcap, int window,
                                          const mojo::TensorMap* k_map, const mojo::TensorMap* v_map) {
-  constexpr int D = P::head_dim, G = P::group, BM = 128, BN = P::bn, STAGES = P::stages;
+  // DP: head_dim in whole 64-column sub-tiles (96 in two, the last half zeros: TMA fills the columns past the
+  // tensor's, the Q load writes them, and P V computes and drops them).
+  constexpr int D = P::head_dim, DP = (D + 63) / 64 * 64, G = P::group, BM = 128, BN = P::bn, STAGES = P::stages;
   constexpr int BOX = P::paged ? P::page : BN;  // key rows per TMA box
-  static_assert((D == 64 || D == 128 || D == 256) && 16 * P::wm == BM,
-                "the sm_90a path: head_dim 64, 128 or 256, 128-row tiles");
+  static_assert((D == 64 || D == 96 || D == 128 || D == 256) && 16 * P::wm == BM,
+                "the sm_90a path: head_dim 64, 96, 128 or 256, 128-row tiles");
   static_assert(BN == (D == 256 ? 80 : 128) || (BN == 176 && D != 256 && !P::causal && !P::window && !P::paged),
                 "key tiles of 128 (80 at head_dim 256: O holds 128 registers), or of 176 where every tile sees all its "
                 "keys");
   static_assert(BN % BOX == 0 && BOX % 8 == 0, "whole cache blocks of 8 to 128 tokens per key tile");
   static_assert(sizeof(T) == 2, "wgmma here takes f16 or bf16");
-  constexpr unsigned Q_BYTES = 64 * D * 2, KV_BYTES = BN * D * 2;
+  constexpr unsigned Q_BYTES = 64 * DP * 2, KV_BYTES = BN * DP * 2;
   MOJO_DYNAMIC_SMEM(smem);
   // 128-byte swizzling repeats every 1024 bytes: the tiles start on such a boundary.
   const unsigned base = (mojo::smem_address(smem) + 1023u) & ~1023u;
@@ -114,7 +116,7 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
           row = (page >= 0 && page < a.kv_tokens ? page : a.kv_tokens) * BOX;
         }
 #pragma unroll
-        for (int sub = 0; sub < D / 64; ++sub) {
+        for (int sub = 0; sub < DP / 64; ++sub) {
           const unsigned at = sub * BN * 128 + box * BOX * 128;
           mojo::tma_load_3d(k_dst + at, k_map, bar, sub * 64, row, kv_head);
           mojo::tma_load_3d(v_dst + at, v_map, bar, sub * 64, row, kv_head);
@@ -131,10 +133,10 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   const int first_row = w.row0 + consumer * 64;  // of this consumer's 64
 
   // Q: this consumer's rows into its swizzled tile, zeros past the sequence.
-  for (int c = ctid; c < 64 * D / 8; c += 128) {
-    const int r = c / (D / 8), col = (c % (D / 8)) * 8, gr = first_row + r, token = gr / G;
+  for (int c = ctid; c < 64 * DP / 8; c += 128) {
+    const int r = c / (DP / 8), col = (c % (DP / 8)) * 8, gr = first_row + r, token = gr / G;
     mojo::Pack<T, 8> v;
-    if (token < w.sq.q_count && w.sq.q_start + token < a.q_tokens)
+    if (token < w.sq.q_count && w.sq.q_start + token < a.q_tokens && col < D)
       v = mojo::load<T, 8>(q + (long long)(w.sq.q_start + token) * q_stride + (kv_head * G + gr % G) * D + col);
     else
 #pragma unroll
@@ -148,9 +150,9 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   const float score_scale = P::softcap ? scale / softcap : scale * kLog2e, cap_log2 = softcap * kLog2e;
   // Each thread's two rows are r and r + 8 of its warp's 16: row_in(h).
   auto row_in = [&](int h) { return warp * 16 + lane / 4 + h * 8; };
-  float o[D / 2], s[BN / 2];
+  float o[DP / 2], s[BN / 2];
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  for (int i = 0; i < DP / 2; ++i) o[i] = 0.f;
   float m[2] = {mojo::neg_inf(), mojo::neg_inf()}, l[2] = {0.f, 0.f};
 
   // Key tile `it`'s stage (its K and V) landed.
@@ -223,21 +225,21 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
                           const float (&correction)[2]) MOJO_INLINE_LAMBDA {
     const unsigned v_tile = ring + (it % STAGES) * 2 * KV_BYTES + KV_BYTES;
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) {
+    for (int i = 0; i < DP / 2; ++i) {
       o[i] *= correction[(i % 4) / 2];
       mojo::wgmma_fence_operand(o[i]);
     }
     mojo::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk)
-      mojo::wgmma_rs<T, D, 1>(o, p[kk], mojo::wgmma_descriptor(v_tile + kk * 2048, BN * 128), 1);
+      mojo::wgmma_rs<T, DP, 1>(o, p[kk], mojo::wgmma_descriptor(v_tile + kk * 2048, BN * 128), 1);
     mojo::wgmma_commit();
   };
   // Tile it's O += P V done: its stage (K and V) released to the producer.
   auto finish_values = [&](int it) MOJO_INLINE_LAMBDA {
     mojo::wgmma_wait<0>();
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) mojo::wgmma_fence_operand(o[i]);
+    for (int i = 0; i < DP / 2; ++i) mojo::wgmma_fence_operand(o[i]);
     mojo::mbarrier_arrive(empty + 8 * (it % STAGES));
   };
 

@@ -302,7 +302,7 @@ std::vector<double> AttentionOp::block_work(const Params& p, TensorList t) const
 unsigned AttentionOp::max_dynamic_smem(const Params& p) const {
   if (is_merge(p)) return 0;
   if (p.get("wgmma")) {  // attention_sm90.cuh: alignment slack, Q, the K/V ring, barriers
-    const std::int64_t d = p.get("head_dim"), bn = p.get("bn"), stages = p.get("stages");
+    const std::int64_t d = padded(p.get("head_dim")), bn = p.get("bn"), stages = p.get("stages");
     return unsigned(1024 + 128 * d * 2 + stages * 2 * bn * d * 2 + 16 * stages);
   }
   const std::int64_t bm = 16 * p.get("wm"), dp = padded(p.get("head_dim")), wn = p.get("wn");
@@ -507,11 +507,11 @@ std::int64_t AttentionOp::chunk(const Params& p, const Shape& s) {
   return (keys + bn - 1) / bn * bn;
 }
 
-// The sm_90a prefill (attention_sm90.cuh): TMA and wgmma for head_dim 64, 128 and 256, K/V tiles of whole cache
-// blocks.
+// The sm_90a prefill (attention_sm90.cuh): TMA and wgmma for every head_dim (64, 96 as 128, 128 and 256), K/V
+// tiles of whole cache blocks.
 bool AttentionOp::sm90_path(const Shape& s, const Target& target) const {
   if (kind_ == Kind::paged_decode || !target.arch_specific || target.sm < 90) return false;
-  if (s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256) return false;
+  if (s.head_dim != 64 && s.head_dim != 96 && s.head_dim != 128 && s.head_dim != 256) return false;
   return kind_ == Kind::sdpa || (s.page >= 8 && s.page <= 128 && masked_key_tile(s.head_dim) % s.page == 0);
 }
 

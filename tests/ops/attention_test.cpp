@@ -113,8 +113,8 @@ TEST(AttentionOp, EveryKernelOfThePlanTakesOneArgsStruct) {
   }
 }
 
-// The sm_90a prefill (TMA + wgmma) for head_dim 64, 128 and 256 on sm_90a, its K/V tiles whole cache blocks; the
-// sm_80 path everywhere else.
+// The sm_90a prefill (TMA + wgmma) for every head_dim on sm_90a, its K/V tiles whole cache blocks; the sm_80 path
+// everywhere else.
 TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
   auto path = [](const char* op, const char* shapes, const char* arch) {
     const OpDef& def = find_op(op);
@@ -124,7 +124,7 @@ TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
   EXPECT_EQ(path("sdpa", "q=4096x32x128 k=4096x8x128", "sm_90"), 0) << "wgmma needs the arch-specific target";
   EXPECT_EQ(path("sdpa", "q=4096x32x64 k=4096x8x64", "sm_90a"), 1);
   EXPECT_EQ(path("sdpa", "q=4096x32x256 k=4096x8x256", "sm_90a"), 1);
-  EXPECT_EQ(path("sdpa", "q=4096x32x96 k=4096x8x96", "sm_90a"), 0) << "96 columns are one and a half TMA boxes";
+  EXPECT_EQ(path("sdpa", "q=4096x32x96 k=4096x8x96", "sm_90a"), 1) << "as 128 columns, the last 32 zeros";
   EXPECT_EQ(path("paged_prefill_gqa", "q=512x32x256 k_cache=1024x16x8x256 cu_seqlens_q=3 block_tables=2x64", "sm_90a"),
             1);
   EXPECT_EQ(path("paged_prefill_gqa", "q=512x32x256 k_cache=512x32x8x256 cu_seqlens_q=3 block_tables=2x32", "sm_90a"),
@@ -248,8 +248,9 @@ TEST_P(AttentionCompiles, HopperPrefillIsHgmmaWithoutLocalMemory) {
       {"sdpa", "q=4096x32x128 k=4096x8x128 cu_seqlens_q=5 cu_seqlens_k=5 lse=32x4096", "sm_90a", 1},
       {"paged_prefill_gqa", "q=512x32x128 k_cache=1024x16x8x128 cu_seqlens_q=3 block_tables=2x64 lse=32x512", "sm_90a",
        1},
-      // Head_dim 64 (P V 64 wide) and 256 (key tiles of 80, P V 256 wide, O 128 registers a thread).
+      // Head_dim 64 (P V 64 wide), 96 (as 128) and 256 (key tiles of 80, P V 256 wide, O 128 registers a thread).
       {"sdpa", "q=4096x32x64 k=4096x8x64 lse=32x4096", "sm_90a", 1},
+      {"sdpa", "q=4096x32x96 k=4096x8x96", "sm_90a", 1, 0},
       {"sdpa", "q=4096x32x256 k=4096x8x256 cu_seqlens_q=5 cu_seqlens_k=5 lse=32x4096", "sm_90a", 1},
       {"sdpa", "q=4096x32x128 k=4096x8x128", "sm_80", 0},
       {"paged_decode_gqa", "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512", "sm_90a", 0}};
@@ -421,6 +422,11 @@ TEST_P(AttentionGpu, HopperPrefillMatchesTheReference) {
   expect_pass("sdpa", DType::f16, "q=100x4x64 k=400x1x64 sinks=4", {{"causal", 0}, {"softcap", 30.0}}, 3, h);
   expect_pass("paged_prefill_gqa", DType::bf16, "q=150x8x64 k_cache=64x16x2x64 cu_seqlens_q=3 block_tables=2x24",
               {{"window", 40}}, 3, h);
+  // head_dim 96: two sub-tiles, the second's last 32 columns zeros (Q's, and K's and V's past the tensor).
+  expect_pass("sdpa", DType::bf16, "q=200x8x96 k=200x2x96 cu_seqlens_q=3 lse=8x200", {}, 3, h);
+  expect_pass("sdpa", DType::f16, "q=100x4x96 k=300x4x96", {{"causal", 0}}, 3, h);
+  expect_pass("paged_prefill_gqa", DType::bf16, "q=100x8x96 k_cache=48x16x1x96 cu_seqlens_q=3 block_tables=2x20", {}, 3,
+              h);
   // head_dim 256: four sub-tiles, P V 256 wide, key tiles of 80 (several a sequence, a causal edge inside one).
   expect_pass("sdpa", DType::bf16, "q=200x8x256 k=260x2x256 cu_seqlens_q=3 cu_seqlens_k=3 lse=8x200", {}, 3, h);
   expect_pass("sdpa", DType::f16, "q=90x4x256 k=90x4x256 sinks=4", {{"causal", 0}, {"window", 50}, {"softcap", 30.0}},
