@@ -218,22 +218,28 @@ __device__ __forceinline__ void wgmma_fence_operand(unsigned& r) { asm volatile(
 #define MOJO_WGMMA_SCALE_16 "%130"
 #define MOJO_WGMMA_TAIL_16 "%128, %129, p, 1, 1, %131, %132"
 
+// One wgmma of 64 x N (C = N / 16 chunks of 8 accumulators, d's operands %0 .. %(8 C - 1)) in T's type: SCALE and
+// TAIL name the operands after d's (scale_d's, and those of a, b and the majors), the inputs they are.
+#define MOJO_WGMMA_ASM(N, C, TYPE, SCALE, TAIL, ...)                                                         \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, " SCALE ", 0;\n"                                               \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " {" MOJO_DREGS_##C "}, " TAIL \
+               "; }"                                                                                          \
+               : MOJO_DOPS_##C(d)                                                                             \
+               : __VA_ARGS__)
+#define MOJO_WGMMA_ISSUE(N, C, SCALE, TAIL, ...)                       \
+  if constexpr (is_bf16<T>) MOJO_WGMMA_ASM(N, C, "bf16", SCALE, TAIL, __VA_ARGS__); \
+  else MOJO_WGMMA_ASM(N, C, "f16", SCALE, TAIL, __VA_ARGS__)
+
 // d (64 x N, fp32) (+)= a (64 x 16) * b (N x 16), both operands read from
 // shared memory through their descriptors, each K-major or (MN_MAJOR_A/B = 1)
 // MN-major; scale_d = 0 overwrites d. N is any multiple of 16 up to 256 (C =
 // N / 16 chunks of 8 accumulators). Thread t of the warpgroup holds, for each
 // 8 columns j, d[4j + e] at row 16 * (t / 32) + (t % 32) / 4 (+ 8 for e >= 2),
 // column 8j + 2 * (t % 4) + e % 2.
-#define MOJO_WGMMA_ASM(N, C, TYPE)                                                                           \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, " MOJO_WGMMA_SCALE_##C ", 0;\n"                               \
-               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " {" MOJO_DREGS_##C "}, "     \
-               MOJO_WGMMA_TAIL_##C "; }"                                                                     \
-               : MOJO_DOPS_##C(d)                                                                            \
-               : "l"(a), "l"(b), "r"(scale_d), "n"(MN_MAJOR_A), "n"(MN_MAJOR_B))
-#define MOJO_WGMMA_CASE(N, C)                      \
-  if constexpr (N_ == N) {                         \
-    if constexpr (is_bf16<T>) MOJO_WGMMA_ASM(N, C, "bf16"); \
-    else MOJO_WGMMA_ASM(N, C, "f16");              \
+#define MOJO_WGMMA_CASE(N, C)                                                                           \
+  if constexpr (N_ == N) {                                                                              \
+    MOJO_WGMMA_ISSUE(N, C, MOJO_WGMMA_SCALE_##C, MOJO_WGMMA_TAIL_##C, "l"(a), "l"(b), "r"(scale_d),     \
+                     "n"(MN_MAJOR_A), "n"(MN_MAJOR_B));                                                 \
   }
 
 template <class T, int N_, int MN_MAJOR_A, int MN_MAJOR_B>
@@ -258,16 +264,10 @@ __device__ __forceinline__ void wgmma(float (&d)[N_ / 2], unsigned long long a, 
 #define MOJO_WGMMA_RS_SCALE_8 "%69"
 #define MOJO_WGMMA_RS_TAIL_16 "{%128, %129, %130, %131}, %132, p, 1, 1, %134"
 #define MOJO_WGMMA_RS_SCALE_16 "%133"
-#define MOJO_WGMMA_RS_ASM(N, C, TYPE)                                                                          \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, " MOJO_WGMMA_RS_SCALE_##C ", 0;\n"                            \
-               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " {" MOJO_DREGS_##C "}, "      \
-               MOJO_WGMMA_RS_TAIL_##C "; }"                                                                  \
-               : MOJO_DOPS_##C(d)                                                                            \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(MN_MAJOR_B))
-#define MOJO_WGMMA_RS_CASE(N, C)                                \
-  if constexpr (N_ == N) {                                      \
-    if constexpr (is_bf16<T>) MOJO_WGMMA_RS_ASM(N, C, "bf16"); \
-    else MOJO_WGMMA_RS_ASM(N, C, "f16");                        \
+#define MOJO_WGMMA_RS_CASE(N, C)                                                                                \
+  if constexpr (N_ == N) {                                                                                      \
+    MOJO_WGMMA_ISSUE(N, C, MOJO_WGMMA_RS_SCALE_##C, MOJO_WGMMA_RS_TAIL_##C, "r"(a[0]), "r"(a[1]), "r"(a[2]),    \
+                     "r"(a[3]), "l"(b), "r"(scale_d), "n"(MN_MAJOR_B));                                         \
   }
 template <class T, int N_, int MN_MAJOR_B>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N_ / 2], const unsigned (&a)[4], unsigned long long b, int scale_d) {
@@ -275,7 +275,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N_ / 2], const unsigned (&a)
   MOJO_WGMMA_RS_CASE(64, 4) else MOJO_WGMMA_RS_CASE(128, 8) else MOJO_WGMMA_RS_CASE(256, 16)
 }
 #undef MOJO_WGMMA_RS_CASE
-#undef MOJO_WGMMA_RS_ASM
+#undef MOJO_WGMMA_ISSUE
 #undef MOJO_WGMMA_RS_TAIL_4
 #undef MOJO_WGMMA_RS_SCALE_4
 #undef MOJO_WGMMA_RS_TAIL_8
