@@ -206,6 +206,9 @@ TEST(SampleOp, RowsPastAWaveAreSplitWhereTheWavesThenTakeLessTime) {
     }
   }
   EXPECT_EQ(params("sample", DType::f32, "logits=512x151936").get("chunks"), 1) << "sm_90: one wave of 528 slots";
+  const auto thousand = example(op, DType::f32, "logits=1000x151936");
+  EXPECT_EQ(op.specialize(thousand, {}, Target::parse("sm_80")).get("chunks"), 1)
+      << "3 chunks would take 4.67 waves' time for 5: not the tenth a split must save";
 }
 
 TEST(SampleOp, PacksOneArgsStruct) {
