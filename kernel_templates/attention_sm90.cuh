@@ -1,7 +1,7 @@
 // Attention prefill, the sm_90a path (Hopper), FlashAttention-3 style:
-// included by attention.cu for head_dim 64, 128 and 256 (sdpa and
-// paged_prefill_gqa; the paged cache's blocks of 8 to 128 tokens that tile a
-// key tile), param wgmma = 1.
+// included by attention.cu for head_dim 64, 96 (as 128), 128 and 256 (sdpa
+// and paged_prefill_gqa; the paged cache's blocks of 8 to 128 tokens that
+// tile a key tile), param wgmma = 1.
 //
 // A block takes 128 packed query rows (two consumer warpgroups of 64) of one
 // KV head. Warpgroup 0 is the producer: one thread streams the K and V tiles

@@ -507,11 +507,10 @@ std::int64_t AttentionOp::chunk(const Params& p, const Shape& s) {
   return (keys + bn - 1) / bn * bn;
 }
 
-// The sm_90a prefill (attention_sm90.cuh): TMA and wgmma for every head_dim (64, 96 as 128, 128 and 256), K/V
-// tiles of whole cache blocks.
+// The sm_90a prefill (attention_sm90.cuh): TMA and wgmma for every head_dim (kHeadDims; 96 as 128), K/V tiles of
+// whole cache blocks.
 bool AttentionOp::sm90_path(const Shape& s, const Target& target) const {
   if (kind_ == Kind::paged_decode || !target.arch_specific || target.sm < 90) return false;
-  if (s.head_dim != 64 && s.head_dim != 96 && s.head_dim != 128 && s.head_dim != 256) return false;
   return kind_ == Kind::sdpa || (s.page >= 8 && s.page <= 128 && masked_key_tile(s.head_dim) % s.page == 0);
 }
 
