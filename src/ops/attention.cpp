@@ -117,6 +117,21 @@ std::size_t AttentionOp::workspace_bytes(const Params& p, TensorList t) const {
   return splits > 1 ? std::size_t(splits * rows * (p.get("head_dim") + 1)) * sizeof(float) : 0;
 }
 
+// The sm_90a prefill's key tile (`pinned`: the key_tile scalar, checked). FlashAttention 3's for head_dim 64 to
+// 128: 176 where every tile but a sequence's last is seen whole (`unmasked`: fewer softmax rounds, barriers and
+// waits a key), 128 under a causal mask or a window (a wider tile wastes more of the masked keys on their edges);
+// a paged cache's blocks of 32 to 128 tokens do not tile 176 keys. And 176 only where it takes fewer rounds over a
+// sequence's keys (a varlen batch's mean) than 128: in as many rounds it would only add padding (200 keys: 2
+// rounds either way, 352 keys' work against 256). Head_dim 256 takes 80 (masked_key_tile), as FlashAttention 3
+// does: its O holds 128 registers a thread.
+std::int64_t AttentionOp::sm90_key_tile(const Shape& s, bool unmasked, std::int64_t pinned) {
+  if (masked_key_tile(s.head_dim) != 128) return masked_key_tile(s.head_dim);
+  if (pinned != 0) return pinned;
+  const std::int64_t keys = s.kv_tokens / std::max<std::int64_t>(s.batch, 1);
+  auto rounds = [&](std::int64_t bn) { return (keys + bn - 1) / bn; };
+  return unmasked && rounds(176) < rounds(128) ? 176 : 128;
+}
+
 Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target& target) const {
   const Shape s = shape(t);
   const double window = scalar(scalars, "window"), softcap = scalar(scalars, "softcap");
@@ -140,14 +155,6 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
   const std::int64_t dp = padded(s.head_dim);
   std::int64_t wm = 4, wn = 1, bn = dp <= 128 ? 64 : 32, splits = 1, stages = 2;
   const bool wgmma = sm90_path(s, target);
-  // FlashAttention 3's key tiles for head_dim 64 and 128: 176 where every tile but a sequence's last is seen whole
-  // (fewer softmax rounds, barriers and waits a key), 128 under a causal mask or a window (a wider tile wastes more
-  // of the masked keys on their edges); a paged cache's blocks of 32 to 128 tokens do not tile 176 keys. And 176
-  // only where it takes fewer rounds over a sequence's keys (a varlen batch's mean) than 128: in as many rounds
-  // it would only add padding (200 keys: 2 rounds either way, 352 keys' work against 256). Head_dim 256 takes 80
-  // (masked_key_tile), as FlashAttention 3 does: its O holds 128 registers a thread.
-  const std::int64_t keys = s.kv_tokens / std::max<std::int64_t>(s.batch, 1);
-  auto rounds = [&](std::int64_t bn) { return (keys + bn - 1) / bn; };
   const bool unmasked = kind_ == Kind::sdpa && causal == 0 && window < 0;
   const double key_tile = kind_ == Kind::sdpa ? scalar(scalars, "key_tile") : 0;
   if (key_tile != 0 && key_tile != 128 && !(key_tile == 176 && unmasked))
@@ -159,12 +166,7 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
                                            name(), key_tile, s.head_dim, masked_key_tile(s.head_dim)));
   if (wgmma) {
     wm = 8;  // two consumer warpgroups of 64 rows
-    if (masked_key_tile(s.head_dim) != 128)
-      bn = masked_key_tile(s.head_dim);
-    else if (key_tile != 0)
-      bn = std::int64_t(key_tile);
-    else
-      bn = unmasked && rounds(176) < rounds(128) ? 176 : 128;
+    bn = sm90_key_tile(s, unmasked, std::int64_t(key_tile));
   } else if (kind_ == Kind::paged_decode) {
     // Few query rows per sequence (q_len x group): one to four warps along them, the rest split the keys;
     // key tiles small enough that the rings stay within 64 KB.

@@ -115,8 +115,10 @@ class AttentionOp final : public OpDef, public Tunable {
   // Keys per split: the longest possible context over the splits, in whole key tiles.
   static std::int64_t chunk(const Params& p, const Shape& s);
 
-  // The sm_90a prefill (attention_sm90.cuh): TMA and wgmma for head_dim 128, K/V tiles of whole cache blocks.
+  // The sm_90a prefill (attention_sm90.cuh): TMA and wgmma for every head_dim, K/V tiles of whole cache blocks.
   bool sm90_path(const Shape& s, const Target& target) const;
+  // Its key tile: `unmasked` (no causal mask, window or paged cache), `pinned` the key_tile scalar (0: free).
+  static std::int64_t sm90_key_tile(const Shape& s, bool unmasked, std::int64_t pinned);
 
   // cu_seqlens values read back: starts at 0, never decreases, ends at `total`; the lengths.
   std::vector<std::int64_t> lengths(std::string_view arg, const Tensor& cu, std::int64_t total,
