@@ -29,15 +29,18 @@ using attention::AttentionOp;
 using attention::Kind;
 using attention::kTypes;
 
-constexpr ScalarArgInfo kScalars[] = {
-    {"scale", 0.0, "logit scale; 0: 1 / sqrt(head_dim)"},
-    {"window", -1.0, "sliding window: a query sees the keys at most this many positions before it; < 0: all"},
-    {"softcap", 0.0, "logit soft-cap: cap * tanh(logit / cap); 0: none"},
-    {"causal", 1.0, "1: a query sees no later key (positions aligned at the sequences' ends); 0: every key"},
-    {"key_tile", 0.0,
-     "keys a tile on the sm_90a path: 0 the heuristic (176 with neither a causal mask nor a window where that takes "
-     "fewer tiles than 128, else 128; 80 at head_dim 256), 128, or 176 without a mask"},
-};
+constexpr ScalarArgInfo kScale{"scale", 0.0, "logit scale; 0: 1 / sqrt(head_dim)"},
+    kWindow{"window", -1.0, "sliding window: a query sees the keys at most this many positions before it; < 0: all"},
+    kSoftcap{"softcap", 0.0, "logit soft-cap: cap * tanh(logit / cap); 0: none"},
+    kCausal{"causal", 1.0, "1: a query sees no later key (positions aligned at the sequences' ends); 0: every key"},
+    kKeyTile{"key_tile", 0.0,
+             "keys a tile on the sm_90a path: 0 the heuristic (176 with neither a causal mask nor a window where that "
+             "takes fewer tiles than 128, else 128; 80 at head_dim 256), 128, or 176 without a mask"},
+    kPath{"path", 0.0,
+          "0: the heuristic picks the kernel path; 80: the sm_80 path (mma.sync); 90: the sm_90a path (TMA + wgmma)"};
+constexpr ScalarArgInfo kSdpaScalars[] = {kScale, kWindow, kSoftcap, kCausal, kKeyTile, kPath};
+constexpr ScalarArgInfo kPrefillScalars[] = {kScale, kWindow, kSoftcap, kPath};
+constexpr ScalarArgInfo kDecodeScalars[] = {kScale, kWindow, kSoftcap};
 
 constexpr TensorArgInfo kSdpaTensors[] = {
     {"out", "out", "[tokens, heads, head_dim], contiguous"},
@@ -75,7 +78,7 @@ constexpr OpInfo kSdpa{
     .name = "sdpa",
     .summary = "scaled dot-product attention over packed keys: GQA, varlen, causal, window, soft-cap, sinks, lse",
     .tensors = kSdpaTensors,
-    .scalars = kScalars,
+    .scalars = kSdpaScalars,
     .dtypes = kTypes,
     .template_file = "attention.cu",
     .example_shapes = "q=4096x32x128 k=4096x8x128",
@@ -84,7 +87,7 @@ constexpr OpInfo kPagedPrefill{
     .name = "paged_prefill_gqa",
     .summary = "causal attention of new tokens over a paged KV cache (chunked prefill): GQA, window, soft-cap, sinks",
     .tensors = kPrefillTensors,
-    .scalars = {kScalars, 3},
+    .scalars = kPrefillScalars,
     .dtypes = kTypes,
     .template_file = "attention.cu",
     .example_shapes = "q=1024x32x128 k_cache=1024x16x8x128 cu_seqlens_q=5 block_tables=4x64",
@@ -93,7 +96,7 @@ constexpr OpInfo kPagedDecode{
     .name = "paged_decode_gqa",
     .summary = "decode attention over a paged KV cache, 1-16 query tokens per sequence, split over the keys",
     .tensors = kDecodeTensors,
-    .scalars = {kScalars, 3},
+    .scalars = kDecodeScalars,
     .dtypes = kTypes,
     .template_file = "attention.cu",
     .example_shapes = "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512",
@@ -154,7 +157,7 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
   p.add("group", s.heads / s.kv_heads);
   const std::int64_t dp = padded(s.head_dim);
   std::int64_t wm = 4, wn = 1, bn = dp <= 128 ? 64 : 32, splits = 1, stages = 2;
-  const bool wgmma = sm90_path(s, target);
+  const bool wgmma = prefill_path(s, scalars, target) == 90;
   const bool unmasked = kind_ == Kind::sdpa && causal == 0 && window < 0;
   const double key_tile = kind_ == Kind::sdpa ? scalar(scalars, "key_tile") : 0;
   if (key_tile != 0 && key_tile != 128 && !(key_tile == 176 && unmasked))
@@ -201,13 +204,19 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
 std::vector<Params> AttentionOp::candidates(const Params& chosen, TensorList tensors, ScalarList scalars,
                                             const Target& target) const {
   std::vector<Params> out{chosen};
-  if (chosen.get("wgmma") == 0 || scalar(scalars, "key_tile") != 0) return out;  // no choice, or pinned
-  std::vector<ScalarArg> pinned(scalars.begin(), scalars.end());
-  pinned.push_back({"key_tile", chosen.get("bn") == 176 ? 128.0 : 176.0});
-  try {
-    out.push_back(derive_params(tensors, pinned, target));
-  } catch (const InvalidArgumentError&) {  // 176 under a mask
-  }
+  if (chosen.get("wgmma") == 0 || scalar(scalars, "path") != 0) return out;  // no choice, or pinned
+  // The other key tile, unless pinned, then the sm_80 path: a hedge on the sm_90a path's tiles, and on its head
+  // dims other than 128, which no GPU has timed.
+  auto add = [&](const char* name, double value) {
+    std::vector<ScalarArg> pinned(scalars.begin(), scalars.end());
+    pinned.push_back({name, value});
+    try {
+      out.push_back(derive_params(tensors, pinned, target));
+    } catch (const InvalidArgumentError&) {  // 176 under a mask, or at head_dim 256
+    }
+  };
+  if (scalar(scalars, "key_tile") == 0) add("key_tile", chosen.get("bn") == 176 ? 128.0 : 176.0);
+  add("path", 80);
   return out;
 }
 
@@ -507,6 +516,21 @@ std::int64_t AttentionOp::chunk(const Params& p, const Shape& s) {
   if (splits == 1) return INT32_MAX / 2;
   const std::int64_t keys = (s.max_blocks * s.page + splits - 1) / splits;
   return (keys + bn - 1) / bn * bn;
+}
+
+// The path: the `path` scalar's (sdpa's and paged_prefill_gqa's; 90 only where the sm_90a path takes the
+// tensors), else the sm_90a path wherever it does.
+int AttentionOp::prefill_path(const Shape& s, ScalarList scalars, const Target& target) const {
+  const double asked = kind_ == Kind::paged_decode ? 0 : scalar(scalars, "path");
+  if (asked != 0 && asked != 80 && asked != 90)
+    throw InvalidArgumentError(
+        fmt::format("{}: path is {}; expected 0 (the heuristic's choice), 80 or 90", name(), asked));
+  if (asked == 90 && !sm90_path(s, target))
+    throw InvalidArgumentError(fmt::format(
+        "{}: path = 90 (TMA + wgmma) cannot take these tensors on {}: it needs an sm_90a target and, for a paged "
+        "cache, blocks of 8 to 128 tokens that tile its key tile ({} keys at head_dim {})",
+        name(), target.sm_name(), masked_key_tile(s.head_dim), s.head_dim));
+  return asked == 80 || !sm90_path(s, target) ? 80 : 90;
 }
 
 // The sm_90a prefill (attention_sm90.cuh): TMA and wgmma for every head_dim (kHeadDims; 96 as 128), K/V tiles of

@@ -115,6 +115,8 @@ class AttentionOp final : public OpDef, public Tunable {
   // Keys per split: the longest possible context over the splits, in whole key tiles.
   static std::int64_t chunk(const Params& p, const Shape& s);
 
+  // 90: the sm_90a prefill; 80: the sm_80 template (the `path` scalar, checked, or the heuristic).
+  int prefill_path(const Shape& s, ScalarList scalars, const Target& target) const;
   // The sm_90a prefill (attention_sm90.cuh): TMA and wgmma for every head_dim, K/V tiles of whole cache blocks.
   bool sm90_path(const Shape& s, const Target& target) const;
   // Its key tile: `unmasked` (no causal mask, window or paged cache), `pinned` the key_tile scalar (0: free).

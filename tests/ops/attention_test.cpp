@@ -116,10 +116,11 @@ TEST(AttentionOp, EveryKernelOfThePlanTakesOneArgsStruct) {
 // The sm_90a prefill (TMA + wgmma) for every head_dim on sm_90a, its K/V tiles whole cache blocks; the sm_80 path
 // everywhere else.
 TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
-  auto path = [](const char* op, const char* shapes, const char* arch) {
+  auto path_with = [](const char* op, const char* shapes, ScalarList scalars, const char* arch) {
     const OpDef& def = find_op(op);
-    return def.specialize(example(def, DType::bf16, shapes), {}, Target::parse(arch)).get("wgmma");
+    return def.specialize(example(def, DType::bf16, shapes), scalars, Target::parse(arch)).get("wgmma");
   };
+  auto path = [&](const char* op, const char* shapes, const char* arch) { return path_with(op, shapes, {}, arch); };
   EXPECT_EQ(path("sdpa", "q=4096x32x128 k=4096x8x128", "sm_90a"), 1);
   EXPECT_EQ(path("sdpa", "q=4096x32x128 k=4096x8x128", "sm_90"), 0) << "wgmma needs the arch-specific target";
   EXPECT_EQ(path("sdpa", "q=4096x32x64 k=4096x8x64", "sm_90a"), 1);
@@ -173,13 +174,42 @@ TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
   const Tunable& tuning = *sdpa.tuning();
   const Target sm90a = Target::parse("sm_90a"), sm80 = Target::parse("sm_80");
   const std::vector<ScalarArg> open{{"causal", 0}}, pinned{{"causal", 0}, {"key_tile", 128}};
-  const auto both = tuning.candidates(sdpa.specialize(t, open, sm90a), t, open, sm90a);
-  ASSERT_EQ(both.size(), 2u);
-  EXPECT_EQ(both[0].get("bn"), 176) << "the heuristic's first";
-  EXPECT_EQ(both[1], sdpa.specialize(t, pinned, sm90a));
-  EXPECT_EQ(tuning.candidates(p, t, {}, sm90a).size(), 1u) << "causal: 128 only";
-  EXPECT_EQ(tuning.candidates(sdpa.specialize(t, pinned, sm90a), t, pinned, sm90a).size(), 1u) << "pinned";
-  EXPECT_EQ(tuning.candidates(sdpa.specialize(t, open, sm80), t, open, sm80).size(), 1u) << "one key tile on sm_80";
+  const auto all = tuning.candidates(sdpa.specialize(t, open, sm90a), t, open, sm90a);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].get("bn"), 176) << "the heuristic's first";
+  EXPECT_EQ(all[1], sdpa.specialize(t, pinned, sm90a));
+  EXPECT_EQ(all[2].get("wgmma"), 0) << "then the sm_80 path";
+  const auto causal = tuning.candidates(p, t, {}, sm90a);
+  ASSERT_EQ(causal.size(), 2u) << "causal: 128 only, and the sm_80 path";
+  EXPECT_EQ(causal[1].get("wgmma"), 0);
+  EXPECT_EQ(tuning.candidates(sdpa.specialize(t, pinned, sm90a), t, pinned, sm90a).size(), 2u)
+      << "the key tile pinned: the sm_80 path beside it";
+  const std::vector<ScalarArg> on_90{{"path", 90}};
+  EXPECT_EQ(tuning.candidates(sdpa.specialize(t, on_90, sm90a), t, on_90, sm90a).size(), 1u) << "the path pinned";
+  EXPECT_EQ(tuning.candidates(sdpa.specialize(t, open, sm80), t, open, sm80).size(), 1u) << "one path on sm_80";
+  const auto d256 = example(sdpa, DType::bf16, "q=4096x32x256 k=4096x8x256");
+  EXPECT_EQ(tuning.candidates(sdpa.specialize(d256, {}, sm90a), d256, {}, sm90a).size(), 2u)
+      << "head_dim 256: one key tile, and the sm_80 path";
+  // The path pinned, for an A/B on one GPU: 80 anywhere, 90 where the sm_90a path takes the tensors.
+  EXPECT_EQ(path_with("sdpa", "q=4096x32x64 k=4096x8x64", {{"path", 80}}, "sm_90a"), 0);
+  EXPECT_EQ(path_with("sdpa", "q=4096x32x64 k=4096x8x64", {{"path", 90}}, "sm_90a"), 1);
+  EXPECT_EQ(path_with("paged_prefill_gqa", paged, {{"path", 80}}, "sm_90a"), 0);
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              path_with("sdpa", dense, {{"path", 90}}, "sm_90");
+            }),
+            "sdpa: path = 90 (TMA + wgmma) cannot take these tensors on sm_90: it needs an sm_90a target and, for a "
+            "paged cache, blocks of 8 to 128 tokens that tile its key tile (128 keys at head_dim 128)");
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              path_with("paged_prefill_gqa", "q=512x32x256 k_cache=512x32x8x256 cu_seqlens_q=3 block_tables=2x32",
+                        {{"path", 90}}, "sm_90a");
+            }),
+            "paged_prefill_gqa: path = 90 (TMA + wgmma) cannot take these tensors on sm_90a: it needs an sm_90a "
+            "target and, for a paged cache, blocks of 8 to 128 tokens that tile its key tile (80 keys at head_dim "
+            "256)");
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              path_with("sdpa", dense, {{"path", 86}}, "sm_90a");
+            }),
+            "sdpa: path is 86; expected 0 (the heuristic's choice), 80 or 90");
   EXPECT_EQ(tuning.bucket(example(sdpa, DType::bf16, "q=3000x32x128 k=9000x8x128 cu_seqlens_q=3 cu_seqlens_k=3")),
             "tokens<=2048 keys<=8192");
   EXPECT_EQ(find_op("paged_prefill_gqa").tuning(), nullptr);

@@ -230,7 +230,7 @@ def _write_lse(lse, parts):
 
 
 def sdpa(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, sinks=None, lse=None, scale=0.0, window=-1, softcap=0.0,
-         causal=1, key_tile=0):
+         causal=1, key_tile=0, path=0):
     cq = [0, q.shape[0]] if cu_seqlens_q is None else [int(s) for s in cu_seqlens_q]
     ck = cq if cu_seqlens_k is None else [int(s) for s in cu_seqlens_k]
     out, lses = [], []
@@ -251,7 +251,7 @@ def _paged_rows(cache, block_table, length):
 
 
 def paged_prefill_gqa(q, k_cache, v_cache, cu_seqlens_q, block_tables, context_lens, sinks=None, lse=None, scale=0.0,
-                      window=-1, softcap=0.0):
+                      window=-1, softcap=0.0, path=0):
     cq = [int(s) for s in cu_seqlens_q]
     out, lses = [], []
     for s in range(len(cq) - 1):
