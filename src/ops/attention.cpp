@@ -215,7 +215,7 @@ std::vector<Params> AttentionOp::candidates(const Params& chosen, TensorList ten
     } catch (const InvalidArgumentError&) {  // 176 under a mask, or at head_dim 256
     }
   };
-  if (scalar(scalars, "key_tile") == 0) add("key_tile", chosen.get("bn") == 176 ? 128.0 : 176.0);
+  if (kind_ == Kind::sdpa && scalar(scalars, "key_tile") == 0) add("key_tile", chosen.get("bn") == 176 ? 128.0 : 176.0);
   add("path", 80);
   return out;
 }
@@ -224,7 +224,8 @@ std::string AttentionOp::bucket(TensorList tensors) const {
   const Shape s = shape(tensors);
   auto up = [](std::int64_t v) { return std::bit_ceil(std::uint64_t(std::max<std::int64_t>(v, 1))); };
   const std::int64_t batch = std::max<std::int64_t>(s.batch, 1);
-  return fmt::format("tokens<={} keys<={}", up(s.tokens / batch), up(s.kv_tokens / batch));
+  const std::int64_t keys = kind_ == Kind::sdpa ? s.kv_tokens / batch : s.max_blocks * s.page;
+  return fmt::format("tokens<={} keys<={}", up(s.tokens / batch), up(keys));
 }
 
 double query_key_pairs(std::int64_t q_len, std::int64_t k_len, bool causal, double window) {

@@ -50,11 +50,13 @@ class AttentionOp final : public OpDef, public Tunable {
  public:
   AttentionOp(const OpInfo& info, Kind kind) : OpDef(info), kind_(kind), slots_(slots_of(kind)) {}
 
-  // Autotuning: sdpa's key tiles on the sm_90a path without a mask, 176 and 128 (the heuristic's first).
-  const Tunable* tuning() const noexcept override { return kind_ == Kind::sdpa ? this : nullptr; }
+  // Autotuning the prefill ops on sm_90a: the heuristic's kernel, sdpa's other key tile where there is a choice,
+  // and the sm_80 path.
+  const Tunable* tuning() const noexcept override { return kind_ != Kind::paged_decode ? this : nullptr; }
   std::vector<Params> candidates(const Params& chosen, TensorList tensors, ScalarList scalars,
                                  const Target& target) const override;
-  // "tokens<=4096 keys<=4096": a sequence's (a varlen batch's mean), each a power of two.
+  // "tokens<=4096 keys<=4096": a sequence's (a varlen batch's mean; a paged sequence's keys: its block table's
+  // reach), each a power of two.
   std::string bucket(TensorList tensors) const override;
   bool safe(TensorList, ScalarList) const override { return true; }  // the outputs are only written
 

@@ -212,7 +212,14 @@ TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
             "sdpa: path is 86; expected 0 (the heuristic's choice), 80 or 90");
   EXPECT_EQ(tuning.bucket(example(sdpa, DType::bf16, "q=3000x32x128 k=9000x8x128 cu_seqlens_q=3 cu_seqlens_k=3")),
             "tokens<=2048 keys<=8192");
-  EXPECT_EQ(find_op("paged_prefill_gqa").tuning(), nullptr);
+  // The paged prefill: its one key tile, and the sm_80 path; its bucket's keys are a block table's reach.
+  const OpDef& prefill = find_op("paged_prefill_gqa");
+  const auto pt = example(prefill, DType::bf16, paged);
+  const auto paged_all = prefill.tuning()->candidates(prefill.specialize(pt, {}, sm90a), pt, {}, sm90a);
+  ASSERT_EQ(paged_all.size(), 2u);
+  EXPECT_EQ(paged_all[1].get("wgmma"), 0);
+  EXPECT_EQ(prefill.tuning()->bucket(pt), "tokens<=256 keys<=1024") << "2 sequences of 256, 64 blocks of 16";
+  EXPECT_EQ(find_op("paged_decode_gqa").tuning(), nullptr);
   EXPECT_EQ(sdpa.entry_macro(p), "MOJO_ATTENTION_SM90");
   EXPECT_EQ(sdpa.geometry(p, t).block.x, 384u);
   EXPECT_EQ(sdpa.geometry(p, t).grid.x, 4096u * 4 / 128);
