@@ -522,10 +522,7 @@ std::int64_t AttentionOp::chunk(const Params& p, const Shape& s) {
 // The path: the `path` scalar's (sdpa's and paged_prefill_gqa's; 90 only where the sm_90a path takes the
 // tensors), else the sm_90a path wherever it does.
 int AttentionOp::prefill_path(const Shape& s, ScalarList scalars, const Target& target) const {
-  const double asked = kind_ == Kind::paged_decode ? 0 : scalar(scalars, "path");
-  if (asked != 0 && asked != 80 && asked != 90)
-    throw InvalidArgumentError(
-        fmt::format("{}: path is {}; expected 0 (the heuristic's choice), 80 or 90", name(), asked));
+  const int asked = kind_ == Kind::paged_decode ? 0 : checks::kernel_path(*this, scalars);
   if (asked == 90 && !sm90_path(s, target))
     throw InvalidArgumentError(fmt::format(
         "{}: path = 90 (TMA + wgmma) cannot take these tensors on {}: it needs an sm_90a target and, for a paged "

@@ -89,6 +89,15 @@ inline void expect_pointer(std::string_view op, std::string_view arg, const Tens
   if (t.spec.numel() != 0) expect_pointer(op, arg, t.data, bytes);
 }
 
+// The `path` scalar of the ops with an sm_80 and an sm_90a kernel: 0 (the heuristic's choice), 80 or 90.
+inline int kernel_path(const OpDef& op, ScalarList scalars) {
+  const double v = op.scalar(scalars, "path");
+  if (v != 0 && v != 80 && v != 90)
+    throw InvalidArgumentError(
+        fmt::format("{}: path is {}; expected 0 (the heuristic's choice), 80 or 90", op.name(), v));
+  return int(v);
+}
+
 }  // namespace mojo::checks
 
 namespace mojo::shapes {

@@ -313,17 +313,14 @@ std::int64_t zero_or_one(const OpDef& op, ScalarList scalars, std::string_view n
 }
 
 Path path_of(const OpDef& op, ScalarList scalars, bool wgmma_ok, const Target& target) {
-  const double v = op.scalar(scalars, "path");
-  if (v != 0 && v != 80 && v != 90)
-    throw InvalidArgumentError(
-        fmt::format("{}: path is {}; expected 0 (the heuristic's choice), 80 or 90", op.name(), v));
+  const int v = checks::kernel_path(op, scalars);
   if (v == 90 && !wgmma_ok)
     throw InvalidArgumentError(
         fmt::format("{}: path = 90 (TMA + wgmma) cannot take these tensors on {}: it needs an "
                     "sm_90a target, f16 or bf16 inputs with 16-byte aligned rows, batches apart "
                     "and a non-empty problem",
                     op.name(), target.sm_name()));
-  return Path(int(v));
+  return Path(v);
 }
 
 bool tf32_of(const OpDef& op, ScalarList scalars, DType dtype) {
