@@ -31,7 +31,8 @@
   ARG(int, chunk) /* keys per split */                                                                            \
   ARG(float, scale)                                                                                               \
   ARG(float, softcap) /* 0: none */                                                                               \
-  ARG(int, window) /* left window size; < 0: none */
+  ARG(int, window) /* left window size; < 0: none */                                                             \
+  ARG(int, section_heads) /* KV heads whose row tiles go out together (place_block); 1: head by head */
 
 namespace mojo_attention {
 template <class T>

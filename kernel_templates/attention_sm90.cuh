@@ -6,7 +6,8 @@
 // A block takes 128 packed query rows (two consumer warpgroups of 64) of one
 // KV head. Warpgroup 0 is the producer: one thread streams the K and V tiles
 // (BN keys x head_dim: 176 keys without a causal mask or window, else 128;
-// 80 at head_dim 256, whose O takes 128 registers a thread) with
+// 80 at head_dim 256, whose O takes 128 registers a thread, or 64 there for
+// a paged cache of 32- or 64-token blocks) with
 // TMA into a STAGES-deep ring of 128-byte-swizzled shared memory (64-column
 // boxes; a paged tile is one box per cache block), each stage guarded by a
 // "full" mbarrier (its bytes landed) and an "empty" one (both consumers are
@@ -61,16 +62,18 @@ template <class T, class P>
 __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restrict__ q, const Batch& a,
                                          const float* __restrict__ sinks, float* __restrict__ lse, long long q_stride,
                                          int heads, int kv_heads, float scale, float softcap, int window,
-                                         const mojo::TensorMap* k_map, const mojo::TensorMap* v_map) {
+                                         int section_heads, const mojo::TensorMap* k_map,
+                                         const mojo::TensorMap* v_map) {
   // DP: head_dim in whole 64-column sub-tiles (96 in two, the last half zeros: TMA fills the columns past the
   // tensor's, the Q load writes them, and P V computes and drops them).
   constexpr int D = P::head_dim, DP = (D + 63) / 64 * 64, G = P::group, BM = 128, BN = P::bn, STAGES = P::stages;
   constexpr int BOX = P::paged ? P::page : BN;  // key rows per TMA box
   static_assert((D == 64 || D == 96 || D == 128 || D == 256) && 16 * P::wm == BM,
                 "the sm_90a path: head_dim 64, 96, 128 or 256, 128-row tiles");
-  static_assert(BN == (D == 256 ? 80 : 128) || (BN == 176 && D != 256 && !P::causal && !P::window && !P::paged),
-                "key tiles of 128 (80 at head_dim 256: O holds 128 registers), or of 176 where every tile sees all its "
-                "keys");
+  static_assert((D == 256 ? BN == 80 || (BN == 64 && P::paged) : BN == 128) ||
+                    (BN == 176 && D != 256 && !P::causal && !P::window && !P::paged),
+                "key tiles of 128 (80 at head_dim 256: O holds 128 registers; 64 for cache blocks that do not tile "
+                "80), or of 176 where every tile sees all its keys");
   static_assert(BN % BOX == 0 && BOX % 8 == 0, "whole cache blocks of 8 to 128 tokens per key tile");
   static_assert(sizeof(T) == 2, "wgmma here takes f16 or bf16");
   constexpr unsigned Q_BYTES = 64 * DP * 2, KV_BYTES = BN * DP * 2;
@@ -80,10 +83,11 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   unsigned char* const base_ptr = smem + (base - mojo::smem_address(smem));
   const unsigned ring = base + 2 * Q_BYTES, full = ring + STAGES * 2 * KV_BYTES, empty = full + 8 * STAGES;
   const int tid = (int)mojo::thread_x(), warpgroup = tid / 128;
-  const int kv_head = (int)mojo::block_y();
+  const Place place = place_block(section_heads);
+  const int kv_head = place.kv_head;
 
   Work w;
-  if (!find_work<BM, BN, G, P::causal != 0, P::window != 0, P::varlen != 0>(a, 0, 0x3fffffff, window, w))
+  if (!find_work<BM, BN, G, P::causal != 0, P::window != 0, P::varlen != 0>(a, place.tile, 0, 0x3fffffff, window, w))
     return;
   if (tid == 0) {
     mojo::tma_prefetch_descriptor(k_map);

@@ -126,9 +126,9 @@ std::size_t AttentionOp::workspace_bytes(const Params& p, TensorList t) const {
 // a paged cache's blocks of 32 to 128 tokens do not tile 176 keys. And 176 only where it takes fewer rounds over a
 // sequence's keys (a varlen batch's mean) than 128: in as many rounds it would only add padding (200 keys: 2
 // rounds either way, 352 keys' work against 256). Head_dim 256 takes 80 (masked_key_tile), as FlashAttention 3
-// does: its O holds 128 registers a thread.
+// does: its O holds 128 registers a thread (64 for a paged cache of 32- or 64-token blocks).
 std::int64_t AttentionOp::sm90_key_tile(const Shape& s, bool unmasked, std::int64_t pinned) {
-  if (masked_key_tile(s.head_dim) != 128) return masked_key_tile(s.head_dim);
+  if (masked_key_tile(s.head_dim, s.page) != 128) return masked_key_tile(s.head_dim, s.page);
   if (pinned != 0) return pinned;
   const std::int64_t keys = s.kv_tokens / std::max<std::int64_t>(s.batch, 1);
   auto rounds = [&](std::int64_t bn) { return (keys + bn - 1) / bn; };
@@ -164,9 +164,9 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
     throw InvalidArgumentError(fmt::format(
         "{}: key_tile is {}; expected 0 (the heuristic), 128, or 176 (with neither a causal mask nor a window)", name(),
         key_tile));
-  if (wgmma && key_tile != 0 && masked_key_tile(s.head_dim) != 128)
+  if (wgmma && key_tile != 0 && masked_key_tile(s.head_dim, s.page) != 128)
     throw InvalidArgumentError(fmt::format("{}: key_tile is {}; head_dim {} takes key tiles of {} only (expected 0)",
-                                           name(), key_tile, s.head_dim, masked_key_tile(s.head_dim)));
+                                           name(), key_tile, s.head_dim, masked_key_tile(s.head_dim, s.page)));
   if (wgmma) {
     wm = 8;  // two consumer warpgroups of 64 rows
     bn = sm90_key_tile(s, unmasked, std::int64_t(key_tile));
@@ -276,10 +276,10 @@ LaunchGeometry AttentionOp::geometry(const Params& p, TensorList t) const {
   return g;
 }
 
-// A causal prefill's tiles in launch order, as find_tile (attention.cu) gives them out: longest first, by
-// rank and then by sequence. Each costs its key tiles and one more for its Q tile and output; the grid's
-// spare blocks nothing. The sequences are taken as equally long and each sees its whole context (as the bench
-// fills them). Other grids' blocks cost alike (a window's nearly).
+// A causal prefill's tiles in launch order, as find_work and place_block (attention.cu) give them out: longest
+// first, by rank, then by sequence, then by KV head within a section of them. Each costs its key tiles and one
+// more for its Q tile and output; the grid's spare blocks nothing. The sequences are taken as equally long and
+// each sees its whole context (as the bench fills them). Other grids' blocks cost alike (a window's nearly).
 std::vector<double> AttentionOp::block_work(const Params& p, TensorList t) const {
   if (kind_ == Kind::paged_decode || is_merge(p) || p.get("causal") == 0 || p.get("window") != 0) return {};
   const Shape s = shape(t);
@@ -305,9 +305,27 @@ std::vector<double> AttentionOp::block_work(const Params& p, TensorList t) const
   }
   const LaunchGeometry g = geometry(p, t);
   head.resize(g.grid.x, 0.0);
+  const std::int64_t together = section_heads(p, s);  // each tile for every head of a section, then the next
   std::vector<double> work;
-  for (unsigned z = 0; z < g.grid.y * g.grid.z; ++z) work.insert(work.end(), head.begin(), head.end());
+  for (unsigned split = 0; split < g.grid.z; ++split)
+    for (std::int64_t section = 0; section < s.kv_heads / together; ++section)
+      for (double tile : head) work.insert(work.end(), std::size_t(together), tile);
   return work;
+}
+
+// The KV heads whose row tiles go out together (place_block, attention.cu): for a causal prefill, the most that
+// divide kv_heads and whose keys and values take at most 32 MB together (FlashAttention 3's share of an H100's
+// 50 MB of L2), so that the heads of a section share the SMs without reading each other's K and V out of L2. 1
+// (head by head) where a grid's tiles cost alike: decode, a window, no causal mask.
+std::int64_t AttentionOp::section_heads(const Params& p, const Shape& s) const {
+  if (kind_ == Kind::paged_decode || p.get("causal") == 0 || p.get("window") != 0) return 1;
+  const std::int64_t keys = kind_ == Kind::sdpa ? s.kv_tokens : s.batch * s.max_blocks * s.page;
+  const std::int64_t head_bytes = keys * s.head_dim * 2 * 2;  // K and V, 16-bit
+  constexpr std::int64_t kL2Bytes = std::int64_t{32} << 20;
+  std::int64_t together = 1;
+  for (std::int64_t heads = 2; heads <= s.kv_heads; ++heads)
+    if (s.kv_heads % heads == 0 && heads * head_bytes <= kL2Bytes) together = heads;
+  return together;
 }
 
 // attention.cu's smem_bytes(): the Q tile and the K/V rings, or after the loop the f32 O tile and row stats.
@@ -366,6 +384,7 @@ void AttentionOp::pack_args(const Params& p, TensorList t, ScalarList scalars, c
       .scale = float(scale != 0 ? scale : 1.0 / std::sqrt(double(s.head_dim))),
       .softcap = float(scalar(scalars, "softcap")),
       .window = int(std::max(scalar(scalars, "window"), -1.0)),
+      .section_heads = int(section_heads(p, s)),
   });
   if (p.get("wgmma")) {
     // K and V as (head_dim, rows, kv_heads) for TMA: packed tokens in boxes of a key tile, or the cache's
@@ -527,7 +546,7 @@ int AttentionOp::prefill_path(const Shape& s, ScalarList scalars, const Target& 
     throw InvalidArgumentError(fmt::format(
         "{}: path = 90 (TMA + wgmma) cannot take these tensors on {}: it needs an sm_90a target and, for a paged "
         "cache, blocks of 8 to 128 tokens that tile its key tile ({} keys at head_dim {})",
-        name(), target.sm_name(), masked_key_tile(s.head_dim), s.head_dim));
+        name(), target.sm_name(), masked_key_tile(s.head_dim, s.page), s.head_dim));
   return asked == 80 || !sm90_path(s, target) ? 80 : 90;
 }
 
@@ -535,7 +554,7 @@ int AttentionOp::prefill_path(const Shape& s, ScalarList scalars, const Target& 
 // whole cache blocks.
 bool AttentionOp::sm90_path(const Shape& s, const Target& target) const {
   if (kind_ == Kind::paged_decode || !target.arch_specific || target.sm < 90) return false;
-  return kind_ == Kind::sdpa || (s.page >= 8 && s.page <= 128 && masked_key_tile(s.head_dim) % s.page == 0);
+  return kind_ == Kind::sdpa || (s.page >= 8 && s.page <= 128 && masked_key_tile(s.head_dim, s.page) % s.page == 0);
 }
 
 }  // namespace attention

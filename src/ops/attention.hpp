@@ -37,9 +37,13 @@ constexpr Slots slots_of(Kind kind) {
 
 // D rounded up to the tile width the kernel uses (attention.cu's DP).
 inline std::int64_t padded(std::int64_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
-// The sm_90a prefill's key tiles under a mask or for a paged cache (and at head_dim 256 always): 128 keys, or 80
-// at head_dim 256, whose O takes 128 registers a thread (FlashAttention 3's tiles).
-inline std::int64_t masked_key_tile(std::int64_t head_dim) { return head_dim == 256 ? 80 : 128; }
+// The sm_90a prefill's key tiles under a mask or for a paged cache (and at head_dim 256 always): 128 keys, or at
+// head_dim 256, whose O takes 128 registers a thread, 80 (FlashAttention 3's tiles), or 64 where a paged cache's
+// blocks of 32 or 64 tokens do not tile 80 (`page`: the cache's block size; 0 for packed keys).
+inline std::int64_t masked_key_tile(std::int64_t head_dim, std::int64_t page) {
+  if (head_dim != 256) return 128;
+  return page == 32 || page == 64 ? 64 : 80;
+}
 
 // The query-key pairs one sequence of `q_len` queries over `k_len` keys computes: causal aligns the queries at
 // the keys' end (query i sees k_len - q_len + i + 1 keys), a window >= 0 keeps window + 1 of them. Counted by
@@ -116,6 +120,8 @@ class AttentionOp final : public OpDef, public Tunable {
                                     const Target& target);
   // Keys per split: the longest possible context over the splits, in whole key tiles.
   static std::int64_t chunk(const Params& p, const Shape& s);
+  // The KV heads whose row tiles go out together, longest first (attention.cu's place_block); 1: head by head.
+  std::int64_t section_heads(const Params& p, const Shape& s) const;
 
   // 90: the sm_90a prefill; 80: the sm_80 template (the `path` scalar, checked, or the heuristic).
   int prefill_path(const Shape& s, ScalarList scalars, const Target& target) const;
