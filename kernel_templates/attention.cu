@@ -225,10 +225,6 @@ __device__ __forceinline__ Finish finish(float base, float total, float sink) {
   return {w_keys / denominator, (top + mojo::log2_approx(denominator)) * 0.6931471805599453f};
 }
 
-template <class T> __device__ __forceinline__ unsigned pack_pair(float lo, float hi) {
-  return unsigned(mojo::from_float<T>(lo).bits) | unsigned(mojo::from_float<T>(hi).bits) << 16;
-}
-
 template <class T, class P>
 __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k,
                                     const T* __restrict__ v, const Batch& a, const float* __restrict__ sinks,
@@ -391,8 +387,9 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
     // O += P V: the accumulators of S are the A fragments of P, 16 keys at a time.
 #pragma unroll
     for (int j = 0; j < NS; j += 2) {
-      const unsigned fp[4] = {pack_pair<T>(s[j][0], s[j][1]), pack_pair<T>(s[j][2], s[j][3]),
-                              pack_pair<T>(s[j + 1][0], s[j + 1][1]), pack_pair<T>(s[j + 1][2], s[j + 1][3])};
+      const unsigned fp[4] = {mojo::pack_pair<T>(s[j][0], s[j][1]), mojo::pack_pair<T>(s[j][2], s[j][3]),
+                              mojo::pack_pair<T>(s[j + 1][0], s[j + 1][1]),
+                              mojo::pack_pair<T>(s[j + 1][2], s[j + 1][3])};
 #pragma unroll
       for (int d = 0; d < NO; d += 2) {
         if (d * 8 >= D) break;
@@ -478,10 +475,10 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
       }
     } else {
       const Finish f = finish(base, total, P::sinks ? sinks[head] * kLog2e : mojo::neg_inf());
-      mojo::Pack<T, 8> p;
+      float scaled[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) p.v[i] = mojo::from_float<T>(o[i] * f.factor);
-      mojo::store<T, 8>(out + row * D + col, p);
+      for (int i = 0; i < 8; ++i) scaled[i] = o[i] * f.factor;
+      mojo::store<T, 8>(out + row * D + col, mojo::pack_floats<T, 8>(scaled));
       if (P::lse && col == 0) lse[(long long)head * a.q_tokens + sq.q_start + token] = f.lse;
     }
   }

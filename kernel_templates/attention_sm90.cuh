@@ -219,7 +219,7 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
     for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        p[kk][r] = pack_pair<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+        p[kk][r] = mojo::pack_pair<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
         mojo::wgmma_fence_operand(p[kk][r]);
       }
   };
@@ -301,8 +301,7 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
     for (int j = 0; j < D / 8; ++j) {
       const int col = j * 8 + 2 * (lane % 4);
       mojo::Pack<T, 2> pair;
-      pair.v[0] = mojo::from_float<T>(o[4 * j + 2 * h] * f.factor);
-      pair.v[1] = mojo::from_float<T>(o[4 * j + 2 * h + 1] * f.factor);
+      pair.bits.x = mojo::pack_pair<T>(o[4 * j + 2 * h] * f.factor, o[4 * j + 2 * h + 1] * f.factor);
       mojo::store<T, 2>(row + col, pair);
     }
     if (P::lse && lane % 4 == 0) lse[(long long)head * a.q_tokens + w.sq.q_start + token] = f.lse;

@@ -150,6 +150,30 @@ template <> __device__ __forceinline__ bf16 from_float<bf16>(float v) {
   return b;
 }
 
+// lo and hi rounded as from_float<T> (T 16-bit) and packed in one register, lo in the low half: one
+// cvt.rn.{bf16,f16}x2.f32 on sm_80+, which ptxas makes one F2FP. Two conversions and a shift-or made three
+// instructions a pair of LLVM's kernels (F2F, F2F, PRMT: NVVM matched the pattern, LLVM's PTX did not).
+template <class T> __device__ __forceinline__ unsigned pack_pair(float lo, float hi);
+#if defined(MOJO_CPU) || __CUDA_ARCH__ < 800
+template <> __device__ __forceinline__ unsigned pack_pair<f16>(float lo, float hi) {
+  return unsigned(from_float<f16>(lo).bits) | unsigned(from_float<f16>(hi).bits) << 16;
+}
+template <> __device__ __forceinline__ unsigned pack_pair<bf16>(float lo, float hi) {
+  return unsigned(from_float<bf16>(lo).bits) | unsigned(from_float<bf16>(hi).bits) << 16;
+}
+#else
+template <> __device__ __forceinline__ unsigned pack_pair<f16>(float lo, float hi) {
+  unsigned d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+template <> __device__ __forceinline__ unsigned pack_pair<bf16>(float lo, float hi) {
+  unsigned d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+#endif
+
 // ---- fast math (PTX approximations; error bounds in the PTX ISA manual) -------
 #if defined(MOJO_CPU)
 // libm, correctly rounded or within an ulp: inside the .approx bounds.
@@ -281,6 +305,23 @@ template <class T, int N> union Pack {
   Bits<sizeof(T) * N> bits;
   T v[N];
 };
+
+// N floats rounded to T as one pack: 16-bit pairs through pack_pair (one F2FP a pair under either compiler).
+template <class T, int N> __device__ __forceinline__ Pack<T, N> pack_floats(const float (&f)[N]) {
+  Pack<T, N> p;
+  auto pair = [&](int i) { return pack_pair<T>(f[2 * i], f[2 * i + 1]); };
+  if constexpr (sizeof(T) == 2 && N == 2) {
+    p.bits.x = pair(0);
+  } else if constexpr (sizeof(T) == 2 && N == 4) {
+    p.bits = {pair(0), pair(1)};
+  } else if constexpr (sizeof(T) == 2 && N == 8) {
+    p.bits = {pair(0), pair(1), pair(2), pair(3)};
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) p.v[i] = from_float<T>(f[i]);
+  }
+  return p;
+}
 
 // opaque(x): x as a value the optimizer cannot see into (an empty asm: no instruction). A pack used by
 // two passes of a row, or at every row of a loop, stays packed in registers: without this LLVM keeps the

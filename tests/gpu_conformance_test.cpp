@@ -33,14 +33,17 @@ extern "C" __global__ void probe_math(const unsigned* in, unsigned* out, int n) 
     const float v = mojo::bits_to_float(in[i]);
     mojo::f16 h;
     h.bits = (unsigned short)(in[i] & 0xffff);
-    out[8 * i + 0] = mojo::from_float<mojo::f16>(v).bits;
-    out[8 * i + 1] = mojo::from_float<mojo::bf16>(v).bits;
-    out[8 * i + 2] = mojo::float_to_bits(mojo::to_float(h));
-    out[8 * i + 3] = mojo::to_tf32(in[i]);
-    out[8 * i + 4] = mojo::float_to_bits(mojo::exp2_approx(v));
-    out[8 * i + 5] = mojo::float_to_bits(mojo::rsqrt_approx(v));
-    out[8 * i + 6] = mojo::float_to_bits(mojo::rcp_approx(v));
-    out[8 * i + 7] = mojo::float_to_bits(mojo::log2_approx(v));
+    const float next = mojo::bits_to_float(in[(i + 1) % n]);
+    out[10 * i + 0] = mojo::from_float<mojo::f16>(v).bits;
+    out[10 * i + 1] = mojo::from_float<mojo::bf16>(v).bits;
+    out[10 * i + 2] = mojo::float_to_bits(mojo::to_float(h));
+    out[10 * i + 3] = mojo::to_tf32(in[i]);
+    out[10 * i + 4] = mojo::pack_pair<mojo::f16>(v, next);
+    out[10 * i + 5] = mojo::pack_pair<mojo::bf16>(v, next);
+    out[10 * i + 6] = mojo::float_to_bits(mojo::exp2_approx(v));
+    out[10 * i + 7] = mojo::float_to_bits(mojo::rsqrt_approx(v));
+    out[10 * i + 8] = mojo::float_to_bits(mojo::rcp_approx(v));
+    out[10 * i + 9] = mojo::float_to_bits(mojo::log2_approx(v));
   }
 }
 extern "C" __global__ void probe_shfl(unsigned* out) {
@@ -323,29 +326,31 @@ TEST_F(Conformance, ConversionsAndFastMath) {
           {1, 1, 1},
           {256, 1, 1},
           0,
-          {bytes_of(in), std::vector<std::uint8_t>(in.size() * 32)},
+          {bytes_of(in), std::vector<std::uint8_t>(in.size() * 40)},
           {{Arg::buffer, 0}, {Arg::buffer, 1}, {Arg::i32, n}}};
   const Sides s = both(p);
   if (!s.gpu) GTEST_SKIP() << no_gpu(false);
   const Bytes &g = (*s.gpu)[1], &c = s.emulated[1];
-  // out[8 i + k]: k 0..3 the conversions, exact (cvt.f32.f16 converts the input's low 16 bits); k 4..7 the
-  // .approx math. The ISA and the CUDA guide bound those at 2 ulp (ex2), 2^-22.9 relative (rsqrt), 1 ulp (rcp),
-  // and 2^-22 absolute for inputs in [0.5, 2], 2 ulp elsewhere (lg2); the emulator computes them to within 1 ulp.
-  // So: both NaN, or the same infinity, or within 2^-21 (4 ulp) relative, plus 2^-21 absolute for lg2.
-  static constexpr const char* kNames[] = {"cvt.rn.f16.f32",  "cvt.rn.bf16.f32", "cvt.f32.f16",    "cvt.rna.tf32.f32",
-                                           "ex2.approx.ftz", "rsqrt.approx",    "rcp.approx.ftz", "lg2.approx.ftz"};
+  // out[10 i + k]: k 0..5 the conversions, exact (cvt.f32.f16 converts the input's low 16 bits; the x2 forms pack
+  // the input and the next one, as the emulator's two conversions do); k 6..9 the .approx math. The ISA and the
+  // CUDA guide bound those at 2 ulp (ex2), 2^-22.9 relative (rsqrt), 1 ulp (rcp), and 2^-22 absolute for inputs in
+  // [0.5, 2], 2 ulp elsewhere (lg2); the emulator computes them to within 1 ulp. So: both NaN, or the same
+  // infinity, or within 2^-21 (4 ulp) relative, plus 2^-21 absolute for lg2.
+  static constexpr const char* kNames[] = {
+      "cvt.rn.f16.f32",    "cvt.rn.bf16.f32", "cvt.f32.f16",  "cvt.rna.tf32.f32", "cvt.rn.f16x2.f32",
+      "cvt.rn.bf16x2.f32", "ex2.approx.ftz",  "rsqrt.approx", "rcp.approx.ftz",   "lg2.approx.ftz"};
   auto agree = [](int k, std::uint32_t gw, std::uint32_t cw) {
-    if (k < 4) return gw == cw;
+    if (k < 6) return gw == cw;
     const float a = as_float(gw), b = as_float(cw);
     if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
     if (std::isinf(a) || std::isinf(b)) return a == b;
-    const double tolerance = std::ldexp(std::abs(double(a)), -21) + (k == 7 ? std::ldexp(1.0, -21) : 0.0);
+    const double tolerance = std::ldexp(std::abs(double(a)), -21) + (k == 9 ? std::ldexp(1.0, -21) : 0.0);
     return std::abs(double(a) - double(b)) <= tolerance;
   };
-  for (int k = 0; k < 8; ++k) {
+  for (int k = 0; k < 10; ++k) {
     std::size_t bad = 0;
     for (std::size_t i = 0; i < in.size(); ++i) {
-      const std::uint32_t gw = word(g, 8 * i + std::size_t(k)), cw = word(c, 8 * i + std::size_t(k));
+      const std::uint32_t gw = word(g, 10 * i + std::size_t(k)), cw = word(c, 10 * i + std::size_t(k));
       if (!agree(k, gw, cw) && bad++ < 5)
         ADD_FAILURE() << fmt::format("{} of 0x{:08x}: GPU 0x{:08x} ({}), emulator 0x{:08x} ({})", kNames[k], in[i], gw,
                                      as_float(gw), cw, as_float(cw));
