@@ -56,8 +56,17 @@ struct ScalarArg {
   Scalar value;
 };
 
+#if defined(__clang__)
+#define MOJO_LIFETIMEBOUND [[clang::lifetimebound]]
+#else
+#define MOJO_LIFETIMEBOUND
+#endif
+
 // A view of a list of T that binds to `{a, b, c}`, std::vector and std::span
-// alike without copying or allocating.
+// alike without copying or allocating. A view, as std::span is: braces in a
+// call live as long as the call, but `TensorList l = {a, b};` leaves `l`
+// pointing at an array gone at the end of that line. Keep a list in a
+// std::vector (or a std::array) and pass that; clang says so (-Wdangling).
 template <class T>
 class ArgList {
  public:
@@ -66,12 +75,12 @@ class ArgList {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Winit-list-lifetime"  // a view of the braced list, used within the call
 #endif
-  ArgList(std::initializer_list<T> list) : data_(list.begin()), size_(list.size()) {}
+  ArgList(std::initializer_list<T> list MOJO_LIFETIMEBOUND) : data_(list.begin()), size_(list.size()) {}
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
   ArgList(std::span<const T> s) : data_(s.data()), size_(s.size()) {}
-  ArgList(const std::vector<T>& v) : data_(v.data()), size_(v.size()) {}
+  ArgList(const std::vector<T>& v MOJO_LIFETIMEBOUND) : data_(v.data()), size_(v.size()) {}
   const T* begin() const noexcept { return data_; }
   const T* end() const noexcept { return data_ + size_; }
   std::size_t size() const noexcept { return size_; }
