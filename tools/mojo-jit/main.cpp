@@ -91,7 +91,7 @@ struct SpecOptions {
     app.add_option("--shape", shapes, "NAME=DIMS, e.g. x=4096x4096; repeat once per tensor")->required();
     app.add_option("--param", params, "scalar NAME=VALUE, e.g. eps=1e-5");
     app.add_option("--arch", arch, "target: sm_80, sm_90, sm_90a, ... (default: this machine's GPU, else sm_90)");
-    app.add_option("--compiler", compiler, "nvrtc (default: $MOJO_JIT_COMPILER or nvrtc)");
+    app.add_option("--compiler", compiler, "nvrtc or llvm (default: $MOJO_JIT_COMPILER or nvrtc)");
     app.add_option("--cache-dir", cache_dir, "cache directory (default: $MOJO_JIT_CACHE_DIR, ~/.cache/mojo-jit)");
     app.add_flag("--no-cache", no_cache, "do not read or write the disk cache");
   }
