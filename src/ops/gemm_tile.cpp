@@ -7,6 +7,7 @@
 #include <bit>
 #include <climits>
 #include <tuple>
+#include <utility>
 
 #include "gemm_args.h"
 #include "mojo/error.hpp"
@@ -17,8 +18,15 @@ namespace mojo {
 namespace {
 
 // The sm_90a tiles: 128 rows (two consumer warpgroups) by 256 or 128 columns.
-constexpr TileConfig kWgmmaWide{128, 256, 64, 2, 1, 4, 2, true, true};
-constexpr TileConfig kWgmmaNarrow{128, 128, 64, 2, 1, 6, 2, true, true};
+constexpr TileConfig kWgmmaWide{.bm = 128, .bn = 256, .bk = 64, .wm = 2, .wn = 1, .stages = 4, .wgmma = true};
+constexpr TileConfig kWgmmaNarrow{.bm = 128, .bn = 128, .bk = 64, .wm = 2, .wn = 1, .stages = 6, .wgmma = true};
+
+// The tile's params, each a TileConfig member: add_tile, with_tile and tile_of convert through this one list
+// (wgmma, element_bytes and tensor_cores come from params of the op's own).
+constexpr std::pair<std::string_view, int TileConfig::*> kTileParams[] = {
+    {"bm", &TileConfig::bm}, {"bn", &TileConfig::bn},           {"bk", &TileConfig::bk},
+    {"wm", &TileConfig::wm}, {"wn", &TileConfig::wn},           {"stages", &TileConfig::stages},
+    {"ks", &TileConfig::ks}, {"swizzle", &TileConfig::swizzle}, {"splits", &TileConfig::splits}};
 
 // The deepest ring pick_wgmma_tile starts from; `fit` then takes the deepest that fits shared memory. DeepGEMM's
 // sm90 heuristic does the same ("always pick the largest number of stages", from 32 down): a narrow tile streams
@@ -59,16 +67,9 @@ Params rewritten(const Params& p, F replace) {
 // `p` with its tile params replaced by `c`'s.
 Params with_tile(const Params& p, const TileConfig& c) {
   return rewritten(p, [&](std::string_view name, std::int64_t v) -> std::int64_t {
-    if (name == "bm") return c.bm;
-    if (name == "bn") return c.bn;
-    if (name == "bk") return c.bk;
-    if (name == "wm") return c.wm;
-    if (name == "wn") return c.wn;
-    if (name == "stages") return c.stages;
     if (name == "wgmma") return c.wgmma;
-    if (name == "ks") return c.ks;
-    if (name == "swizzle") return c.swizzle;
-    if (name == "splits") return c.splits;
+    for (const auto& [param, member] : kTileParams)
+      if (name == param) return c.*member;
     return v;
   });
 }
@@ -88,7 +89,8 @@ TileConfig pick_wgmma_tile(std::int64_t m, std::int64_t n, std::int64_t batch, S
   for (int bm : {64, 128}) {
     if (bm == 128 && m <= 64) continue;  // all padding
     for (int bn = 256; bn >= 16; bn -= widths == Sm90Tiles::widths_of_64 ? 64 : 16) {
-      const TileConfig c{bm, bn, 64, bm / 64, 1, kMaxWgmmaStages, 2, true, true};
+      const TileConfig c{
+          .bm = bm, .bn = bn, .bk = 64, .wm = bm / 64, .wn = 1, .stages = kMaxWgmmaStages, .wgmma = true};
       if (best.bm == 0 || rank(c) > rank(best)) best = c;
     }
   }
@@ -215,21 +217,16 @@ void add_gemv(Params& p, const GemvConfig& c) {
 }
 
 void add_tile(Params& p, const TileConfig& c) {
-  p.add("bm", c.bm);
-  p.add("bn", c.bn);
-  p.add("bk", c.bk);
-  p.add("wm", c.wm);
-  p.add("wn", c.wn);
-  p.add("stages", c.stages);
-  p.add("ks", c.ks);
-  p.add("swizzle", c.swizzle);
-  p.add("splits", c.splits);
+  for (const auto& [param, member] : kTileParams) p.add(param, c.*member);
 }
 TileConfig tile_of(const Params& p) {
   const DType dtype = p.dtype("dtype");
-  return {int(p.get("bm")),    int(p.get("bn")),     int(p.get("bk")),       int(p.get("wm")),
-          int(p.get("wn")),    int(p.get("stages")), int(dtype_size(dtype)), dtype != DType::f32 || p.get("tf32") != 0,
-          p.get("wgmma") != 0, int(p.get("ks")),     int(p.get("swizzle")),  int(splits_of(p))};
+  TileConfig c{};
+  for (const auto& [param, member] : kTileParams) c.*member = int(param == "splits" ? splits_of(p) : p.get(param));
+  c.element_bytes = int(dtype_size(dtype));
+  c.tensor_cores = dtype != DType::f32 || p.get("tf32") != 0;
+  c.wgmma = p.get("wgmma") != 0;
+  return c;
 }
 
 namespace {
