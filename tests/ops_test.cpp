@@ -52,6 +52,14 @@ TEST(Ops, EveryOpHasAWorkingExampleAndDocumentedTensors) {
   }
 }
 
+// A param an op's code asks for and its params lack is a broken invariant between two parts of mojo-jit, not the
+// caller's mistake: InternalError, which a user can tell from the InvalidArgumentErrors and report.
+TEST(Ops, AParamAskedForAndNeverAddedIsAnInternalError) {
+  Params p;
+  p.add("bm", 64);
+  EXPECT_EQ(test::error_of<InternalError>([&] { (void)p.get("bn"); }), "internal error: no param 'bn' in {bm=64}");
+}
+
 TEST(Ops, ExampleShapesReadAsCommandLineOptions) {
   EXPECT_EQ(shapes_as_options("q=1x2  k=3"), "--shape q=1x2 --shape k=3");
   EXPECT_EQ(error_of<ShapeError>([] { parse_shapes(find_op("softmax"), "y=3"); }),

@@ -74,6 +74,13 @@ class CacheMissError : public Error {
   using Error::Error;
 };
 
+// A bug in mojo-jit itself: one of its parts broke what another relies on (never the caller's input, which
+// gets the errors above). what() starts with "internal error: "; please report it.
+class InternalError : public Error {
+ public:
+  explicit InternalError(const std::string& message) : Error("internal error: " + message) {}
+};
+
 // The template registry has no template of that name.
 class TemplateNotFoundError : public Error {
  public:

@@ -21,6 +21,7 @@ from ._C import (  # noqa: E402,F401
     DeviceError,
     DTypeError,
     Error,
+    InternalError,
     InvalidArgumentError,
     NoDeviceError,
     PointerError,

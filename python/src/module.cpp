@@ -30,7 +30,7 @@ namespace {
 // are ValueErrors too (UnknownOpError also a KeyError), so `except ValueError` works as Python users expect.
 struct ErrorTypes {
   PyObject *error, *invalid, *unknown_op, *dtype, *shape, *pointer, *arch, *compile, *device, *no_device, *cache_miss,
-      *template_not_found;
+      *template_not_found, *internal;
 };
 ErrorTypes errors;
 
@@ -63,6 +63,7 @@ void register_errors(nb::module_& m) {
   e.no_device = new_error(m, "NoDeviceError", e.device);
   e.cache_miss = new_error(m, "CacheMissError", e.error);
   e.template_not_found = new_error(m, "TemplateNotFoundError", e.error);
+  e.internal = new_error(m, "InternalError", e.error, nullptr, "A bug in mojo-jit itself: please report it.");
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     auto raise = [](PyObject* type, const std::exception& x) { PyErr_SetString(type, x.what()); };
     // The exception object with an attribute: made here so that Python code sees e.log / e.code.
@@ -96,6 +97,8 @@ void register_errors(nb::module_& m) {
       raise(errors.cache_miss, x);
     } catch (const mojo::TemplateNotFoundError& x) {
       raise(errors.template_not_found, x);
+    } catch (const mojo::InternalError& x) {
+      raise(errors.internal, x);
     } catch (const mojo::Error& x) {
       raise(errors.error, x);
     }

@@ -105,6 +105,7 @@ def test_errors_are_typed_with_the_librarys_messages(rows):
     with pytest.raises(TypeError):  # Python's own check of the signature
         ops.rms_norm(x, w, epsilon=1e-5)
     assert issubclass(mojo_jit.Error, RuntimeError)
+    assert issubclass(mojo_jit.InternalError, mojo_jit.Error)  # a bug in mojo-jit itself
 
 
 def test_programmatic_dependent_launch_is_an_option(rows):

@@ -60,7 +60,7 @@ const OpCheck& find_check(std::string_view name) {
   }();
   if (auto it = by_name.find(name); it != by_name.end()) return *it->second;
   find_op(name);  // throws UnknownOpError
-  throw Error(fmt::format("internal error: op '{}' has no check", name));
+  throw InternalError(fmt::format("op '{}' has no check", name));
 }
 
 }  // namespace mojo

@@ -356,8 +356,7 @@ void AttentionOp::pack_args(const Params& p, TensorList t, ScalarList scalars, c
                                                 : optional(slots_.context_lens, 4);
   const DevicePtr block_table = optional(slots_.block_tables, 4), sinks = optional(slots_.sinks, 4),
                   lse = optional(slots_.lse, 4);
-  if (p.get("splits") > 1 && workspace.scratch == 0)
-    throw Error("internal error: a split attention plan without workspace");
+  if (p.get("splits") > 1 && workspace.scratch == 0) throw InternalError("a split attention plan without workspace");
   const double scale = scalar(scalars, "scale");
   args.push_args(mojo_attention::Args<void>{
       .out = ptr(t[0]),

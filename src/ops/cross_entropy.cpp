@@ -275,7 +275,7 @@ class LinearCrossEntropy final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList scalars, const Workspace& workspace,
                  KernelArgs& args) const override {
-    if (workspace.scratch == 0) throw Error(fmt::format("internal error: {}'s plan without its workspace", name()));
+    if (workspace.scratch == 0) throw InternalError(fmt::format("{}'s plan without its workspace", name()));
     const Frame f = frame(p, t, scalars, workspace.scratch);
     const Step step = Step(p.get("step"));
     if (step == kLogits || step == kGradWeight || step == kGradHidden) return pack_product(step, p, t, f, args);
@@ -421,7 +421,7 @@ class LinearCrossEntropy final : public OpDef {
                                  .mn_major_b = true},
                                 p);
       default:
-        throw Error(fmt::format("internal error: {} step {} is no product", name(), int(step)));
+        throw InternalError(fmt::format("{} step {} is no product", name(), int(step)));
     }
   }
 
@@ -463,7 +463,7 @@ class LinearCrossEntropy final : public OpDef {
             .mean = f.mean,
         });
       default:
-        throw Error(fmt::format("internal error: {} step {} is no forward row step", name(), int(step)));
+        throw InternalError(fmt::format("{} step {} is no forward row step", name(), int(step)));
     }
   }
 
@@ -507,7 +507,7 @@ class LinearCrossEntropy final : public OpDef {
             .cap = f.cap,
         });
       default:
-        throw Error(fmt::format("internal error: {} step {} is no backward row step", name(), int(step)));
+        throw InternalError(fmt::format("{} step {} is no backward row step", name(), int(step)));
     }
   }
 

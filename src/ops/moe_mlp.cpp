@@ -235,7 +235,7 @@ class MoeMlp final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList, const Workspace& workspace,
                  KernelArgs& args) const override {
-    if (workspace.scratch == 0) throw Error("internal error: moe_mlp's plan without its workspace");
+    if (workspace.scratch == 0) throw InternalError("moe_mlp's plan without its workspace");
     const std::int64_t tokens = t[1].spec.dim(0), top_k = t[2].spec.dim(1), pairs = tokens * top_k;
     const std::int64_t experts = t[4].spec.dim(0), hidden = t[1].spec.dim(1), inter = t[4].spec.dim(1) / 2;
     const MlpWorkspace w = layout(t);

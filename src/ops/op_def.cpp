@@ -25,7 +25,7 @@ void Params::add_dtype(std::string_view name, DType dtype) {
 std::int64_t Params::get(std::string_view name) const {
   for (const Param& p : items())
     if (p.name == name) return p.value;
-  throw Error(fmt::format("internal error: no param '{}' in {{{}}}", name, str()));
+  throw InternalError(fmt::format("no param '{}' in {{{}}}", name, str()));
 }
 
 std::int64_t Params::get_or(std::string_view name, std::int64_t fallback) const noexcept {
@@ -53,7 +53,7 @@ bool operator==(const Params& a, const Params& b) noexcept {
                     });
 }
 
-void KernelArgs::overflow() { throw Error("internal error: too many kernel arguments for KernelArgs"); }
+void KernelArgs::overflow() { throw InternalError("too many kernel arguments for KernelArgs"); }
 
 std::string_view device_type_name(DType dtype) noexcept {
   switch (dtype) {
@@ -96,7 +96,7 @@ std::string OpDef::entry_line(const Params& params) const {
       types += fmt::format(" using {} = {};", p.name, device_type_name(DType(p.value)));
     } else {
       if (p.value < INT32_MIN || p.value > INT32_MAX)
-        throw Error(fmt::format("internal error: {} param {}={} does not fit an int", name(), p.name, p.value));
+        throw InternalError(fmt::format("{} param {}={} does not fit an int", name(), p.name, p.value));
       ints += fmt::format("{}{} = {}", ints.empty() ? "" : ", ", p.name, p.value);
     }
   }
@@ -198,7 +198,7 @@ double OpDef::scalar(ScalarList scalars, std::string_view name) const {
     if (s.name == name) return s.value.as_double();
   for (const ScalarArgInfo& info : scalar_args())
     if (info.name == name) return info.default_value;
-  throw Error(fmt::format("internal error: {} has no scalar '{}'", this->name(), name));
+  throw InternalError(fmt::format("{} has no scalar '{}'", this->name(), name));
 }
 
 std::int64_t OpDef::whole_scalar(ScalarList scalars, std::string_view name) const {
