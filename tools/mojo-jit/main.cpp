@@ -225,7 +225,8 @@ int run_check(int argc, char** argv) {
   return r.pass() ? 0 : 1;
 }
 
-// nvdisasm from PATH, $CUDA_HOME/bin or /usr/local/cuda/bin; empty if none.
+// nvdisasm from PATH, $CUDA_HOME/bin, /usr/local/cuda/bin or the .venv tools/setup.sh made beside this build's
+// sources (the CUDA 13.0 toolkit image lacks nvdisasm; setup puts PyPI's there); empty if none.
 std::string find_nvdisasm() {
   std::vector<std::filesystem::path> dirs;
   if (const char* path = std::getenv("PATH")) {
@@ -234,6 +235,9 @@ std::string find_nvdisasm() {
   }
   if (const char* cuda = std::getenv("CUDA_HOME")) dirs.emplace_back(std::filesystem::path(cuda) / "bin");
   dirs.emplace_back("/usr/local/cuda/bin");
+#ifdef MOJO_JIT_SETUP_VENV_BIN
+  dirs.emplace_back(MOJO_JIT_SETUP_VENV_BIN);
+#endif
   for (const auto& d : dirs)
     if (::access((d / "nvdisasm").c_str(), X_OK) == 0) return (d / "nvdisasm").string();
   return {};
@@ -292,7 +296,8 @@ int run_emit(int argc, char** argv) {
   std::string nvdisasm;
   if (sass && (nvdisasm = find_nvdisasm()).empty()) {
     fmt::print(stderr, "mojo-jit: error: --emit=sass needs nvdisasm (CUDA toolkit, or pip install "
-                       "nvidia-cuda-nvdisasm); none on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin\n");
+                       "nvidia-cuda-nvdisasm; tools/setup.sh puts it in .venv/bin); none on PATH, in $CUDA_HOME/bin, "
+                       "/usr/local/cuda/bin or .venv/bin\n");
     return 2;
   }
   mojo::Emit kind = sass ? mojo::Emit::cubin : mojo::parse_emit(emit);
