@@ -60,6 +60,16 @@ TEST(Ops, AParamAskedForAndNeverAddedIsAnInternalError) {
   EXPECT_EQ(test::error_of<InternalError>([&] { (void)p.get("bn"); }), "internal error: no param 'bn' in {bm=64}");
 }
 
+// An op's code names its tensors' places by the names of its table (slot), computed when it compiles (a name
+// the table lacks does not compile).
+TEST(Ops, TensorSlotsAreTheTablesPlacesByName) {
+  static constexpr TensorArgInfo table[] = {{"out", "out", ""}, {"x", "in", ""}, {"weight", "in", ""}};
+  constexpr std::size_t out = slot(table, "out"), weight = slot(table, "weight");
+  EXPECT_EQ(out, 0u);
+  EXPECT_EQ(weight, 2u);
+  EXPECT_EQ(table[weight].name, "weight");
+}
+
 TEST(Ops, ExampleShapesReadAsCommandLineOptions) {
   EXPECT_EQ(shapes_as_options("q=1x2  k=3"), "--shape q=1x2 --shape k=3");
   EXPECT_EQ(error_of<ShapeError>([] { parse_shapes(find_op("softmax"), "y=3"); }),

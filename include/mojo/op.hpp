@@ -206,6 +206,16 @@ struct TensorArgInfo {
   // overlap of a written tensor with another tensor is refused at launch (OpDef::check_memory).
   std::string_view in_place_of = {};
 };
+// The place of the tensor called `name` in an op's table, at compile time: an op's code says
+// `t[kLogits]` (kLogits = slot(kSampleTensors, "logits")) where it said t[2], and a name the table lacks
+// does not compile.
+template <std::size_t N>
+consteval std::size_t slot(const TensorArgInfo (&tensors)[N], std::string_view name) {
+  for (std::size_t i = 0; i < N; ++i)
+    if (tensors[i].name == name) return i;
+  throw "slot: no tensor of that name in the table";  // evaluated: not a constant expression, a compile error
+}
+
 struct ScalarArgInfo {
   std::string_view name;
   double default_value;

@@ -58,20 +58,26 @@ constexpr OpInfo kGate{
 constexpr std::int64_t kGateRows = 4;  // tokens (warps) per block
 
 class MoeGate final : public OpDef {
+  // Its tensors' places in kGateTensors.
+  static constexpr std::size_t kWeights = slot(kGateTensors, "weights");
+  static constexpr std::size_t kIds = slot(kGateTensors, "ids");
+  static constexpr std::size_t kLogits = slot(kGateTensors, "logits");
+  static constexpr std::size_t kBias = slot(kGateTensors, "bias");
+
  public:
   MoeGate() : OpDef(kGate) {}
 
   Params derive_params(TensorList t, ScalarList scalars, const Target&) const override {
-    const TensorSpec& logits = t[2].spec;
+    const TensorSpec& logits = t[kLogits].spec;
     checks::expect_dtype_in(name(), "logits", logits.dtype(), kFloatTypes);
     if (logits.rank() != 2 || logits.dim(1) < 1 || logits.dim(1) > 512 || !logits.is_contiguous())
       throw ShapeError(fmt::format("{}: logits is {}; expected a contiguous [tokens, experts] with experts <= 512",
                                    name(), logits.str()));
-    const auto [tokens, top_k] = routing_shape(name(), "ids", t[1].spec);
+    const auto [tokens, top_k] = routing_shape(name(), "ids", t[kIds].spec);
     checks::expect_exact(name(), "logits", logits, {tokens, logits.dim(1)}, kFloatTypes);
-    checks::expect_exact(name(), "weights", t[0].spec, {tokens, top_k}, kF32);
-    if (t[3].spec.rank() != 0) checks::expect_exact(name(), "bias", t[3].spec, {logits.dim(1)}, kF32);
-    const std::vector<TensorSpec> specs = {t[0].spec, t[1].spec, logits, t[3].spec};
+    checks::expect_exact(name(), "weights", t[kWeights].spec, {tokens, top_k}, kF32);
+    if (t[kBias].spec.rank() != 0) checks::expect_exact(name(), "bias", t[kBias].spec, {logits.dim(1)}, kF32);
+    const std::vector<TensorSpec> specs = {t[kWeights].spec, t[kIds].spec, logits, t[kBias].spec};
     const MoeGateConfig g = moe_gate_config(*this, specs, scalars);
     if (g.groups < 1 || g.groups > 32 || g.experts % g.groups != 0)
       throw InvalidArgumentError(
@@ -84,7 +90,7 @@ class MoeGate final : public OpDef {
                                    g.top_groups * (g.experts / g.groups), g.top_groups));
     Params p;
     p.add_dtype("dtype", logits.dtype());
-    p.add_dtype("index", t[1].spec.dtype());
+    p.add_dtype("index", t[kIds].spec.dtype());
     p.add("experts", g.experts);
     p.add("top_k", top_k);
     p.add("softmax", g.softmax ? 1 : 0);
@@ -97,7 +103,7 @@ class MoeGate final : public OpDef {
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
     LaunchGeometry g;
-    g.grid.x = unsigned((t[2].spec.dim(0) + kGateRows - 1) / kGateRows);
+    g.grid.x = unsigned((t[kLogits].spec.dim(0) + kGateRows - 1) / kGateRows);
     g.block.x = unsigned(32 * p.get("rows"));
     return g;
   }
@@ -105,14 +111,14 @@ class MoeGate final : public OpDef {
   void pack_args(const Params&, TensorList t, ScalarList scalars, const Workspace&, KernelArgs& args) const override {
     for (std::size_t i = 0; i < 3; ++i)
       checks::expect_pointer(name(), kGateTensors[i].name, t[i], unsigned(dtype_size(t[i].spec.dtype())));
-    if (t[3].spec.rank() != 0) checks::expect_pointer(name(), "bias", t[3], 4);
+    if (t[kBias].spec.rank() != 0) checks::expect_pointer(name(), "bias", t[kBias], 4);
     args.push_args(mojo_moe::GateArgs<void, void>{
-        .weights = ptr<float>(t[0]),
-        .ids = ptr(t[1]),
-        .logits = ptr(t[2]),
-        .bias = t[3].spec.rank() == 0 ? nullptr : ptr<float>(t[3]),
+        .weights = ptr<float>(t[kWeights]),
+        .ids = ptr(t[kIds]),
+        .logits = ptr(t[kLogits]),
+        .bias = t[kBias].spec.rank() == 0 ? nullptr : ptr<float>(t[kBias]),
         .scaling = float(scalar(scalars, "routed_scaling")),
-        .tokens = t[2].spec.dim(0),
+        .tokens = t[kLogits].spec.dim(0),
     });
   }
 
@@ -147,32 +153,40 @@ constexpr OpInfo kDispatch{
 constexpr std::int64_t kDispatchThreads = 256;
 
 class MoeDispatch final : public OpDef {
+  // Its tensors' places in kDispatchTensors.
+  static constexpr std::size_t kExpertOffsets = slot(kDispatchTensors, "expert_offsets");
+  static constexpr std::size_t kSortedTokenIds = slot(kDispatchTensors, "sorted_token_ids");
+  static constexpr std::size_t kPositions = slot(kDispatchTensors, "positions");
+  static constexpr std::size_t kIds = slot(kDispatchTensors, "ids");
+  static constexpr std::size_t kSortedX = slot(kDispatchTensors, "sorted_x");
+  static constexpr std::size_t kX = slot(kDispatchTensors, "x");
+
  public:
   MoeDispatch() : OpDef(kDispatch) {}
 
   static bool gathers(const Params& p) { return p.get("gather") != 0; }
 
   Params derive_params(TensorList t, ScalarList, const Target&) const override {
-    const auto [tokens, top_k] = routing_shape(name(), "ids", t[3].spec);
-    const DType index = t[3].spec.dtype();
+    const auto [tokens, top_k] = routing_shape(name(), "ids", t[kIds].spec);
+    const DType index = t[kIds].spec.dtype();
     const DType id_type[] = {index};
-    const std::int64_t experts = t[0].spec.numel() - 1;
-    if (t[0].spec.rank() != 1 || experts < 1 || experts > 4096)
+    const std::int64_t experts = t[kExpertOffsets].spec.numel() - 1;
+    if (t[kExpertOffsets].spec.rank() != 1 || experts < 1 || experts > 4096)
       throw ShapeError(fmt::format("{}: expert_offsets is {}; expected [experts + 1] with 1 to 4096 experts", name(),
-                                   t[0].spec.str()));
-    checks::expect_exact(name(), "expert_offsets", t[0].spec, {experts + 1}, id_type);
-    checks::expect_exact(name(), "sorted_token_ids", t[1].spec, {tokens * top_k}, id_type);
-    checks::expect_exact(name(), "positions", t[2].spec, {tokens, top_k}, id_type);
+                                   t[kExpertOffsets].spec.str()));
+    checks::expect_exact(name(), "expert_offsets", t[kExpertOffsets].spec, {experts + 1}, id_type);
+    checks::expect_exact(name(), "sorted_token_ids", t[kSortedTokenIds].spec, {tokens * top_k}, id_type);
+    checks::expect_exact(name(), "positions", t[kPositions].spec, {tokens, top_k}, id_type);
     Params p;
-    const bool gather = t[4].spec.rank() != 0 || t[5].spec.rank() != 0;
-    if (gather) p.add_dtype("dtype", t[5].spec.dtype());  // the indices alone do not depend on it
+    const bool gather = t[kSortedX].spec.rank() != 0 || t[kX].spec.rank() != 0;
+    if (gather) p.add_dtype("dtype", t[kX].spec.dtype());  // the indices alone do not depend on it
     p.add_dtype("index", index);
     p.add("experts", experts);
     p.add("top_k", top_k);
     p.add("threads", kDispatchThreads);
     p.add("gather", gather ? 1 : 0);
     if (gather) {
-      const TensorSpec &sorted_x = t[4].spec, &x = t[5].spec;
+      const TensorSpec &sorted_x = t[kSortedX].spec, &x = t[kX].spec;
       checks::expect_dtype_in(name(), "x", x.dtype(), kFloatTypes);
       if (x.rank() != 2 || x.dim(0) != tokens)
         throw ShapeError(
@@ -181,7 +195,7 @@ class MoeDispatch final : public OpDef {
       checks::expect_exact(name(), "x", x, {tokens, hidden}, kFloatTypes);
       const DType x_type[] = {x.dtype()};
       checks::expect_exact(name(), "sorted_x", sorted_x, {tokens * top_k, hidden}, x_type);
-      const rows::Layout l = rows::pick(hidden, x.dtype(), {t[4], t[5]});
+      const rows::Layout l = rows::pick(hidden, x.dtype(), {t[kSortedX], t[kX]});
       p.add("hidden", hidden);
       p.add("vec", l.vec);
       p.add("gather_threads", l.threads);
@@ -201,7 +215,7 @@ class MoeDispatch final : public OpDef {
     LaunchGeometry g;
     if (p.get_or("step", 0) == 1) {
       const std::int64_t rows = p.get("rows");
-      g.grid.x = unsigned((t[1].spec.numel() + rows - 1) / rows);
+      g.grid.x = unsigned((t[kSortedTokenIds].spec.numel() + rows - 1) / rows);
       g.block.x = unsigned(p.get("gather_threads") * rows);
     } else {
       g.grid.x = unsigned(p.get("experts"));
@@ -211,32 +225,32 @@ class MoeDispatch final : public OpDef {
   }
 
   void pack_args(const Params& p, TensorList t, ScalarList, const Workspace&, KernelArgs& args) const override {
-    const unsigned index_bytes = unsigned(dtype_size(t[3].spec.dtype()));
+    const unsigned index_bytes = unsigned(dtype_size(t[kIds].spec.dtype()));
     for (std::size_t i = 0; i < 4; ++i) checks::expect_pointer(name(), kDispatchTensors[i].name, t[i], index_bytes);
     if (p.get_or("step", 0) == 1) {
       const unsigned bytes = checks::vector_bytes(p);
-      checks::expect_pointer(name(), "sorted_x", t[4], bytes);
-      checks::expect_pointer(name(), "x", t[5], bytes);
+      checks::expect_pointer(name(), "sorted_x", t[kSortedX], bytes);
+      checks::expect_pointer(name(), "x", t[kX], bytes);
       args.push_args(mojo_embedding::Args<void, void>{
-          .out = ptr(t[4]),
-          .ids = ptr(t[1]),
-          .weight = ptr(t[5]),
-          .tokens = t[1].spec.numel(),
-          .vocab = t[5].spec.dim(0),
+          .out = ptr(t[kSortedX]),
+          .ids = ptr(t[kSortedTokenIds]),
+          .weight = ptr(t[kX]),
+          .tokens = t[kSortedTokenIds].spec.numel(),
+          .vocab = t[kX].spec.dim(0),
       });
       return;
     }
     args.push_args(mojo_moe::DispatchArgs<void>{
-        .offsets = ptr(t[0]),
-        .sorted_ids = ptr(t[1]),
-        .positions = ptr(t[2]),
-        .ids = ptr(t[3]),
-        .pairs = t[3].spec.numel(),
+        .offsets = ptr(t[kExpertOffsets]),
+        .sorted_ids = ptr(t[kSortedTokenIds]),
+        .positions = ptr(t[kPositions]),
+        .ids = ptr(t[kIds]),
+        .pairs = t[kIds].spec.numel(),
     });
   }
 
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
-    indices::check_range(name(), "ids", t[3], t[0].spec.numel() - 1, true, stream);
+    indices::check_range(name(), "ids", t[kIds], t[kExpertOffsets].spec.numel() - 1, true, stream);
   }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
@@ -272,24 +286,30 @@ constexpr OpInfo kCombine{
 };
 
 class MoeCombine final : public OpDef {
+  // Its tensors' places in kCombineTensors.
+  static constexpr std::size_t kOut = slot(kCombineTensors, "out");
+  static constexpr std::size_t kExpertOut = slot(kCombineTensors, "expert_out");
+  static constexpr std::size_t kPositions = slot(kCombineTensors, "positions");
+  static constexpr std::size_t kWeights = slot(kCombineTensors, "weights");
+
  public:
   MoeCombine() : OpDef(kCombine) {}
 
   Params derive_params(TensorList t, ScalarList, const Target&) const override {
-    const TensorSpec &out = t[0].spec, &expert_out = t[1].spec;
+    const TensorSpec &out = t[kOut].spec, &expert_out = t[kExpertOut].spec;
     checks::expect_dtype_in(name(), "expert_out", expert_out.dtype(), kFloatTypes);
     if (expert_out.rank() != 2)
       throw ShapeError(fmt::format("{}: expert_out is {}; expected [rows, hidden]", name(), expert_out.str()));
     const std::int64_t hidden = rows::cols_of(name(), "expert_out", expert_out);
     checks::expect_contiguous(name(), "expert_out", expert_out);
-    const auto [tokens, top_k] = routing_shape(name(), "positions", t[2].spec);
+    const auto [tokens, top_k] = routing_shape(name(), "positions", t[kPositions].spec);
     const DType out_type[] = {expert_out.dtype()};
     checks::expect_exact(name(), "out", out, {tokens, hidden}, out_type);
-    checks::expect_exact(name(), "weights", t[3].spec, {tokens, top_k}, kF32);
+    checks::expect_exact(name(), "weights", t[kWeights].spec, {tokens, top_k}, kF32);
     Params p;
     p.add_dtype("dtype", expert_out.dtype());
-    p.add_dtype("index", t[2].spec.dtype());
-    rows::add_params(p, "hidden", hidden, rows::pick(hidden, expert_out.dtype(), {t[0], t[1]}));
+    p.add_dtype("index", t[kPositions].spec.dtype());
+    rows::add_params(p, "hidden", hidden, rows::pick(hidden, expert_out.dtype(), {t[kOut], t[kExpertOut]}));
     p.add("top_k", top_k);
     return p;
   }
@@ -297,29 +317,31 @@ class MoeCombine final : public OpDef {
   // expert_out: only the rows the positions reach.
   IdealCost ideal_cost(TensorList t, ScalarList s) const override {
     IdealCost c = OpDef::ideal_cost(t, s);
-    cost::recount(c, cost::bytes(t[1]), cost::rows(t[1], double(t[2].spec.numel())));
+    cost::recount(c, cost::bytes(t[kExpertOut]), cost::rows(t[kExpertOut], double(t[kPositions].spec.numel())));
     return c;
   }
 
-  LaunchGeometry geometry(const Params& p, TensorList t) const override { return rows::geometry(t[2].spec.dim(0), p); }
+  LaunchGeometry geometry(const Params& p, TensorList t) const override {
+    return rows::geometry(t[kPositions].spec.dim(0), p);
+  }
 
   void pack_args(const Params& p, TensorList t, ScalarList, const Workspace&, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
-    checks::expect_pointer(name(), "out", t[0], bytes);
-    checks::expect_pointer(name(), "expert_out", t[1], bytes);
-    checks::expect_pointer(name(), "positions", t[2], unsigned(dtype_size(t[2].spec.dtype())));
-    checks::expect_pointer(name(), "weights", t[3], 4);
+    checks::expect_pointer(name(), "out", t[kOut], bytes);
+    checks::expect_pointer(name(), "expert_out", t[kExpertOut], bytes);
+    checks::expect_pointer(name(), "positions", t[kPositions], unsigned(dtype_size(t[kPositions].spec.dtype())));
+    checks::expect_pointer(name(), "weights", t[kWeights], 4);
     args.push_args(mojo_moe::CombineArgs<void, void>{
-        .out = ptr(t[0]),
-        .expert_out = ptr(t[1]),
-        .positions = ptr(t[2]),
-        .weights = ptr<float>(t[3]),
-        .tokens = t[2].spec.dim(0),
+        .out = ptr(t[kOut]),
+        .expert_out = ptr(t[kExpertOut]),
+        .positions = ptr(t[kPositions]),
+        .weights = ptr<float>(t[kWeights]),
+        .tokens = t[kPositions].spec.dim(0),
     });
   }
 
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
-    indices::check_range(name(), "positions", t[2], t[1].spec.dim(0), true, stream);
+    indices::check_range(name(), "positions", t[kPositions], t[kExpertOut].spec.dim(0), true, stream);
   }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {

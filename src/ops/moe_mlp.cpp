@@ -51,6 +51,14 @@ constexpr OpInfo kMlp{
     .example_shapes = "x=4096x2048 ids=4096x8 w13=128x1536x2048",
 };
 
+// The tensors' places in kMlpTensors.
+constexpr std::size_t kOut = slot(kMlpTensors, "out");
+constexpr std::size_t kX = slot(kMlpTensors, "x");
+constexpr std::size_t kIds = slot(kMlpTensors, "ids");
+constexpr std::size_t kWeights = slot(kMlpTensors, "weights");
+constexpr std::size_t kW13 = slot(kMlpTensors, "w13");
+constexpr std::size_t kW2 = slot(kMlpTensors, "w2");
+
 enum Step { kSort = 0, kGather = 1, kUp = 2, kDown = 3, kCombine = 4 };
 constexpr std::int64_t kSortThreads = 256;
 
@@ -60,7 +68,7 @@ struct MlpWorkspace {
   std::size_t offsets, sorted_ids, positions, sorted_x, act, expert_out, bytes;
 };
 MlpWorkspace layout(TensorList t) {
-  const TensorSpec &x = t[1].spec, &ids = t[2].spec, &w13 = t[4].spec;
+  const TensorSpec &x = t[kX].spec, &ids = t[kIds].spec, &w13 = t[kW13].spec;
   const std::int64_t pairs = ids.numel(), hidden = x.dim(1), inter = w13.dim(1) / 2;
   const std::size_t index = dtype_size(ids.dtype()), es = dtype_size(x.dtype());
   const auto round = [](std::size_t b) { return (b + 255) / 256 * 256; };
@@ -80,7 +88,7 @@ class MoeMlp final : public OpDef {
   MoeMlp() : OpDef(kMlp) {}
 
   Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
-    const TensorSpec &out = t[0].spec, &x = t[1].spec, &w13 = t[4].spec, &w2 = t[5].spec;
+    const TensorSpec &out = t[kOut].spec, &x = t[kX].spec, &w13 = t[kW13].spec, &w2 = t[kW2].spec;
     checks::expect_dtype_in(name(), "x", x.dtype(), kTileInputTypes);
     if (x.rank() != 2 || x.dim(1) < 1)
       throw ShapeError(fmt::format("{}: x is {}; expected [tokens, hidden]", name(), x.str()));
@@ -88,13 +96,14 @@ class MoeMlp final : public OpDef {
     const DType same[] = {x.dtype()};
     checks::expect_exact(name(), "x", x, {tokens, hidden}, same);
     checks::expect_exact(name(), "out", out, {tokens, hidden}, same);
-    checks::expect_dtype_in(name(), "ids", t[2].spec.dtype(), indices::kTypes);
-    if (t[2].spec.rank() != 2 || t[2].spec.dim(0) != tokens || t[2].spec.dim(1) < 1 || t[2].spec.dim(1) > 32)
+    checks::expect_dtype_in(name(), "ids", t[kIds].spec.dtype(), indices::kTypes);
+    if (t[kIds].spec.rank() != 2 || t[kIds].spec.dim(0) != tokens || t[kIds].spec.dim(1) < 1 ||
+        t[kIds].spec.dim(1) > 32)
       throw ShapeError(
-          fmt::format("{}: ids is {}; expected [{}, top_k] with top_k <= 32", name(), t[2].spec.str(), tokens));
-    const std::int64_t top_k = t[2].spec.dim(1);
-    checks::expect_exact(name(), "ids", t[2].spec, {tokens, top_k}, indices::kTypes);
-    checks::expect_exact(name(), "weights", t[3].spec, {tokens, top_k}, kF32);
+          fmt::format("{}: ids is {}; expected [{}, top_k] with top_k <= 32", name(), t[kIds].spec.str(), tokens));
+    const std::int64_t top_k = t[kIds].spec.dim(1);
+    checks::expect_exact(name(), "ids", t[kIds].spec, {tokens, top_k}, indices::kTypes);
+    checks::expect_exact(name(), "weights", t[kWeights].spec, {tokens, top_k}, kF32);
     if (w13.rank() != 3 || w13.dim(1) % 2 != 0 || w13.dim(2) != hidden || w13.dim(0) < 1 || w13.dim(0) > 4096)
       throw ShapeError(fmt::format("{}: w13 is {}; expected [experts, 2 x inter, {}] (1 to 4096 experts)", name(),
                                    w13.str(), hidden));
@@ -109,11 +118,11 @@ class MoeMlp final : public OpDef {
     checked_dim(name(), "tokens x top_k", tokens * top_k);
     checked_dim(name(), "hidden", hidden);
     checked_dim(name(), "2 x inter", 2 * inter);
-    const bool aligned = chunk_aligned(x.dtype(), t[4].data, {hidden, 2 * inter * hidden}) &&
-                         chunk_aligned(x.dtype(), t[5].data, {inter, hidden * inter});
+    const bool aligned = chunk_aligned(x.dtype(), t[kW13].data, {hidden, 2 * inter * hidden}) &&
+                         chunk_aligned(x.dtype(), t[kW2].data, {inter, hidden * inter});
     Params p;
     p.add_dtype("dtype", x.dtype());
-    p.add_dtype("index", t[2].spec.dtype());
+    p.add_dtype("index", t[kIds].spec.dtype());
     p.add("experts", experts);
     p.add("top_k", top_k);
     p.add("hidden", hidden);
@@ -123,7 +132,7 @@ class MoeMlp final : public OpDef {
     // bucket), whether the weights allow 16-byte loads, x's and out's row alignment, the path and the target.
     p.add("typical", std::int64_t(std::bit_ceil(std::uint64_t(std::max<std::int64_t>(1, tokens * top_k / experts)))));
     p.add("aligned", aligned ? 1 : 0);
-    p.add("row_align", rows::alignment(x.dtype(), {t[0], t[1]}));
+    p.add("row_align", rows::alignment(x.dtype(), {t[kOut], t[kX]}));
     p.add("path", std::int64_t(path_of(*this, scalars, wgmma_possible(target, x.dtype(), aligned, 1, 1, 1), target)));
     p.add("sm", target.sm);
     p.add("sm_a", target.arch_specific ? 1 : 0);
@@ -202,18 +211,18 @@ class MoeMlp final : public OpDef {
   // there are pairs (at most all of them).
   IdealCost ideal_cost(TensorList t, ScalarList s) const override {
     IdealCost c = OpDef::ideal_cost(t, s);
-    const double pairs = double(t[2].spec.numel());
-    const TensorSpec &w13 = t[4].spec, &w2 = t[5].spec;
+    const double pairs = double(t[kIds].spec.numel());
+    const TensorSpec &w13 = t[kW13].spec, &w2 = t[kW2].spec;
     c.flops = 2.0 * pairs * double(w13.dim(1) * w13.dim(2) + w2.dim(1) * w2.dim(2));
-    const double weights = cost::rows(t[4], pairs) + cost::rows(t[5], pairs);
-    cost::recount(c, cost::bytes(t[4]) + cost::bytes(t[5]), weights);
+    const double weights = cost::rows(t[kW13], pairs) + cost::rows(t[kW2], pairs);
+    cost::recount(c, cost::bytes(t[kW13]) + cost::bytes(t[kW2]), weights);
     c.weight_bytes = weights;
     return c;
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
-    const std::int64_t tokens = t[1].spec.dim(0), top_k = t[2].spec.dim(1), pairs = tokens * top_k;
-    const std::int64_t experts = t[4].spec.dim(0), hidden = t[1].spec.dim(1), inter = t[4].spec.dim(1) / 2;
+    const std::int64_t tokens = t[kX].spec.dim(0), top_k = t[kIds].spec.dim(1), pairs = tokens * top_k;
+    const std::int64_t experts = t[kW13].spec.dim(0), hidden = t[kX].spec.dim(1), inter = t[kW13].spec.dim(1) / 2;
     LaunchGeometry g;
     switch (p.get("step")) {
       case kSort:
@@ -236,29 +245,29 @@ class MoeMlp final : public OpDef {
   void pack_args(const Params& p, TensorList t, ScalarList, const Workspace& workspace,
                  KernelArgs& args) const override {
     if (workspace.scratch == 0) throw InternalError("moe_mlp's plan without its workspace");
-    const std::int64_t tokens = t[1].spec.dim(0), top_k = t[2].spec.dim(1), pairs = tokens * top_k;
-    const std::int64_t experts = t[4].spec.dim(0), hidden = t[1].spec.dim(1), inter = t[4].spec.dim(1) / 2;
+    const std::int64_t tokens = t[kX].spec.dim(0), top_k = t[kIds].spec.dim(1), pairs = tokens * top_k;
+    const std::int64_t experts = t[kW13].spec.dim(0), hidden = t[kX].spec.dim(1), inter = t[kW13].spec.dim(1) / 2;
     const MlpWorkspace w = layout(t);
     const DevicePtr base = workspace.scratch;
     const DevicePtr offsets = base + w.offsets, sorted_ids = base + w.sorted_ids, positions = base + w.positions,
                     sorted_x = base + w.sorted_x, act = base + w.act, expert_out = base + w.expert_out;
     switch (p.get("step")) {
       case kSort:
-        checks::expect_pointer(name(), "ids", t[2], unsigned(dtype_size(t[2].spec.dtype())));
+        checks::expect_pointer(name(), "ids", t[kIds], unsigned(dtype_size(t[kIds].spec.dtype())));
         args.push_args(mojo_moe::DispatchArgs<void>{
             .offsets = ptr(offsets),
             .sorted_ids = ptr(sorted_ids),
             .positions = ptr(positions),
-            .ids = ptr(t[2]),
+            .ids = ptr(t[kIds]),
             .pairs = pairs,
         });
         return;
       case kGather:
-        checks::expect_pointer(name(), "x", t[1], checks::vector_bytes(p));
+        checks::expect_pointer(name(), "x", t[kX], checks::vector_bytes(p));
         args.push_args(mojo_embedding::Args<void, void>{
             .out = ptr(sorted_x),
             .ids = ptr(sorted_ids),
-            .weight = ptr(t[1]),
+            .weight = ptr(t[kX]),
             .tokens = pairs,
             .vocab = tokens,
         });
@@ -286,13 +295,13 @@ class MoeMlp final : public OpDef {
         return;
       }
       default:
-        checks::expect_pointer(name(), "out", t[0], checks::vector_bytes(p));
-        checks::expect_pointer(name(), "weights", t[3], 4);
+        checks::expect_pointer(name(), "out", t[kOut], checks::vector_bytes(p));
+        checks::expect_pointer(name(), "weights", t[kWeights], 4);
         args.push_args(mojo_moe::CombineArgs<void, void>{
-            .out = ptr(t[0]),
+            .out = ptr(t[kOut]),
             .expert_out = ptr(expert_out),
             .positions = ptr(positions),
-            .weights = ptr<float>(t[3]),
+            .weights = ptr<float>(t[kWeights]),
             .tokens = tokens,
         });
         return;
@@ -300,7 +309,7 @@ class MoeMlp final : public OpDef {
   }
 
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
-    indices::check_range(name(), "ids", t[2], t[4].spec.dim(0), true, stream);
+    indices::check_range(name(), "ids", t[kIds], t[kW13].spec.dim(0), true, stream);
   }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {

@@ -88,25 +88,35 @@ constexpr OpInfo kPenalties{
 constexpr std::int64_t kScaleLoads = 4;
 
 class ApplyPenaltiesTemperature final : public OpDef {
+  // Its tensors' places in kPenaltyTensors.
+  static constexpr std::size_t kLogits = slot(kPenaltyTensors, "logits");
+  static constexpr std::size_t kTokenIds = slot(kPenaltyTensors, "token_ids");
+  static constexpr std::size_t kTokenCounts = slot(kPenaltyTensors, "token_counts");
+  static constexpr std::size_t kRepetitionPenalty = slot(kPenaltyTensors, "repetition_penalty");
+  static constexpr std::size_t kPresencePenalty = slot(kPenaltyTensors, "presence_penalty");
+  static constexpr std::size_t kFrequencyPenalty = slot(kPenaltyTensors, "frequency_penalty");
+  static constexpr std::size_t kTemperature = slot(kPenaltyTensors, "temperature");
+
  public:
   ApplyPenaltiesTemperature() : OpDef(kPenalties) {}
 
   Params derive_params(TensorList t, ScalarList, const Target&) const override {
-    const TensorSpec& logits = t[0].spec;
+    const TensorSpec& logits = t[kLogits].spec;
     checks::expect_dtype_in(name(), "logits", logits.dtype(), kFloatTypes);
     rows_of(name(), "logits", logits);
     const std::int64_t batch = logits.dim(0);
-    const TensorSpec& ids = t[1].spec;
+    const TensorSpec& ids = t[kTokenIds].spec;
     if (ids.rank() != 2 || ids.dim(0) != batch)
       throw ShapeError(fmt::format("{}: token_ids is {}; expected [{}, max_len]", name(), ids.str(), batch));
     checks::expect_exact(name(), "token_ids", ids, {batch, ids.dim(1)}, indices::kTypes);
     const DType id_type[] = {ids.dtype()};
-    checks::expect_exact(name(), "token_counts", t[2].spec, {batch, ids.dim(1)}, id_type);
-    for (std::size_t i = 3; i < 7; ++i) checks::expect_exact(name(), kPenaltyTensors[i].name, t[i].spec, {batch}, kF32);
+    checks::expect_exact(name(), "token_counts", t[kTokenCounts].spec, {batch, ids.dim(1)}, id_type);
+    for (std::size_t i = kRepetitionPenalty; i <= kTemperature; ++i)  // the per-request f32 values
+      checks::expect_exact(name(), kPenaltyTensors[i].name, t[i].spec, {batch}, kF32);
     Params p;
     p.add_dtype("dtype", logits.dtype());
     p.add_dtype("index", ids.dtype());
-    add_row_params(p, logits.dim(1), logits.dtype(), {t[0]});
+    add_row_params(p, logits.dim(1), logits.dtype(), {t[kLogits]});
     // The temperature step's blocks a row: kScaleLoads vector loads a thread each.
     const std::int64_t per_block = p.get("threads") * kScaleLoads;
     const std::int64_t blocks = (p.get("vocab") / p.get("vec") + per_block - 1) / per_block;
@@ -123,40 +133,41 @@ class ApplyPenaltiesTemperature final : public OpDef {
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
-    LaunchGeometry g = one_block_per_row(t[0].spec.dim(0), p);
+    LaunchGeometry g = one_block_per_row(t[kLogits].spec.dim(0), p);
     if (p.get("step") == 0) g.grid.x *= unsigned(p.get("blocks"));
     return g;
   }
 
   void pack_args(const Params& p, TensorList t, ScalarList, const Workspace&, KernelArgs& args) const override {
-    checks::expect_pointer(name(), "logits", t[0], checks::vector_bytes(p));
-    for (std::size_t i = 1; i < 7; ++i)
+    checks::expect_pointer(name(), "logits", t[kLogits], checks::vector_bytes(p));
+    for (std::size_t i = kTokenIds; i <= kTemperature; ++i)
       checks::expect_pointer(name(), kPenaltyTensors[i].name, t[i], unsigned(dtype_size(t[i].spec.dtype())));
     if (p.get("step") == 0) {
       args.push_args(mojo_sampling::TemperatureArgs<void>{
-          .logits = ptr(t[0]),
-          .stride = t[0].spec.stride(0),
-          .temperature = ptr<float>(t[6]),
+          .logits = ptr(t[kLogits]),
+          .stride = t[kLogits].spec.stride(0),
+          .temperature = ptr<float>(t[kTemperature]),
       });
       return;
     }
     args.push_args(mojo_sampling::PenaltyArgs<void, void>{
-        .logits = ptr(t[0]),
-        .stride = t[0].spec.stride(0),
-        .ids = ptr(t[1]),
-        .counts = ptr(t[2]),
-        .max_len = t[1].spec.dim(1),
-        .repetition = ptr<float>(t[3]),
-        .presence = ptr<float>(t[4]),
-        .frequency = ptr<float>(t[5]),
-        .temperature = ptr<float>(t[6]),
+        .logits = ptr(t[kLogits]),
+        .stride = t[kLogits].spec.stride(0),
+        .ids = ptr(t[kTokenIds]),
+        .counts = ptr(t[kTokenCounts]),
+        .max_len = t[kTokenIds].spec.dim(1),
+        .repetition = ptr<float>(t[kRepetitionPenalty]),
+        .presence = ptr<float>(t[kPresencePenalty]),
+        .frequency = ptr<float>(t[kFrequencyPenalty]),
+        .temperature = ptr<float>(t[kTemperature]),
     });
   }
 
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
-    const std::int64_t vocab = t[0].spec.dim(1), len = t[1].spec.dim(1);
-    indices::check_range(name(), "token_ids", t[1], vocab, true, stream);
-    const std::vector<std::int64_t> ids = indices::read(t[1], stream), counts = indices::read(t[2], stream);
+    const std::int64_t vocab = t[kLogits].spec.dim(1), len = t[kTokenIds].spec.dim(1);
+    indices::check_range(name(), "token_ids", t[kTokenIds], vocab, true, stream);
+    const std::vector<std::int64_t> ids = indices::read(t[kTokenIds], stream),
+                                    counts = indices::read(t[kTokenCounts], stream);
     for (std::size_t r = 0; r * std::size_t(len) < ids.size(); ++r) {
       std::set<std::int64_t> seen;
       for (std::size_t j = r * std::size_t(len); j < (r + 1) * std::size_t(len); ++j) {
@@ -170,8 +181,8 @@ class ApplyPenaltiesTemperature final : public OpDef {
               fmt::format("{}: token_counts[{}] = {}; expected a count >= 0", name(), j, counts[j]));
       }
     }
-    check_values(name(), "repetition_penalty", t[3], stream, "> 0", [](float v) { return v > 0; });
-    check_values(name(), "temperature", t[6], stream, ">= 0", [](float v) { return v >= 0; });
+    check_values(name(), "repetition_penalty", t[kRepetitionPenalty], stream, "> 0", [](float v) { return v > 0; });
+    check_values(name(), "temperature", t[kTemperature], stream, ">= 0", [](float v) { return v >= 0; });
   }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
@@ -243,22 +254,32 @@ struct SampleWorkspace {
 };
 
 class Sample final : public OpDef {
+  // Its tensors' places in kSampleTensors.
+  static constexpr std::size_t kTokens = slot(kSampleTensors, "tokens");
+  static constexpr std::size_t kLogprobs = slot(kSampleTensors, "logprobs");
+  static constexpr std::size_t kLogits = slot(kSampleTensors, "logits");
+  static constexpr std::size_t kTopK = slot(kSampleTensors, "top_k");
+  static constexpr std::size_t kTopP = slot(kSampleTensors, "top_p");
+  static constexpr std::size_t kMinP = slot(kSampleTensors, "min_p");
+  static constexpr std::size_t kSeed = slot(kSampleTensors, "seed");
+  static constexpr std::size_t kOffset = slot(kSampleTensors, "offset");
+
  public:
   Sample() : OpDef(kSample) {}
 
   Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
-    const TensorSpec& logits = t[2].spec;
+    const TensorSpec& logits = t[kLogits].spec;
     checks::expect_dtype_in(name(), "logits", logits.dtype(), kFloatTypes);
     rows_of(name(), "logits", logits);
     const std::int64_t batch = logits.dim(0), vocab = logits.dim(1);
-    checks::expect_exact(name(), "tokens", t[0].spec, {batch}, kI64);
-    if (t[1].spec.rank() != 0) checks::expect_exact(name(), "logprobs", t[1].spec, {batch}, kF32);
-    checks::expect_exact(name(), "top_k", t[3].spec, {batch}, indices::kTypes);
-    checks::expect_exact(name(), "top_p", t[4].spec, {batch}, kF32);
-    checks::expect_exact(name(), "min_p", t[5].spec, {batch}, kF32);
-    checks::expect_exact(name(), "seed", t[6].spec, {batch}, kI64);
-    checks::expect_exact(name(), "offset", t[7].spec, {batch}, kI64);
-    const std::int64_t vec = rows::pick(vocab, logits.dtype(), {t[2]}).vec;
+    checks::expect_exact(name(), "tokens", t[kTokens].spec, {batch}, kI64);
+    if (t[kLogprobs].spec.rank() != 0) checks::expect_exact(name(), "logprobs", t[kLogprobs].spec, {batch}, kF32);
+    checks::expect_exact(name(), "top_k", t[kTopK].spec, {batch}, indices::kTypes);
+    checks::expect_exact(name(), "top_p", t[kTopP].spec, {batch}, kF32);
+    checks::expect_exact(name(), "min_p", t[kMinP].spec, {batch}, kF32);
+    checks::expect_exact(name(), "seed", t[kSeed].spec, {batch}, kI64);
+    checks::expect_exact(name(), "offset", t[kOffset].spec, {batch}, kI64);
+    const std::int64_t vec = rows::pick(vocab, logits.dtype(), {t[kLogits]}).vec;
     rows::Chunking chunking = rows::chunk(batch, vocab, vec, target);
     // A small batch's time is mostly the launches, one after another (10 of them for f32): the H200 measured
     // 58 µs for one f32 row (2026-11-27), 5.8 µs a launch, for 0.6 MB of logits.
@@ -267,7 +288,7 @@ class Sample final : public OpDef {
       throw ShapeError(fmt::format("{}: logits has more rows than the grid can take", name()));
     Params p;
     p.add_dtype("dtype", logits.dtype());
-    p.add_dtype("index", t[3].spec.dtype());
+    p.add_dtype("index", t[kTopK].spec.dtype());
     p.add("vocab", vocab);
     p.add("vec", vec);
     p.add("chunks", chunking.chunks);
@@ -282,14 +303,14 @@ class Sample final : public OpDef {
   }
   std::int64_t repeats(const Params& p, TensorList) const override { return is_cooperative(p) ? 1 : phases(p); }
   std::size_t workspace_bytes(const Params& p, TensorList t) const override {
-    return SampleWorkspace(t[2].spec.dim(0), p).bytes;
+    return SampleWorkspace(t[kLogits].spec.dim(0), p).bytes;
   }
   std::size_t sync_words(const Params& p, TensorList t) const override {
-    return is_cooperative(p) ? std::size_t(t[2].spec.dim(0)) * row_words(p) : 0;
+    return is_cooperative(p) ? std::size_t(t[kLogits].spec.dim(0)) * row_words(p) : 0;
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
-    LaunchGeometry g = one_block_per_row(t[2].spec.dim(0), p);
+    LaunchGeometry g = one_block_per_row(t[kLogits].spec.dim(0), p);
     g.grid.x *= unsigned(p.get("chunks"));
     g.cooperative = is_cooperative(p);
     return g;
@@ -297,21 +318,21 @@ class Sample final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList, const Workspace& workspace,
                  KernelArgs& args) const override {
-    checks::expect_pointer(name(), "logits", t[2], checks::vector_bytes(p));
+    checks::expect_pointer(name(), "logits", t[kLogits], checks::vector_bytes(p));
     for (std::size_t i = 0; i < t.size(); ++i)
-      if (i != 2 && !(i == 1 && t[1].spec.rank() == 0))
+      if (i != kLogits && !(i == kLogprobs && t[kLogprobs].spec.rank() == 0))
         checks::expect_pointer(name(), kSampleTensors[i].name, t[i], unsigned(dtype_size(t[i].spec.dtype())));
-    const SampleWorkspace w(t[2].spec.dim(0), p);
+    const SampleWorkspace w(t[kLogits].spec.dim(0), p);
     args.push_args(mojo_sampling::SampleArgs<void, void>{
-        .tokens = static_cast<long long*>(ptr(t[0])),
-        .logprobs = t[1].spec.rank() == 0 ? nullptr : ptr<float>(t[1]),
-        .logits = ptr(t[2]),
-        .stride = t[2].spec.stride(0),
-        .top_k = ptr(t[3]),
-        .top_p = ptr<float>(t[4]),
-        .min_p = ptr<float>(t[5]),
-        .seed = static_cast<const long long*>(ptr(t[6])),
-        .offset = static_cast<long long*>(ptr(t[7])),
+        .tokens = static_cast<long long*>(ptr(t[kTokens])),
+        .logprobs = t[kLogprobs].spec.rank() == 0 ? nullptr : ptr<float>(t[kLogprobs]),
+        .logits = ptr(t[kLogits]),
+        .stride = t[kLogits].spec.stride(0),
+        .top_k = ptr(t[kTopK]),
+        .top_p = ptr<float>(t[kTopP]),
+        .min_p = ptr<float>(t[kMinP]),
+        .seed = static_cast<const long long*>(ptr(t[kSeed])),
+        .offset = static_cast<long long*>(ptr(t[kOffset])),
         .partials = ptr<unsigned long long>(workspace.scratch),
         .candidates = ptr<unsigned long long>(workspace.scratch + w.candidates),
         .stats = ptr<float>(workspace.scratch + w.stats),
@@ -322,12 +343,12 @@ class Sample final : public OpDef {
   }
 
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
-    const std::vector<std::int64_t> k = indices::read(t[3], stream);
+    const std::vector<std::int64_t> k = indices::read(t[kTopK], stream);
     for (std::size_t r = 0; r < k.size(); ++r)
       if (k[r] < 0)
         throw InvalidArgumentError(fmt::format("{}: top_k[{}] = {}; expected >= 0 (0: no top-k)", name(), r, k[r]));
-    check_values(name(), "top_p", t[4], stream, "a value in (0, 1]", [](float v) { return v > 0 && v <= 1; });
-    check_values(name(), "min_p", t[5], stream, "a value in [0, 1]", [](float v) { return v >= 0 && v <= 1; });
+    check_values(name(), "top_p", t[kTopP], stream, "a value in (0, 1]", [](float v) { return v > 0 && v <= 1; });
+    check_values(name(), "min_p", t[kMinP], stream, "a value in [0, 1]", [](float v) { return v >= 0 && v <= 1; });
   }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
@@ -360,11 +381,20 @@ constexpr OpInfo kReject{
 };
 
 class RejectSample final : public OpDef {
+  // Its tensors' places in kRejectTensors.
+  static constexpr std::size_t kOut = slot(kRejectTensors, "out");
+  static constexpr std::size_t kAccepted = slot(kRejectTensors, "accepted");
+  static constexpr std::size_t kDraftTokens = slot(kRejectTensors, "draft_tokens");
+  static constexpr std::size_t kDraftProbs = slot(kRejectTensors, "draft_probs");
+  static constexpr std::size_t kTargetProbs = slot(kRejectTensors, "target_probs");
+  static constexpr std::size_t kSeed = slot(kRejectTensors, "seed");
+  static constexpr std::size_t kOffset = slot(kRejectTensors, "offset");
+
  public:
   RejectSample() : OpDef(kReject) {}
 
   Params derive_params(TensorList t, ScalarList, const Target&) const override {
-    const TensorSpec& target = t[4].spec;
+    const TensorSpec& target = t[kTargetProbs].spec;
     checks::expect_dtype_in(name(), "target_probs", target.dtype(), kFloatTypes);
     if (target.rank() != 3 || target.dim(1) < 2 || target.dim(2) < 1 || target.dim(2) > kMaxVocab ||
         !target.is_contiguous() ||
@@ -375,41 +405,41 @@ class RejectSample final : public OpDef {
                       name(), target.str(), kMaxVocab));
     const std::int64_t batch = target.dim(0), spec = target.dim(1) - 1, vocab = target.dim(2);
     if (spec > 32) throw ShapeError(fmt::format("{}: {} speculative tokens; at most 32", name(), spec));
-    checks::expect_same_dtype(name(), "draft_probs", t[3].spec, "target_probs", target);
-    checks::expect_exact(name(), "draft_probs", t[3].spec, {batch, spec, vocab}, kFloatTypes);
-    checks::expect_exact(name(), "out", t[0].spec, {batch, spec + 1}, kI64);
-    checks::expect_exact(name(), "accepted", t[1].spec, {batch}, kI64);
-    checks::expect_exact(name(), "draft_tokens", t[2].spec, {batch, spec}, indices::kTypes);
-    checks::expect_exact(name(), "seed", t[5].spec, {batch}, kI64);
-    checks::expect_exact(name(), "offset", t[6].spec, {batch}, kI64);
+    checks::expect_same_dtype(name(), "draft_probs", t[kDraftProbs].spec, "target_probs", target);
+    checks::expect_exact(name(), "draft_probs", t[kDraftProbs].spec, {batch, spec, vocab}, kFloatTypes);
+    checks::expect_exact(name(), "out", t[kOut].spec, {batch, spec + 1}, kI64);
+    checks::expect_exact(name(), "accepted", t[kAccepted].spec, {batch}, kI64);
+    checks::expect_exact(name(), "draft_tokens", t[kDraftTokens].spec, {batch, spec}, indices::kTypes);
+    checks::expect_exact(name(), "seed", t[kSeed].spec, {batch}, kI64);
+    checks::expect_exact(name(), "offset", t[kOffset].spec, {batch}, kI64);
     Params p;
     p.add_dtype("dtype", target.dtype());
-    p.add_dtype("index", t[2].spec.dtype());
+    p.add_dtype("index", t[kDraftTokens].spec.dtype());
     add_row_params(p, vocab, target.dtype(), {});
     p.add("spec", spec);
     return p;
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
-    return one_block_per_row(t[4].spec.dim(0), p);
+    return one_block_per_row(t[kTargetProbs].spec.dim(0), p);
   }
 
   void pack_args(const Params&, TensorList t, ScalarList, const Workspace&, KernelArgs& args) const override {
     for (std::size_t i = 0; i < t.size(); ++i)
       checks::expect_pointer(name(), kRejectTensors[i].name, t[i], unsigned(dtype_size(t[i].spec.dtype())));
     args.push_args(mojo_sampling::RejectArgs<void, void>{
-        .out = static_cast<long long*>(ptr(t[0])),
-        .accepted = static_cast<long long*>(ptr(t[1])),
-        .draft_tokens = ptr(t[2]),
-        .draft_probs = ptr(t[3]),
-        .target_probs = ptr(t[4]),
-        .seed = static_cast<const long long*>(ptr(t[5])),
-        .offset = static_cast<long long*>(ptr(t[6])),
+        .out = static_cast<long long*>(ptr(t[kOut])),
+        .accepted = static_cast<long long*>(ptr(t[kAccepted])),
+        .draft_tokens = ptr(t[kDraftTokens]),
+        .draft_probs = ptr(t[kDraftProbs]),
+        .target_probs = ptr(t[kTargetProbs]),
+        .seed = static_cast<const long long*>(ptr(t[kSeed])),
+        .offset = static_cast<long long*>(ptr(t[kOffset])),
     });
   }
 
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
-    indices::check_range(name(), "draft_tokens", t[2], t[4].spec.dim(2), false, stream);
+    indices::check_range(name(), "draft_tokens", t[kDraftTokens], t[kTargetProbs].spec.dim(2), false, stream);
   }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
