@@ -30,10 +30,15 @@ constexpr OpInfo kEmbedding{
 };
 
 class Embedding final : public OpDef {
+  // Its tensors' places in kEmbeddingTensors.
+  static constexpr std::size_t kOut = slot(kEmbeddingTensors, "out");
+  static constexpr std::size_t kIds = slot(kEmbeddingTensors, "ids");
+  static constexpr std::size_t kWeight = slot(kEmbeddingTensors, "weight");
+
  public:
   Embedding() : OpDef(kEmbedding) {}
   Params derive_params(TensorList t, ScalarList, const Target&) const override {
-    const TensorSpec &out = t[0].spec, &ids = t[1].spec, &w = t[2].spec;
+    const TensorSpec &out = t[kOut].spec, &ids = t[kIds].spec, &w = t[kWeight].spec;
     checks::expect_dtype_in(name(), "weight", w.dtype(), kFloatTypes);
     if (w.rank() != 2) throw ShapeError(fmt::format("embedding: weight is {}; expected [vocab, hidden]", w.str()));
     checks::expect_contiguous(name(), "weight", w);
@@ -48,35 +53,37 @@ class Embedding final : public OpDef {
     Params p;
     p.add_dtype("dtype", w.dtype());
     p.add_dtype("ids", ids.dtype());
-    rows::add_params(p, "hidden", hidden, rows::pick(hidden, w.dtype(), {t[0], t[2]}));
+    rows::add_params(p, "hidden", hidden, rows::pick(hidden, w.dtype(), {t[kOut], t[kWeight]}));
     return p;
   }
 
   // The weight: only the rows the ids reach (as many as there are ids).
   IdealCost ideal_cost(TensorList t, ScalarList s) const override {
     IdealCost c = OpDef::ideal_cost(t, s);
-    cost::recount(c, cost::bytes(t[2]), cost::rows(t[2], double(t[1].spec.numel())));
+    cost::recount(c, cost::bytes(t[kWeight]), cost::rows(t[kWeight], double(t[kIds].spec.numel())));
     return c;
   }
 
-  LaunchGeometry geometry(const Params& p, TensorList t) const override { return rows::geometry(t[1].spec.numel(), p); }
+  LaunchGeometry geometry(const Params& p, TensorList t) const override {
+    return rows::geometry(t[kIds].spec.numel(), p);
+  }
 
   void pack_args(const Params& p, TensorList t, ScalarList, const Workspace&, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
-    checks::expect_pointer(name(), "out", t[0], bytes);
-    checks::expect_pointer(name(), "ids", t[1], unsigned(dtype_size(t[1].spec.dtype())));
-    checks::expect_pointer(name(), "weight", t[2], bytes);
+    checks::expect_pointer(name(), "out", t[kOut], bytes);
+    checks::expect_pointer(name(), "ids", t[kIds], unsigned(dtype_size(t[kIds].spec.dtype())));
+    checks::expect_pointer(name(), "weight", t[kWeight], bytes);
     args.push_args(mojo_embedding::Args<void, void>{
-        .out = ptr(t[0]),
-        .ids = ptr(t[1]),
-        .weight = ptr(t[2]),
-        .tokens = t[1].spec.numel(),
-        .vocab = t[2].spec.dim(0),
+        .out = ptr(t[kOut]),
+        .ids = ptr(t[kIds]),
+        .weight = ptr(t[kWeight]),
+        .tokens = t[kIds].spec.numel(),
+        .vocab = t[kWeight].spec.dim(0),
     });
   }
 
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
-    indices::check_range(name(), "ids", t[1], t[2].spec.dim(0), false, stream);
+    indices::check_range(name(), "ids", t[kIds], t[kWeight].spec.dim(0), false, stream);
   }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {

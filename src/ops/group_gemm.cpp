@@ -43,12 +43,18 @@ constexpr OpInfo kGroupGemm{
 };
 
 class GroupGemm final : public TileOp {
+  // Its tensors' places in kGroupTensors.
+  static constexpr std::size_t kOut = slot(kGroupTensors, "out");
+  static constexpr std::size_t kX = slot(kGroupTensors, "x");
+  static constexpr std::size_t kWeight = slot(kGroupTensors, "weight");
+  static constexpr std::size_t kOffsets = slot(kGroupTensors, "offsets");
+
  public:
   GroupGemm() : TileOp(kGroupGemm) {}
 
   Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
     const Dims d = dims(t, scalars);
-    const DType dtype = t[1].spec.dtype();
+    const DType dtype = t[kX].spec.dtype();
     const bool tf32 = tf32_of(*this, scalars, dtype);
     expect_tensor_cores(name(), dtype, tf32, target);
     Params p;
@@ -56,13 +62,14 @@ class GroupGemm final : public TileOp {
     // The tile for a typical group: rows / groups (decode-sized groups get the thin tile).
     // The sm_90a path walks every group's tiles up to all rows (no max_rows passes), skipping empty ones.
     const std::int64_t typical = std::max<std::int64_t>(1, d.rows / std::max<std::int64_t>(d.groups, 1));
-    const bool aligned = chunk_aligned(dtype, t[1].data, {d.ldx}) && chunk_aligned(dtype, t[2].data, {d.k, d.n * d.k});
+    const bool aligned =
+        chunk_aligned(dtype, t[kX].data, {d.ldx}) && chunk_aligned(dtype, t[kWeight].data, {d.k, d.n * d.k});
     const bool wgmma_ok = d.max_rows == d.rows && wgmma_possible(target, dtype, aligned, d.rows, d.n, d.k);
     const TileConfig tile = pick_tile(typical, d.n * d.groups, d.k, dtype, tf32, target, wgmma_ok, 1,
                                       path_of(*this, scalars, wgmma_ok, target));
     add_tile(p, tile);
     p.add("vec", vec_param(tile, aligned));
-    p.add("offsets", std::int64_t(dtype_size(t[3].spec.dtype())));
+    p.add("offsets", std::int64_t(dtype_size(t[kOffsets].spec.dtype())));
     p.add("tf32", tf32);
     p.add("wgmma", tile.wgmma);
     const int gated = gated_activation(scalars);
@@ -75,7 +82,7 @@ class GroupGemm final : public TileOp {
     IdealCost c = OpDef::ideal_cost(t, s);
     const Dims d = dims(t, s);
     c.flops = 2.0 * double(d.rows) * double(d.n) * double(d.k);
-    c.weight_bytes = cost::bytes(t[2]);
+    c.weight_bytes = cost::bytes(t[kWeight]);
     return c;
   }
 
@@ -87,14 +94,14 @@ class GroupGemm final : public TileOp {
   void pack_args(const Params& p, TensorList t, ScalarList scalars, const Workspace&, KernelArgs& args) const override {
     const Dims d = dims(t, scalars);
     const unsigned chunk = operand_alignment(p);
-    checks::expect_pointer(name(), "out", t[0], unsigned(dtype_size(t[0].spec.dtype())));
-    checks::expect_pointer(name(), "x", t[1], chunk);
-    checks::expect_pointer(name(), "weight", t[2], chunk);
-    checks::expect_pointer(name(), "offsets", t[3], unsigned(dtype_size(t[3].spec.dtype())));
+    checks::expect_pointer(name(), "out", t[kOut], unsigned(dtype_size(t[kOut].spec.dtype())));
+    checks::expect_pointer(name(), "x", t[kX], chunk);
+    checks::expect_pointer(name(), "weight", t[kWeight], chunk);
+    checks::expect_pointer(name(), "offsets", t[kOffsets], unsigned(dtype_size(t[kOffsets].spec.dtype())));
     push_kernel_args(args,
-                     {.c = t[0].data,
-                      .a = t[1].data,
-                      .b = t[2].data,
+                     {.c = t[kOut].data,
+                      .a = t[kX].data,
+                      .b = t[kWeight].data,
                       .m = d.max_rows,
                       .n = d.n,
                       .k = d.k,
@@ -102,7 +109,7 @@ class GroupGemm final : public TileOp {
                       .ldb = d.k,
                       .ldc = d.ldo,
                       .batch_b = d.n * d.k,  // one weight matrix per group
-                      .offsets = t[3].data,
+                      .offsets = t[kOffsets].data,
                       .total_rows = d.rows,
                       .batches = d.groups},
                      p);
@@ -113,7 +120,7 @@ class GroupGemm final : public TileOp {
   // within the rows of x.
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
     const Dims d = dims(t, {}, false);
-    const std::vector<std::int64_t> off = indices::read(t[3], stream);
+    const std::vector<std::int64_t> off = indices::read(t[kOffsets], stream);
     for (std::size_t g = 0; g + 1 < off.size(); ++g)
       if (off[g] < 0 || off[g] > off[g + 1] || off[g + 1] > d.rows)
         throw InvalidArgumentError(
@@ -150,7 +157,7 @@ class GroupGemm final : public TileOp {
     std::int64_t rows, groups, n, k, max_rows, ldx, ldo;
   };
   Dims dims(TensorList t, ScalarList scalars, bool scalars_known = true) const {
-    const TensorSpec &out = t[0].spec, &x = t[1].spec, &w = t[2].spec, &off = t[3].spec;
+    const TensorSpec &out = t[kOut].spec, &x = t[kX].spec, &w = t[kWeight].spec, &off = t[kOffsets].spec;
     checks::expect_dtype_in(name(), "x", x.dtype(), kTileInputTypes);
     checks::expect_same_dtype(name(), "weight", w, "x", x);
     checks::expect_same_dtype(name(), "out", out, "x", x);

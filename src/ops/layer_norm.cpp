@@ -33,48 +33,57 @@ constexpr OpInfo kLayerNorm{
 };
 
 class LayerNorm final : public OpDef {
+  // Its tensors' places in kLayerNormTensors.
+  static constexpr std::size_t kOut = slot(kLayerNormTensors, "out");
+  static constexpr std::size_t kMean = slot(kLayerNormTensors, "mean");
+  static constexpr std::size_t kRstd = slot(kLayerNormTensors, "rstd");
+  static constexpr std::size_t kX = slot(kLayerNormTensors, "x");
+  static constexpr std::size_t kWeight = slot(kLayerNormTensors, "weight");
+  static constexpr std::size_t kBias = slot(kLayerNormTensors, "bias");
+
  public:
   LayerNorm() : OpDef(kLayerNorm) {}
   Params derive_params(TensorList t, ScalarList, const Target&) const override {
-    const TensorSpec &out = t[0].spec, &x = t[3].spec;
+    const TensorSpec &out = t[kOut].spec, &x = t[kX].spec;
     checks::expect_dtype_in(name(), "x", x.dtype(), kFloatTypes);
     const std::int64_t hidden = rows::cols_of(name(), "x", x);
     checks::expect_same_dtype(name(), "out", out, "x", x);
     checks::expect_same_shape(name(), "out", out, "x", x);
     rows::stride(name(), "out", out);
     rows::stride(name(), "x", x);
-    rows::check_vector(name(), "weight", t[4].spec, x, hidden);
-    rows::check_vector(name(), "bias", t[5].spec, x, hidden);
+    rows::check_vector(name(), "weight", t[kWeight].spec, x, hidden);
+    rows::check_vector(name(), "bias", t[kBias].spec, x, hidden);
     const bool stats = rows::check_stats(name(), t, 1, rows::count(name(), x), true);
     Params p;
     p.add_dtype("dtype", x.dtype());
-    rows::add_params(p, "hidden", hidden,
-                     rows::pick(hidden, x.dtype(), {t[0], t[3], t[4], t[5]}, 1024, rows::kNormVectorsPerThread));
+    rows::add_params(
+        p, "hidden", hidden,
+        rows::pick(hidden, x.dtype(), {t[kOut], t[kX], t[kWeight], t[kBias]}, 1024, rows::kNormVectorsPerThread));
     p.add("stats", stats ? 1 : 0);
     return p;
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
-    return rows::geometry(t[3].spec.numel() / p.get("hidden"), p);
+    return rows::geometry(t[kX].spec.numel() / p.get("hidden"), p);
   }
 
   void pack_args(const Params& p, TensorList t, ScalarList scalars, const Workspace&, KernelArgs& args) const override {
     rows::expect_pointers(name(), tensor_args(), t, p);
     if (p.get("stats")) {
-      checks::expect_pointer(name(), "mean", t[1], 4);
-      checks::expect_pointer(name(), "rstd", t[2], 4);
+      checks::expect_pointer(name(), "mean", t[kMean], 4);
+      checks::expect_pointer(name(), "rstd", t[kRstd], 4);
     }
     args.push_args(mojo_layer_norm::Args<void>{
-        .out = ptr(t[0]),
-        .mean = ptr<float>(t[1]),
-        .rstd = ptr<float>(t[2]),
-        .x = ptr(t[3]),
-        .weight = ptr(t[4]),
-        .bias = ptr(t[5]),
+        .out = ptr(t[kOut]),
+        .mean = ptr<float>(t[kMean]),
+        .rstd = ptr<float>(t[kRstd]),
+        .x = ptr(t[kX]),
+        .weight = ptr(t[kWeight]),
+        .bias = ptr(t[kBias]),
         .eps = float(scalar(scalars, "eps")),
-        .rows = t[3].spec.numel() / p.get("hidden"),
-        .out_stride = rows::stride(name(), "out", t[0].spec),
-        .x_stride = rows::stride(name(), "x", t[3].spec),
+        .rows = t[kX].spec.numel() / p.get("hidden"),
+        .out_stride = rows::stride(name(), "out", t[kOut].spec),
+        .x_stride = rows::stride(name(), "x", t[kX].spec),
     });
   }
 

@@ -39,12 +39,19 @@ constexpr OpInfo kLinear{
 };
 
 class Linear final : public TileOp {
+  // Its tensors' places in kLinearTensors.
+  static constexpr std::size_t kOut = slot(kLinearTensors, "out");
+  static constexpr std::size_t kX = slot(kLinearTensors, "x");
+  static constexpr std::size_t kWeight = slot(kLinearTensors, "weight");
+  static constexpr std::size_t kBias = slot(kLinearTensors, "bias");
+  static constexpr std::size_t kResidual = slot(kLinearTensors, "residual");
+
  public:
   Linear() : TileOp(kLinear) {}
 
   Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
     const Dims d = dims(t);
-    const DType dtype = t[1].spec.dtype();
+    const DType dtype = t[kX].spec.dtype();
     const bool tf32 = tf32_of(*this, scalars, dtype);
     expect_tensor_cores(name(), dtype, tf32, target);
     const double act = scalar(scalars, "activation");
@@ -53,14 +60,14 @@ class Linear final : public TileOp {
           fmt::format("{}: activation is {}; expected 0 (none), 1 (gelu), 2 (gelu tanh) or 3 (silu)", name(), act));
     Params p;
     p.add_dtype("dtype", dtype);
-    const bool aligned = chunk_aligned(dtype, t[1].data, {d.ldx}) && chunk_aligned(dtype, t[2].data, {d.ldw});
+    const bool aligned = chunk_aligned(dtype, t[kX].data, {d.ldx}) && chunk_aligned(dtype, t[kWeight].data, {d.ldw});
     const bool wgmma_ok = wgmma_possible(target, dtype, aligned, d.m, d.n, d.k);
     const Path path = path_of(*this, scalars, wgmma_ok, target);
     const std::int64_t splits = requested_splits(*this, scalars);
     auto add_epilogue = [&] {
-      p.add("bias", t[3].spec.rank() != 0 ? 1 : 0);
+      p.add("bias", t[kBias].spec.rank() != 0 ? 1 : 0);
       p.add("act", std::int64_t(act));
-      p.add("residual", t[4].spec.rank() != 0 ? 1 : 0);
+      p.add("residual", t[kResidual].spec.rank() != 0 ? 1 : 0);
     };
     if (splits <= 1 && gemv_fits(d.m, d.k, dtype, aligned, tf32, path)) {
       add_gemv(p, pick_gemv(d.m, d.n, d.k, target));
@@ -85,7 +92,7 @@ class Linear final : public TileOp {
     IdealCost c = OpDef::ideal_cost(t, s);
     const Dims d = dims(t);
     c.flops = 2.0 * double(d.m) * double(d.n) * double(d.k);
-    c.weight_bytes = cost::bytes(t[2]);
+    c.weight_bytes = cost::bytes(t[kWeight]);
     return c;
   }
 
@@ -102,18 +109,18 @@ class Linear final : public TileOp {
                  KernelArgs& args) const override {
     const Dims d = dims(t);
     const unsigned chunk = operand_alignment(p);
-    checks::expect_pointer(name(), "out", t[0], unsigned(dtype_size(t[0].spec.dtype())));
-    checks::expect_pointer(name(), "x", t[1], chunk);
-    checks::expect_pointer(name(), "weight", t[2], chunk);
-    const unsigned element = unsigned(dtype_size(t[0].spec.dtype()));
-    if (p.get("bias")) checks::expect_pointer(name(), "bias", t[3], element);
-    if (p.get("residual")) checks::expect_pointer(name(), "residual", t[4], element);
+    checks::expect_pointer(name(), "out", t[kOut], unsigned(dtype_size(t[kOut].spec.dtype())));
+    checks::expect_pointer(name(), "x", t[kX], chunk);
+    checks::expect_pointer(name(), "weight", t[kWeight], chunk);
+    const unsigned element = unsigned(dtype_size(t[kOut].spec.dtype()));
+    if (p.get("bias")) checks::expect_pointer(name(), "bias", t[kBias], element);
+    if (p.get("residual")) checks::expect_pointer(name(), "residual", t[kResidual], element);
     push_kernel_args(args,
-                     {.c = t[0].data,
-                      .a = t[1].data,
-                      .b = t[2].data,
-                      .bias = p.get("bias") ? t[3].data : DevicePtr(0),
-                      .residual = p.get("residual") ? t[4].data : DevicePtr(0),
+                     {.c = t[kOut].data,
+                      .a = t[kX].data,
+                      .b = t[kWeight].data,
+                      .bias = p.get("bias") ? t[kBias].data : DevicePtr(0),
+                      .residual = p.get("residual") ? t[kResidual].data : DevicePtr(0),
                       .m = d.m,
                       .n = d.n,
                       .k = d.k,
@@ -130,7 +137,9 @@ class Linear final : public TileOp {
     return shape_bucket(d.m, d.n, d.k);
   }
   // The residual may be the output itself: then each timed launch would add it again.
-  bool safe(TensorList t, ScalarList) const override { return t[4].spec.rank() == 0 || t[4].data != t[0].data; }
+  bool safe(TensorList t, ScalarList) const override {
+    return t[kResidual].spec.rank() == 0 || t[kResidual].data != t[kOut].data;
+  }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
     const auto& x = shapes::required(name(), shapes, "x", example_shapes());
@@ -147,7 +156,8 @@ class Linear final : public TileOp {
   };
   // x and out seen as [M, K] and [M, N] (leading dims collapsed), validated.
   Dims dims(TensorList t) const {
-    const TensorSpec &out = t[0].spec, &x = t[1].spec, &w = t[2].spec, &bias = t[3].spec, &res = t[4].spec;
+    const TensorSpec &out = t[kOut].spec, &x = t[kX].spec, &w = t[kWeight].spec, &bias = t[kBias].spec,
+                     &res = t[kResidual].spec;
     checks::expect_dtype_in(name(), "x", x.dtype(), kTileInputTypes);
     if (x.rank() < 2)
       throw ShapeError(fmt::format("{}: x is {}; expected [..., K] with at least 2 dims", name(), x.str()));

@@ -34,6 +34,12 @@ constexpr OpInfo kRotaryEmbedding{
     .example_shapes = "q=32x32x128 k=32x8x128 cos_sin_cache=40960x128",
 };
 
+// The tensors' places in kTensors.
+constexpr std::size_t kQ = slot(kTensors, "q");
+constexpr std::size_t kK = slot(kTensors, "k");
+constexpr std::size_t kPositions = slot(kTensors, "positions");
+constexpr std::size_t kCosSinCache = slot(kTensors, "cos_sin_cache");
+
 // How the kernel cuts a token's rotation into work: the widest vectors (up to 16 bytes) every head start, token
 // start and pointer allow, the cos/sin loads likewise, and the heads a block takes. A block does about 64 vectors
 // (a thread each), so a few tokens still spread over the SMs and a block's warps read whole heads; none of it
@@ -42,19 +48,21 @@ struct Layout {
   std::int64_t vec = 1, cvec = 1, threads = 64, heads_per_block = 1;
 };
 Layout layout(TensorList t, std::int64_t head_dim, std::int64_t rot_dim, bool neox) {
-  const TensorSpec &q = t[0].spec, &cache = t[3].spec;
+  const TensorSpec &q = t[kQ].spec, &cache = t[kCosSinCache].spec;
   const std::int64_t size = std::int64_t(dtype_size(q.dtype())), csize = std::int64_t(dtype_size(cache.dtype()));
   const std::int64_t half = rot_dim / 2;
-  unsigned x_align = std::min({checks::alignment_of(t[0].data), checks::alignment_of(t[1].data),
-                               checks::alignment_of(DevicePtr(rows::token_stride("rotary_embedding", "q", q) * size)),
-                               checks::alignment_of(DevicePtr(rows::token_stride("rotary_embedding", "k", t[1].spec) * size)),
-                               checks::alignment_of(DevicePtr(head_dim * size))});
+  unsigned x_align =
+      std::min({checks::alignment_of(t[kQ].data), checks::alignment_of(t[kK].data),
+                checks::alignment_of(DevicePtr(rows::token_stride("rotary_embedding", "q", q) * size)),
+                checks::alignment_of(DevicePtr(rows::token_stride("rotary_embedding", "k", t[kK].spec) * size)),
+                checks::alignment_of(DevicePtr(head_dim * size))});
   if (neox) x_align = std::min(x_align, checks::alignment_of(DevicePtr(half * size)));
   Layout l;
   l.vec = checks::widest_vector(neox ? half : rot_dim, size, x_align);
   const std::int64_t pairs = neox ? l.vec : std::max<std::int64_t>(l.vec / 2, 1);
-  const unsigned c_align = std::min({checks::alignment_of(t[3].data), checks::alignment_of(DevicePtr(rot_dim * csize)),
-                                     checks::alignment_of(DevicePtr(half * csize))});
+  const unsigned c_align =
+      std::min({checks::alignment_of(t[kCosSinCache].data), checks::alignment_of(DevicePtr(rot_dim * csize)),
+                checks::alignment_of(DevicePtr(half * csize))});
   l.cvec = checks::widest_vector(pairs, csize, c_align);  // a unit's cos (and sin) run: `pairs` of them
   const std::int64_t chunks = half / pairs;
   l.threads = std::clamp<std::int64_t>((chunks + 31) / 32 * 32, 64, 256);
@@ -66,7 +74,7 @@ class RotaryEmbedding final : public OpDef {
  public:
   RotaryEmbedding() : OpDef(kRotaryEmbedding) {}
   Params derive_params(TensorList t, ScalarList scalars, const Target&) const override {
-    const TensorSpec &q = t[0].spec, &k = t[1].spec, &pos = t[2].spec, &cache = t[3].spec;
+    const TensorSpec &q = t[kQ].spec, &k = t[kK].spec, &pos = t[kPositions].spec, &cache = t[kCosSinCache].spec;
     checks::expect_dtype_in(name(), "q", q.dtype(), kFloatTypes);
     checks::expect_same_dtype(name(), "k", k, "q", q);
     rows::token_stride(name(), "q", q);
@@ -112,14 +120,14 @@ class RotaryEmbedding final : public OpDef {
   // The cos/sin cache: only the rows the positions reach (one a token).
   IdealCost ideal_cost(TensorList t, ScalarList s) const override {
     IdealCost c = OpDef::ideal_cost(t, s);
-    cost::recount(c, cost::bytes(t[3]), cost::rows(t[3], double(t[2].spec.numel())));
+    cost::recount(c, cost::bytes(t[kCosSinCache]), cost::rows(t[kCosSinCache], double(t[kPositions].spec.numel())));
     return c;
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
     LaunchGeometry g;
     const std::int64_t heads = p.get("heads") + p.get("kv_heads"), per_block = p.get("hpb");
-    g.grid.x = unsigned(t[0].spec.dim(0));
+    g.grid.x = unsigned(t[kQ].spec.dim(0));
     g.grid.y = unsigned((heads + per_block - 1) / per_block);
     g.block.x = unsigned(p.get("threads"));
     return g;
@@ -127,25 +135,25 @@ class RotaryEmbedding final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList, const Workspace&, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
-    checks::expect_pointer(name(), "q", t[0], bytes);
-    checks::expect_pointer(name(), "k", t[1], bytes);
-    checks::expect_pointer(name(), "positions", t[2], unsigned(dtype_size(t[2].spec.dtype())));
-    checks::expect_pointer(name(), "cos_sin_cache", t[3],
-                           unsigned(p.get("cvec") * std::int64_t(dtype_size(t[3].spec.dtype()))));
+    checks::expect_pointer(name(), "q", t[kQ], bytes);
+    checks::expect_pointer(name(), "k", t[kK], bytes);
+    checks::expect_pointer(name(), "positions", t[kPositions], unsigned(dtype_size(t[kPositions].spec.dtype())));
+    checks::expect_pointer(name(), "cos_sin_cache", t[kCosSinCache],
+                           unsigned(p.get("cvec") * std::int64_t(dtype_size(t[kCosSinCache].spec.dtype()))));
     args.push_args(mojo_rotary::Args<void, void, void>{
-        .q = ptr(t[0]),
-        .k = ptr(t[1]),
-        .positions = ptr(t[2]),
-        .cos_sin = ptr(t[3]),
-        .tokens = t[0].spec.dim(0),
-        .q_stride = rows::token_stride(name(), "q", t[0].spec),
-        .k_stride = rows::token_stride(name(), "k", t[1].spec),
-        .max_pos = t[3].spec.dim(0),
+        .q = ptr(t[kQ]),
+        .k = ptr(t[kK]),
+        .positions = ptr(t[kPositions]),
+        .cos_sin = ptr(t[kCosSinCache]),
+        .tokens = t[kQ].spec.dim(0),
+        .q_stride = rows::token_stride(name(), "q", t[kQ].spec),
+        .k_stride = rows::token_stride(name(), "k", t[kK].spec),
+        .max_pos = t[kCosSinCache].spec.dim(0),
     });
   }
 
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
-    indices::check_range(name(), "positions", t[2], t[3].spec.dim(0), false, stream);
+    indices::check_range(name(), "positions", t[kPositions], t[kCosSinCache].spec.dim(0), false, stream);
   }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {

@@ -33,10 +33,17 @@ constexpr OpInfo kStoreKvCache{
 };
 
 class StoreKvCache final : public OpDef {
+  // Its tensors' places in kKvTensors.
+  static constexpr std::size_t kKCache = slot(kKvTensors, "k_cache");
+  static constexpr std::size_t kVCache = slot(kKvTensors, "v_cache");
+  static constexpr std::size_t kK = slot(kKvTensors, "k");
+  static constexpr std::size_t kV = slot(kKvTensors, "v");
+  static constexpr std::size_t kSlotMapping = slot(kKvTensors, "slot_mapping");
+
  public:
   StoreKvCache() : OpDef(kStoreKvCache) {}
   Params derive_params(TensorList t, ScalarList, const Target&) const override {
-    const TensorSpec &kc = t[0].spec, &vc = t[1].spec, &k = t[2].spec, &v = t[3].spec;
+    const TensorSpec &kc = t[kKCache].spec, &vc = t[kVCache].spec, &k = t[kK].spec, &v = t[kV].spec;
     checks::expect_dtype_in(name(), "k_cache", kc.dtype(), kFloatTypes);
     if (kc.rank() != 4)
       throw ShapeError(
@@ -59,21 +66,22 @@ class StoreKvCache final : public OpDef {
     if (v.dim(0) != k.dim(0))
       throw ShapeError(fmt::format("store_kv_cache: k has {} tokens but v has {}", k.dim(0), v.dim(0)));
     if (k.dim(0) > std::int64_t(INT32_MAX)) throw ShapeError("store_kv_cache: more tokens than the grid can take");
-    indices::expect(name(), "slot_mapping", t[4].spec, k.dim(0));
+    indices::expect(name(), "slot_mapping", t[kSlotMapping].spec, k.dim(0));
     if (row < 1 || row > rows::kMaxCols)
       throw ShapeError(
           fmt::format("store_kv_cache: kv_heads * head_dim = {}; supported: 1 to {}", row, rows::kMaxCols));
     Params p;
     p.add_dtype("dtype", kc.dtype());
-    p.add_dtype("slots", t[4].spec.dtype());
-    rows::add_params(p, "row", row, rows::pick(row, kc.dtype(), {t[0], t[1], as_rows(t[2]), as_rows(t[3])}));
+    p.add_dtype("slots", t[kSlotMapping].spec.dtype());
+    rows::add_params(p, "row", row,
+                     rows::pick(row, kc.dtype(), {t[kKCache], t[kVCache], as_rows(t[kK]), as_rows(t[kV])}));
     return p;
   }
 
   // The caches ([blocks, page, kv_heads, D]): only the slots written, one a token, never read.
   IdealCost ideal_cost(TensorList t, ScalarList s) const override {
     IdealCost c = OpDef::ideal_cost(t, s);
-    const double slots = double(t[4].spec.numel());
+    const double slots = double(t[kSlotMapping].spec.numel());
     for (int i : {0, 1}) {
       const double page = t[i].spec.rank() < 2 ? 1 : double(std::max<std::int64_t>(t[i].spec.dim(1), 1));
       cost::recount(c, 2 * cost::bytes(t[i]), cost::rows(t[i], slots / page));
@@ -81,27 +89,28 @@ class StoreKvCache final : public OpDef {
     return c;
   }
 
-  LaunchGeometry geometry(const Params& p, TensorList t) const override { return rows::geometry(t[2].spec.dim(0), p); }
+  LaunchGeometry geometry(const Params& p, TensorList t) const override { return rows::geometry(t[kK].spec.dim(0), p); }
 
   void pack_args(const Params& p, TensorList t, ScalarList, const Workspace&, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
     for (std::size_t i = 0; i < 4; ++i) checks::expect_pointer(name(), kKvTensors[i].name, t[i], bytes);
-    checks::expect_pointer(name(), "slot_mapping", t[4], unsigned(dtype_size(t[4].spec.dtype())));
+    checks::expect_pointer(name(), "slot_mapping", t[kSlotMapping], unsigned(dtype_size(t[kSlotMapping].spec.dtype())));
     args.push_args(mojo_kv_cache::Args<void, void>{
-        .k_cache = ptr(t[0]),
-        .v_cache = ptr(t[1]),
-        .k = ptr(t[2]),
-        .v = ptr(t[3]),
-        .slots = ptr(t[4]),
-        .tokens = t[2].spec.dim(0),
-        .num_slots = t[0].spec.dim(0) * t[0].spec.dim(1),
-        .k_stride = rows::token_stride(name(), "k", t[2].spec),
-        .v_stride = rows::token_stride(name(), "v", t[3].spec),
+        .k_cache = ptr(t[kKCache]),
+        .v_cache = ptr(t[kVCache]),
+        .k = ptr(t[kK]),
+        .v = ptr(t[kV]),
+        .slots = ptr(t[kSlotMapping]),
+        .tokens = t[kK].spec.dim(0),
+        .num_slots = t[kKCache].spec.dim(0) * t[kKCache].spec.dim(1),
+        .k_stride = rows::token_stride(name(), "k", t[kK].spec),
+        .v_stride = rows::token_stride(name(), "v", t[kV].spec),
     });
   }
 
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
-    indices::check_range(name(), "slot_mapping", t[4], t[0].spec.dim(0) * t[0].spec.dim(1), true, stream);
+    indices::check_range(name(), "slot_mapping", t[kSlotMapping], t[kKCache].spec.dim(0) * t[kKCache].spec.dim(1), true,
+                         stream);
   }
 
   std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
