@@ -400,7 +400,7 @@ void AttentionOp::pack_args(const Params& p, TensorList t, ScalarList scalars, c
 // The op's tensors, validated, as the numbers the kernel takes.
 AttentionOp::Shape AttentionOp::shape(TensorList t) const {
   const auto infos = tensor_args();
-  const TensorSpec &out = t[0].spec, &q = t[1].spec, &k = t[2].spec, &v = t[3].spec;
+  const TensorSpec &out = t[0].spec, &q = t[1].spec;
   checks::expect_dtype_in(name(), "q", q.dtype(), kTypes);
   for (int i : {0, 2, 3}) checks::expect_same_dtype(name(), infos[std::size_t(i)].name, t[std::size_t(i)].spec, "q", q);
   Shape s{};
@@ -413,6 +413,25 @@ AttentionOp::Shape AttentionOp::shape(TensorList t) const {
   checks::expect_contiguous(name(), "out", out);
   if (std::find(std::begin(kHeadDims), std::end(kHeadDims), s.head_dim) == std::end(kHeadDims))
     throw ShapeError(fmt::format("{}: head_dim {} is not supported; supported: 64, 96, 128, 256", name(), s.head_dim));
+  keys_of(t, s);
+  if (s.heads < 1) throw ShapeError(fmt::format("{}: q is {}; it has no heads", name(), q.str()));
+  if (s.kv_heads < 1 || s.heads % s.kv_heads != 0)
+    throw ShapeError(fmt::format("{}: kv_heads {} does not divide heads {}", name(), s.kv_heads, s.heads));
+  if (s.tokens * s.heads > INT32_MAX || s.kv_tokens > INT32_MAX)
+    throw ShapeError(fmt::format("{}: more tokens than the kernel's 32-bit indices take", name()));
+  sequences_of(t, s);
+  sinks_and_lse_of(t, s);
+  // 16-byte rows: every token stride a multiple of 8 elements.
+  for (auto [arg, stride] : {std::pair{"q", s.q_stride}, {"k", s.k_stride}, {"v", s.v_stride}})
+    if (stride % 8 != 0)
+      throw ShapeError(fmt::format("{}: {}'s token stride {} is not a multiple of 8 elements", name(), arg, stride));
+  return s;
+}
+
+// k and v: packed tokens (sdpa) or the paged cache's blocks.
+void AttentionOp::keys_of(TensorList t, Shape& s) const {
+  const auto infos = tensor_args();
+  const TensorSpec &k = t[2].spec, &v = t[3].spec;
   checks::expect_same_shape(name(), infos[3].name, v, infos[2].name, k);
   if (kind_ == Kind::sdpa) {
     s.k_stride = rows::token_stride(name(), "k", k);
@@ -421,27 +440,26 @@ AttentionOp::Shape AttentionOp::shape(TensorList t) const {
     s.kv_heads = k.dim(1);
     if (k.dim(2) != s.head_dim)
       throw ShapeError(fmt::format("{}: k is {} but q's head_dim is {}", name(), k.str(), s.head_dim));
-  } else {
-    if (k.rank() != 4 || k.dim(3) != s.head_dim)
-      throw ShapeError(fmt::format("{}: {} is {}; expected [num_blocks, block_size, kv_heads, {}]", name(),
-                                   infos[2].name, k.str(), s.head_dim));
-    checks::expect_contiguous(name(), infos[2].name, k);
-    checks::expect_contiguous(name(), infos[3].name, v);
-    s.kv_tokens = k.dim(0);
-    s.page = k.dim(1);
-    s.kv_heads = k.dim(2);
-    if (s.page < 1 || s.page > 1024)
-      throw ShapeError(fmt::format("{}: block_size {}; supported: 1 to 1024", name(), s.page));
-    if (s.kv_tokens < 1)  // block_tables index it, in every row
-      throw ShapeError(
-          fmt::format("{}: {} is {}; it has no blocks for block_tables to name", name(), infos[2].name, k.str()));
+    return;
   }
-  if (s.heads < 1) throw ShapeError(fmt::format("{}: q is {}; it has no heads", name(), q.str()));
-  if (s.kv_heads < 1 || s.heads % s.kv_heads != 0)
-    throw ShapeError(fmt::format("{}: kv_heads {} does not divide heads {}", name(), s.kv_heads, s.heads));
-  if (s.tokens * s.heads > INT32_MAX || s.kv_tokens > INT32_MAX)
-    throw ShapeError(fmt::format("{}: more tokens than the kernel's 32-bit indices take", name()));
+  if (k.rank() != 4 || k.dim(3) != s.head_dim)
+    throw ShapeError(fmt::format("{}: {} is {}; expected [num_blocks, block_size, kv_heads, {}]", name(), infos[2].name,
+                                 k.str(), s.head_dim));
+  checks::expect_contiguous(name(), infos[2].name, k);
+  checks::expect_contiguous(name(), infos[3].name, v);
+  s.kv_tokens = k.dim(0);
+  s.page = k.dim(1);
+  s.kv_heads = k.dim(2);
+  if (s.page < 1 || s.page > 1024)
+    throw ShapeError(fmt::format("{}: block_size {}; supported: 1 to 1024", name(), s.page));
+  if (s.kv_tokens < 1)  // block_tables index it, in every row
+    throw ShapeError(
+        fmt::format("{}: {} is {}; it has no blocks for block_tables to name", name(), infos[2].name, k.str()));
+}
 
+// The sequences: cu_seqlens_q / cu_seqlens_k, the block tables and context lengths, decode's q_len.
+void AttentionOp::sequences_of(TensorList t, Shape& s) const {
+  const auto infos = tensor_args();
   s.batch = 1;
   if (present(t, slots_.cu_q)) {
     const TensorSpec& cu = t[std::size_t(slots_.cu_q)].spec;
@@ -482,6 +500,10 @@ AttentionOp::Shape AttentionOp::shape(TensorList t) const {
                                    name(), s.tokens, s.batch));
     s.q_len = s.tokens / s.batch;
   }
+}
+
+// sinks and lse, where given.
+void AttentionOp::sinks_and_lse_of(TensorList t, const Shape& s) const {
   if (present(t, slots_.sinks)) {
     const TensorSpec& sinks = t[std::size_t(slots_.sinks)].spec;
     if (sinks.dtype() != DType::f32 || sinks.rank() != 1 || sinks.dim(0) != s.heads || !sinks.is_contiguous())
@@ -494,11 +516,6 @@ AttentionOp::Shape AttentionOp::shape(TensorList t) const {
       throw ShapeError(fmt::format("{}: lse is {}; expected f32 [{}, {}] ([heads, tokens]), contiguous", name(),
                                    lse.str(), s.heads, s.tokens));
   }
-  // 16-byte rows: every token stride a multiple of 8 elements.
-  for (auto [arg, stride] : {std::pair{"q", s.q_stride}, {"k", s.k_stride}, {"v", s.v_stride}})
-    if (stride % 8 != 0)
-      throw ShapeError(fmt::format("{}: {}'s token stride {} is not a multiple of 8 elements", name(), arg, stride));
-  return s;
 }
 
 void AttentionOp::index_vector(std::string_view arg, const TensorSpec& t) const {

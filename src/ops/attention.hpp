@@ -105,8 +105,11 @@ class AttentionOp final : public OpDef, public Tunable {
     return kind_ != Kind::sdpa || s.batch > 1 || present(t, slots_.cu_q);
   }
 
-  // The op's tensors, validated, as the numbers the kernel takes.
+  // The op's tensors, validated, as the numbers the kernel takes; its three parts below.
   Shape shape(TensorList t) const;
+  void keys_of(TensorList t, Shape& s) const;
+  void sequences_of(TensorList t, Shape& s) const;
+  void sinks_and_lse_of(TensorList t, const Shape& s) const;
 
   void index_vector(std::string_view arg, const TensorSpec& t) const;
 
