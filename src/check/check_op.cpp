@@ -97,6 +97,52 @@ class PlacedTensor {
   DeviceBuffer buffer_;
 };
 
+// An output written in place over an input has the input's memory and first contents: source[o], else -1.
+std::vector<std::int64_t> in_place_sources(const OpDef& op, std::span<const TensorSpec> specs,
+                                           std::span<const Placement> placements) {
+  const std::span<const TensorArgInfo> infos = op.tensor_args();
+  const auto role = [&](std::size_t i) { return std::string_view(infos[i].role); };
+  std::vector<std::int64_t> source(specs.size(), -1);
+  for (std::size_t o = 0; o < placements.size(); ++o) {
+    const std::int64_t i = placements[o].in_place_of;
+    if (i < 0) continue;
+    if (std::size_t(i) >= specs.size() || role(std::size_t(i)) != "in" || role(o) == "in" ||
+        !(specs[o] == specs[std::size_t(i)]) || placements[std::size_t(i)].in_place_of >= 0)
+      throw InvalidArgumentError(fmt::format(
+          "{}: {} cannot be written in place of {}: an output goes over an input of its shape and dtype", op.name(),
+          infos[o].name,
+          std::size_t(i) < specs.size() ? std::string(infos[std::size_t(i)].name) : fmt::format("tensor {}", i)));
+    source[o] = i;
+  }
+  return source;
+}
+
+// One output against the reference: the first launch's elements `got`, the second's (other poison) `second`,
+// the reference's `want`; `poisoned`: the output started from poison (not from an input it is written over).
+CheckReport::Output compare(const OpCheck& check, std::span<const TensorSpec> specs, ScalarList scalars, std::size_t i,
+                            const std::vector<std::uint8_t>& got, const std::vector<std::uint8_t>& second,
+                            const std::vector<std::uint8_t>& want, bool poisoned) {
+  CheckReport::Output out;
+  out.name = std::string(check.op().tensor_args()[i].name);
+  out.dtype = specs[i].dtype();
+  out.elements = std::size_t(specs[i].numel());
+  out.tolerance = check.tolerance(out.dtype, specs, scalars);
+  out.wrong = mismatches(out.dtype, got, want, out.tolerance);
+  if (poisoned) {
+    const std::size_t size = dtype_size(out.dtype);
+    for (std::size_t e = 0; e < out.elements; ++e)
+      out.poison_dependent += std::memcmp(got.data() + e * size, second.data() + e * size, size) != 0;
+  }
+  for (std::size_t e = 0; e < out.elements; ++e) {
+    const double g = reference::load(out.dtype, got.data(), e), r = reference::load(out.dtype, want.data(), e);
+    if (!std::isfinite(r)) continue;
+    const double diff = std::isfinite(g) ? std::abs(g - r) : INFINITY;
+    out.max_abs = std::max(out.max_abs, diff);
+    if (r != 0) out.max_rel = std::max(out.max_rel, diff / std::abs(r));
+  }
+  return out;
+}
+
 }  // namespace
 
 CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const TensorSpec> specs, ScalarList scalars,
@@ -111,21 +157,10 @@ CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const Tens
         fmt::format("{} takes {} tensors, got {} placements", op.name(), infos.size(), placements.size()));
   rt.device().make_current();  // the buffers below live on the Runtime's device
   const auto role = [&](std::size_t i) { return std::string_view(infos[i].role); };
-  // An output written in place over an input has the input's memory and first contents: source[o], else -1.
-  std::vector<std::int64_t> source(specs.size(), -1);
+  const std::vector<std::int64_t> source = in_place_sources(op, specs, placements);
   std::vector<bool> overwritten_input(specs.size(), false);
-  for (std::size_t o = 0; o < placements.size(); ++o) {
-    const std::int64_t i = placements[o].in_place_of;
-    if (i < 0) continue;
-    if (std::size_t(i) >= specs.size() || role(std::size_t(i)) != "in" || role(o) == "in" ||
-        !(specs[o] == specs[std::size_t(i)]) || placements[std::size_t(i)].in_place_of >= 0)
-      throw InvalidArgumentError(fmt::format(
-          "{}: {} cannot be written in place of {}: an output goes over an input of its shape and dtype", op.name(),
-          infos[o].name,
-          std::size_t(i) < specs.size() ? std::string(infos[std::size_t(i)].name) : fmt::format("tensor {}", i)));
-    source[o] = i;
-    overwritten_input[std::size_t(i)] = true;
-  }
+  for (std::int64_t i : source)
+    if (i >= 0) overwritten_input[std::size_t(i)] = true;
   std::vector<PlacedTensor> placed;
   std::vector<Tensor> tensors;
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -217,29 +252,10 @@ CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const Tens
 
   std::vector<std::vector<std::uint8_t>> want = host;
   check.reference(specs, want, scalars);
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    if (role(i) == "in" || specs[i].rank() == 0) continue;
-    const std::vector<std::uint8_t>& got = first[i];
-    CheckReport::Output out;
-    out.name = std::string(infos[i].name);
-    out.dtype = specs[i].dtype();
-    out.elements = std::size_t(specs[i].numel());
-    out.tolerance = check.tolerance(out.dtype, specs, scalars);
-    out.wrong = mismatches(out.dtype, got, want[i], out.tolerance);
-    if (role(i) == "out" && source[i] < 0) {  // an output over an input starts from the input's data
-      const std::size_t size = dtype_size(out.dtype);
-      for (std::size_t e = 0; e < out.elements; ++e)
-        out.poison_dependent += std::memcmp(got.data() + e * size, second[i].data() + e * size, size) != 0;
-    }
-    for (std::size_t e = 0; e < out.elements; ++e) {
-      const double g = reference::load(out.dtype, got.data(), e), r = reference::load(out.dtype, want[i].data(), e);
-      if (!std::isfinite(r)) continue;
-      const double diff = std::isfinite(g) ? std::abs(g - r) : INFINITY;
-      out.max_abs = std::max(out.max_abs, diff);
-      if (r != 0) out.max_rel = std::max(out.max_rel, diff / std::abs(r));
-    }
-    report.outputs.push_back(std::move(out));
-  }
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    if (role(i) != "in" && specs[i].rank() != 0)  // an output over an input starts from the input's data
+      report.outputs.push_back(
+          compare(check, specs, scalars, i, first[i], second[i], want[i], role(i) == "out" && source[i] < 0));
   return report;
 }
 
