@@ -47,6 +47,61 @@ std::vector<std::string> strings(std::string_view source, const toml::node* n, s
   return out;
 }
 
+// One [[kernel]] entry: its op, dtypes, shapes (a dim may be a bucket of choices) and params.
+Manifest::Kernel kernel_of(std::string_view source, const toml::node& kn) {
+  const toml::table* kt = kn.as_table();
+  if (!kt) fail(source, &kn, "each [[kernel]] must be a table");
+  Manifest::Kernel k;
+  for (auto&& [key, node] : *kt)
+    if (key != "op" && key != "dtypes" && key != "shapes" && key != "params")
+      fail(source, &node,
+           fmt::format("unknown key '{}' in [[kernel]] (expected op, dtypes, shapes, params)", key.str()));
+  auto op = (*kt)["op"].value<std::string>();
+  if (!op) fail(source, &kn, "[[kernel]] needs op = \"<name>\"");
+  try {
+    find_op(*op);
+  } catch (const UnknownOpError& e) {
+    fail(source, kt->get("op"), e.what());
+  }
+  k.op = *op;
+  for (const std::string& d : strings(source, kt->get("dtypes"), "dtypes")) {
+    try {
+      k.dtypes.push_back(parse_dtype(d));
+    } catch (const DTypeError& e) {
+      fail(source, kt->get("dtypes"), e.what());
+    }
+  }
+  const toml::array* shapes = (*kt)["shapes"].as_array();
+  if (!shapes || shapes->empty()) fail(source, &kn, "[[kernel]] needs shapes = [{ x = [rows, hidden] }, ...]");
+  for (const toml::node& sn : *shapes) {
+    const toml::table* st = sn.as_table();
+    if (!st) fail(source, &sn, "each shape is a table such as { x = [1, 4096] }");
+    auto& shape = k.shapes.emplace_back();
+    for (auto&& [name, dims_node] : *st) {
+      const toml::array* dims = dims_node.as_array();
+      if (!dims) fail(source, &dims_node, fmt::format("shape of '{}' must be an array of dimensions", name.str()));
+      auto& out = shape[std::string(name.str())];
+      for (const toml::node& d : *dims) {
+        std::vector<std::int64_t> choices;
+        if (const toml::array* bucket = d.as_array()) {
+          for (const toml::node& b : *bucket) choices.push_back(to_dim(source, b));
+          if (choices.empty()) fail(source, &d, "an empty bucket of dimensions");
+        } else {
+          choices.push_back(to_dim(source, d));
+        }
+        out.push_back(std::move(choices));
+      }
+    }
+  }
+  if (const toml::table* params = (*kt)["params"].as_table())
+    for (auto&& [name, value] : *params) {
+      auto v = value.value<double>();
+      if (!v) fail(source, &value, fmt::format("param '{}' must be a number", name.str()));
+      k.scalars.emplace_back(std::string(name.str()), *v);
+    }
+  return k;
+}
+
 }  // namespace
 
 Manifest Manifest::parse(std::string_view text, std::string_view source) {
@@ -82,58 +137,7 @@ Manifest Manifest::parse(std::string_view text, std::string_view source) {
     }
   const toml::array* kernels = root["kernel"].as_array();
   if (!kernels || kernels->empty()) fail(source, nullptr, "no [[kernel]] entries");
-  for (const toml::node& kn : *kernels) {
-    const toml::table* kt = kn.as_table();
-    if (!kt) fail(source, &kn, "each [[kernel]] must be a table");
-    Kernel k;
-    for (auto&& [key, node] : *kt)
-      if (key != "op" && key != "dtypes" && key != "shapes" && key != "params")
-        fail(source, &node, fmt::format("unknown key '{}' in [[kernel]] (expected op, dtypes, shapes, params)", key.str()));
-    auto op = (*kt)["op"].value<std::string>();
-    if (!op) fail(source, &kn, "[[kernel]] needs op = \"<name>\"");
-    try {
-      find_op(*op);
-    } catch (const UnknownOpError& e) {
-      fail(source, kt->get("op"), e.what());
-    }
-    k.op = *op;
-    for (const std::string& d : strings(source, kt->get("dtypes"), "dtypes")) {
-      try {
-        k.dtypes.push_back(parse_dtype(d));
-      } catch (const DTypeError& e) {
-        fail(source, kt->get("dtypes"), e.what());
-      }
-    }
-    const toml::array* shapes = (*kt)["shapes"].as_array();
-    if (!shapes || shapes->empty()) fail(source, &kn, "[[kernel]] needs shapes = [{ x = [rows, hidden] }, ...]");
-    for (const toml::node& sn : *shapes) {
-      const toml::table* st = sn.as_table();
-      if (!st) fail(source, &sn, "each shape is a table such as { x = [1, 4096] }");
-      auto& shape = k.shapes.emplace_back();
-      for (auto&& [name, dims_node] : *st) {
-        const toml::array* dims = dims_node.as_array();
-        if (!dims) fail(source, &dims_node, fmt::format("shape of '{}' must be an array of dimensions", name.str()));
-        auto& out = shape[std::string(name.str())];
-        for (const toml::node& d : *dims) {
-          std::vector<std::int64_t> choices;
-          if (const toml::array* bucket = d.as_array()) {
-            for (const toml::node& b : *bucket) choices.push_back(to_dim(source, b));
-            if (choices.empty()) fail(source, &d, "an empty bucket of dimensions");
-          } else {
-            choices.push_back(to_dim(source, d));
-          }
-          out.push_back(std::move(choices));
-        }
-      }
-    }
-    if (const toml::table* params = (*kt)["params"].as_table())
-      for (auto&& [name, value] : *params) {
-        auto v = value.value<double>();
-        if (!v) fail(source, &value, fmt::format("param '{}' must be a number", name.str()));
-        k.scalars.emplace_back(std::string(name.str()), *v);
-      }
-    m.kernels.push_back(std::move(k));
-  }
+  for (const toml::node& kn : *kernels) m.kernels.push_back(kernel_of(source, kn));
   return m;
 }
 
