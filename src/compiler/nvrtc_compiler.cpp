@@ -55,6 +55,17 @@ struct ProgramDeleter {
 };
 using Program = std::unique_ptr<std::remove_pointer_t<nvrtcProgram>, ProgramDeleter>;
 
+// A text NVRTC hands out as a size and then the bytes (the log, the PTX), without the NUL the size counts.
+template <class Size, class Get>
+std::string program_text(nvrtcProgram program, Size size_of, Get get, const char* call) {
+  std::size_t size = 0;
+  check(size_of(program, &size), call);
+  std::string text(size, '\0');
+  check(get(program, text.data()), call);
+  while (!text.empty() && text.back() == '\0') text.pop_back();
+  return text;
+}
+
 }  // namespace
 
 NvrtcCompiler::NvrtcCompiler() {
@@ -121,12 +132,7 @@ CompileResult NvrtcCompiler::compile(const CompileRequest& request) const {
     std::error_code ignored;
     std::filesystem::remove(times, ignored);
   }
-  std::size_t log_size = 0;
-  check(nvrtcGetProgramLogSize(raw, &log_size), "nvrtcGetProgramLogSize");
-  std::string log(log_size, '\0');
-  check(nvrtcGetProgramLog(raw, log.data()), "nvrtcGetProgramLog");
-  while (!log.empty() && log.back() == '\0') log.pop_back();
-
+  std::string log = program_text(raw, nvrtcGetProgramLogSize, nvrtcGetProgramLog, "nvrtcGetProgramLog");
   if (result != NVRTC_SUCCESS) {
     throw CompileError(fmt::format("{}: NVRTC failed for {}: {}", request.description, request.target.sm_name(),
                                    diagnostics::first_error(log)),
@@ -139,14 +145,7 @@ CompileResult NvrtcCompiler::compile(const CompileRequest& request) const {
   double phases = 0;
   for (double ms : out.stage_ms) phases += ms;
   out.stage_ms[int(CompileStage::other)] += std::max(0.0, total_ms - phases);
-  auto ptx = [&] {
-    std::size_t size = 0;
-    check(nvrtcGetPTXSize(raw, &size), "nvrtcGetPTXSize");
-    std::string text(size, '\0');
-    check(nvrtcGetPTX(raw, text.data()), "nvrtcGetPTX");
-    while (!text.empty() && text.back() == '\0') text.pop_back();  // the size counts the NUL
-    return text;
-  };
+  auto ptx = [&] { return program_text(raw, nvrtcGetPTXSize, nvrtcGetPTX, "nvrtcGetPTX"); };
   if (request.emit == Emit::cubin) {
     std::size_t size = 0;
     check(nvrtcGetCUBINSize(raw, &size), "nvrtcGetCUBINSize");
