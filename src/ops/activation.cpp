@@ -60,10 +60,15 @@ constexpr OpInfo kGeluAndMul{
 };
 
 class Activation final : public OpDef {
+  // Its tensors' places in kPlainTensors (kGatedTensors has them in the same places).
+  static constexpr std::size_t kOut = slot(kPlainTensors, "out");
+  static constexpr std::size_t kX = slot(kPlainTensors, "x");
+  static_assert(slot(kGatedTensors, "out") == kOut && slot(kGatedTensors, "x") == kX);
+
  public:
   Activation(const OpInfo& info, bool gelu, bool gated) : OpDef(info), gelu_(gelu), gated_(gated) {}
   Params derive_params(TensorList t, ScalarList scalars, const Target&) const override {
-    const TensorSpec &out = t[0].spec, &x = t[1].spec;
+    const TensorSpec &out = t[kOut].spec, &x = t[kX].spec;
     checks::expect_dtype_in(name(), "x", x.dtype(), kFloatTypes);
     checks::expect_same_dtype(name(), "out", out, "x", x);
     checks::expect_contiguous(name(), "x", x);
@@ -84,7 +89,7 @@ class Activation final : public OpDef {
       checks::expect_same_shape(name(), "out", out, "x", x);
     }
     const std::int64_t size = std::int64_t(dtype_size(x.dtype()));
-    const unsigned alignment = std::min(checks::alignment_of(t[0].data), checks::alignment_of(t[1].data));
+    const unsigned alignment = std::min(checks::alignment_of(t[kOut].data), checks::alignment_of(t[kX].data));
     const std::int64_t run = gated_ ? d : out.numel();  // a vector never crosses a half or a row
     std::int64_t vec = 16 / size;
     while (vec > 1 && (run % vec != 0 || alignment < vec * size)) vec /= 2;
@@ -104,7 +109,7 @@ class Activation final : public OpDef {
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
-    const std::int64_t vectors = t[0].spec.numel() / p.get("vec");
+    const std::int64_t vectors = t[kOut].spec.numel() / p.get("vec");
     LaunchGeometry g;
     g.grid.x = unsigned((vectors + kThreads - 1) / kThreads);
     g.block.x = kThreads;
@@ -113,12 +118,12 @@ class Activation final : public OpDef {
 
   void pack_args(const Params& p, TensorList t, ScalarList, const Workspace&, KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
-    checks::expect_pointer(name(), "out", t[0], bytes);
-    checks::expect_pointer(name(), "x", t[1], bytes);
+    checks::expect_pointer(name(), "out", t[kOut], bytes);
+    checks::expect_pointer(name(), "x", t[kX], bytes);
     args.push_args(mojo_activation::Args<void>{
-        .out = ptr(t[0]),
-        .x = ptr(t[1]),
-        .n = t[0].spec.numel(),
+        .out = ptr(t[kOut]),
+        .x = ptr(t[kX]),
+        .n = t[kOut].spec.numel(),
     });
   }
 

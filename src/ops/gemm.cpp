@@ -53,24 +53,31 @@ constexpr OpInfo kGemmBatched{
 };
 
 class Gemm final : public TileOp {
+  // Its tensors' places in kGemmTensors (kBatchedTensors has them in the same places).
+  static constexpr std::size_t kC = slot(kGemmTensors, "c");
+  static constexpr std::size_t kA = slot(kGemmTensors, "a");
+  static constexpr std::size_t kB = slot(kGemmTensors, "b");
+  static_assert(slot(kBatchedTensors, "c") == kC && slot(kBatchedTensors, "a") == kA &&
+                slot(kBatchedTensors, "b") == kB);
+
  public:
   explicit Gemm(bool batched) : TileOp(batched ? kGemmBatched : kGemm), batched_(batched) {}
 
   Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
     const Dims d = dims(t, zero_or_one(*this, scalars, "trans_a"), zero_or_one(*this, scalars, "trans_b"));
-    const TensorSpec &c = t[0].spec, &a = t[1].spec;
+    const TensorSpec &c = t[kC].spec, &a = t[kA].spec;
     checks::expect_dtype_in(name(), "a", a.dtype(), kTileInputTypes);
     const bool tf32 = tf32_of(*this, scalars, a.dtype());
     expect_tensor_cores(name(), a.dtype(), tf32, target);
-    checks::expect_same_dtype(name(), "b", t[2].spec, "a", a);
+    checks::expect_same_dtype(name(), "b", t[kB].spec, "a", a);
     if (c.dtype() != a.dtype() && c.dtype() != DType::f32)
       throw DTypeError(fmt::format("{}: c has dtype {}; expected {} (as a) or f32", name(), dtype_name(c.dtype()),
                                    dtype_name(a.dtype())));
     Params p;
     p.add_dtype("dtype", a.dtype());
     p.add_dtype("out", c.dtype());
-    const bool aligned = chunk_aligned(a.dtype(), t[1].data, {d.lda, d.batch_a}) &&
-                         chunk_aligned(a.dtype(), t[2].data, {d.ldb, d.batch_b});
+    const bool aligned = chunk_aligned(a.dtype(), t[kA].data, {d.lda, d.batch_a}) &&
+                         chunk_aligned(a.dtype(), t[kB].data, {d.ldb, d.batch_b});
     // TMA walks batches by their stride: each batch's operand must lie apart from the others.
     const bool batches_apart =
         d.batch == 1 || (d.batch_a >= (d.trans_a ? d.k : d.m) * d.lda && d.batch_b >= (d.trans_b ? d.n : d.k) * d.ldb);
@@ -97,8 +104,8 @@ class Gemm final : public TileOp {
     IdealCost c = OpDef::ideal_cost(t, s);
     const Dims d = dims(t, zero_or_one(*this, s, "trans_a"), zero_or_one(*this, s, "trans_b"));
     c.flops = 2.0 * double(d.m) * double(d.n) * double(d.k) * double(d.batch);
-    c.weight_bytes = cost::bytes(t[2]);
-    if (scalar(s, "beta") == 0) cost::recount(c, 2 * cost::bytes(t[0]), cost::bytes(t[0]));
+    c.weight_bytes = cost::bytes(t[kB]);
+    if (scalar(s, "beta") == 0) cost::recount(c, 2 * cost::bytes(t[kC]), cost::bytes(t[kC]));
     return c;
   }
 
@@ -115,13 +122,13 @@ class Gemm final : public TileOp {
                  KernelArgs& args) const override {
     const Dims d = dims(t, p.get("ta"), p.get("tb"));
     const unsigned chunk = operand_alignment(p);
-    checks::expect_pointer(name(), "c", t[0], unsigned(dtype_size(t[0].spec.dtype())));
-    checks::expect_pointer(name(), "a", t[1], chunk);
-    checks::expect_pointer(name(), "b", t[2], chunk);
+    checks::expect_pointer(name(), "c", t[kC], unsigned(dtype_size(t[kC].spec.dtype())));
+    checks::expect_pointer(name(), "a", t[kA], chunk);
+    checks::expect_pointer(name(), "b", t[kB], chunk);
     push_kernel_args(args,
-                     {.c = t[0].data,
-                      .a = t[1].data,
-                      .b = t[2].data,
+                     {.c = t[kC].data,
+                      .a = t[kA].data,
+                      .b = t[kB].data,
                       .alpha = float(scalar(scalars, "alpha")),
                       .beta = float(scalar(scalars, "beta")),
                       .m = d.m,
@@ -141,7 +148,7 @@ class Gemm final : public TileOp {
   }
 
   std::string bucket(TensorList t) const override {
-    const TensorSpec &c = t[0].spec, &a = t[1].spec;
+    const TensorSpec &c = t[kC].spec, &a = t[kA].spec;
     const int r = c.rank() - 2;
     const std::int64_t m = c.dim(r), k = m > 0 ? a.dim(r) * a.dim(r + 1) / m : 0;
     return shape_bucket(m, c.dim(r + 1), k);
@@ -169,7 +176,7 @@ class Gemm final : public TileOp {
       if (t[i].spec.rank() != rank)
         throw ShapeError(fmt::format("{}: {} is {}; expected rank {} ({})", name(), names[i], t[i].spec.str(), rank,
                                      tensor_args()[i].doc));
-    const TensorSpec &c = t[0].spec, &a = t[1].spec, &b = t[2].spec;
+    const TensorSpec &c = t[kC].spec, &a = t[kA].spec, &b = t[kB].spec;
     const int r = rank - 2;  // index of the row dim
     Dims d{};
     d.trans_a = trans_a;

@@ -154,11 +154,15 @@ constexpr OpInfo kLogSoftmax{
 };
 
 class Softmax final : public SoftmaxRows {
+  // Its tensors' places in kForwardTensors.
+  static constexpr std::size_t kOut = slot(kForwardTensors, "out");
+  static constexpr std::size_t kX = slot(kForwardTensors, "x");
+
  public:
   // A chunk's part: its max and sum.
   explicit Softmax(bool log) : SoftmaxRows(log ? kLogSoftmax : kSoftmax, "softmax", 1, 1, 2), log_(log) {}
   Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
-    const TensorSpec &out = t[0].spec, &x = t[1].spec;
+    const TensorSpec &out = t[kOut].spec, &x = t[kX].spec;
     checks::expect_dtype_in(name(), "x", x.dtype(), kFloatTypes);
     const std::int64_t cols = rows::cols_of(name(), "x", x);
     checks::expect_same_dtype(name(), "out", out, "x", x);
@@ -168,7 +172,7 @@ class Softmax final : public SoftmaxRows {
     const std::int64_t rows = rows::count(name(), x);
     Params p;
     p.add_dtype("dtype", x.dtype());
-    add_params(scalars, p, rows, cols, rows::pick(cols, x.dtype(), {t[0], t[1]}), x.dtype(), target);
+    add_params(scalars, p, rows, cols, rows::pick(cols, x.dtype(), {t[kOut], t[kX]}), x.dtype(), target);
     p.add("log", log_ ? 1 : 0);
     return p;
   }
@@ -176,14 +180,14 @@ class Softmax final : public SoftmaxRows {
   void pack_args(const Params& p, TensorList t, ScalarList, const Workspace& workspace,
                  KernelArgs& args) const override {
     const unsigned bytes = checks::vector_bytes(p);
-    checks::expect_pointer(name(), "out", t[0], bytes);
-    checks::expect_pointer(name(), "x", t[1], bytes);
+    checks::expect_pointer(name(), "out", t[kOut], bytes);
+    checks::expect_pointer(name(), "x", t[kX], bytes);
     args.push_args(mojo_softmax::Args<void>{
-        .out = ptr(t[0]),
-        .x = ptr(t[1]),
+        .out = ptr(t[kOut]),
+        .x = ptr(t[kX]),
         .rows = rows(p, t),
-        .out_stride = rows::stride(name(), "out", t[0].spec),
-        .x_stride = rows::stride(name(), "x", t[1].spec),
+        .out_stride = rows::stride(name(), "out", t[kOut].spec),
+        .x_stride = rows::stride(name(), "x", t[kX].spec),
         .parts = ptr<float>(workspace.scratch),
         .sync = ptr<unsigned>(workspace.sync),
     });
@@ -209,11 +213,16 @@ constexpr OpInfo kSoftmaxBackward{
 };
 
 class SoftmaxBackward final : public SoftmaxRows {
+  // Its tensors' places in kBackwardTensors.
+  static constexpr std::size_t kGradX = slot(kBackwardTensors, "grad_x");
+  static constexpr std::size_t kGradOut = slot(kBackwardTensors, "grad_out");
+  static constexpr std::size_t kOut = slot(kBackwardTensors, "out");
+
  public:
   // A chunk's part: its sum of grad_out * out.
   SoftmaxBackward() : SoftmaxRows(kSoftmaxBackward, "softmax_backward", 2, 2, 1) {}
   Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
-    const TensorSpec& y = t[2].spec;
+    const TensorSpec& y = t[kOut].spec;
     checks::expect_dtype_in(name(), "out", y.dtype(), kFloatTypes);
     const std::int64_t cols = rows::cols_of(name(), "out", y);
     for (std::size_t i = 0; i < 3; ++i) {
@@ -224,7 +233,8 @@ class SoftmaxBackward final : public SoftmaxRows {
     const std::int64_t rows = rows::count(name(), y);
     Params p;
     p.add_dtype("dtype", y.dtype());
-    add_params(scalars, p, rows, cols, rows::pick(cols, y.dtype(), {t[0], t[1], t[2]}), y.dtype(), target);
+    add_params(scalars, p, rows, cols, rows::pick(cols, y.dtype(), {t[kGradX], t[kGradOut], t[kOut]}), y.dtype(),
+               target);
     return p;
   }
 
@@ -233,9 +243,9 @@ class SoftmaxBackward final : public SoftmaxRows {
     const unsigned bytes = checks::vector_bytes(p);
     for (std::size_t i = 0; i < 3; ++i) checks::expect_pointer(name(), kBackwardTensors[i].name, t[i], bytes);
     args.push_args(mojo_softmax::BackwardArgs<void>{
-        .grad_x = ptr(t[0]),
-        .grad_out = ptr(t[1]),
-        .out = ptr(t[2]),
+        .grad_x = ptr(t[kGradX]),
+        .grad_out = ptr(t[kGradOut]),
+        .out = ptr(t[kOut]),
         .rows = rows(p, t),
         .parts = ptr<float>(workspace.scratch),
         .sync = ptr<unsigned>(workspace.sync),
