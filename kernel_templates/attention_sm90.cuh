@@ -300,9 +300,8 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       const int col = j * 8 + 2 * (lane % 4);
-      mojo::Pack<T, 2> pair;
-      pair.bits.x = mojo::pack_pair<T>(o[4 * j + 2 * h] * f.factor, o[4 * j + 2 * h + 1] * f.factor);
-      mojo::store<T, 2>(row + col, pair);
+      const float pair[2] = {o[4 * j + 2 * h] * f.factor, o[4 * j + 2 * h + 1] * f.factor};
+      mojo::store<T, 2>(row + col, mojo::pack_floats<T, 2>(pair));
     }
     if (P::lse && lane % 4 == 0) lse[(long long)head * a.q_tokens + w.sq.q_start + token] = f.lse;
   }

@@ -156,15 +156,8 @@ __device__ __forceinline__ void store_pair_plain(const Problem<TA, TC>& p, int r
   TC* out = p.c + (long long)row * p.ldc + col;
   const float v0 = output_value<TA, TC, BETA, BIAS, ACT, RESIDUAL>(p, row, col, acc0);
   if (col + 1 < p.n && reinterpret_cast<unsigned long long>(out) % (2 * sizeof(TC)) == 0) {
-    const float v1 = output_value<TA, TC, BETA, BIAS, ACT, RESIDUAL>(p, row, col + 1, acc1);
-    mojo::Pack<TC, 2> pair;
-    if constexpr (sizeof(TC) == 2) {
-      pair.bits.x = mojo::pack_pair<TC>(v0, v1);
-    } else {
-      pair.v[0] = v0;
-      pair.v[1] = v1;
-    }
-    mojo::store<TC, 2>(out, pair);
+    const float pair[2] = {v0, output_value<TA, TC, BETA, BIAS, ACT, RESIDUAL>(p, row, col + 1, acc1)};
+    mojo::store<TC, 2>(out, mojo::pack_floats<TC, 2>(pair));
     return;
   }
   *out = mojo::from_float<TC>(v0);

@@ -309,13 +309,12 @@ template <class T, int N> union Pack {
 // N floats rounded to T as one pack: 16-bit pairs through pack_pair (one F2FP a pair under either compiler).
 template <class T, int N> __device__ __forceinline__ Pack<T, N> pack_floats(const float (&f)[N]) {
   Pack<T, N> p;
-  auto pair = [&](int i) { return pack_pair<T>(f[2 * i], f[2 * i + 1]); };
   if constexpr (sizeof(T) == 2 && N == 2) {
-    p.bits.x = pair(0);
+    p.bits.x = pack_pair<T>(f[0], f[1]);
   } else if constexpr (sizeof(T) == 2 && N == 4) {
-    p.bits = {pair(0), pair(1)};
+    p.bits = {pack_pair<T>(f[0], f[1]), pack_pair<T>(f[2], f[3])};
   } else if constexpr (sizeof(T) == 2 && N == 8) {
-    p.bits = {pair(0), pair(1), pair(2), pair(3)};
+    p.bits = {pack_pair<T>(f[0], f[1]), pack_pair<T>(f[2], f[3]), pack_pair<T>(f[4], f[5]), pack_pair<T>(f[6], f[7])};
   } else {
 #pragma unroll
     for (int i = 0; i < N; ++i) p.v[i] = from_float<T>(f[i]);
