@@ -153,15 +153,10 @@ template <> __device__ __forceinline__ bf16 from_float<bf16>(float v) {
 // lo and hi rounded as from_float<T> (T 16-bit) and packed in one register, lo in the low half: one
 // cvt.rn.{bf16,f16}x2.f32 on sm_80+, which ptxas makes one F2FP. Two conversions and a shift-or made three
 // instructions a pair of LLVM's kernels (F2F, F2F, PRMT: NVVM matched the pattern, LLVM's PTX did not).
-template <class T> __device__ __forceinline__ unsigned pack_pair(float lo, float hi);
-#if defined(MOJO_CPU) || __CUDA_ARCH__ < 800
-template <> __device__ __forceinline__ unsigned pack_pair<f16>(float lo, float hi) {
-  return unsigned(from_float<f16>(lo).bits) | unsigned(from_float<f16>(hi).bits) << 16;
+template <class T> __device__ __forceinline__ unsigned pack_pair(float lo, float hi) {
+  return unsigned(from_float<T>(lo).bits) | unsigned(from_float<T>(hi).bits) << 16;
 }
-template <> __device__ __forceinline__ unsigned pack_pair<bf16>(float lo, float hi) {
-  return unsigned(from_float<bf16>(lo).bits) | unsigned(from_float<bf16>(hi).bits) << 16;
-}
-#else
+#if !defined(MOJO_CPU) && __CUDA_ARCH__ >= 800
 template <> __device__ __forceinline__ unsigned pack_pair<f16>(float lo, float hi) {
   unsigned d;
   asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));

@@ -253,7 +253,7 @@ CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const Tens
   std::vector<std::vector<std::uint8_t>> want = host;
   check.reference(specs, want, scalars);
   for (std::size_t i = 0; i < specs.size(); ++i)
-    if (role(i) != "in" && specs[i].rank() != 0)  // an output over an input starts from the input's data
+    if (role(i) != "in" && specs[i].rank() != 0)  // poisoned: not an inout, nor over an input (its data first)
       report.outputs.push_back(
           compare(check, specs, scalars, i, first[i], second[i], want[i], role(i) == "out" && source[i] < 0));
   return report;
