@@ -28,7 +28,9 @@
 // stages, causal, window, softcap, sinks, lse (0/1: features present), varlen
 // (1: sequences from cu_q or a batch; 0: one), paged (K/V from the paged
 // cache of store_kv_cache, pages of `page` tokens), splits, step (split
-// plans: 0 partial, 1 merge).
+// plans: 0 partial, 1 merge), wgmma (1: the sm_90a prefill of
+// attention_sm90.cuh), gather (1: its producer gathers a paged cache's keys
+// with cp.async where TMA boxes do not tile its key tiles).
 //
 // Sequences: cu_q (int [batch + 1], cumulative query tokens) when given;
 // else q_len > 0 tokens per sequence (decode); else one sequence of q_tokens.
@@ -225,6 +227,44 @@ __device__ __forceinline__ Finish finish(float base, float total, float sink) {
   return {w_keys / denominator, (top + mojo::log2_approx(denominator)) * 0.6931471805599453f};
 }
 
+// Where key `key` of the block's sequence (from its first) sits in a paged cache: the element offset of its row
+// for this KV head, and whether it is there to read (not for a key at or past w.hi, past the block table or in a
+// block outside the cache).
+struct CacheRow {
+  long long at;
+  bool valid;
+};
+template <class P>
+__device__ __forceinline__ CacheRow cache_row(const Batch& a, const Work& w, int key, int kv_heads, int kv_head) {
+  constexpr int PAGE = P::page > 0 ? P::page : 1;
+  bool valid = key < w.hi && key / PAGE < a.max_blocks;
+  const int page = valid ? a.block_table[(long long)w.seq * a.max_blocks + key / PAGE] : 0;
+  valid = valid && page >= 0 && page < a.kv_tokens;
+  return {(((long long)page * PAGE + key % PAGE) * kv_heads + kv_head) * P::head_dim, valid};
+}
+
+// Key `key` of the block's sequence, columns col .. col + 8 of this KV head, from k and v into shared memory at
+// k_dst and v_dst by cp.async: zeros where it is not there to read (cache_row; packed keys: past w.hi or the
+// tensor) and for columns past D.
+template <class P, class T>
+__device__ __forceinline__ void copy_key(unsigned k_dst, unsigned v_dst, const T* k, const T* v, const Batch& a,
+                                         const Work& w, int key, int col, int kv_heads, int kv_head,
+                                         long long k_stride, long long v_stride) {
+  bool valid = col < P::head_dim;
+  long long k_at = 0, v_at = 0;
+  if (P::paged) {
+    const CacheRow row = cache_row<P>(a, w, key, kv_heads, kv_head);
+    valid = valid && row.valid;
+    k_at = v_at = row.at + col;
+  } else {
+    valid = valid && key < w.hi && w.sq.kv_start + key < a.kv_tokens;
+    k_at = (long long)(w.sq.kv_start + key) * k_stride + kv_head * P::head_dim + col;
+    v_at = (long long)(w.sq.kv_start + key) * v_stride + kv_head * P::head_dim + col;
+  }
+  mojo::cp_async_16(k_dst, valid ? k + k_at : k, valid ? 16 : 0);
+  mojo::cp_async_16(v_dst, valid ? v + v_at : v, valid ? 16 : 0);
+}
+
 template <class T, class P>
 __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k,
                                     const T* __restrict__ v, const Batch& a, const float* __restrict__ sinks,
@@ -233,7 +273,6 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
                                     float scale, float softcap, int window, int section_heads) {
   constexpr int D = P::head_dim, DP = D <= 64 ? 64 : D <= 128 ? 128 : 256, G = P::group, WM = P::wm, WN = P::wn, BN = P::bn;
   constexpr int STAGES = P::stages, BM = 16 * WM, GROUP_THREADS = 32 * WM, THREADS = GROUP_THREADS * WN;
-  constexpr int PAGE = P::page > 0 ? P::page : 1;
   using QTile = mojo::Tile<BM, DP, 2>;
   using KvTile = mojo::Tile<BN, DP, 2>;
   constexpr int STAGE_BYTES = 2 * KvTile::BYTES;  // K then V
@@ -245,7 +284,7 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
   if (!find_work<BM, BN, G, P::causal != 0, P::window != 0, P::varlen != 0>(a, place.tile, split, chunk, window, w))
     return;
   const Sequence& sq = w.sq;
-  const int seq = w.seq, row0 = w.row0, offset = w.offset, hi = w.hi, tile_begin = w.tile_begin;
+  const int row0 = w.row0, offset = w.offset, tile_begin = w.tile_begin;
   const int kv_tiles = w.kv_tiles;
   const int tid = (int)mojo::thread_x(), lane = tid % 32, warp = tid / 32;
   const int wm = warp % WM, grp = warp / WM, gtid = tid % GROUP_THREADS;
@@ -271,25 +310,12 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
   };
   // Keys [k0, k0 + BN) of this KV head into a stage: K then V, zeros past hi or for a bad page.
   auto load_stage = [&](int stage, int k0) {
-    unsigned char* s = ring + stage * STAGE_BYTES;
+    const unsigned s = mojo::smem_address(ring + stage * STAGE_BYTES);
     constexpr int CHUNKS = DP / 8, TOTAL = BN * CHUNKS;
     for (int c = gtid; c < TOTAL; c += GROUP_THREADS) {
-      const int r = c / CHUNKS, col = (c % CHUNKS) * 8, key = k0 + r;
-      bool valid = key < hi && col < D;
-      long long k_at = 0, v_at = 0;
-      if (P::paged) {
-        valid = valid && key / PAGE < a.max_blocks;
-        const int page = valid ? a.block_table[(long long)seq * a.max_blocks + key / PAGE] : 0;
-        valid = valid && page >= 0 && page < a.kv_tokens;
-        k_at = v_at = (((long long)page * PAGE + key % PAGE) * kv_heads + kv_head) * D + col;
-      } else {
-        valid = valid && sq.kv_start + key < a.kv_tokens;
-        k_at = (long long)(sq.kv_start + key) * k_stride + kv_head * D + col;
-        v_at = (long long)(sq.kv_start + key) * v_stride + kv_head * D + col;
-      }
-      mojo::cp_async_16(mojo::smem_address(s) + unsigned(KvTile::offset(r, col)), valid ? k + k_at : k, valid ? 16 : 0);
-      mojo::cp_async_16(mojo::smem_address(s) + unsigned(KvTile::BYTES + KvTile::offset(r, col)), valid ? v + v_at : v,
-                        valid ? 16 : 0);
+      const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
+      const unsigned at = s + unsigned(KvTile::offset(r, col));
+      copy_key<P>(at, at + KvTile::BYTES, k, v, a, w, k0 + r, col, kv_heads, kv_head, k_stride, v_stride);
     }
   };
 
@@ -539,9 +565,16 @@ __device__ __forceinline__ void merge(T* __restrict__ out, const float* __restri
   extern "C" __global__ void __launch_bounds__(384, 1)                                                                 \
       NAME(MOJO_ARG_PARAMS(MOJO_ATTENTION_ARGS, P::dtype), const mojo::TensorMap, const mojo::TensorMap) {             \
     mojo::after_previous_kernels();                                                                                    \
-    mojo_attention::run_sm90<P::dtype, P>(out, q, MOJO_ATTENTION_BATCH(P), sinks, lse, q_stride, heads, kv_heads,      \
-                                          scale, softcap, window, section_heads, MOJO_PARAM_ADDRESS(NAME, 25),         \
-                                          MOJO_PARAM_ADDRESS(NAME, 26));                                               \
+    mojo_attention::run_sm90<P::dtype, P>(out, q, k, v, MOJO_ATTENTION_BATCH(P), sinks, lse, q_stride, heads,          \
+                                          kv_heads, scale, softcap, window, section_heads,                             \
+                                          MOJO_PARAM_ADDRESS(NAME, 25), MOJO_PARAM_ADDRESS(NAME, 26));                 \
+  }
+// The sm_90a prefill that gathers a paged cache's keys (gather = 1): no TMA descriptors.
+#define MOJO_ATTENTION_SM90_GATHER(NAME, P)                                                                            \
+  extern "C" __global__ void __launch_bounds__(384, 1) NAME(MOJO_ARG_PARAMS(MOJO_ATTENTION_ARGS, P::dtype)) {          \
+    mojo::after_previous_kernels();                                                                                    \
+    mojo_attention::run_sm90<P::dtype, P>(out, q, k, v, MOJO_ATTENTION_BATCH(P), sinks, lse, q_stride, heads,          \
+                                          kv_heads, scale, softcap, window, section_heads, nullptr, nullptr);          \
   }
 #define MOJO_KERNEL_sdpa(NAME, P) MOJO_ATTENTION(NAME, P)
 #define MOJO_KERNEL_paged_prefill_gqa(NAME, P) MOJO_ATTENTION(NAME, P)

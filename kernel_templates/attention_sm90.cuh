@@ -1,33 +1,40 @@
 // Attention prefill, the sm_90a path (Hopper), FlashAttention-3 style:
 // included by attention.cu for head_dim 64, 96 (as 128), 128 and 256 (sdpa
-// and paged_prefill_gqa; the paged cache's blocks of 8 to 128 tokens that
-// tile a key tile), param wgmma = 1.
+// and paged_prefill_gqa, over a paged cache of any block size), param
+// wgmma = 1.
 //
 // A block takes 128 packed query rows (two consumer warpgroups of 64) of one
 // KV head. Warpgroup 0 is the producer: one thread streams the K and V tiles
 // (BN keys x head_dim: 176 keys without a causal mask or window, else 128;
 // 80 at head_dim 256, whose O takes 128 registers a thread, or 64 there for
-// a paged cache of 32- or 64-token blocks) with
-// TMA into a STAGES-deep ring of 128-byte-swizzled shared memory (64-column
-// boxes; a paged tile is one box per cache block), each stage guarded by a
-// "full" mbarrier (its bytes landed) and an "empty" one (both consumers are
-// done with it). Each consumer computes S = Q K^T with wgmma from shared
-// memory (its Q tile, which it loads itself), applies the masks (only to the
-// tiles some of its rows see in part) and the online softmax in registers,
-// and accumulates O += P V with
-// wgmma, P from registers (the layout of S's accumulators is that of A's
-// fragments: packed in pairs, they are the operand as they stand) and V read
-// MN-major. The two consumers take turns on the tensor cores (named
-// barriers 3 and 4): one's softmax runs under the other's matmuls. The
-// producer gives up registers to the consumers.
+// a paged cache of blocks that tile 64 keys but not 80) with TMA into a
+// STAGES-deep ring of 128-byte-swizzled shared memory (64-column boxes; a
+// paged tile is one box per cache block, or part of one block), each stage
+// guarded by a "full" mbarrier (its bytes landed) and an "empty" one (both
+// consumers are done with it). The whole producer warpgroup gathers a paged
+// tile instead, 16 bytes at a time with cp.async into the same layout (as
+// FlashAttention 3 does for such caches), where TMA boxes cannot tile it
+// with cache blocks (blocks of 1 to 4 tokens, as SGLang's, or of sizes that
+// neither divide nor are a multiple of BN: param gather = 1), and for a
+// sequence's last tile, whose boxes would read slots past its context.
+// Each consumer computes S = Q K^T with wgmma from shared memory (its Q
+// tile, which it loads itself), applies the masks (only to the tiles some
+// of its rows see in part) and the online softmax in registers, and
+// accumulates O += P V with wgmma, P from registers (the layout of S's
+// accumulators is that of A's fragments: packed in pairs, they are the
+// operand as they stand) and V read MN-major. The two consumers take turns
+// on the tensor cores (named barriers 3 and 4): one's softmax runs under the
+// other's matmuls. The producer gives up registers to the consumers.
 //
-// Kernel args: attention.cu's (MOJO_ATTENTION_ARGS), then the TMA descriptors
-// of k and v as 3-D tensors (head_dim, rows, kv_heads): rows are the packed
-// tokens (boxes of 64 x BN x 1) or the cache's slots (boxes of 64 x
-// block_size x 1).
+// Kernel args: attention.cu's (MOJO_ATTENTION_ARGS), then (gather = 0) the
+// TMA descriptors of k and v as 3-D tensors (head_dim, rows, kv_heads): rows
+// are the packed tokens (boxes of 64 x BN x 1) or the cache's slots (boxes
+// of 64 x min(block_size, BN) x 1).
 // Geometry: 384 threads; grid as the sm_80 path's with 128-row tiles; dynamic
-// shared memory: 1024 (alignment) + Q 128 x head_dim x 2 bytes + STAGES x BN x head_dim x 4 bytes (K and V) +
-// barriers (head_dim 256: 230,432 bytes, under the 232,448 a block may take).
+// shared memory: 1024 (alignment) + Q 128 x head_dim x 2 bytes + STAGES x BN
+// x head_dim x 4 bytes (K and V) + barriers (16 x STAGES bytes) + paged, a
+// gathered tile's cache rows (8 x BN bytes) (head_dim 256: 230,432 bytes, or
+// 231,072 paged, under the 232,448 a block may take).
 #pragma once
 
 #include "mojo_wgmma.cuh"
@@ -59,7 +66,8 @@ __device__ __forceinline__ void scale_scores(float (&s)[N], float (&tile_max)[2]
 }
 
 template <class T, class P>
-__device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restrict__ q, const Batch& a,
+__device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k,
+                                         const T* __restrict__ v, const Batch& a,
                                          const float* __restrict__ sinks, float* __restrict__ lse, long long q_stride,
                                          int heads, int kv_heads, float scale, float softcap, int window,
                                          int section_heads, const mojo::TensorMap* k_map,
@@ -67,14 +75,15 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   // DP: head_dim in whole 64-column sub-tiles (96 in two, the last half zeros: TMA fills the columns past the
   // tensor's, the Q load writes them, and P V computes and drops them).
   constexpr int D = P::head_dim, DP = (D + 63) / 64 * 64, G = P::group, BM = 128, BN = P::bn, STAGES = P::stages;
-  constexpr int BOX = P::paged ? P::page : BN;  // key rows per TMA box
+  constexpr int BOX = P::paged && P::page < BN ? P::page : BN;  // key rows per TMA box
   static_assert((D == 64 || D == 96 || D == 128 || D == 256) && 16 * P::wm == BM,
                 "the sm_90a path: head_dim 64, 96, 128 or 256, 128-row tiles");
   static_assert((D == 256 ? BN == 80 || (BN == 64 && P::paged) : BN == 128) ||
                     (BN == 176 && D != 256 && !P::causal && !P::window && !P::paged),
                 "key tiles of 128 (80 at head_dim 256: O holds 128 registers; 64 for cache blocks that do not tile "
                 "80), or of 176 where every tile sees all its keys");
-  static_assert(BN % BOX == 0 && BOX % 8 == 0, "whole cache blocks of 8 to 128 tokens per key tile");
+  static_assert(P::gather || (BN % BOX == 0 && BOX % 8 == 0 && (!P::paged || P::page % BOX == 0)),
+                "TMA boxes: whole cache blocks of 8 to 128 tokens a key tile, or a key tile within one block");
   static_assert(sizeof(T) == 2, "wgmma here takes f16 or bf16");
   constexpr unsigned Q_BYTES = 64 * DP * 2, KV_BYTES = BN * DP * 2;
   MOJO_DYNAMIC_SMEM(smem);
@@ -82,6 +91,7 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   const unsigned base = (mojo::smem_address(smem) + 1023u) & ~1023u;
   unsigned char* const base_ptr = smem + (base - mojo::smem_address(smem));
   const unsigned ring = base + 2 * Q_BYTES, full = ring + STAGES * 2 * KV_BYTES, empty = full + 8 * STAGES;
+  const unsigned rows = empty + 8 * STAGES;  // paged: a gathered key tile's cache rows (BN of 8 bytes)
   const int tid = (int)mojo::thread_x(), warpgroup = tid / 128;
   const Place place = place_block(section_heads);
   const int kv_head = place.kv_head;
@@ -90,11 +100,13 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   if (!find_work<BM, BN, G, P::causal != 0, P::window != 0, P::varlen != 0>(a, place.tile, 0, 0x3fffffff, window, w))
     return;
   if (tid == 0) {
-    mojo::tma_prefetch_descriptor(k_map);
-    mojo::tma_prefetch_descriptor(v_map);
+    if constexpr (P::gather == 0) {
+      mojo::tma_prefetch_descriptor(k_map);
+      mojo::tma_prefetch_descriptor(v_map);
+    }
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      mojo::mbarrier_init(full + 8 * s, 1);
+      mojo::mbarrier_init(full + 8 * s, 1);  // thread 0 of the producer
       mojo::mbarrier_init(empty + 8 * s, 2 * 128);
     }
     mojo::fence_barrier_init();
@@ -103,21 +115,18 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
 
   if (warpgroup == 0) {
     mojo::setmaxnreg_dec<40>();
-    if (tid != 0) return;
-    for (int it = 0; it < w.kv_tiles; ++it) {
-      const int stage = it % STAGES;
-      mojo::mbarrier_wait(empty + 8 * stage, ((it / STAGES) & 1) ^ 1);  // both consumers released it
+    // A tile's keys by TMA (thread 0 alone): whole boxes, zeros past the tensor's edges.
+    auto tma_tile = [&](int stage, int k0) MOJO_INLINE_LAMBDA {
       const unsigned k_dst = ring + stage * 2 * KV_BYTES, v_dst = k_dst + KV_BYTES, bar = full + 8 * stage;
-      mojo::mbarrier_arrive_expect_tx(bar, 2 * KV_BYTES);  // whole boxes, zeros past the edges
-      const int k0 = w.tile_begin + it * BN;
+      mojo::mbarrier_arrive_expect_tx(bar, 2 * KV_BYTES);
 #pragma unroll
       for (int box = 0; box < BN / BOX; ++box) {
         int row = w.sq.kv_start + k0 + box * BOX;
         if constexpr (P::paged != 0) {
           // A block past the table or not in the cache: a box past the cache's end, which reads zeros.
-          const int index = (k0 + box * BOX) / BOX;
+          const int key = k0 + box * BOX, index = key / P::page;
           const int page = index < a.max_blocks ? a.block_table[(long long)w.seq * a.max_blocks + index] : -1;
-          row = (page >= 0 && page < a.kv_tokens ? page : a.kv_tokens) * BOX;
+          row = page >= 0 && page < a.kv_tokens ? page * P::page + key % P::page : a.kv_tokens * P::page;
         }
 #pragma unroll
         for (int sub = 0; sub < DP / 64; ++sub) {
@@ -126,6 +135,49 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
           mojo::tma_load_3d(v_dst + at, v_map, bar, sub * 64, row, kv_head);
         }
       }
+    };
+    // A tile's keys gathered by the whole warpgroup: each warp takes a quarter of them, its lanes look up one
+    // key's cache row each (a load a lane, all in flight at once) into `rows`, and all copy the keys 16 bytes at a
+    // time with cp.async, zeros where a key is not there to read. Each thread waits for its copies, makes them
+    // visible to wgmma (the async proxy reads what the generic proxy wrote), and when all have, thread 0 arrives
+    // at the stage's "full" barrier. Waiting costs no overlap: a consumer releases a stage only once the next
+    // tile has landed, so the next tile's stage is not free before this one lands.
+    auto gather_tile = [&](int stage, int k0) MOJO_INLINE_LAMBDA {
+      constexpr int ROWS = BN / 4, CHUNKS = DP / 8;  // a warp's keys of a tile; the 16-byte pieces of a key
+      static_assert(!P::paged || (ROWS <= 32 && ROWS * CHUNKS % 32 == 0), "a key a lane; every lane copies as often");
+      const int warp = tid / 32, lane = tid % 32;
+      long long* const key_rows = reinterpret_cast<long long*>(base_ptr + (rows - base));
+      if (lane < ROWS) {  // -1: not there to read
+        const CacheRow row = cache_row<P>(a, w, k0 + warp * ROWS + lane, kv_heads, kv_head);
+        key_rows[warp * ROWS + lane] = row.valid ? row.at : -1;
+      }
+      mojo::sync_warps(5, 128);
+      const unsigned k_dst = ring + stage * 2 * KV_BYTES;
+#pragma unroll 1  // within the producer's 40 registers
+      for (int c = lane; c < ROWS * CHUNKS; c += 32) {
+        const int r = warp * ROWS + c / CHUNKS, col = (c % CHUNKS) * 8;
+        const long long row = key_rows[r];
+        const bool valid = row >= 0 && col < D;
+        const unsigned at = k_dst + swizzled<BN>(r, col);
+        mojo::cp_async_16(at, valid ? k + row + col : k, valid ? 16 : 0);
+        mojo::cp_async_16(at + KV_BYTES, valid ? v + row + col : v, valid ? 16 : 0);
+      }
+      mojo::cp_async_commit();
+      mojo::cp_async_wait<0>();
+      mojo::fence_proxy_async();
+      mojo::sync_warps(5, 128);  // all copies landed and fenced, and `rows` read before the next tile's
+      if (tid == 0) mojo::mbarrier_arrive(full + 8 * stage);
+    };
+    // A paged cache's last tile, where its TMA boxes would reach past the sequence's context into slots that it
+    // never wrote (NaN there would reach O, even times a probability of 0), is gathered. Packed keys go by TMA.
+    if (!P::paged && tid != 0) return;
+    for (int it = 0; it < w.kv_tiles; ++it) {
+      const int stage = it % STAGES, k0 = w.tile_begin + it * BN;
+      const bool gathered = P::gather || (P::paged && k0 + BN > w.sq.kv_len);
+      if (!gathered && tid != 0) continue;
+      mojo::mbarrier_wait(empty + 8 * stage, ((it / STAGES) & 1) ^ 1);  // both consumers released it
+      if (gathered) gather_tile(stage, k0);
+      else tma_tile(stage, k0);
     }
     return;
   }

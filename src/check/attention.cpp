@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "check/host_data.hpp"
@@ -25,7 +26,10 @@ class AttentionCheck final : public OpCheck {
 
   // Consistent lengths from one seed: query lengths splitting the tokens (with three sequences or more, the
   // second is empty), context lengths at least those (chunked prefill: cached tokens before the new ones), and
-  // block tables of distinct pages out of order.
+  // block tables of distinct pages out of order. A paged cache holds NaN in every slot no context reaches (the
+  // rest of a sequence's last block, the blocks past its length, the blocks no table names), as memory that an
+  // engine allocated and never wrote may: a kernel that lets one into a sum (even times a probability of 0)
+  // writes NaN.
   std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
                                         std::uint32_t seed) const override;
 
@@ -51,8 +55,24 @@ std::vector<std::uint8_t> AttentionCheck::random_data(std::size_t i, std::span<c
   const int slot = int(i);
   const bool index =
       slot == slots_.cu_q || slot == slots_.cu_k || slot == slots_.block_tables || slot == slots_.context_lens;
-  if (!index) return OpCheck::random_data(i, specs, seed);
+  const bool cache = kind_ != Kind::sdpa && (i == 2 || i == 3);
+  if (!index && !cache) return OpCheck::random_data(i, specs, seed);
   const RandomLayout layout = random_layout(specs, seed);
+  if (cache) {
+    const TensorSpec& c = specs[i];
+    std::vector<float> values = host_data::floats(c, OpCheck::random_data(i, specs, seed));
+    const std::int64_t page = c.dim(1), row = c.dim(2) * c.dim(3);  // a slot's elements: kv_heads x head_dim
+    const std::int64_t max_blocks = specs[std::size_t(slots_.block_tables)].dim(1);
+    std::vector<bool> read(std::size_t(c.dim(0) * page));
+    for (std::size_t b = 0; b < layout.context_lens.size(); ++b)
+      for (std::int64_t j = 0; j < layout.context_lens[b]; ++j)
+        read[std::size_t(layout.block_tables[b * std::size_t(max_blocks) + std::size_t(j / page)] * page + j % page)] =
+            true;
+    for (std::size_t slot = 0; slot < read.size(); ++slot)
+      if (!read[slot])
+        std::fill_n(values.begin() + std::ptrdiff_t(slot) * row, row, std::numeric_limits<float>::quiet_NaN());
+    return reference::encode(c.dtype(), values);
+  }
   const std::vector<std::int64_t>& values = slot == slots_.cu_q           ? layout.cu_q
                                             : slot == slots_.cu_k         ? layout.cu_k
                                             : slot == slots_.block_tables ? layout.block_tables

@@ -112,7 +112,8 @@ std::vector<Params> AttentionOp::plan(const Params& p) const {
 
 std::string AttentionOp::entry_macro(const Params& p) const {
   if (is_merge(p)) return "MOJO_ATTENTION_MERGE";
-  return p.get("wgmma") ? "MOJO_ATTENTION_SM90" : OpDef::entry_macro(p);
+  if (p.get("wgmma")) return p.get("gather") ? "MOJO_ATTENTION_SM90_GATHER" : "MOJO_ATTENTION_SM90";
+  return OpDef::entry_macro(p);
 }
 
 std::size_t AttentionOp::workspace_bytes(const Params& p, TensorList t) const {
@@ -157,7 +158,7 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
   p.add("group", s.heads / s.kv_heads);
   const std::int64_t dp = padded(s.head_dim);
   std::int64_t wm = 4, wn = 1, bn = dp <= 128 ? 64 : 32, splits = 1, stages = 2;
-  const bool wgmma = prefill_path(s, scalars, target) == 90;
+  const bool wgmma = prefill_path(scalars, target) == 90;
   const bool unmasked = kind_ == Kind::sdpa && causal == 0 && window < 0;
   const double key_tile = kind_ == Kind::sdpa ? scalar(scalars, "key_tile") : 0;
   if (key_tile != 0 && key_tile != 128 && !(key_tile == 176 && unmasked))
@@ -198,6 +199,7 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
   p.add("page", s.page);
   p.add("splits", splits);
   p.add("wgmma", wgmma ? 1 : 0);
+  p.add("gather", wgmma && kind_ != Kind::sdpa && !tma_tiles(bn, s.page) ? 1 : 0);
   return p;
 }
 
@@ -331,9 +333,9 @@ std::int64_t AttentionOp::section_heads(const Params& p, const Shape& s) const {
 // attention.cu's smem_bytes(): the Q tile and the K/V rings, or after the loop the f32 O tile and row stats.
 unsigned AttentionOp::max_dynamic_smem(const Params& p) const {
   if (is_merge(p)) return 0;
-  if (p.get("wgmma")) {  // attention_sm90.cuh: alignment slack, Q, the K/V ring, barriers
+  if (p.get("wgmma")) {  // attention_sm90.cuh: alignment slack, Q, the K/V ring, barriers, a paged tile's rows
     const std::int64_t d = padded(p.get("head_dim")), bn = p.get("bn"), stages = p.get("stages");
-    return unsigned(1024 + 128 * d * 2 + stages * 2 * bn * d * 2 + 16 * stages);
+    return unsigned(1024 + 128 * d * 2 + stages * 2 * bn * d * 2 + 16 * stages + (p.get("paged") ? 8 * bn : 0));
   }
   const std::int64_t bm = 16 * p.get("wm"), dp = padded(p.get("head_dim")), wn = p.get("wn");
   const std::int64_t loop = bm * dp * 2 + wn * p.get("stages") * 2 * p.get("bn") * dp * 2;
@@ -385,12 +387,12 @@ void AttentionOp::pack_args(const Params& p, TensorList t, ScalarList scalars, c
       .window = int(std::max(scalar(scalars, "window"), -1.0)),
       .section_heads = int(section_heads(p, s)),
   });
-  if (p.get("wgmma")) {
+  if (p.get("wgmma") && !p.get("gather")) {
     // K and V as (head_dim, rows, kv_heads) for TMA: packed tokens in boxes of a key tile, or the cache's
-    // slots in boxes of one block.
+    // slots in boxes of one block (of a key tile where a block holds several).
     const std::int64_t rows = kind_ == Kind::sdpa ? s.kv_tokens : s.kv_tokens * s.page;
     const std::int64_t row_stride = kind_ == Kind::sdpa ? s.k_stride : s.kv_heads * s.head_dim;
-    const unsigned box = unsigned(kind_ == Kind::sdpa ? p.get("bn") : s.page);
+    const unsigned box = unsigned(kind_ == Kind::sdpa ? p.get("bn") : std::min(s.page, p.get("bn")));
     args.push(tile_tensor_map(t[2].data, s.dtype, s.head_dim, rows, s.kv_heads, row_stride, s.head_dim, 64, box));
     const std::int64_t v_stride = kind_ == Kind::sdpa ? s.v_stride : row_stride;
     args.push(tile_tensor_map(t[3].data, s.dtype, s.head_dim, rows, s.kv_heads, v_stride, s.head_dim, 64, box));
@@ -554,23 +556,20 @@ std::int64_t AttentionOp::chunk(const Params& p, const Shape& s) {
   return (keys + bn - 1) / bn * bn;
 }
 
-// The path: the `path` scalar's (sdpa's and paged_prefill_gqa's; 90 only where the sm_90a path takes the
-// tensors), else the sm_90a path wherever it does.
-int AttentionOp::prefill_path(const Shape& s, ScalarList scalars, const Target& target) const {
+// The path: the `path` scalar's (sdpa's and paged_prefill_gqa's; 90 only on an sm_90a target), else the sm_90a
+// path wherever the target takes it.
+int AttentionOp::prefill_path(ScalarList scalars, const Target& target) const {
   const int asked = kind_ == Kind::paged_decode ? 0 : checks::kernel_path(*this, scalars);
-  if (asked == 90 && !sm90_path(s, target))
-    throw InvalidArgumentError(fmt::format(
-        "{}: path = 90 (TMA + wgmma) cannot take these tensors on {}: it needs an sm_90a target and, for a paged "
-        "cache, blocks of 8 to 128 tokens that tile its key tile ({} keys at head_dim {})",
-        name(), target.sm_name(), masked_key_tile(s.head_dim, s.page), s.head_dim));
-  return asked == 80 || !sm90_path(s, target) ? 80 : 90;
+  if (asked == 90 && !sm90_path(target))
+    throw InvalidArgumentError(
+        fmt::format("{}: path = 90 (TMA + wgmma) needs an sm_90a target; this one is {}", name(), target.sm_name()));
+  return asked == 80 || !sm90_path(target) ? 80 : 90;
 }
 
-// The sm_90a prefill (attention_sm90.cuh): TMA and wgmma for every head_dim (kHeadDims; 96 as 128), K/V tiles of
-// whole cache blocks.
-bool AttentionOp::sm90_path(const Shape& s, const Target& target) const {
-  if (kind_ == Kind::paged_decode || !target.arch_specific || target.sm < 90) return false;
-  return kind_ == Kind::sdpa || (s.page >= 8 && s.page <= 128 && masked_key_tile(s.head_dim, s.page) % s.page == 0);
+// The sm_90a prefill (attention_sm90.cuh): TMA and wgmma for every head_dim (kHeadDims; 96 as 128) and every
+// paged cache (its keys gathered where TMA boxes do not tile them).
+bool AttentionOp::sm90_path(const Target& target) const {
+  return kind_ != Kind::paged_decode && target.arch_specific && target.sm >= 90;
 }
 
 }  // namespace attention

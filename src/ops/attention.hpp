@@ -37,12 +37,19 @@ constexpr Slots slots_of(Kind kind) {
 
 // D rounded up to the tile width the kernel uses (attention.cu's DP).
 inline std::int64_t padded(std::int64_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
+// Whether TMA boxes of a paged cache's blocks of `page` tokens tile the sm_90a prefill's key tiles of `bn` keys:
+// whole blocks of 8 or more tokens (a box starts on the 8-row atom of the 128-byte swizzle), or tiles within one
+// block. Elsewhere its producer gathers the keys (param gather).
+inline bool tma_tiles(std::int64_t bn, std::int64_t page) {
+  return (bn % page == 0 && page % 8 == 0) || page % bn == 0;
+}
 // The sm_90a prefill's key tiles under a mask or for a paged cache (and at head_dim 256 always): 128 keys, or at
 // head_dim 256, whose O takes 128 registers a thread, 80 (FlashAttention 3's tiles), or 64 where a paged cache's
-// blocks of 32 or 64 tokens do not tile 80 (`page`: the cache's block size; 0 for packed keys).
+// blocks (of 32 tokens, or a multiple of 64) take TMA boxes for 64 but not for 80 (`page`: the cache's block size;
+// 0 for packed keys).
 inline std::int64_t masked_key_tile(std::int64_t head_dim, std::int64_t page) {
   if (head_dim != 256) return 128;
-  return page == 32 || page == 64 ? 64 : 80;
+  return page > 0 && !tma_tiles(80, page) && tma_tiles(64, page) ? 64 : 80;
 }
 
 // The query-key pairs one sequence of `q_len` queries over `k_len` keys computes: causal aligns the queries at
@@ -127,9 +134,9 @@ class AttentionOp final : public OpDef, public Tunable {
   std::int64_t section_heads(const Params& p, const Shape& s) const;
 
   // 90: the sm_90a prefill; 80: the sm_80 template (the `path` scalar, checked, or the heuristic).
-  int prefill_path(const Shape& s, ScalarList scalars, const Target& target) const;
-  // The sm_90a prefill (attention_sm90.cuh): TMA and wgmma for every head_dim, K/V tiles of whole cache blocks.
-  bool sm90_path(const Shape& s, const Target& target) const;
+  int prefill_path(ScalarList scalars, const Target& target) const;
+  // Whether the target takes the sm_90a prefill (attention_sm90.cuh): every head_dim and paged cache.
+  bool sm90_path(const Target& target) const;
   // Its key tile: `unmasked` (no causal mask, window or paged cache), `pinned` the key_tile scalar (0: free).
   static std::int64_t sm90_key_tile(const Shape& s, bool unmasked, std::int64_t pinned);
 

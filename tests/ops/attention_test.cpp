@@ -18,9 +18,10 @@ using test::error_of;
 using test::GpuTensor;
 
 TEST(AttentionOp, PrefillPacksTheGroupIntoRowsAndDecodeSplitsTheKeys) {
-  EXPECT_EQ(params("sdpa", DType::bf16, "q=4096x32x128 k=4096x8x128").str(),
-            "dtype=bf16 head_dim=128 group=4 wm=4 wn=1 bn=64 stages=2 causal=1 window=0 softcap=0 sinks=0 lse=0 varlen=0 "
-            "paged=0 page=0 splits=1 wgmma=0");
+  EXPECT_EQ(
+      params("sdpa", DType::bf16, "q=4096x32x128 k=4096x8x128").str(),
+      "dtype=bf16 head_dim=128 group=4 wm=4 wn=1 bn=64 stages=2 causal=1 window=0 softcap=0 sinks=0 lse=0 varlen=0 "
+      "paged=0 page=0 splits=1 wgmma=0 gather=0");
   // Batch 32 x 8 KV heads is 256 blocks, 3 an SM: split each 8k context in three (768 blocks, 1.94 waves of
   // 396), a partial pass and a merge.
   const OpDef& decode = find_op("paged_decode_gqa");
@@ -113,8 +114,7 @@ TEST(AttentionOp, EveryKernelOfThePlanTakesOneArgsStruct) {
   }
 }
 
-// The sm_90a prefill (TMA + wgmma) for every head_dim on sm_90a, its K/V tiles whole cache blocks; the sm_80 path
-// everywhere else.
+// The sm_90a prefill (TMA + wgmma) for every head_dim and paged cache on sm_90a; the sm_80 path everywhere else.
 TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
   auto path_with = [](const char* op, const char* shapes, ScalarList scalars, const char* arch) {
     const OpDef& def = find_op(op);
@@ -126,20 +126,35 @@ TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
   EXPECT_EQ(path("sdpa", "q=4096x32x64 k=4096x8x64", "sm_90a"), 1);
   EXPECT_EQ(path("sdpa", "q=4096x32x256 k=4096x8x256", "sm_90a"), 1);
   EXPECT_EQ(path("sdpa", "q=4096x32x96 k=4096x8x96", "sm_90a"), 1) << "as 128 columns, the last 32 zeros";
-  EXPECT_EQ(path("paged_prefill_gqa", "q=512x32x256 k_cache=1024x16x8x256 cu_seqlens_q=3 block_tables=2x64", "sm_90a"),
-            1);
-  EXPECT_EQ(path("paged_prefill_gqa", "q=512x32x256 k_cache=512x32x8x256 cu_seqlens_q=3 block_tables=2x32", "sm_90a"),
-            1)
-      << "blocks of 32 tokens tile key tiles of 64";
-  EXPECT_EQ(path("paged_prefill_gqa", "q=512x32x256 k_cache=128x128x8x256 cu_seqlens_q=3 block_tables=2x8", "sm_90a"),
-            0)
-      << "blocks of 128 tokens tile neither head_dim 256's 80 keys nor 64";
   const char* paged = "q=512x32x128 k_cache=1024x16x8x128 cu_seqlens_q=3 block_tables=2x64";
-  EXPECT_EQ(path("paged_prefill_gqa", paged, "sm_90a"), 1);
-  EXPECT_EQ(path("paged_prefill_gqa", "q=512x32x128 k_cache=1024x12x8x128 cu_seqlens_q=3 block_tables=2x64", "sm_90a"),
-            0)
-      << "blocks of 12 tokens do not tile 128 keys";
   EXPECT_EQ(path("paged_decode_gqa", "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512", "sm_90a"), 0);
+  // A paged cache of any block size: its key tiles through TMA boxes of whole blocks (8 tokens or more, tiling the
+  // key tile) or of part of one block (a multiple of the key tile), else gathered by the producer warpgroup; at
+  // head_dim 256 tiles of 80 keys, or of 64 where only 64 takes TMA boxes.
+  auto keys_of = [](std::int64_t head_dim, std::int64_t page) {
+    const OpDef& def = find_op("paged_prefill_gqa");
+    const std::int64_t blocks = (2048 + page - 1) / page;
+    const auto t = example(
+        def, DType::bf16,
+        fmt::format("q=512x32x{0} k_cache={1}x{2}x8x{0} cu_seqlens_q=3 block_tables=2x{1}", head_dim, blocks, page));
+    const Params p = def.specialize(t, {}, Target::parse("sm_90a"));
+    EXPECT_EQ(p.get("wgmma"), 1) << head_dim << " " << page;
+    EXPECT_EQ(def.entry_macro(p), p.get("gather") ? "MOJO_ATTENTION_SM90_GATHER" : "MOJO_ATTENTION_SM90");
+    return fmt::format("{} {}", p.get("bn"), p.get("gather") ? "gathered" : "TMA");
+  };
+  EXPECT_EQ(keys_of(128, 16), "128 TMA");
+  EXPECT_EQ(keys_of(128, 8), "128 TMA");
+  EXPECT_EQ(keys_of(128, 256), "128 TMA") << "a key tile within a block";
+  EXPECT_EQ(keys_of(128, 1), "128 gathered") << "SGLang's blocks of one token";
+  EXPECT_EQ(keys_of(128, 4), "128 gathered") << "under the swizzle's 8 rows";
+  EXPECT_EQ(keys_of(128, 12), "128 gathered") << "12 does not divide 128";
+  EXPECT_EQ(keys_of(128, 160), "128 gathered") << "nor does 128 divide 160";
+  EXPECT_EQ(keys_of(64, 32), "128 TMA");
+  EXPECT_EQ(keys_of(256, 16), "80 TMA");
+  EXPECT_EQ(keys_of(256, 32), "64 TMA") << "blocks of 32 tokens tile 64 keys, not 80";
+  EXPECT_EQ(keys_of(256, 128), "64 TMA");
+  EXPECT_EQ(keys_of(256, 1), "80 gathered");
+  EXPECT_EQ(keys_of(256, 96), "80 gathered");
   // Key tiles of 176 where no mask thins them (FlashAttention 3's for head_dim 128) and they take fewer rounds
   // than 128 over a sequence's keys, 128 under a causal mask or a window, and for a paged cache, whose blocks of
   // 32 to 128 tokens do not tile 176 keys.
@@ -200,22 +215,18 @@ TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
   const auto d256 = example(sdpa, DType::bf16, "q=4096x32x256 k=4096x8x256");
   EXPECT_EQ(tuning.candidates(sdpa.specialize(d256, {}, sm90a), d256, {}, sm90a).size(), 2u)
       << "head_dim 256: one key tile, and the sm_80 path";
-  // The path pinned, for an A/B on one GPU: 80 anywhere, 90 where the sm_90a path takes the tensors.
+  // The path pinned, for an A/B on one GPU: 80 anywhere, 90 on sm_90a.
   EXPECT_EQ(path_with("sdpa", "q=4096x32x64 k=4096x8x64", {{"path", 80}}, "sm_90a"), 0);
   EXPECT_EQ(path_with("sdpa", "q=4096x32x64 k=4096x8x64", {{"path", 90}}, "sm_90a"), 1);
   EXPECT_EQ(path_with("paged_prefill_gqa", paged, {{"path", 80}}, "sm_90a"), 0);
   EXPECT_EQ(error_of<InvalidArgumentError>([&] {
               path_with("sdpa", dense, {{"path", 90}}, "sm_90");
             }),
-            "sdpa: path = 90 (TMA + wgmma) cannot take these tensors on sm_90: it needs an sm_90a target and, for a "
-            "paged cache, blocks of 8 to 128 tokens that tile its key tile (128 keys at head_dim 128)");
+            "sdpa: path = 90 (TMA + wgmma) needs an sm_90a target; this one is sm_90");
   EXPECT_EQ(error_of<InvalidArgumentError>([&] {
-              path_with("paged_prefill_gqa", "q=512x32x256 k_cache=128x128x8x256 cu_seqlens_q=3 block_tables=2x8",
-                        {{"path", 90}}, "sm_90a");
+              path_with("paged_prefill_gqa", paged, {{"path", 90}}, "sm_80");
             }),
-            "paged_prefill_gqa: path = 90 (TMA + wgmma) cannot take these tensors on sm_90a: it needs an sm_90a "
-            "target and, for a paged cache, blocks of 8 to 128 tokens that tile its key tile (80 keys at head_dim "
-            "256)");
+            "paged_prefill_gqa: path = 90 (TMA + wgmma) needs an sm_90a target; this one is sm_80");
   EXPECT_EQ(error_of<InvalidArgumentError>([&] {
               path_with("sdpa", dense, {{"path", 86}}, "sm_90a");
             }),
@@ -312,6 +323,7 @@ TEST_P(AttentionCompiles, HopperPrefillIsHgmmaWithoutLocalMemory) {
     const char* arch;
     int wgmma;
     double causal = 1;
+    bool gathered = false;  // K and V by cp.async, not TMA
   };
   const Case cases[] = {
       {"sdpa", "q=4096x32x128 k=4096x8x128 lse=32x4096", "sm_90a", 1},
@@ -329,6 +341,14 @@ TEST_P(AttentionCompiles, HopperPrefillIsHgmmaWithoutLocalMemory) {
       {"sdpa", "q=4096x32x96 k=4096x8x96", "sm_90a", 1, 0},
       {"sdpa", "q=4096x32x256 k=4096x8x256 cu_seqlens_q=5 cu_seqlens_k=5 lse=32x4096", "sm_90a", 1},
       {"paged_prefill_gqa", "q=512x32x256 k_cache=512x32x8x256 cu_seqlens_q=3 block_tables=2x32", "sm_90a", 1},
+      // A paged cache of one-token blocks: the producer warpgroup gathers the keys within its 40 registers (NVRTC's
+      // spilled 40 bytes at head_dim 64 while it unrolled the copies).
+      {"paged_prefill_gqa", "q=512x32x128 k_cache=16384x1x8x128 cu_seqlens_q=3 block_tables=2x8192", "sm_90a", 1, 1,
+       true},
+      {"paged_prefill_gqa", "q=512x32x64 k_cache=16384x1x8x64 cu_seqlens_q=3 block_tables=2x8192", "sm_90a", 1, 1,
+       true},
+      {"paged_prefill_gqa", "q=512x32x256 k_cache=16384x1x8x256 cu_seqlens_q=3 block_tables=2x8192", "sm_90a", 1, 1,
+       true},
       {"sdpa", "q=4096x32x128 k=4096x8x128", "sm_80", 0},
       {"paged_decode_gqa", "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512", "sm_90a", 0}};
   for (const Case& c : cases) {
@@ -349,7 +369,7 @@ TEST_P(AttentionCompiles, HopperPrefillIsHgmmaWithoutLocalMemory) {
     disassembled = true;
     if (c.wgmma) test::expect_whole_program_wgmma(*sass);
     EXPECT_EQ(sass->sass.find("HGMMA.64x") != std::string::npos, c.wgmma == 1) << "HGMMA in SASS";
-    EXPECT_EQ(sass->tma_loads > 0, c.wgmma == 1) << "TMA loads in SASS";
+    EXPECT_EQ(sass->tma_loads > 0, c.wgmma == 1 && !c.gathered) << "TMA loads in SASS";
     EXPECT_EQ(sass->hmma > 0, c.wgmma == 0) << "HMMA in SASS";
     EXPECT_EQ(sass->local_memory, 0);
   }
@@ -510,8 +530,18 @@ TEST_P(AttentionGpu, HopperPrefillMatchesTheReference) {
               3, h);
   expect_pass("paged_prefill_gqa", DType::bf16, "q=100x8x256 k_cache=48x16x1x256 cu_seqlens_q=3 block_tables=2x20", {},
               3, h);
-  // Blocks of 32 tokens: key tiles of 64, two boxes each.
+  // Blocks of 32 tokens: key tiles of 64, two boxes each; blocks of 128: a key tile of 64 is part of one.
   expect_pass("paged_prefill_gqa", DType::f16, "q=100x8x256 k_cache=24x32x1x256 cu_seqlens_q=3 block_tables=2x10", {},
+              3, h);
+  expect_pass("paged_prefill_gqa", DType::bf16, "q=100x8x256 k_cache=4x128x1x256 cu_seqlens_q=3 block_tables=2x2", {},
+              3, h);
+  // Blocks that TMA boxes cannot tile, gathered: of one token (several key tiles, two KV heads, lse), of 12
+  // (head_dim 96, a window, sinks), of one at head_dim 256 (key tiles of 80).
+  expect_pass("paged_prefill_gqa", DType::bf16,
+              "q=100x8x128 k_cache=300x1x2x128 cu_seqlens_q=3 block_tables=2x150 lse=8x100", {}, 3, h);
+  expect_pass("paged_prefill_gqa", DType::f16, "q=150x8x96 k_cache=64x12x1x96 cu_seqlens_q=3 block_tables=2x24 sinks=8",
+              {{"window", 40}}, 3, h);
+  expect_pass("paged_prefill_gqa", DType::bf16, "q=60x4x256 k_cache=200x1x1x256 cu_seqlens_q=3 block_tables=2x100", {},
               3, h);
   expect_pass("paged_prefill_gqa", DType::f16,
               "q=150x8x128 k_cache=64x32x1x128 cu_seqlens_q=3 block_tables=2x12 sinks=8", {{"window", 40}}, 3, h);
