@@ -4,7 +4,7 @@
 // emulator fills the table and hands it to each kernel library it loads.
 #pragma once
 
-#define MOJO_CPU_ABI_VERSION 5
+#define MOJO_CPU_ABI_VERSION 6
 
 extern "C" {
 
@@ -55,6 +55,9 @@ struct mojo_cpu_api {
   // Returns once *counter >= value (an acquire load), meanwhile letting the grid's other blocks run: a wait
   // for other blocks, allowed in a cooperative launch only (it fails the launch in any other).
   void (*wait_at_least)(const unsigned* counter, unsigned value);
+  // fence.proxy.async.shared::cta: the calling thread's writes to shared memory are seen by the async proxy (a
+  // wgmma reading what the thread's cp.async wrote needs it; the emulator checks that).
+  void (*fence_proxy_async)();
 };
 
 }  // extern "C"

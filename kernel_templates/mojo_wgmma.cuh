@@ -69,7 +69,7 @@ __device__ __forceinline__ void wgmma_commit() { cpu::api().wgmma_commit(); }
 template <int N> __device__ __forceinline__ void wgmma_wait() { cpu::api().wgmma_wait(N); }
 __device__ __forceinline__ void wgmma_fence_operand(float&) {}
 __device__ __forceinline__ void wgmma_fence_operand(unsigned&) {}
-__device__ __forceinline__ void fence_proxy_async() {}  // the emulated wgmma reads shared memory as it is
+__device__ __forceinline__ void fence_proxy_async() { cpu::api().fence_proxy_async(); }
 template <class T, int N, int MN_MAJOR_A, int MN_MAJOR_B>
 __device__ __forceinline__ void wgmma(float (&d)[N / 2], unsigned long long a, unsigned long long b, int scale_d) {
   static_assert(N % 16 == 0 && N >= 16 && N <= 256, "wgmma tiles here are 64 x N, N a multiple of 16 up to 256");

@@ -184,6 +184,32 @@ TEST_F(DeliberateBugs, AccumulatorsReadBeforeTheirWgmmaWait) {
   expect_caught(gemm(*runtime("sm_90a", &v), 128, 128, 128, true, 90));
 }
 
+// The sm_90a prefill's producer gathers a cache of one-token blocks with cp.async (the generic proxy) and the
+// consumers read the keys with wgmma (the async proxy): without fence.proxy.async between them a GPU may give
+// the MMA bytes from before the copies.
+TEST_F(DeliberateBugs, GatheredKeysWithoutTheProxyFence) {
+  const Variant v{"attention_sm90.cuh", "      mojo::fence_proxy_async();\n      mojo::sync_warps(5, 128);",
+                  "      mojo::sync_warps(5, 128);"};
+  auto prefill = [](Runtime& rt) {
+    const OpDef& op = find_op("paged_prefill_gqa");
+    const auto specs = op.specs_from_shapes(
+        DType::bf16, parse_shapes(op, "q=64x4x64 k_cache=100x1x1x64 cu_seqlens_q=2 block_tables=1x100"));
+    Outcome r;
+    try {
+      const CheckReport c = check_op(rt, "paged_prefill_gqa", specs, {});
+      EXPECT_NE(c.kernel.find("gather_1"), std::string::npos) << c.kernel;
+      for (const auto& out : c.outputs) r.wrong += out.wrong;
+    } catch (const Error& e) {
+      r.error = e.what();
+    }
+    return r;
+  };
+  const Outcome real = prefill(*runtime("sm_90a"));
+  EXPECT_EQ(real.wrong, 0u) << "the real template";
+  EXPECT_EQ(real.error, "") << "the real template";
+  expect_caught(prefill(*runtime("sm_90a", &v)), "cp.async wrote with no fence.proxy.async after it");
+}
+
 TEST_F(DeliberateBugs, ProducerWaitsForTheWrongPhase) {
   const Variant v{"gemm_sm90.cuh", "mojo::mbarrier_wait(empty + 8 * stage, phase ^ 1);",
                   "mojo::mbarrier_wait(empty + 8 * stage, phase);"};

@@ -144,6 +144,7 @@ void run_block(Block& b, Worker& w, const Launch& l, const Schedule& schedule, u
   b.warpgroups.assign((n + 127) / 128, Rendezvous{});
   b.exited_in_warp.assign((n + 31) / 32, 0);
   b.mbarriers.clear();
+  b.unfenced.assign((b.smem_bytes + 15) / 16, 0);
   // Reset in place: a launch that hits the cache allocates nothing once the containers have grown.
   b.wgmma.resize((n + 127) / 128);
   for (Warpgroup& wg : b.wgmma) {
@@ -169,6 +170,7 @@ void run_block(Block& b, Worker& w, const Launch& l, const Schedule& schedule, u
 #endif
     t.open_copies.clear();
     t.copy_groups.clear();
+    t.unfenced_copies.clear();
     t.fiber->start(&thread_main, &t);
   }
   // TSan: the block's threads see what the scheduler did so far; the

@@ -141,9 +141,23 @@ void cp_async_wait(int pending) {
       race::write(d, 16);
       if (c.bytes > 0) std::memcpy(d, c.src, std::size_t(c.bytes));
       std::memset(d + c.bytes, 0, std::size_t(16 - c.bytes));
+      b.unfenced[(c.dst - Block::kWindowBase) / 16] = std::uint16_t(b.tid() + 1);
+      t.unfenced_copies.push_back(c.dst);
     }
     t.copy_groups.pop_front();
   }
+}
+
+// Its cp.async writes, landed, made visible to the async proxy.
+void fence_proxy_async() {
+  Quiet quiet;
+  Block& b = block();
+  Thread& t = b.self();
+  for (unsigned dst : t.unfenced_copies) {
+    std::uint16_t& writer = b.unfenced[(dst - Block::kWindowBase) / 16];
+    if (writer == b.tid() + 1) writer = 0;
+  }
+  t.unfenced_copies.clear();
 }
 
 // ---- ldmatrix and mma.sync ------------------------------------------------------------
@@ -383,8 +397,14 @@ float operand(Block& b, unsigned long long desc, int mn, int k, bool mn_major, i
   unsigned address = mn_major ? start + (mn % 64) * 2 + (mn / 64) * lbo + (k % 8) * 128 + (k / 8) * sbo
                               : start + (mn % 8) * 128 + (mn / 8) * sbo + 2 * k;
   std::uint16_t v;
-  const unsigned char* p = b.shared(swizzle(address, 128), 2, 2, "wgmma operand");
+  address = swizzle(address, 128);
+  const unsigned char* p = b.shared(address, 2, 2, "wgmma operand");
   if (issue) race::read(p, 2);  // the MMA reads its operands at issue (the wait only checks them)
+  if (const unsigned writer = b.unfenced[(address - Block::kWindowBase) / 16]; issue && writer != 0)
+    b.fail(
+        fmt::format("wgmma.mma_async reads shared memory at 0x{:x}, which thread {}'s cp.async wrote with no "
+                    "fence.proxy.async after it (the async proxy may not see it)",
+                    address, writer - 1));
   std::memcpy(&v, p, 2);
   return half_to_float(v, type);
 }
@@ -541,11 +561,11 @@ void wgmma_wait(int pending) {
 }  // namespace
 
 const mojo_cpu_api& api_table() {
-  static const mojo_cpu_api table{MOJO_CPU_ABI_VERSION, self,        barrier,       shfl_bfly,       dynamic_smem,
-                                  smem_address,         param,       cp_async,      cp_async_commit, cp_async_wait,
-                                  ldmatrix_x4,          mma,         mbarrier_init, mbarrier_arrive, mbarrier_wait,
-                                  tma_load_3d,          wgmma_fence, wgmma,         wgmma_commit,    wgmma_wait,
-                                  barrier_arrive,       misaligned,  wait_at_least};
+  static const mojo_cpu_api table{MOJO_CPU_ABI_VERSION, self,        barrier,       shfl_bfly,        dynamic_smem,
+                                  smem_address,         param,       cp_async,      cp_async_commit,  cp_async_wait,
+                                  ldmatrix_x4,          mma,         mbarrier_init, mbarrier_arrive,  mbarrier_wait,
+                                  tma_load_3d,          wgmma_fence, wgmma,         wgmma_commit,     wgmma_wait,
+                                  barrier_arrive,       misaligned,  wait_at_least, fence_proxy_async};
   return table;
 }
 
