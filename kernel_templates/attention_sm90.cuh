@@ -31,9 +31,7 @@
 // are the packed tokens (boxes of 64 x BN x 1) or the cache's slots (boxes
 // of 64 x min(block_size, BN) x 1).
 // Geometry: 384 threads; grid as the sm_80 path's with 128-row tiles; dynamic
-// shared memory: 1024 (alignment) + Q 128 x head_dim x 2 bytes + STAGES x BN
-// x head_dim x 4 bytes (K and V) + barriers (16 x STAGES bytes) + paged, a
-// gathered tile's cache rows (8 x BN bytes) (head_dim 256: 230,432 bytes, or
+// shared memory: sm90_smem (attention_args.h; head_dim 256: 230,432 bytes, or
 // 231,072 paged, under the 232,448 a block may take).
 #pragma once
 
@@ -85,13 +83,13 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   static_assert(P::gather || (BN % BOX == 0 && BOX % 8 == 0 && (!P::paged || P::page % BOX == 0)),
                 "TMA boxes: whole cache blocks of 8 to 128 tokens a key tile, or a key tile within one block");
   static_assert(sizeof(T) == 2, "wgmma here takes f16 or bf16");
-  constexpr unsigned Q_BYTES = 64 * DP * 2, KV_BYTES = BN * DP * 2;
+  constexpr Sm90Smem L = sm90_smem(DP, BN, STAGES, P::paged != 0);
+  constexpr unsigned Q_BYTES = L.q_bytes, KV_BYTES = L.kv_bytes;
   MOJO_DYNAMIC_SMEM(smem);
   // 128-byte swizzling repeats every 1024 bytes: the tiles start on such a boundary.
   const unsigned base = (mojo::smem_address(smem) + 1023u) & ~1023u;
   unsigned char* const base_ptr = smem + (base - mojo::smem_address(smem));
-  const unsigned ring = base + 2 * Q_BYTES, full = ring + STAGES * 2 * KV_BYTES, empty = full + 8 * STAGES;
-  const unsigned rows = empty + 8 * STAGES;  // paged: a gathered key tile's cache rows (BN of 8 bytes)
+  const unsigned ring = base + L.ring, full = base + L.full, empty = base + L.empty, rows = base + L.rows;
   const int tid = (int)mojo::thread_x(), warpgroup = tid / 128;
   const Place place = place_block(section_heads);
   const int kv_head = place.kv_head;

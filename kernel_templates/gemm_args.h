@@ -43,6 +43,19 @@
 #define MOJO_GEMM_ARGS(TA, TC, ARG) MOJO_GEMM_INPUT_ARGS(TA, ARG) MOJO_GEMM_OUTPUT_ARGS(TC, ARG)
 
 namespace mojo_gemm {
+// The sm_90a kernel's dynamic shared memory (gemm_sm90.cuh): a ring of `stages` stages, each an A tile (bm x bk)
+// then a B tile (bn x bk) of 16-bit elements, then a "full" and an "empty" mbarrier a stage, as byte offsets from
+// the ring's 1024-aligned start; `bytes` is what a block asks for, 1024 bytes of slack to align the ring included.
+// One formula for the kernel's layout and the op's launch (TileConfig::smem_bytes).
+struct Sm90Smem {
+  unsigned a_bytes, b_bytes, stage_bytes, full, empty, bytes;
+};
+MOJO_HOST_DEVICE constexpr Sm90Smem sm90_smem(int bm, int bn, int bk, int stages) {
+  const unsigned a_bytes = unsigned(bm * bk) * 2, b_bytes = unsigned(bn * bk) * 2, stage_bytes = a_bytes + b_bytes;
+  const unsigned full = unsigned(stages) * stage_bytes, empty = full + 8 * unsigned(stages);
+  return {a_bytes, b_bytes, stage_bytes, full, empty, 1024 + empty + 8 * unsigned(stages)};
+}
+
 // The threads of a K split's reduce step (gemm.cu's reduce_splits): a block's, for the kernel and its grid.
 constexpr int kReduceThreads = 256;
 template <class TA>

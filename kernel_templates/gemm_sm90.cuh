@@ -41,8 +41,8 @@
 // products land in rows of the accumulators that are never stored, since each
 // row of C depends on its own row of A alone.
 // Geometry: 128 * (BM / 64 + 1) threads, grid.x = at most one block per SM,
-//   STAGES * (BM + BN) * 128 + 16 * STAGES + 1024 bytes of dynamic shared memory
-//   (the ring, its barriers, and slack to align the ring to 1024 bytes).
+//   sm90_smem(...).bytes of dynamic shared memory (gemm_args.h: the ring, its barriers, and slack to align the
+//   ring to 1024 bytes).
 #pragma once
 
 #include "mojo_wgmma.cuh"
@@ -57,7 +57,8 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
                                          const mojo::TensorMap* b_map, const mojo::TensorMap* a_tail_map) {
   constexpr int CONSUMERS = BM / 64;
   static_assert(BK * sizeof(T) == 128, "a k step is one 128-byte swizzled row");
-  constexpr unsigned A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+  constexpr Sm90Smem L = sm90_smem(BM, BN, BK, STAGES);
+  constexpr unsigned A_BYTES = L.a_bytes, B_BYTES = L.b_bytes, STAGE_BYTES = L.stage_bytes;
   constexpr unsigned CHUNK = 64 * BK * 2;  // 64 rows of a tile: one consumer's A, one MN-major box
   static_assert(BM % 64 == 0 && CONSUMERS >= 1 && CONSUMERS <= 2, "one or two consumer warpgroups of 64 rows");
   static_assert(BN % 16 == 0 && BN <= 256 && (!MN_B || BN % 64 == 0), "BN: 16 to 256, MN-major in boxes of 64");
@@ -67,7 +68,7 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
   MOJO_DYNAMIC_SMEM(smem);
   // 128-byte swizzle repeats every 1024 bytes: the ring starts on such a boundary.
   const unsigned ring = (mojo::smem_address(smem) + 1023u) & ~1023u;
-  const unsigned full = ring + STAGES * STAGE_BYTES, empty = full + STAGES * 8;
+  const unsigned full = ring + L.full, empty = ring + L.empty;
   const int tid = (int)mojo::thread_x(), warpgroup = tid / 128;
 
   if (tid == 0) {

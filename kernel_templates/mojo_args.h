@@ -25,6 +25,15 @@
 // pointers. Plain types only: NVRTC has no standard headers.
 #pragma once
 
+// A constexpr function that an op (host C++) and its kernel both call, so that the two share one formula: NVRTC
+// takes no unannotated function; host C++, the CPU device's build and clang's CUDA (which takes a constexpr
+// function as both host and device) need none.
+#if defined(__CUDACC_RTC__)
+#define MOJO_HOST_DEVICE __host__ __device__
+#else
+#define MOJO_HOST_DEVICE
+#endif
+
 #define MOJO_ARG_FIELD(type, name) type name;
 #define MOJO_ARG_VISIT(type, name) f(a.name);
 #define MOJO_ARG_PARAM_(type, name) , type name

@@ -330,13 +330,14 @@ std::int64_t AttentionOp::section_heads(const Params& p, const Shape& s) const {
   return together;
 }
 
-// attention.cu's smem_bytes(): the Q tile and the K/V rings, or after the loop the f32 O tile and row stats.
+// The sm_90a prefill's: sm90_smem. attention.cu's: the Q tile and the K/V rings, or after the loop the f32 O tile
+// and row stats.
 unsigned AttentionOp::max_dynamic_smem(const Params& p) const {
   if (is_merge(p)) return 0;
-  if (p.get("wgmma")) {  // attention_sm90.cuh: alignment slack, Q, the K/V ring, barriers, a paged tile's rows
-    const std::int64_t d = padded(p.get("head_dim")), bn = p.get("bn"), stages = p.get("stages");
-    return unsigned(1024 + 128 * d * 2 + stages * 2 * bn * d * 2 + 16 * stages + (p.get("paged") ? 8 * bn : 0));
-  }
+  if (p.get("wgmma"))
+    return mojo_attention::sm90_smem(int(padded(p.get("head_dim"))), int(p.get("bn")), int(p.get("stages")),
+                                     p.get("paged") != 0)
+        .bytes;
   const std::int64_t bm = 16 * p.get("wm"), dp = padded(p.get("head_dim")), wn = p.get("wn");
   const std::int64_t loop = bm * dp * 2 + wn * p.get("stages") * 2 * p.get("bn") * dp * 2;
   const std::int64_t merge = bm * dp * 4 + 4 * wn * bm * 4;

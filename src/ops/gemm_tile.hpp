@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gemm_args.h"
 #include "mojo/op.hpp"
 
 namespace mojo {
@@ -30,8 +31,7 @@ struct TileConfig {
   int swizzle = 8;           // block rows per raster group (neighbouring blocks share B in L2)
   int splits = 1;            // K split over this many blocks (sm_90a: units), whose sums a second kernel adds
   unsigned smem_bytes() const {
-    // sm_90a: the ring, one full and one empty mbarrier per stage, 1024 bytes to align the ring.
-    if (wgmma) return unsigned(stages * (bm + bn) * bk * element_bytes + 16 * stages + 1024);
+    if (wgmma) return mojo_gemm::sm90_smem(bm, bn, bk, stages).bytes;
     return tensor_cores ? unsigned(ks * stages * (bm + bn) * bk * element_bytes) : 0;
   }
   unsigned threads() const { return wgmma ? unsigned(bm / 64 + 1) * 128 : unsigned(wm * wn * ks * 32); }
