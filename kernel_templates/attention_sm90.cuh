@@ -63,6 +63,89 @@ __device__ __forceinline__ void scale_scores(float (&s)[N], float (&tile_max)[2]
   }
 }
 
+// The block's shared memory (sm90_smem): window addresses of its parts, and the host pointer of `base`.
+struct Smem {
+  unsigned base, ring, full, empty, rows;
+  unsigned char* base_ptr;
+};
+
+// The producer warpgroup: the block's key tiles into the ring, stage by stage as the consumers release them.
+template <class T, class P>
+__device__ __forceinline__ void produce_keys(const T* __restrict__ k, const T* __restrict__ v, const Batch& a,
+                                             const Work& w, const Smem& m, int kv_heads, int kv_head,
+                                             const mojo::TensorMap* k_map, const mojo::TensorMap* v_map) {
+  constexpr int D = P::head_dim, DP = (D + 63) / 64 * 64, BN = P::bn, STAGES = P::stages;
+  constexpr int BOX = P::paged && P::page < BN ? P::page : BN;  // key rows per TMA box
+  static_assert(P::gather || (BN % BOX == 0 && BOX % 8 == 0 && (!P::paged || P::page % BOX == 0)),
+                "TMA boxes: whole cache blocks of 8 to 128 tokens a key tile, or a key tile within one block");
+  constexpr unsigned KV_BYTES = sm90_smem(DP, BN, STAGES, P::paged != 0).kv_bytes;
+  const int tid = (int)mojo::thread_x();
+  // A tile's keys by TMA (thread 0 alone): whole boxes, zeros past the tensor's edges.
+  auto tma_tile = [&](int stage, int k0) MOJO_INLINE_LAMBDA {
+    const unsigned k_dst = m.ring + stage * 2 * KV_BYTES, v_dst = k_dst + KV_BYTES, bar = m.full + 8 * stage;
+    mojo::mbarrier_arrive_expect_tx(bar, 2 * KV_BYTES);
+#pragma unroll
+    for (int box = 0; box < BN / BOX; ++box) {
+      int row = w.sq.kv_start + k0 + box * BOX;
+      if constexpr (P::paged != 0) {
+        // A block past the table or not in the cache: a box past the cache's end, which reads zeros.
+        const int key = k0 + box * BOX, index = key / P::page;
+        const int page = index < a.max_blocks ? a.block_table[(long long)w.seq * a.max_blocks + index] : -1;
+        row = page >= 0 && page < a.kv_tokens ? page * P::page + key % P::page : a.kv_tokens * P::page;
+      }
+#pragma unroll
+      for (int sub = 0; sub < DP / 64; ++sub) {
+        const unsigned at = sub * BN * 128 + box * BOX * 128;
+        mojo::tma_load_3d(k_dst + at, k_map, bar, sub * 64, row, kv_head);
+        mojo::tma_load_3d(v_dst + at, v_map, bar, sub * 64, row, kv_head);
+      }
+    }
+  };
+  // A tile's keys gathered by the whole warpgroup: each warp takes a quarter of them, its lanes look up one
+  // key's cache row each (a load a lane, all in flight at once) into `rows`, and all copy the keys 16 bytes at a
+  // time with cp.async, zeros where a key is not there to read. Each thread waits for its copies, makes them
+  // visible to wgmma (the async proxy reads what the generic proxy wrote), and when all have, thread 0 arrives
+  // at the stage's "full" barrier. Waiting costs no overlap: a consumer releases a stage only once the next
+  // tile has landed, so the next tile's stage is not free before this one lands.
+  auto gather_tile = [&](int stage, int k0) MOJO_INLINE_LAMBDA {
+    constexpr int ROWS = BN / 4, CHUNKS = DP / 8;  // a warp's keys of a tile; the 16-byte pieces of a key
+    static_assert(!P::paged || (ROWS <= 32 && ROWS * CHUNKS % 32 == 0), "a key a lane; every lane copies as often");
+    const int warp = tid / 32, lane = tid % 32;
+    long long* const key_rows = reinterpret_cast<long long*>(m.base_ptr + (m.rows - m.base));
+    if (lane < ROWS) {  // -1: not there to read
+      const CacheRow row = cache_row<P>(a, w, k0 + warp * ROWS + lane, kv_heads, kv_head);
+      key_rows[warp * ROWS + lane] = row.valid ? row.at : -1;
+    }
+    mojo::sync_warps(5, 128);
+    const unsigned k_dst = m.ring + stage * 2 * KV_BYTES;
+#pragma unroll 1  // within the producer's 40 registers
+    for (int c = lane; c < ROWS * CHUNKS; c += 32) {
+      const int r = warp * ROWS + c / CHUNKS, col = (c % CHUNKS) * 8;
+      const long long row = key_rows[r];
+      const bool valid = row >= 0 && col < D;
+      const unsigned at = k_dst + swizzled<BN>(r, col);
+      mojo::cp_async_16(at, valid ? k + row + col : k, valid ? 16 : 0);
+      mojo::cp_async_16(at + KV_BYTES, valid ? v + row + col : v, valid ? 16 : 0);
+    }
+    mojo::cp_async_commit();
+    mojo::cp_async_wait<0>();
+    mojo::fence_proxy_async();
+    mojo::sync_warps(5, 128);  // all copies landed and fenced, and `rows` read before the next tile's
+    if (tid == 0) mojo::mbarrier_arrive(m.full + 8 * stage);
+  };
+  // A paged cache's last tile, where its TMA boxes would reach past the sequence's context into slots that it
+  // never wrote (NaN there would reach O, even times a probability of 0), is gathered. Packed keys go by TMA.
+  if (!P::paged && tid != 0) return;
+  for (int it = 0; it < w.kv_tiles; ++it) {
+    const int stage = it % STAGES, k0 = w.tile_begin + it * BN;
+    const bool gathered = P::gather || (P::paged && k0 + BN > w.sq.kv_len);
+    if (!gathered && tid != 0) continue;
+    mojo::mbarrier_wait(m.empty + 8 * stage, ((it / STAGES) & 1) ^ 1);  // both consumers released it
+    if (gathered) gather_tile(stage, k0);
+    else tma_tile(stage, k0);
+  }
+}
+
 template <class T, class P>
 __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k,
                                          const T* __restrict__ v, const Batch& a,
@@ -73,15 +156,12 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   // DP: head_dim in whole 64-column sub-tiles (96 in two, the last half zeros: TMA fills the columns past the
   // tensor's, the Q load writes them, and P V computes and drops them).
   constexpr int D = P::head_dim, DP = (D + 63) / 64 * 64, G = P::group, BM = 128, BN = P::bn, STAGES = P::stages;
-  constexpr int BOX = P::paged && P::page < BN ? P::page : BN;  // key rows per TMA box
   static_assert((D == 64 || D == 96 || D == 128 || D == 256) && 16 * P::wm == BM,
                 "the sm_90a path: head_dim 64, 96, 128 or 256, 128-row tiles");
   static_assert((D == 256 ? BN == 80 || (BN == 64 && P::paged) : BN == 128) ||
                     (BN == 176 && D != 256 && !P::causal && !P::window && !P::paged),
                 "key tiles of 128 (80 at head_dim 256: O holds 128 registers; 64 for cache blocks that do not tile "
                 "80), or of 176 where every tile sees all its keys");
-  static_assert(P::gather || (BN % BOX == 0 && BOX % 8 == 0 && (!P::paged || P::page % BOX == 0)),
-                "TMA boxes: whole cache blocks of 8 to 128 tokens a key tile, or a key tile within one block");
   static_assert(sizeof(T) == 2, "wgmma here takes f16 or bf16");
   constexpr Sm90Smem L = sm90_smem(DP, BN, STAGES, P::paged != 0);
   constexpr unsigned Q_BYTES = L.q_bytes, KV_BYTES = L.kv_bytes;
@@ -113,70 +193,7 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
 
   if (warpgroup == 0) {
     mojo::setmaxnreg_dec<40>();
-    // A tile's keys by TMA (thread 0 alone): whole boxes, zeros past the tensor's edges.
-    auto tma_tile = [&](int stage, int k0) MOJO_INLINE_LAMBDA {
-      const unsigned k_dst = ring + stage * 2 * KV_BYTES, v_dst = k_dst + KV_BYTES, bar = full + 8 * stage;
-      mojo::mbarrier_arrive_expect_tx(bar, 2 * KV_BYTES);
-#pragma unroll
-      for (int box = 0; box < BN / BOX; ++box) {
-        int row = w.sq.kv_start + k0 + box * BOX;
-        if constexpr (P::paged != 0) {
-          // A block past the table or not in the cache: a box past the cache's end, which reads zeros.
-          const int key = k0 + box * BOX, index = key / P::page;
-          const int page = index < a.max_blocks ? a.block_table[(long long)w.seq * a.max_blocks + index] : -1;
-          row = page >= 0 && page < a.kv_tokens ? page * P::page + key % P::page : a.kv_tokens * P::page;
-        }
-#pragma unroll
-        for (int sub = 0; sub < DP / 64; ++sub) {
-          const unsigned at = sub * BN * 128 + box * BOX * 128;
-          mojo::tma_load_3d(k_dst + at, k_map, bar, sub * 64, row, kv_head);
-          mojo::tma_load_3d(v_dst + at, v_map, bar, sub * 64, row, kv_head);
-        }
-      }
-    };
-    // A tile's keys gathered by the whole warpgroup: each warp takes a quarter of them, its lanes look up one
-    // key's cache row each (a load a lane, all in flight at once) into `rows`, and all copy the keys 16 bytes at a
-    // time with cp.async, zeros where a key is not there to read. Each thread waits for its copies, makes them
-    // visible to wgmma (the async proxy reads what the generic proxy wrote), and when all have, thread 0 arrives
-    // at the stage's "full" barrier. Waiting costs no overlap: a consumer releases a stage only once the next
-    // tile has landed, so the next tile's stage is not free before this one lands.
-    auto gather_tile = [&](int stage, int k0) MOJO_INLINE_LAMBDA {
-      constexpr int ROWS = BN / 4, CHUNKS = DP / 8;  // a warp's keys of a tile; the 16-byte pieces of a key
-      static_assert(!P::paged || (ROWS <= 32 && ROWS * CHUNKS % 32 == 0), "a key a lane; every lane copies as often");
-      const int warp = tid / 32, lane = tid % 32;
-      long long* const key_rows = reinterpret_cast<long long*>(base_ptr + (rows - base));
-      if (lane < ROWS) {  // -1: not there to read
-        const CacheRow row = cache_row<P>(a, w, k0 + warp * ROWS + lane, kv_heads, kv_head);
-        key_rows[warp * ROWS + lane] = row.valid ? row.at : -1;
-      }
-      mojo::sync_warps(5, 128);
-      const unsigned k_dst = ring + stage * 2 * KV_BYTES;
-#pragma unroll 1  // within the producer's 40 registers
-      for (int c = lane; c < ROWS * CHUNKS; c += 32) {
-        const int r = warp * ROWS + c / CHUNKS, col = (c % CHUNKS) * 8;
-        const long long row = key_rows[r];
-        const bool valid = row >= 0 && col < D;
-        const unsigned at = k_dst + swizzled<BN>(r, col);
-        mojo::cp_async_16(at, valid ? k + row + col : k, valid ? 16 : 0);
-        mojo::cp_async_16(at + KV_BYTES, valid ? v + row + col : v, valid ? 16 : 0);
-      }
-      mojo::cp_async_commit();
-      mojo::cp_async_wait<0>();
-      mojo::fence_proxy_async();
-      mojo::sync_warps(5, 128);  // all copies landed and fenced, and `rows` read before the next tile's
-      if (tid == 0) mojo::mbarrier_arrive(full + 8 * stage);
-    };
-    // A paged cache's last tile, where its TMA boxes would reach past the sequence's context into slots that it
-    // never wrote (NaN there would reach O, even times a probability of 0), is gathered. Packed keys go by TMA.
-    if (!P::paged && tid != 0) return;
-    for (int it = 0; it < w.kv_tiles; ++it) {
-      const int stage = it % STAGES, k0 = w.tile_begin + it * BN;
-      const bool gathered = P::gather || (P::paged && k0 + BN > w.sq.kv_len);
-      if (!gathered && tid != 0) continue;
-      mojo::mbarrier_wait(empty + 8 * stage, ((it / STAGES) & 1) ^ 1);  // both consumers released it
-      if (gathered) gather_tile(stage, k0);
-      else tma_tile(stage, k0);
-    }
+    produce_keys<T, P>(k, v, a, w, Smem{base, ring, full, empty, rows, base_ptr}, kv_heads, kv_head, k_map, v_map);
     return;
   }
 
