@@ -127,7 +127,7 @@ std::size_t AttentionOp::workspace_bytes(const Params& p, TensorList t) const {
 // a paged cache's blocks of 32 to 128 tokens do not tile 176 keys. And 176 only where it takes fewer rounds over a
 // sequence's keys (a varlen batch's mean) than 128: in as many rounds it would only add padding (200 keys: 2
 // rounds either way, 352 keys' work against 256). Head_dim 256 takes 80 (masked_key_tile), as FlashAttention 3
-// does: its O holds 128 registers a thread (64 for a paged cache of 32- or 64-token blocks).
+// does: its O holds 128 registers a thread (64 for a paged cache whose blocks tile 64 keys but not 80).
 std::int64_t AttentionOp::sm90_key_tile(const Shape& s, bool unmasked, std::int64_t pinned) {
   if (masked_key_tile(s.head_dim, s.page) != 128) return masked_key_tile(s.head_dim, s.page);
   if (pinned != 0) return pinned;
