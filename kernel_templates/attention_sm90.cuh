@@ -134,15 +134,16 @@ __device__ __forceinline__ void produce_keys(const T* __restrict__ k, const T* _
     if (tid == 0) mojo::mbarrier_arrive(m.full + 8 * stage);
   };
   // A paged cache's last tile, where its TMA boxes would reach past the sequence's context into slots that it
-  // never wrote (NaN there would reach O, even times a probability of 0), is gathered. Packed keys go by TMA.
+  // never wrote (NaN there would reach O, even times a probability of 0), is gathered. Packed keys go by TMA
+  // alone. Over a paged cache the whole warpgroup waits for every stage in turn, as thread 0 does: a thread that
+  // skipped to a later tile would wait for a phase two or more ahead, and a parity wait cannot tell it from one
+  // that completed before.
   if (!P::paged && tid != 0) return;
   for (int it = 0; it < w.kv_tiles; ++it) {
     const int stage = it % STAGES, k0 = w.tile_begin + it * BN;
-    const bool gathered = P::gather || (P::paged && k0 + BN > w.sq.kv_len);
-    if (!gathered && tid != 0) continue;
     mojo::mbarrier_wait(m.empty + 8 * stage, ((it / STAGES) & 1) ^ 1);  // both consumers released it
-    if (gathered) gather_tile(stage, k0);
-    else tma_tile(stage, k0);
+    if (P::gather || (P::paged && k0 + BN > w.sq.kv_len)) gather_tile(stage, k0);
+    else if (tid == 0) tma_tile(stage, k0);
   }
 }
 

@@ -141,6 +141,7 @@ class Block {
   // Per 16 bytes of shared memory: 1 + the thread whose cp.async landed there and has not passed a
   // fence.proxy.async since, or 0. The async proxy (wgmma) may not see such bytes.
   std::vector<std::uint16_t> unfenced;
+  int unfenced_count = 0;  // its entries that are not 0
   std::vector<Warpgroup> wgmma;
   int current = -1;
   std::string error;  // the first failure; the block stops

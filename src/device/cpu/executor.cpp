@@ -145,6 +145,7 @@ void run_block(Block& b, Worker& w, const Launch& l, const Schedule& schedule, u
   b.exited_in_warp.assign((n + 31) / 32, 0);
   b.mbarriers.clear();
   b.unfenced.assign((b.smem_bytes + 15) / 16, 0);
+  b.unfenced_count = 0;
   // Reset in place: a launch that hits the cache allocates nothing once the containers have grown.
   b.wgmma.resize((n + 127) / 128);
   for (Warpgroup& wg : b.wgmma) {

@@ -141,7 +141,9 @@ void cp_async_wait(int pending) {
       race::write(d, 16);
       if (c.bytes > 0) std::memcpy(d, c.src, std::size_t(c.bytes));
       std::memset(d + c.bytes, 0, std::size_t(16 - c.bytes));
-      b.unfenced[(c.dst - Block::kWindowBase) / 16] = std::uint16_t(b.tid() + 1);
+      std::uint16_t& writer = b.unfenced[(c.dst - Block::kWindowBase) / 16];
+      b.unfenced_count += writer == 0;
+      writer = std::uint16_t(b.tid() + 1);
       t.unfenced_copies.push_back(c.dst);
     }
     t.copy_groups.pop_front();
@@ -155,7 +157,7 @@ void fence_proxy_async() {
   Thread& t = b.self();
   for (unsigned dst : t.unfenced_copies) {
     std::uint16_t& writer = b.unfenced[(dst - Block::kWindowBase) / 16];
-    if (writer == b.tid() + 1) writer = 0;
+    if (writer == b.tid() + 1) writer = 0, --b.unfenced_count;
   }
   t.unfenced_copies.clear();
 }
@@ -387,26 +389,43 @@ struct WgmmaLane {
   const unsigned* a_regs;  // A from registers (4 a thread), or null
 };
 
-// Element (mn, k) of an operand tile, k < 16, at the address its descriptor
-// gives: 128-byte swizzled, K-major (rows of 64 k along M/N, 8-row atoms the
-// stride offset apart) or MN-major (rows of 64 m/n along K, 8-row atoms the
-// stride offset apart, the next 64 m/n the leading offset further).
-float operand(Block& b, unsigned long long desc, int mn, int k, bool mn_major, int type, bool issue) {
+// The shared address of element (mn, k) of an operand tile, k < 16, as its descriptor gives it: 128-byte
+// swizzled, K-major (rows of 64 k along M/N, 8-row atoms the stride offset apart) or MN-major (rows of 64 m/n
+// along K, 8-row atoms the stride offset apart, the next 64 m/n the leading offset further).
+unsigned operand_address(unsigned long long desc, int mn, int k, bool mn_major) {
   const unsigned start = unsigned(desc & 0x3fff) << 4, lbo = unsigned((desc >> 16) & 0x3fff) << 4;
   const unsigned sbo = unsigned((desc >> 32) & 0x3fff) << 4;
-  unsigned address = mn_major ? start + (mn % 64) * 2 + (mn / 64) * lbo + (k % 8) * 128 + (k / 8) * sbo
-                              : start + (mn % 8) * 128 + (mn / 8) * sbo + 2 * k;
+  return swizzle(mn_major ? start + (mn % 64) * 2 + (mn / 64) * lbo + (k % 8) * 128 + (k / 8) * sbo
+                          : start + (mn % 8) * 128 + (mn / 8) * sbo + 2 * k,
+                 128);
+}
+
+float operand(Block& b, unsigned long long desc, int mn, int k, bool mn_major, int type, bool issue) {
   std::uint16_t v;
-  address = swizzle(address, 128);
-  const unsigned char* p = b.shared(address, 2, 2, "wgmma operand");
+  const unsigned char* p = b.shared(operand_address(desc, mn, k, mn_major), 2, 2, "wgmma operand");
   if (issue) race::read(p, 2);  // the MMA reads its operands at issue (the wait only checks them)
-  if (const unsigned writer = b.unfenced[(address - Block::kWindowBase) / 16]; issue && writer != 0)
-    b.fail(
-        fmt::format("wgmma.mma_async reads shared memory at 0x{:x}, which thread {}'s cp.async wrote with no "
-                    "fence.proxy.async after it (the async proxy may not see it)",
-                    address, writer - 1));
   std::memcpy(&v, p, 2);
   return half_to_float(v, type);
+}
+
+// A wgmma's operands in shared memory: inside the block's, and none of their bytes a thread's cp.async that no
+// fence.proxy.async of that thread followed (the async proxy may not see them). Before the MMA allocates
+// anything: a failed launch leaves the thread's stack as it is.
+void check_operands(Block& b, const WgmmaLane& l) {
+  auto check = [&](unsigned long long desc, int rows, bool mn_major) {
+    for (int mn = 0; mn < rows; ++mn)
+      for (int k = 0; k < 16; ++k) {
+        const unsigned address = operand_address(desc, mn, k, mn_major);
+        b.shared(address, 2, 2, "wgmma operand");
+        if (const unsigned writer = b.unfenced[(address - Block::kWindowBase) / 16]; writer != 0)
+          b.fail(
+              fmt::format("wgmma.mma_async reads shared memory at 0x{:x}, which thread {}'s cp.async wrote with "
+                          "no fence.proxy.async after it (the async proxy may not see it)",
+                          address, writer - 1));
+      }
+  };
+  if (l.a_regs == nullptr) check(l.a_desc, 64, l.mn_major_a != 0);
+  check(l.b_desc, l.n, l.mn_major_b != 0);
 }
 
 void check_descriptor(Block& b, unsigned long long desc, const char* which) {
@@ -478,6 +497,7 @@ void wgmma(float* d, int n, unsigned long long a_desc, const unsigned* a_regs, u
     if (!wg.fenced) b.fail("wgmma.mma_async without a wgmma.fence since the warpgroup last touched its accumulators");
     if (first.a_regs == nullptr) check_descriptor(b, first.a_desc, "A");
     check_descriptor(b, first.b_desc, "B");
+    if (b.unfenced_count > 0) check_operands(b, first);
     WgmmaOp op{first.a_desc, first.b_desc, first.n, first.scale_d, first.mn_major_a, first.mn_major_b,
                first.type,   {},           {},      {}};
     if (first.a_regs != nullptr) op.a_registers = registers_operand(lanes, first.type);
