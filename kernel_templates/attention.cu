@@ -56,10 +56,9 @@ namespace mojo_attention {
 __device__ __forceinline__ int min_i(int a, int b) { return a < b ? a : b; }
 __device__ __forceinline__ int max_i(int a, int b) { return a > b ? a : b; }
 
-// Shared memory of the main kernel (the op's max_dynamic_smem computes it):
-// the Q tile and the K/V rings, BM * DP * 2 + WN * STAGES * 2 * BN * DP * 2
-// bytes; after the loop the same bytes hold the f32 O tile and the row
-// statistics, BM * DP * 4 + 4 * WN * BM * 4 bytes; the larger of the two.
+// Shared memory of the main kernel: sm80_smem (attention_args.h), the Q
+// tile and the K/V rings, then over the same bytes the f32 O tile and the
+// row statistics.
 
 struct Batch {
   const int* cu_q;
@@ -276,6 +275,9 @@ __device__ __forceinline__ void run(T* __restrict__ out, const T* __restrict__ q
   using QTile = mojo::Tile<BM, DP, 2>;
   using KvTile = mojo::Tile<BN, DP, 2>;
   constexpr int STAGE_BYTES = 2 * KvTile::BYTES;  // K then V
+  static_assert(QTile::BYTES == sm80_smem(BM, DP, WN, STAGES, BN).q_bytes &&
+                    STAGE_BYTES == sm80_smem(BM, DP, WN, STAGES, BN).stage_bytes,
+                "the layout sm80_smem sizes");
   MOJO_DYNAMIC_SMEM(smem);
 
   const Place place = place_block(section_heads);

@@ -35,6 +35,21 @@
   ARG(int, section_heads) /* KV heads whose row tiles go out together (place_block); 1: head by head */
 
 namespace mojo_attention {
+// The sm_80 template's dynamic shared memory (attention.cu's run), for bm query rows, head_dim in dp columns
+// (a power of two), wn groups of warps and rings of `stages` key tiles of bn: in the key loop the Q tile (16-bit)
+// then each group's ring of K and V tiles; after it, over the same bytes, the f32 O tile, each group's row
+// maxima and sums, and the block's. `bytes`, the larger of the two, is what a block asks for
+// (AttentionOp::max_dynamic_smem).
+struct Sm80Smem {
+  unsigned q_bytes, stage_bytes, loop, merge, bytes;
+};
+MOJO_HOST_DEVICE constexpr Sm80Smem sm80_smem(int bm, int dp, int wn, int stages, int bn) {
+  const unsigned q_bytes = unsigned(bm * dp) * 2, stage_bytes = 2 * unsigned(bn * dp) * 2;
+  const unsigned loop = q_bytes + unsigned(wn * stages) * stage_bytes;
+  const unsigned merge = unsigned(bm * dp) * 4 + unsigned(2 * wn + 2) * unsigned(bm) * 4;
+  return {q_bytes, stage_bytes, loop, merge, loop > merge ? loop : merge};
+}
+
 // The sm_90a prefill's dynamic shared memory (attention_sm90.cuh), for head_dim in dp columns (whole 64-column
 // sub-tiles), key tiles of bn and a ring of `stages`: byte offsets from its 1024-aligned base of both consumers'
 // Q tiles (q_bytes each), the K/V ring (kv_bytes a tensor a stage), the "full" and "empty" mbarriers and, paged,

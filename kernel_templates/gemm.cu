@@ -193,6 +193,7 @@ __device__ __forceinline__ void mma_tile(const Problem<TA, TC>& p, int row0, int
   using TileA = Tile<TRANS_A ? BK : BM, TRANS_A ? BM : BK, sizeof(TA)>;
   using TileB = Tile<TRANS_B ? BN : BK, TRANS_B ? BK : BN, sizeof(TA)>;
   constexpr int STAGE_BYTES = TileA::BYTES + TileB::BYTES;
+  static_assert(STAGE_BYTES == sm80_stage_bytes(BM, BN, BK, sizeof(TA)), "the layout sm80_smem sizes");
   static_assert(KS == 1 || (KS - 1) * BM * BN * 4 <= KS * STAGES * STAGE_BYTES, "the K groups' sums fit the rings");
   MOJO_DYNAMIC_SMEM(smem);
   const int group = (int)mojo::thread_x() / THREADS, tid = (int)mojo::thread_x() % THREADS;

@@ -43,6 +43,17 @@
 #define MOJO_GEMM_ARGS(TA, TC, ARG) MOJO_GEMM_INPUT_ARGS(TA, ARG) MOJO_GEMM_OUTPUT_ARGS(TC, ARG)
 
 namespace mojo_gemm {
+// The sm_80 tensor-core kernel's dynamic shared memory (gemm.cu's mma_tile): each of its ks K groups' ring of
+// `stages` stages, each an A tile and a B tile of bk along K, of elements of element_bytes (the K groups' sums
+// reuse those bytes after the loop). One formula for the kernel's layout and the op's launch
+// (TileConfig::smem_bytes).
+MOJO_HOST_DEVICE constexpr unsigned sm80_stage_bytes(int bm, int bn, int bk, int element_bytes) {
+  return unsigned((bm + bn) * bk * element_bytes);
+}
+MOJO_HOST_DEVICE constexpr unsigned sm80_smem(int bm, int bn, int bk, int stages, int ks, int element_bytes) {
+  return unsigned(ks * stages) * sm80_stage_bytes(bm, bn, bk, element_bytes);
+}
+
 // The sm_90a kernel's dynamic shared memory (gemm_sm90.cuh): a ring of `stages` stages, each an A tile (bm x bk)
 // then a B tile (bn x bk) of 16-bit elements, then a "full" and an "empty" mbarrier a stage, as byte offsets from
 // the ring's 1024-aligned start; `bytes` is what a block asks for, 1024 bytes of slack to align the ring included.

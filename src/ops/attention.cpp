@@ -330,18 +330,12 @@ std::int64_t AttentionOp::section_heads(const Params& p, const Shape& s) const {
   return together;
 }
 
-// The sm_90a prefill's: sm90_smem. attention.cu's: the Q tile and the K/V rings, or after the loop the f32 O tile
-// and row stats.
+// The kernels' own formulas (attention_args.h): the sm_90a prefill's and the sm_80 template's.
 unsigned AttentionOp::max_dynamic_smem(const Params& p) const {
   if (is_merge(p)) return 0;
-  if (p.get("wgmma"))
-    return mojo_attention::sm90_smem(int(padded(p.get("head_dim"))), int(p.get("bn")), int(p.get("stages")),
-                                     p.get("paged") != 0)
-        .bytes;
-  const std::int64_t bm = 16 * p.get("wm"), dp = padded(p.get("head_dim")), wn = p.get("wn");
-  const std::int64_t loop = bm * dp * 2 + wn * p.get("stages") * 2 * p.get("bn") * dp * 2;
-  const std::int64_t merge = bm * dp * 4 + 4 * wn * bm * 4;
-  return unsigned(std::max(loop, merge));
+  const int dp = int(padded(p.get("head_dim"))), bn = int(p.get("bn")), stages = int(p.get("stages"));
+  if (p.get("wgmma")) return mojo_attention::sm90_smem(dp, bn, stages, p.get("paged") != 0).bytes;
+  return mojo_attention::sm80_smem(16 * int(p.get("wm")), dp, int(p.get("wn")), stages, bn).bytes;
 }
 
 void AttentionOp::pack_args(const Params& p, TensorList t, ScalarList scalars, const Workspace& workspace,

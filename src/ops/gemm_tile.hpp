@@ -32,7 +32,7 @@ struct TileConfig {
   int splits = 1;            // K split over this many blocks (sm_90a: units), whose sums a second kernel adds
   unsigned smem_bytes() const {
     if (wgmma) return mojo_gemm::sm90_smem(bm, bn, bk, stages).bytes;
-    return tensor_cores ? unsigned(ks * stages * (bm + bn) * bk * element_bytes) : 0;
+    return tensor_cores ? mojo_gemm::sm80_smem(bm, bn, bk, stages, ks, element_bytes) : 0;
   }
   unsigned threads() const { return wgmma ? unsigned(bm / 64 + 1) * 128 : unsigned(wm * wn * ks * 32); }
   // Tiles of C for an m x n product, `batch` times.
