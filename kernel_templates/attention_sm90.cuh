@@ -63,10 +63,11 @@ __device__ __forceinline__ void scale_scores(float (&s)[N], float (&tile_max)[2]
   }
 }
 
-// The block's shared memory (sm90_smem): window addresses of its parts, and the host pointer of `base`.
+// The block's shared memory (sm90_smem): the window addresses of the ring and its barriers, and the key rows a
+// gathered tile looks up.
 struct Smem {
-  unsigned base, ring, full, empty, rows;
-  unsigned char* base_ptr;
+  unsigned ring, full, empty;
+  long long* key_rows;
 };
 
 // The producer warpgroup: the block's key tiles into the ring, stage by stage as the consumers release them.
@@ -111,17 +112,16 @@ __device__ __forceinline__ void produce_keys(const T* __restrict__ k, const T* _
     constexpr int ROWS = BN / 4, CHUNKS = DP / 8;  // a warp's keys of a tile; the 16-byte pieces of a key
     static_assert(!P::paged || (ROWS <= 32 && ROWS * CHUNKS % 32 == 0), "a key a lane; every lane copies as often");
     const int warp = tid / 32, lane = tid % 32;
-    long long* const key_rows = reinterpret_cast<long long*>(m.base_ptr + (m.rows - m.base));
     if (lane < ROWS) {  // -1: not there to read
       const CacheRow row = cache_row<P>(a, w, k0 + warp * ROWS + lane, kv_heads, kv_head);
-      key_rows[warp * ROWS + lane] = row.valid ? row.at : -1;
+      m.key_rows[warp * ROWS + lane] = row.valid ? row.at : -1;
     }
     mojo::sync_warps(5, 128);
     const unsigned k_dst = m.ring + stage * 2 * KV_BYTES;
 #pragma unroll 1  // within the producer's 40 registers
     for (int c = lane; c < ROWS * CHUNKS; c += 32) {
       const int r = warp * ROWS + c / CHUNKS, col = (c % CHUNKS) * 8;
-      const long long row = key_rows[r];
+      const long long row = m.key_rows[r];
       const bool valid = row >= 0 && col < D;
       const unsigned at = k_dst + swizzled<BN>(r, col);
       mojo::cp_async_16(at, valid ? k + row + col : k, valid ? 16 : 0);
@@ -170,7 +170,7 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   // 128-byte swizzling repeats every 1024 bytes: the tiles start on such a boundary.
   const unsigned base = (mojo::smem_address(smem) + 1023u) & ~1023u;
   unsigned char* const base_ptr = smem + (base - mojo::smem_address(smem));
-  const unsigned ring = base + L.ring, full = base + L.full, empty = base + L.empty, rows = base + L.rows;
+  const unsigned ring = base + L.ring, full = base + L.full, empty = base + L.empty;
   const int tid = (int)mojo::thread_x(), warpgroup = tid / 128;
   const Place place = place_block(section_heads);
   const int kv_head = place.kv_head;
@@ -194,7 +194,8 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
 
   if (warpgroup == 0) {
     mojo::setmaxnreg_dec<40>();
-    produce_keys<T, P>(k, v, a, w, Smem{base, ring, full, empty, rows, base_ptr}, kv_heads, kv_head, k_map, v_map);
+    long long* const key_rows = reinterpret_cast<long long*>(base_ptr + L.rows);
+    produce_keys<T, P>(k, v, a, w, Smem{ring, full, empty, key_rows}, kv_heads, kv_head, k_map, v_map);
     return;
   }
 
