@@ -95,7 +95,7 @@ shapes = [{ x = [4096, 4096], weight = [12288, 4096] }]
     auto bundles = Runtime(o).compile_all(items, Emit::cubin, jobs);
     ASSERT_EQ(bundles.size(), 1u);
     EXPECT_EQ(bundles[0].kernels.size(), 4u);
-    facts[jobs - 1] = test::sass_facts(*bundles[0].binary, dir.path());
+    facts[jobs - 1] = test::sass_facts(*bundles[0].binary);
     if (!facts[jobs - 1]) GTEST_SKIP() << "compiled; no nvdisasm to read the SASS (tools/setup.sh installs one)";
     SCOPED_TRACE(fmt::format("-j {}", jobs));
     test::expect_whole_program_wgmma(*facts[jobs - 1]);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "inspect.hpp"
 #include "mojo/tensor.hpp"
 
 namespace mojo {
@@ -90,17 +91,9 @@ inline CommandResult run_command(const std::string& command) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
-// nvdisasm from PATH, the CUDA toolkit or the .venv tools/setup.sh makes; empty if none.
-inline std::string find_nvdisasm() {
-  std::vector<std::string> dirs = {beside_exe(MOJO_TEST_VENV_BIN_REL), "/usr/local/cuda/bin"};
-  if (const char* path = std::getenv("PATH")) {
-    std::stringstream ss(path);
-    for (std::string d; std::getline(ss, d, ':');) dirs.push_back(d);
-  }
-  for (const std::string& d : dirs)
-    if (::access((std::filesystem::path(d) / "nvdisasm").c_str(), X_OK) == 0) return d + "/nvdisasm";
-  return {};
-}
+// nvdisasm where `mojo-jit --emit=sass` finds it, tools/setup.sh's .venv found beside this binary (a build tree
+// copied elsewhere still finds it); empty if none.
+inline std::string find_nvdisasm() { return inspect::find_nvdisasm(beside_exe(MOJO_TEST_VENV_BIN_REL)); }
 
 inline std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -124,26 +117,22 @@ struct SassFacts {
   int local_memory = 0;  // LDL and STL: spills or a stack
   std::string sass;
 };
-inline std::optional<SassFacts> sass_facts(const std::string& cubin, const std::filesystem::path& scratch_dir) {
+inline std::optional<SassFacts> sass_facts(const std::string& cubin) {
   const std::string nvdisasm = find_nvdisasm();
   if (nvdisasm.empty()) return std::nullopt;
-  const std::filesystem::path file = scratch_dir / "sass_facts.cubin";
-  write_file(file, cubin);
-  auto r = run_command(nvdisasm + " -c " + file.string());
-  EXPECT_EQ(r.exit_code, 0) << r.output;
+  SassFacts f;
+  f.sass = inspect::disassemble(nvdisasm, cubin);
   auto count = [&](std::string_view what) {
     int n = 0;
-    for (std::size_t at = r.output.find(what); at != std::string::npos; at = r.output.find(what, at + 1)) ++n;
+    for (std::size_t at = f.sass.find(what); at != std::string::npos; at = f.sass.find(what, at + 1)) ++n;
     return n;
   };
-  SassFacts f;
   f.hgmma = count("HGMMA.");
   f.wgmma_waits = count("WARPGROUP.DEPBAR");
   f.setmaxnreg = count("USETMAXREG");
   f.hmma = count("HMMA.16816");
   f.tma_loads = count("UTMALDG");
   f.local_memory = count(" LDL") + count(" STL");
-  f.sass = std::move(r.output);
   return f;
 }
 // An sm_90a kernel as ptxas compiles one whole module: wgmma asynchronous (fewer waits than HGMMAs: a

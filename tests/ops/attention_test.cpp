@@ -315,7 +315,6 @@ TEST(AttentionOp, CausalTilesLongestFirstKeepTheSmsBusy) {
 struct AttentionCompiles : ::testing::TestWithParam<std::string> {};
 TEST_P(AttentionCompiles, HopperPrefillIsHgmmaWithoutLocalMemory) {
   Runtime rt(memory_only(GetParam()));
-  test::TempDir dir;
   bool disassembled = false;
   struct Case {
     const char* op;
@@ -364,7 +363,7 @@ TEST_P(AttentionCompiles, HopperPrefillIsHgmmaWithoutLocalMemory) {
     // Head_dim 256's ring and Q take 230,432 bytes: with the cubin's static scratch, still within a block's share.
     EXPECT_LE(op.geometry(op.specialize(t, scalars, target), t).dynamic_smem + cubin.resources.static_shared_bytes,
               max_shared_per_block(target));
-    const auto sass = test::sass_facts(*cubin.binary, dir.path());
+    const auto sass = test::sass_facts(*cubin.binary);
     if (!sass) continue;
     disassembled = true;
     if (c.wgmma) test::expect_whole_program_wgmma(*sass);

@@ -284,7 +284,7 @@ TEST(GemmReference, SmallProductsAndTransposesAgree) {
 }
 
 // The gemm family through each compiler: a Runtime without a disk cache,
-// and a scratch directory for the files ptxas and nvdisasm read.
+// and a scratch directory for the files ptxas reads.
 struct GemmCompiles : ::testing::TestWithParam<std::string> {
   Runtime rt{op_test::memory_only(GetParam())};
   test::TempDir dir;
@@ -697,7 +697,7 @@ TEST_P(GemmCompiles, HopperPathIsHgmmaAndSm80PathIsHmma) {
     const Params p = find_op(c.op).specialize(c.tensors, c.scalars, target);
     EXPECT_LE(cubin.resources.static_shared_bytes + find_op(c.op).max_dynamic_smem(p), 227u * 1024)
         << p.str() << ": static and dynamic shared memory within a block's opt-in";
-    const auto sass = test::sass_facts(*cubin.binary, dir.path());
+    const auto sass = test::sass_facts(*cubin.binary);
     if (!sass) continue;
     disassembled = true;
     if (c.wgmma) test::expect_whole_program_wgmma(*sass);

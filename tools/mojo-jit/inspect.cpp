@@ -3,9 +3,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <optional>
+#include <sstream>
 
 namespace mojo::inspect {
 namespace {
@@ -219,6 +224,38 @@ CacheReport cache_action(const std::string& action, const std::filesystem::path&
     for (const auto& p : problems) text += "\nbad: " + p;
   }
   return {std::move(j), std::move(text)};
+}
+
+std::string find_nvdisasm(const std::filesystem::path& venv_bin) {
+  std::vector<std::filesystem::path> dirs;
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream ss(path);
+    for (std::string d; std::getline(ss, d, ':');) dirs.emplace_back(d);
+  }
+  if (const char* cuda = std::getenv("CUDA_HOME")) dirs.emplace_back(std::filesystem::path(cuda) / "bin");
+  dirs.emplace_back("/usr/local/cuda/bin");
+  dirs.push_back(venv_bin);
+  for (const auto& d : dirs)
+    if (::access((d / "nvdisasm").c_str(), X_OK) == 0) return (d / "nvdisasm").string();
+  return {};
+}
+
+std::string disassemble(const std::string& nvdisasm, const std::string& cubin) {
+  char name[] = "/tmp/mojo-jit-sass-XXXXXX";
+  const int fd = ::mkstemp(name);
+  if (fd < 0) throw Error("cannot create a temp file for nvdisasm");
+  bool ok = ::write(fd, cubin.data(), cubin.size()) == ssize_t(cubin.size());
+  ::close(fd);
+  std::string out;
+  if (ok) {
+    FILE* pipe = ::popen((nvdisasm + " -c -g " + name + " 2>&1").c_str(), "r");
+    char buf[4096];
+    while (pipe && std::fgets(buf, sizeof buf, pipe)) out += buf;
+    ok = pipe && ::pclose(pipe) == 0;
+  }
+  ::unlink(name);
+  if (!ok) throw Error("nvdisasm failed: " + out.substr(0, out.find('\n')));
+  return out;
 }
 
 }  // namespace mojo::inspect

@@ -43,4 +43,11 @@ struct CacheReport {
 CacheReport cache_action(const std::string& action, const std::filesystem::path& dir, std::uint64_t max_bytes = 0,
                          std::string remote = {});
 
+// nvdisasm: the first on PATH, in $CUDA_HOME/bin, /usr/local/cuda/bin or `venv_bin` (tools/setup.sh's .venv/bin:
+// the CUDA 13.0 toolkit image lacks nvdisasm, and setup puts PyPI's there); empty if none.
+std::string find_nvdisasm(const std::filesystem::path& venv_bin);
+
+// The SASS of a cubin (nvdisasm -c -g); Error with nvdisasm's first line if it fails.
+std::string disassemble(const std::string& nvdisasm, const std::string& cubin);
+
 }  // namespace mojo::inspect

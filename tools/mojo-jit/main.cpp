@@ -225,43 +225,6 @@ int run_check(int argc, char** argv) {
   return r.pass() ? 0 : 1;
 }
 
-// nvdisasm from PATH, $CUDA_HOME/bin, /usr/local/cuda/bin or the .venv tools/setup.sh made beside this build's
-// sources (the CUDA 13.0 toolkit image lacks nvdisasm; setup puts PyPI's there); empty if none.
-std::string find_nvdisasm() {
-  std::vector<std::filesystem::path> dirs;
-  if (const char* path = std::getenv("PATH")) {
-    std::stringstream ss(path);
-    for (std::string d; std::getline(ss, d, ':');) dirs.emplace_back(d);
-  }
-  if (const char* cuda = std::getenv("CUDA_HOME")) dirs.emplace_back(std::filesystem::path(cuda) / "bin");
-  dirs.emplace_back("/usr/local/cuda/bin");
-#ifdef MOJO_JIT_SETUP_VENV_BIN
-  dirs.emplace_back(MOJO_JIT_SETUP_VENV_BIN);
-#endif
-  for (const auto& d : dirs)
-    if (::access((d / "nvdisasm").c_str(), X_OK) == 0) return (d / "nvdisasm").string();
-  return {};
-}
-
-// The SASS of a cubin, from nvdisasm.
-std::string disassemble(const std::string& nvdisasm, const std::string& cubin) {
-  char name[] = "/tmp/mojo-jit-sass-XXXXXX";
-  int fd = ::mkstemp(name);
-  if (fd < 0) throw mojo::Error("cannot create a temp file for nvdisasm");
-  bool ok = ::write(fd, cubin.data(), cubin.size()) == ssize_t(cubin.size());
-  ::close(fd);
-  std::string out;
-  if (ok) {
-    FILE* pipe = ::popen((nvdisasm + " -c -g " + name + " 2>&1").c_str(), "r");
-    char buf[4096];
-    while (pipe && std::fgets(buf, sizeof buf, pipe)) out += buf;
-    ok = pipe && ::pclose(pipe) == 0;
-  }
-  ::unlink(name);
-  if (!ok) throw mojo::Error("nvdisasm failed: " + out.substr(0, out.find('\n')));
-  return out;
-}
-
 void print_stats(const mojo::Runtime& rt) {
   mojo::CacheStats s = rt.stats();
   std::string dir = rt.cache_dir().empty() ? "(disk cache off)" : rt.cache_dir().string();
@@ -294,7 +257,7 @@ int run_emit(int argc, char** argv) {
 
   const bool sass = emit == "sass";  // disassembly of the cubin, not a stage of its own
   std::string nvdisasm;
-  if (sass && (nvdisasm = find_nvdisasm()).empty()) {
+  if (sass && (nvdisasm = mojo::inspect::find_nvdisasm(MOJO_JIT_SETUP_VENV_BIN)).empty()) {
     fmt::print(stderr, "mojo-jit: error: --emit=sass needs nvdisasm (CUDA toolkit, or pip install "
                        "nvidia-cuda-nvdisasm; tools/setup.sh puts it in .venv/bin); none on PATH, in $CUDA_HOME/bin, "
                        "/usr/local/cuda/bin or .venv/bin\n");
@@ -309,7 +272,7 @@ int run_emit(int argc, char** argv) {
   auto tensors = spec.tensors(op);
   auto scalars = spec.scalars(names);
   mojo::Artifact a = rt.compile(spec.op, tensors, scalars, spec.target(), kind);
-  const std::string text = sass ? disassemble(nvdisasm, *a.binary) : std::string();
+  const std::string text = sass ? mojo::inspect::disassemble(nvdisasm, *a.binary) : std::string();
   const std::string& bytes = sass ? text : *a.binary;
   if (output.empty()) {
     std::fwrite(bytes.data(), 1, bytes.size(), stdout);
