@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "mojo/target.hpp"
 #include "mojo/tensor.hpp"
@@ -36,6 +37,29 @@ namespace mojo {
 class Backend;  // the device an object lives on: cuda or cpu (src/device/backend.hpp)
 
 using StreamHandle = CUstream_st*;  // nullptr is the legacy default stream
+
+namespace detail {
+// A device object's handle and where it lives: the backend that made it and its CUDA context (null on the cpu
+// device). Moving one leaves the source without a handle, so the destructor of the object it came from releases
+// nothing; assigning swaps, so the old handle goes with the source.
+template <class H>
+struct DeviceHandle {
+  H handle{};
+  const Backend* backend = nullptr;
+  void* context = nullptr;
+
+  DeviceHandle() = default;
+  DeviceHandle(H h, const Backend* b, void* c) noexcept : handle(h), backend(b), context(c) {}
+  DeviceHandle(DeviceHandle&& o) noexcept
+      : handle(std::exchange(o.handle, H{})), backend(o.backend), context(o.context) {}
+  DeviceHandle& operator=(DeviceHandle&& o) noexcept {
+    std::swap(handle, o.handle);
+    std::swap(backend, o.backend);
+    std::swap(context, o.context);
+    return *this;
+  }
+};
+}  // namespace detail
 
 // True when libcuda.so.1 loads and reports at least one GPU. Never throws.
 bool device_available() noexcept;
@@ -90,27 +114,25 @@ class Stream {
  public:
   Stream();  // a non-blocking stream in the current context
   ~Stream();
-  Stream(Stream&& other) noexcept;
-  Stream& operator=(Stream&& other) noexcept;
+  Stream(Stream&& other) noexcept = default;
+  Stream& operator=(Stream&& other) noexcept = default;
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
-  StreamHandle handle() const noexcept { return stream_; }
-  operator StreamHandle() const noexcept { return stream_; }
+  StreamHandle handle() const noexcept { return stream_.handle; }
+  operator StreamHandle() const noexcept { return stream_.handle; }
   void synchronize() const;
 
  private:
-  StreamHandle stream_ = nullptr;
-  const Backend* backend_ = nullptr;
-  void* context_ = nullptr;  // the CUDA context it lives in
+  detail::DeviceHandle<StreamHandle> stream_;
 };
 
 class Event {
  public:
   Event();
   ~Event();
-  Event(Event&& other) noexcept;
-  Event& operator=(Event&& other) noexcept;
+  Event(Event&& other) noexcept = default;
+  Event& operator=(Event&& other) noexcept = default;
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
 
@@ -120,9 +142,7 @@ class Event {
   static float elapsed_ms(const Event& start, const Event& end);
 
  private:
-  void* event_ = nullptr;
-  const Backend* backend_ = nullptr;
-  void* context_ = nullptr;
+  detail::DeviceHandle<void*> event_;
 };
 
 // Device memory, freed on destruction.
@@ -136,7 +156,7 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
-  DevicePtr ptr() const noexcept { return ptr_; }
+  DevicePtr ptr() const noexcept { return ptr_.handle; }
   std::size_t size() const noexcept { return size_; }
   // A tensor view of this buffer (throws ShapeError if spec does not fit).
   Tensor as(const TensorSpec& spec, std::size_t byte_offset = 0) const;
@@ -147,10 +167,8 @@ class DeviceBuffer {
   void fill_bytes(std::uint8_t value);
 
  private:
-  DevicePtr ptr_ = 0;
+  detail::DeviceHandle<DevicePtr> ptr_;
   std::size_t size_ = 0;
-  const Backend* backend_ = nullptr;
-  void* context_ = nullptr;
 };
 
 class Function;
@@ -162,8 +180,8 @@ class Module {
   // device, a host shared object (Emit::host).
   static Module load(std::string_view image);
   ~Module();
-  Module(Module&& other) noexcept;
-  Module& operator=(Module&& other) noexcept;
+  Module(Module&& other) noexcept = default;
+  Module& operator=(Module&& other) noexcept = default;
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
@@ -171,9 +189,7 @@ class Module {
 
  private:
   Module() = default;
-  void* module_ = nullptr;
-  const Backend* backend_ = nullptr;
-  void* context_ = nullptr;
+  detail::DeviceHandle<void*> module_;
 };
 
 struct Dim3 {
@@ -263,8 +279,8 @@ class Graph {
     return end_capture(stream);
   }
   ~Graph();
-  Graph(Graph&& other) noexcept;
-  Graph& operator=(Graph&& other) noexcept;
+  Graph(Graph&& other) noexcept = default;
+  Graph& operator=(Graph&& other) noexcept = default;
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
 
@@ -275,8 +291,7 @@ class Graph {
   static void begin_capture(StreamHandle stream);
   static void abandon_capture(StreamHandle stream) noexcept;
   static Graph end_capture(StreamHandle stream);
-  const Backend* backend_ = nullptr;
-  void* exec_ = nullptr;  // a CUgraphExec, or the launches a cpu stream recorded
+  detail::DeviceHandle<void*> exec_;  // a CUgraphExec, or the launches a cpu stream recorded
 };
 
 }  // namespace mojo

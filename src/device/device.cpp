@@ -105,53 +105,34 @@ void Device::synchronize() const {
 
 Stream::Stream() {
   const CurrentDevice c = device_for_new_object();
-  backend_ = c.backend;
-  context_ = c.context;
-  stream_ = backend_->create_stream();
+  stream_ = {c.backend->create_stream(), c.backend, c.context};
 }
 Stream::~Stream() {
-  if (stream_ != nullptr) backend_->destroy_stream(context_, stream_);
+  if (stream_.handle != nullptr) stream_.backend->destroy_stream(stream_.context, stream_.handle);
 }
-Stream::Stream(Stream&& other) noexcept
-    : stream_(std::exchange(other.stream_, nullptr)), backend_(other.backend_), context_(other.context_) {}
-Stream& Stream::operator=(Stream&& other) noexcept {
-  std::swap(stream_, other.stream_);
-  std::swap(backend_, other.backend_);
-  std::swap(context_, other.context_);
-  return *this;
-}
-void Stream::synchronize() const { backend_->synchronize_stream(context_, stream_); }
+void Stream::synchronize() const { stream_.backend->synchronize_stream(stream_.context, stream_.handle); }
 
 Event::Event() {
   const CurrentDevice c = device_for_new_object();
-  backend_ = c.backend;
-  context_ = c.context;
-  event_ = backend_->create_event();
+  event_ = {c.backend->create_event(), c.backend, c.context};
 }
 Event::~Event() {
-  if (event_ != nullptr) backend_->destroy_event(context_, event_);
-}
-Event::Event(Event&& other) noexcept
-    : event_(std::exchange(other.event_, nullptr)), backend_(other.backend_), context_(other.context_) {}
-Event& Event::operator=(Event&& other) noexcept {
-  std::swap(event_, other.event_);
-  std::swap(backend_, other.backend_);
-  std::swap(context_, other.context_);
-  return *this;
+  if (event_.handle != nullptr) event_.backend->destroy_event(event_.context, event_.handle);
 }
 void Event::record(StreamHandle stream) {
-  if (event_ == nullptr) throw InvalidArgumentError("Event::record on a moved-from Event");
-  backend_->record_event(context_, event_, stream);
+  if (event_.handle == nullptr) throw InvalidArgumentError("Event::record on a moved-from Event");
+  event_.backend->record_event(event_.context, event_.handle, stream);
 }
 void Event::synchronize() const {
-  if (event_ == nullptr) throw InvalidArgumentError("Event::synchronize on a moved-from Event");
-  backend_->synchronize_event(context_, event_);
+  if (event_.handle == nullptr) throw InvalidArgumentError("Event::synchronize on a moved-from Event");
+  event_.backend->synchronize_event(event_.context, event_.handle);
 }
 float Event::elapsed_ms(const Event& start, const Event& end) {
-  if (start.event_ == nullptr || end.event_ == nullptr)
+  if (start.event_.handle == nullptr || end.event_.handle == nullptr)
     throw InvalidArgumentError("Event::elapsed_ms of a moved-from Event");
-  if (start.backend_ != end.backend_) throw InvalidArgumentError("Event::elapsed_ms of events on different devices");
-  return start.backend_->elapsed_ms(start.event_, end.event_);
+  if (start.event_.backend != end.event_.backend)
+    throw InvalidArgumentError("Event::elapsed_ms of events on different devices");
+  return start.event_.backend->elapsed_ms(start.event_.handle, end.event_.handle);
 }
 
 // ---- DeviceBuffer ---------------------------------------------------------
@@ -159,23 +140,16 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
 DeviceBuffer::DeviceBuffer(std::size_t bytes) : size_(bytes) {
   if (bytes == 0) return;
   const CurrentDevice c = device_for_new_object();
-  backend_ = c.backend;
-  context_ = c.context;
-  ptr_ = backend_->allocate(bytes);
+  ptr_ = {c.backend->allocate(bytes), c.backend, c.context};
 }
 DeviceBuffer::~DeviceBuffer() {
-  if (ptr_ != 0) backend_->release(context_, ptr_);
+  if (ptr_.handle != 0) ptr_.backend->release(ptr_.context, ptr_.handle);
 }
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : ptr_(std::exchange(other.ptr_, 0)),
-      size_(std::exchange(other.size_, 0)),
-      backend_(other.backend_),
-      context_(other.context_) {}
+    : ptr_(std::move(other.ptr_)), size_(std::exchange(other.size_, 0)) {}
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   std::swap(ptr_, other.ptr_);
   std::swap(size_, other.size_);
-  std::swap(backend_, other.backend_);
-  std::swap(context_, other.context_);
   return *this;
 }
 
@@ -190,19 +164,19 @@ Tensor DeviceBuffer::as(const TensorSpec& spec, std::size_t byte_offset) const {
   if (byte_offset > size_ || bytes > size_ - byte_offset)
     throw ShapeError(
         fmt::format("tensor {} at offset {} needs {} bytes; the buffer has {}", spec.str(), byte_offset, bytes, size_));
-  return Tensor{spec, ptr_ + byte_offset};
+  return Tensor{spec, ptr_.handle + byte_offset};
 }
 
 void DeviceBuffer::copy_from_host(const void* src, std::size_t bytes, std::size_t offset) {
   check_range(offset, bytes, size_, "DeviceBuffer::copy_from_host");
-  if (bytes != 0) backend_->copy_from_host(context_, ptr_ + offset, src, bytes);
+  if (bytes != 0) ptr_.backend->copy_from_host(ptr_.context, ptr_.handle + offset, src, bytes);
 }
 void DeviceBuffer::copy_to_host(void* dst, std::size_t bytes, std::size_t offset) const {
   check_range(offset, bytes, size_, "DeviceBuffer::copy_to_host");
-  if (bytes != 0) backend_->copy_to_host(context_, dst, ptr_ + offset, bytes);
+  if (bytes != 0) ptr_.backend->copy_to_host(ptr_.context, dst, ptr_.handle + offset, bytes);
 }
 void DeviceBuffer::fill_bytes(std::uint8_t value) {
-  if (size_ != 0) backend_->fill_bytes(context_, ptr_, value, size_);
+  if (size_ != 0) ptr_.backend->fill_bytes(ptr_.context, ptr_.handle, value, size_);
 }
 
 // ---- Module / Function / launch -------------------------------------------
@@ -210,26 +184,16 @@ void DeviceBuffer::fill_bytes(std::uint8_t value) {
 Module Module::load(std::string_view image) {
   const CurrentDevice c = device_for_new_object();
   Module m;
-  m.backend_ = c.backend;
-  m.context_ = c.context;
-  m.module_ = m.backend_->load_module(image);
+  m.module_ = {c.backend->load_module(image), c.backend, c.context};
   return m;
 }
 Module::~Module() {
-  if (module_ != nullptr) backend_->unload_module(context_, module_);
-}
-Module::Module(Module&& other) noexcept
-    : module_(std::exchange(other.module_, nullptr)), backend_(other.backend_), context_(other.context_) {}
-Module& Module::operator=(Module&& other) noexcept {
-  std::swap(module_, other.module_);
-  std::swap(backend_, other.backend_);
-  std::swap(context_, other.context_);
-  return *this;
+  if (module_.handle != nullptr) module_.backend->unload_module(module_.context, module_.handle);
 }
 
 Function Module::function(const std::string& name) const {
-  if (module_ == nullptr) throw InvalidArgumentError("Module::function on a moved-from Module");
-  return Function(*backend_, backend_->function(module_, name));
+  if (module_.handle == nullptr) throw InvalidArgumentError("Module::function on a moved-from Module");
+  return Function(*module_.backend, module_.backend->function(module_.handle, name));
 }
 
 namespace {
@@ -370,23 +334,17 @@ void Graph::begin_capture(StreamHandle stream) {
 void Graph::abandon_capture(StreamHandle stream) noexcept { current_backend().abandon_capture(stream); }
 Graph Graph::end_capture(StreamHandle stream) {
   Graph g;
-  g.backend_ = &current_backend();
-  g.exec_ = g.backend_->end_capture(stream);
+  const Backend& backend = current_backend();
+  g.exec_ = {backend.end_capture(stream), &backend, nullptr};
   return g;
 }
 
 Graph::~Graph() {
-  if (exec_ != nullptr) backend_->destroy_graph(exec_);
-}
-Graph::Graph(Graph&& other) noexcept : backend_(other.backend_), exec_(std::exchange(other.exec_, nullptr)) {}
-Graph& Graph::operator=(Graph&& other) noexcept {
-  std::swap(backend_, other.backend_);
-  std::swap(exec_, other.exec_);
-  return *this;
+  if (exec_.handle != nullptr) exec_.backend->destroy_graph(exec_.handle);
 }
 void Graph::launch(StreamHandle stream) const {
-  if (exec_ == nullptr) throw InvalidArgumentError("Graph::launch of a moved-from Graph");
-  backend_->launch_graph(exec_, stream);
+  if (exec_.handle == nullptr) throw InvalidArgumentError("Graph::launch of a moved-from Graph");
+  exec_.backend->launch_graph(exec_.handle, stream);
 }
 
 }  // namespace mojo
