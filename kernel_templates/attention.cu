@@ -564,7 +564,7 @@ __device__ __forceinline__ void merge(T* __restrict__ out, const float* __restri
   }
 // K and V through TMA: the descriptors are params 25 and 26.
 #define MOJO_ATTENTION_SM90(NAME, P)                                                                                   \
-  extern "C" __global__ void __launch_bounds__(384, 1)                                                                 \
+  extern "C" __global__ void __launch_bounds__(32 * P::wm + 128, 1)                                                    \
       NAME(MOJO_ARG_PARAMS(MOJO_ATTENTION_ARGS, P::dtype), const mojo::TensorMap, const mojo::TensorMap) {             \
     mojo::after_previous_kernels();                                                                                    \
     mojo_attention::run_sm90<P::dtype, P>(out, q, k, v, MOJO_ATTENTION_BATCH(P), sinks, lse, q_stride, heads,          \
@@ -573,7 +573,8 @@ __device__ __forceinline__ void merge(T* __restrict__ out, const float* __restri
   }
 // The sm_90a prefill that gathers a paged cache's keys (gather = 1): no TMA descriptors.
 #define MOJO_ATTENTION_SM90_GATHER(NAME, P)                                                                            \
-  extern "C" __global__ void __launch_bounds__(384, 1) NAME(MOJO_ARG_PARAMS(MOJO_ATTENTION_ARGS, P::dtype)) {          \
+  extern "C" __global__ void __launch_bounds__(32 * P::wm + 128, 1)                                                    \
+      NAME(MOJO_ARG_PARAMS(MOJO_ATTENTION_ARGS, P::dtype)) {          \
     mojo::after_previous_kernels();                                                                                    \
     mojo_attention::run_sm90<P::dtype, P>(out, q, k, v, MOJO_ATTENTION_BATCH(P), sinks, lse, q_stride, heads,          \
                                           kv_heads, scale, softcap, window, section_heads, nullptr, nullptr);          \

@@ -50,17 +50,17 @@ MOJO_HOST_DEVICE constexpr Sm80Smem sm80_smem(int bm, int dp, int wn, int stages
   return {q_bytes, stage_bytes, loop, merge, loop > merge ? loop : merge};
 }
 
-// The sm_90a prefill's dynamic shared memory (attention_sm90.cuh), for head_dim in dp columns (whole 64-column
-// sub-tiles), key tiles of bn and a ring of `stages`: byte offsets from its 1024-aligned base of both consumers'
-// Q tiles (q_bytes each), the K/V ring (kv_bytes a tensor a stage), the "full" and "empty" mbarriers and, paged,
+// The sm_90a prefill's dynamic shared memory (attention_sm90.cuh), for query tiles of bm rows (a consumer
+// warpgroup each 64), head_dim in dp columns (whole 64-column sub-tiles), key tiles of bn and a ring of `stages`:
+// byte offsets from its 1024-aligned base of the consumers' Q tiles (q_bytes each), the K/V ring (kv_bytes a tensor a stage), the "full" and "empty" mbarriers and, paged,
 // a gathered tile's cache rows; `bytes` is what a block asks for, 1024 bytes of slack to align the base
 // included. One formula for the kernel's layout and the op's launch (AttentionOp::max_dynamic_smem).
 struct Sm90Smem {
   unsigned q_bytes, kv_bytes, ring, full, empty, rows, bytes;
 };
-MOJO_HOST_DEVICE constexpr Sm90Smem sm90_smem(int dp, int bn, int stages, bool paged) {
+MOJO_HOST_DEVICE constexpr Sm90Smem sm90_smem(int bm, int dp, int bn, int stages, bool paged) {
   const unsigned q_bytes = 64u * unsigned(dp) * 2, kv_bytes = unsigned(bn * dp) * 2;
-  const unsigned ring = 2 * q_bytes, full = ring + unsigned(stages) * 2 * kv_bytes;
+  const unsigned ring = unsigned(bm / 64) * q_bytes, full = ring + unsigned(stages) * 2 * kv_bytes;
   const unsigned empty = full + 8 * unsigned(stages), rows = empty + 8 * unsigned(stages);
   return {q_bytes, kv_bytes, ring, full, empty, rows, 1024 + rows + (paged ? 8 * unsigned(bn) : 0)};
 }

@@ -4,13 +4,14 @@
 // wgmma = 1.
 //
 // A block takes 128 packed query rows (two consumer warpgroups of 64) of one
-// KV head. Warpgroup 0 is the producer: one thread streams the K and V tiles
+// KV head, or 192 (three consumers) at head_dim 64 where param wm = 12, as
+// FlashAttention 3 does there. Warpgroup 0 is the producer: one thread streams the K and V tiles
 // (BN keys x head_dim: 176 keys without a causal mask or window, else 128;
 // 80 at head_dim 256, whose O takes 128 registers a thread, or 64 there for
 // a paged cache of blocks that tile 64 keys but not 80) with TMA into a
 // STAGES-deep ring of 128-byte-swizzled shared memory (64-column boxes; a
 // paged tile is one box per cache block, or part of one block), each stage
-// guarded by a "full" mbarrier (its bytes landed) and an "empty" one (both
+// guarded by a "full" mbarrier (its bytes landed) and an "empty" one (all
 // consumers are done with it). The whole producer warpgroup gathers a paged
 // tile instead, 16 bytes at a time with cp.async into the same layout (as
 // FlashAttention 3 does for such caches), where TMA boxes cannot tile it
@@ -22,15 +23,16 @@
 // of its rows see in part) and the online softmax in registers, and
 // accumulates O += P V with wgmma, P from registers (the layout of S's
 // accumulators is that of A's fragments: packed in pairs, they are the
-// operand as they stand) and V read MN-major. The two consumers take turns
-// on the tensor cores (named barriers 3 and 4): one's softmax runs under the
-// other's matmuls. The producer gives up registers to the consumers.
+// operand as they stand) and V read MN-major. The consumers take turns on
+// the tensor cores (a named barrier each): one's softmax runs under
+// another's matmuls. The producer gives up registers to the consumers.
 //
 // Kernel args: attention.cu's (MOJO_ATTENTION_ARGS), then (gather = 0) the
 // TMA descriptors of k and v as 3-D tensors (head_dim, rows, kv_heads): rows
 // are the packed tokens (boxes of 64 x BN x 1) or the cache's slots (boxes
 // of 64 x min(block_size, BN) x 1).
-// Geometry: 384 threads; grid as the sm_80 path's with 128-row tiles; dynamic
+// Geometry: 128 threads a warpgroup (384, or 512 with three consumers); grid
+// as the sm_80 path's with tiles of 16 * wm rows; dynamic
 // shared memory: sm90_smem (attention_args.h; head_dim 256: 230,432 bytes, or
 // 231,072 paged, under the 232,448 a block may take).
 #pragma once
@@ -79,7 +81,8 @@ __device__ __forceinline__ void produce_keys(const T* __restrict__ k, const T* _
   constexpr int BOX = P::paged && P::page < BN ? P::page : BN;  // key rows per TMA box
   static_assert(P::gather || (BN % BOX == 0 && BOX % 8 == 0 && (!P::paged || P::page % BOX == 0)),
                 "TMA boxes: whole cache blocks of 8 to 128 tokens a key tile, or a key tile within one block");
-  constexpr unsigned KV_BYTES = sm90_smem(DP, BN, STAGES, P::paged != 0).kv_bytes;
+  constexpr unsigned KV_BYTES = sm90_smem(16 * P::wm, DP, BN, STAGES, P::paged != 0).kv_bytes;
+  constexpr int GATHERED = 2 * (P::wm / 4) + 1;  // the named barrier of the gather: after the consumers' (run_sm90)
   const int tid = (int)mojo::thread_x();
   // A tile's keys by TMA (thread 0 alone): whole boxes, zeros past the tensor's edges.
   auto tma_tile = [&](int stage, int k0) MOJO_INLINE_LAMBDA {
@@ -116,7 +119,7 @@ __device__ __forceinline__ void produce_keys(const T* __restrict__ k, const T* _
       const CacheRow row = cache_row<P>(a, w, k0 + warp * ROWS + lane, kv_heads, kv_head);
       m.key_rows[warp * ROWS + lane] = row.valid ? row.at : -1;
     }
-    mojo::sync_warps(5, 128);
+    mojo::sync_warps(GATHERED, 128);
     const unsigned k_dst = m.ring + stage * 2 * KV_BYTES;
 #pragma unroll 1  // within the producer's 40 registers
     for (int c = lane; c < ROWS * CHUNKS; c += 32) {
@@ -130,7 +133,7 @@ __device__ __forceinline__ void produce_keys(const T* __restrict__ k, const T* _
     mojo::cp_async_commit();
     mojo::cp_async_wait<0>();
     mojo::fence_proxy_async();
-    mojo::sync_warps(5, 128);  // all copies landed and fenced, and `rows` read before the next tile's
+    mojo::sync_warps(GATHERED, 128);  // all copies landed and fenced, and `rows` read before the next tile's
     if (tid == 0) mojo::mbarrier_arrive(m.full + 8 * stage);
   };
   // A paged cache's last tile, where its TMA boxes would reach past the sequence's context into slots that it
@@ -141,7 +144,7 @@ __device__ __forceinline__ void produce_keys(const T* __restrict__ k, const T* _
   if (!P::paged && tid != 0) return;
   for (int it = 0; it < w.kv_tiles; ++it) {
     const int stage = it % STAGES, k0 = w.tile_begin + it * BN;
-    mojo::mbarrier_wait(m.empty + 8 * stage, ((it / STAGES) & 1) ^ 1);  // both consumers released it
+    mojo::mbarrier_wait(m.empty + 8 * stage, ((it / STAGES) & 1) ^ 1);  // every consumer released it
     if (P::gather || (P::paged && k0 + BN > w.sq.kv_len)) gather_tile(stage, k0);
     else if (tid == 0) tma_tile(stage, k0);
   }
@@ -156,15 +159,18 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
                                          const mojo::TensorMap* v_map) {
   // DP: head_dim in whole 64-column sub-tiles (96 in two, the last half zeros: TMA fills the columns past the
   // tensor's, the Q load writes them, and P V computes and drops them).
-  constexpr int D = P::head_dim, DP = (D + 63) / 64 * 64, G = P::group, BM = 128, BN = P::bn, STAGES = P::stages;
-  static_assert((D == 64 || D == 96 || D == 128 || D == 256) && 16 * P::wm == BM,
-                "the sm_90a path: head_dim 64, 96, 128 or 256, 128-row tiles");
+  constexpr int D = P::head_dim, DP = (D + 63) / 64 * 64, G = P::group, BM = 16 * P::wm, BN = P::bn;
+  constexpr int STAGES = P::stages, CONSUMERS = BM / 64;
+  static_assert(D == 64 || D == 96 || D == 128 || D == 256, "the sm_90a path: head_dim 64, 96, 128 or 256");
+  static_assert(BM == 128 || (BM == 192 && D == 64 && BN == 128),
+                "query tiles of 128 rows, or of 192 at head_dim 64 (FlashAttention 3's), where three consumers' "
+                "registers hold key tiles of 128");
   static_assert((D == 256 ? BN == 80 || (BN == 64 && P::paged) : BN == 128) ||
                     (BN == 176 && D != 256 && !P::causal && !P::window && !P::paged),
                 "key tiles of 128 (80 at head_dim 256: O holds 128 registers; 64 for cache blocks that do not tile "
                 "80), or of 176 where every tile sees all its keys");
   static_assert(sizeof(T) == 2, "wgmma here takes f16 or bf16");
-  constexpr Sm90Smem L = sm90_smem(DP, BN, STAGES, P::paged != 0);
+  constexpr Sm90Smem L = sm90_smem(BM, DP, BN, STAGES, P::paged != 0);
   constexpr unsigned Q_BYTES = L.q_bytes, KV_BYTES = L.kv_bytes;
   MOJO_DYNAMIC_SMEM(smem);
   // 128-byte swizzling repeats every 1024 bytes: the tiles start on such a boundary.
@@ -186,20 +192,23 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mojo::mbarrier_init(full + 8 * s, 1);  // thread 0 of the producer
-      mojo::mbarrier_init(empty + 8 * s, 2 * 128);
+      mojo::mbarrier_init(empty + 8 * s, CONSUMERS * 128);
     }
     mojo::fence_barrier_init();
   }
   mojo::sync_block();
 
+  // The producer gives up registers to the consumers: of the 64K a block of one an SM has, multiples of 8 each.
+  constexpr int PRODUCER_REGS = CONSUMERS == 2 ? 40 : 32;
+  constexpr int CONSUMER_REGS = (65536 / 128 - PRODUCER_REGS) / CONSUMERS / 8 * 8;
   if (warpgroup == 0) {
-    mojo::setmaxnreg_dec<40>();
+    mojo::setmaxnreg_dec<PRODUCER_REGS>();
     long long* const key_rows = reinterpret_cast<long long*>(base_ptr + L.rows);
     produce_keys<T, P>(k, v, a, w, Smem{ring, full, empty, key_rows}, kv_heads, kv_head, k_map, v_map);
     return;
   }
 
-  mojo::setmaxnreg_inc<232>();
+  mojo::setmaxnreg_inc<CONSUMER_REGS>();
   const int consumer = warpgroup - 1, ctid = tid % 128, lane = tid % 32, warp = ctid / 32;
   const unsigned q_tile = base + consumer * Q_BYTES;
   unsigned char* const q_ptr = base_ptr + consumer * Q_BYTES;
@@ -217,7 +226,7 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
     mojo::store<T, 8>(reinterpret_cast<T*>(q_ptr + swizzled<64>(r, col)), v);
   }
   mojo::fence_proxy_async();
-  mojo::sync_warps(1 + consumer, 128);
+  mojo::sync_warps(1 + consumer, 128);  // named barriers 1 to CONSUMERS
 
   const float kLog2e = 1.4426950408889634f;
   const float score_scale = P::softcap ? scale / softcap : scale * kLog2e, cap_log2 = softcap * kLog2e;
@@ -317,14 +326,16 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   };
 
   // FlashAttention 3's ping-pong between the consumers: they take turns to issue their products, consumer 0
-  // first, so that one's softmax runs while the other's matmuls hold the tensor cores. A turn begins at the
-  // consumer's named barrier (3 + consumer: the other consumer's arrival lets it pass) and ends by arriving at
-  // the other's. Each consumer takes kv_tiles turns (the first scores and each step of the loop; the last values
-  // go without one: taking a turn there made LLVM's build spill 24 bytes). Consumer 1's first arrival lets
-  // consumer 0 begin, so one arrival at consumer 0's barrier is left when the block ends, as in FlashAttention 3
-  // (a barrier's state does not outlive its block).
-  auto take_turn = [&] MOJO_INLINE_LAMBDA { mojo::sync_warps(3 + consumer, 256); };
-  auto pass_turn = [&] MOJO_INLINE_LAMBDA { mojo::arrive_warps(4 - consumer, 256); };
+  // first, then 1 (then 2, with three), so that one's softmax runs while another's matmuls hold the tensor cores.
+  // A turn begins at the consumer's named barrier (CONSUMERS + 1 + consumer: the previous consumer's arrival lets
+  // it pass) and ends by arriving at the next one's. Each consumer takes kv_tiles turns (the first scores and each
+  // step of the loop; the last values go without one: taking a turn there made LLVM's build spill 24 bytes). The
+  // last consumer's first arrival lets consumer 0 begin, so one arrival at consumer 0's barrier is left when the
+  // block ends, as in FlashAttention 3 (a barrier's state does not outlive its block).
+  auto take_turn = [&] MOJO_INLINE_LAMBDA { mojo::sync_warps(CONSUMERS + 1 + consumer, 256); };
+  auto pass_turn = [&] MOJO_INLINE_LAMBDA {
+    mojo::arrive_warps(CONSUMERS + 1 + (consumer + 1) % CONSUMERS, 256);
+  };
 
   // FlashAttention 3's overlap within a warpgroup: tile it + 1's S = Q K^T and tile it's O += P V are in flight
   // together, and tile it + 1's softmax runs under the second. The last tile's product comes after the loop, so
@@ -333,7 +344,7 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   if (w.kv_tiles > 0) {  // a tile may see no key (a window's or a sequence's edge): its producer loads none
     float correction[2];
     unsigned p[BN / 16][4];
-    if (consumer == 1) pass_turn();
+    if (consumer == CONSUMERS - 1) pass_turn();
     wait_keys(0);
     take_turn();
     issue_scores(0);

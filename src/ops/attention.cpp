@@ -36,10 +36,13 @@ constexpr ScalarArgInfo kScale{"scale", 0.0, "logit scale; 0: 1 / sqrt(head_dim)
     kKeyTile{"key_tile", 0.0,
              "keys a tile on the sm_90a path: 0 the heuristic (176 with neither a causal mask nor a window where that "
              "takes fewer tiles than 128, else 128; 80 at head_dim 256), 128, or 176 without a mask"},
+    kQueryTile{"query_tile", 0.0,
+               "query rows a block on the sm_90a path: 0 the heuristic (128), 128, or 192 at head_dim 64 (three "
+               "consumer warpgroups, as FlashAttention 3's; key tiles of 128)"},
     kPath{"path", 0.0,
           "0: the heuristic picks the kernel path; 80: the sm_80 path (mma.sync); 90: the sm_90a path (TMA + wgmma)"};
-constexpr ScalarArgInfo kSdpaScalars[] = {kScale, kWindow, kSoftcap, kCausal, kKeyTile, kPath};
-constexpr ScalarArgInfo kPrefillScalars[] = {kScale, kWindow, kSoftcap, kPath};
+constexpr ScalarArgInfo kSdpaScalars[] = {kScale, kWindow, kSoftcap, kCausal, kKeyTile, kQueryTile, kPath};
+constexpr ScalarArgInfo kPrefillScalars[] = {kScale, kWindow, kSoftcap, kQueryTile, kPath};
 constexpr ScalarArgInfo kDecodeScalars[] = {kScale, kWindow, kSoftcap};
 
 constexpr TensorArgInfo kSdpaTensors[] = {
@@ -168,9 +171,19 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
   if (wgmma && key_tile != 0 && masked_key_tile(s.head_dim, s.page) != 128)
     throw InvalidArgumentError(fmt::format("{}: key_tile is {}; head_dim {} takes key tiles of {} only (expected 0)",
                                            name(), key_tile, s.head_dim, masked_key_tile(s.head_dim, s.page)));
+  const double query_tile = kind_ == Kind::paged_decode ? 0 : scalar(scalars, "query_tile");
+  if (query_tile != 0 && query_tile != 128 && query_tile != 192)
+    throw InvalidArgumentError(
+        fmt::format("{}: query_tile is {}; expected 0 (the heuristic), 128 or 192", name(), query_tile));
+  if (query_tile == 192 && !(wgmma && s.head_dim == 64 && key_tile != 176))
+    throw InvalidArgumentError(fmt::format(
+        "{}: query_tile 192 takes head_dim 64 on the sm_90a path, with key tiles of 128; this is head_dim {} on {}",
+        name(), s.head_dim, wgmma ? fmt::format("that path, key_tile {}", key_tile) : std::string("the sm_80 path")));
   if (wgmma) {
-    wm = 8;  // two consumer warpgroups of 64 rows
-    bn = sm90_key_tile(s, unmasked, std::int64_t(key_tile));
+    // A consumer warpgroup for each 64 rows: two, or three for FlashAttention 3's 192-row tiles at head_dim 64,
+    // whose registers then hold key tiles of 128 and no more.
+    wm = query_tile == 192 ? 12 : 8;
+    bn = query_tile == 192 ? 128 : sm90_key_tile(s, unmasked, std::int64_t(key_tile));
   } else if (kind_ == Kind::paged_decode) {
     // Few query rows per sequence (q_len x group): one to four warps along them, the rest split the keys;
     // key tiles small enough that the rings stay within 64 KB.
@@ -207,8 +220,8 @@ std::vector<Params> AttentionOp::candidates(const Params& chosen, TensorList ten
                                             const Target& target) const {
   std::vector<Params> out{chosen};
   if (chosen.get("wgmma") == 0 || scalar(scalars, "path") != 0) return out;  // no choice, or pinned
-  // The other key tile, unless pinned, then the sm_80 path: a hedge on the sm_90a path's tiles, and on its head
-  // dims other than 128, which no GPU has timed.
+  // The other key tile, unless pinned, and at head_dim 64 the 192-row query tile, then the sm_80 path: a hedge on
+  // the sm_90a path's tiles, and on its head dims other than 128, which no GPU has timed.
   auto add = [&](const char* name, double value) {
     std::vector<ScalarArg> pinned(scalars.begin(), scalars.end());
     pinned.push_back({name, value});
@@ -218,6 +231,7 @@ std::vector<Params> AttentionOp::candidates(const Params& chosen, TensorList ten
     }
   };
   if (kind_ == Kind::sdpa && scalar(scalars, "key_tile") == 0) add("key_tile", chosen.get("bn") == 176 ? 128.0 : 176.0);
+  if (chosen.get("head_dim") == 64 && scalar(scalars, "query_tile") == 0) add("query_tile", 192);
   add("path", 80);
   return out;
 }
@@ -273,7 +287,8 @@ LaunchGeometry AttentionOp::geometry(const Params& p, TensorList t) const {
   else if (varlen(s, t))
     tiles += s.batch;  // each sequence may end in a part tile
   g.grid = {unsigned(tiles), unsigned(s.kv_heads), unsigned(p.get("splits"))};
-  g.block.x = p.get("wgmma") ? 384 : unsigned(32 * p.get("wm") * p.get("wn"));
+  // The sm_90a prefill: a consumer warpgroup for each 64 rows, and the producer's.
+  g.block.x = p.get("wgmma") ? unsigned(32 * p.get("wm") + 128) : unsigned(32 * p.get("wm") * p.get("wn"));
   g.dynamic_smem = max_dynamic_smem(p);
   return g;
 }
@@ -334,7 +349,8 @@ std::int64_t AttentionOp::section_heads(const Params& p, const Shape& s) const {
 unsigned AttentionOp::max_dynamic_smem(const Params& p) const {
   if (is_merge(p)) return 0;
   const int dp = int(padded(p.get("head_dim"))), bn = int(p.get("bn")), stages = int(p.get("stages"));
-  if (p.get("wgmma")) return mojo_attention::sm90_smem(dp, bn, stages, p.get("paged") != 0).bytes;
+  if (p.get("wgmma"))
+    return mojo_attention::sm90_smem(16 * int(p.get("wm")), dp, bn, stages, p.get("paged") != 0).bytes;
   return mojo_attention::sm80_smem(16 * int(p.get("wm")), dp, int(p.get("wn")), stages, bn).bytes;
 }
 

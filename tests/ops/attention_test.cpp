@@ -244,6 +244,45 @@ TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
   EXPECT_EQ(sdpa.entry_macro(p), "MOJO_ATTENTION_SM90");
   EXPECT_EQ(sdpa.geometry(p, t).block.x, 384u);
   EXPECT_EQ(sdpa.geometry(p, t).grid.x, 4096u * 4 / 128);
+  // Query tiles of 192 rows at head_dim 64 (FlashAttention 3's there): three consumer warpgroups, key tiles of 128
+  // with or without a mask; pinned, and timed by autotuning beside the heuristic's 128.
+  const auto d64 = example(sdpa, DType::bf16, "q=4096x32x64 k=4096x8x64");
+  const std::vector<ScalarArg> rows_192{{"query_tile", 192}}, open_192{{"causal", 0}, {"query_tile", 192}};
+  const Params p192 = sdpa.specialize(d64, rows_192, sm90a);
+  EXPECT_EQ(p192.get("wm"), 12);
+  EXPECT_EQ(p192.get("bn"), 128);
+  EXPECT_EQ(sdpa.specialize(d64, open_192, sm90a).get("bn"), 128) << "not 176: three consumers' registers";
+  EXPECT_EQ(sdpa.specialize(d64, {}, sm90a).get("wm"), 8) << "the heuristic: 128 rows until a GPU times 192";
+  EXPECT_EQ(sdpa.geometry(p192, d64).block.x, 512u);
+  EXPECT_EQ(sdpa.geometry(p192, d64).grid.x, (4096u * 4 + 191) / 192);
+  EXPECT_EQ(sdpa.max_dynamic_smem(p192), sdpa.max_dynamic_smem(sdpa.specialize(d64, {}, sm90a)) + 64 * 64 * 2)
+      << "a third Q tile";
+  const auto d64_all = tuning.candidates(sdpa.specialize(d64, {}, sm90a), d64, {}, sm90a);
+  ASSERT_EQ(d64_all.size(), 3u) << "128 rows, 192, and the sm_80 path";
+  EXPECT_EQ(d64_all[1], p192);
+  EXPECT_EQ(d64_all[2].get("wgmma"), 0);
+  EXPECT_EQ(tuning.candidates(p192, d64, rows_192, sm90a).size(), 1u) << "pinned: the sm_80 path has no such tile";
+  const auto paged64 =
+      example(prefill, DType::bf16, "q=512x32x64 k_cache=16384x1x8x64 cu_seqlens_q=3 block_tables=2x8192");
+  const Params pp192 = prefill.specialize(paged64, rows_192, sm90a);
+  EXPECT_EQ(pp192.get("wm"), 12);
+  EXPECT_EQ(prefill.entry_macro(pp192), "MOJO_ATTENTION_SM90_GATHER");
+  auto query_tile_error = [&](const char* shapes, ScalarList scalars, const char* arch) {
+    return error_of<InvalidArgumentError>(
+        [&] { sdpa.specialize(example(sdpa, DType::bf16, shapes), scalars, Target::parse(arch)); });
+  };
+  EXPECT_EQ(query_tile_error(dense, rows_192, "sm_90a"),
+            "sdpa: query_tile 192 takes head_dim 64 on the sm_90a path, with key tiles of 128; this is head_dim 128 "
+            "on that path, key_tile 0");
+  EXPECT_EQ(
+      query_tile_error("q=4096x32x64 k=4096x8x64", {{"causal", 0}, {"key_tile", 176}, {"query_tile", 192}}, "sm_90a"),
+      "sdpa: query_tile 192 takes head_dim 64 on the sm_90a path, with key tiles of 128; this is head_dim 64 on "
+      "that path, key_tile 176");
+  EXPECT_EQ(query_tile_error("q=4096x32x64 k=4096x8x64", rows_192, "sm_80"),
+            "sdpa: query_tile 192 takes head_dim 64 on the sm_90a path, with key tiles of 128; this is head_dim 64 on "
+            "the sm_80 path");
+  EXPECT_EQ(query_tile_error("q=4096x32x64 k=4096x8x64", {{"query_tile", 64}}, "sm_90a"),
+            "sdpa: query_tile is 64; expected 0 (the heuristic), 128 or 192");
 }
 
 // The causal prefill's tiles, longest first (find_work, place_block): per KV head of Qwen3-8B's 4096-token
@@ -323,6 +362,7 @@ TEST_P(AttentionCompiles, HopperPrefillIsHgmmaWithoutLocalMemory) {
     int wgmma;
     double causal = 1;
     bool gathered = false;  // K and V by cp.async, not TMA
+    double query_tile = 0;
   };
   const Case cases[] = {
       {"sdpa", "q=4096x32x128 k=4096x8x128 lse=32x4096", "sm_90a", 1},
@@ -348,15 +388,20 @@ TEST_P(AttentionCompiles, HopperPrefillIsHgmmaWithoutLocalMemory) {
        true},
       {"paged_prefill_gqa", "q=512x32x256 k_cache=16384x1x8x256 cu_seqlens_q=3 block_tables=2x8192", "sm_90a", 1, 1,
        true},
+      // Query tiles of 192 rows: three consumers within 160 registers each, the producer within 32 (gathering).
+      {"sdpa", "q=4096x32x64 k=4096x8x64 cu_seqlens_q=5 cu_seqlens_k=5 lse=32x4096", "sm_90a", 1, 1, false, 192},
+      {"paged_prefill_gqa", "q=512x32x64 k_cache=16384x1x8x64 cu_seqlens_q=3 block_tables=2x8192", "sm_90a", 1, 1, true,
+       192},
       {"sdpa", "q=4096x32x128 k=4096x8x128", "sm_80", 0},
       {"paged_decode_gqa", "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512", "sm_90a", 0}};
   for (const Case& c : cases) {
-    SCOPED_TRACE(fmt::format("{} {} {} causal {}", c.op, c.shapes, c.arch, c.causal));
+    SCOPED_TRACE(fmt::format("{} {} {} causal {} query_tile {}", c.op, c.shapes, c.arch, c.causal, c.query_tile));
     const OpDef& op = find_op(c.op);
     const auto t = example(op, DType::bf16, c.shapes);
     const Target target = Target::parse(c.arch);
-    std::vector<ScalarArg> scalars;  // sdpa's causal; the paged ops have none
+    std::vector<ScalarArg> scalars;  // sdpa's causal (the paged ops have none), the query tile
     if (c.causal != 1) scalars.push_back({"causal", c.causal});
+    if (c.query_tile != 0) scalars.push_back({"query_tile", c.query_tile});
     ASSERT_EQ(op.specialize(t, scalars, target).get("wgmma"), c.wgmma);
     const Artifact cubin = rt.compile(c.op, t, scalars, target, Emit::cubin);
     EXPECT_EQ(cubin.resources.stack_bytes, 0u) << "no spills";
@@ -551,10 +596,22 @@ TEST_P(AttentionGpu, HopperPrefillMatchesTheReference) {
   // one key too many among hundreds, which only some data shows (seed 0: 120 elements, the row; seed 3: none).
   expect_pass("sdpa", DType::bf16, "q=300x2x128 k=362x2x128", {}, 3, h);
   expect_pass("sdpa", DType::bf16, "q=600x1x128 k=600x1x128", {{"causal", 0}, {"window", 62}}, 0, h);
+  // Query tiles of 192 rows at head_dim 64: three consumers taking turns, each stage released by all three; with
+  // a mask and lse, without one (key tiles of 128 all the same) with a cap and sinks, over a gathered paged cache.
+  // With a stage's "empty" barrier counting two consumers' releases, not three, the third's keys are overwritten
+  // under it: 7145 of the first case's 256,000 elements fail (and `mojo-jit run` at q=500x8x64 k=900x2x64 reports
+  // the shared memory that a wgmma reads changing before its wait).
+  expect_pass("sdpa", DType::bf16, "q=500x8x64 k=700x2x64 cu_seqlens_q=3 cu_seqlens_k=3 lse=8x500",
+              {{"query_tile", 192}}, 3, h);
+  expect_pass("sdpa", DType::f16, "q=300x4x64 k=500x1x64 sinks=4",
+              {{"causal", 0}, {"softcap", 30.0}, {"query_tile", 192}}, 3, h);
+  expect_pass("paged_prefill_gqa", DType::bf16, "q=250x8x64 k_cache=700x1x2x64 cu_seqlens_q=3 block_tables=2x350",
+              {{"window", 100}, {"query_tile", 192}}, 3, h);
   // On the CPU device, in an order where a consumer waits on a stage before its producer has issued the
   // stage's copies: they land anyway, as on a GPU (the CPU device left them queued and called it a deadlock).
   test::ScopedEnv schedule("MOJO_JIT_CPU_SCHEDULE", "random:7");
   expect_pass("sdpa", DType::bf16, "q=300x8x128 k=420x2x128 cu_seqlens_q=4 cu_seqlens_k=4", {}, 3, h);
+  expect_pass("sdpa", DType::bf16, "q=400x8x64 k=400x2x64", {{"query_tile", 192}}, 3, h);
 }
 
 // The sequence-end edge of all_visible: a varlen sequence whose keys end one short of a whole key tile (127 of
