@@ -393,6 +393,11 @@ TEST(CheckOp, EveryKernelUnderTheRaceDetector) {
   Runtime hopper(options(cache, "cpu:sm_90a"));
   expect_pass(hopper, "gemm", "a=130x72 b=72x136", DType::bf16, {{"path", 90}});
   expect_pass(hopper, "sdpa", "q=130x2x128 k=130x1x128", DType::bf16, {});
+  // Three consumers taking turns (query tiles of 192), and the producer warpgroup gathering a paged cache of
+  // one-token blocks with cp.async (its named barrier, its proxy fences, the stage's barrier after them).
+  expect_pass(hopper, "sdpa", "q=200x2x64 k=200x1x64", DType::bf16, {{"query_tile", 192}});
+  expect_pass(hopper, "paged_prefill_gqa", "q=100x2x64 k_cache=400x1x1x64 cu_seqlens_q=3 block_tables=2x180",
+              DType::bf16, {});
 #endif
 }
 

@@ -188,8 +188,8 @@ TEST_F(DeliberateBugs, AccumulatorsReadBeforeTheirWgmmaWait) {
 // consumers read the keys with wgmma (the async proxy): without fence.proxy.async between them a GPU may give
 // the MMA bytes from before the copies.
 TEST_F(DeliberateBugs, GatheredKeysWithoutTheProxyFence) {
-  const Variant v{"attention_sm90.cuh", "    mojo::fence_proxy_async();\n    mojo::sync_warps(5, 128);",
-                  "    mojo::sync_warps(5, 128);"};
+  const Variant v{"attention_sm90.cuh", "    mojo::fence_proxy_async();\n    mojo::sync_warps(GATHERED, 128);",
+                  "    mojo::sync_warps(GATHERED, 128);"};
   auto prefill = [](Runtime& rt) {
     const OpDef& op = find_op("paged_prefill_gqa");
     const auto specs = op.specs_from_shapes(
