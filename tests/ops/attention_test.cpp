@@ -310,6 +310,16 @@ TEST(AttentionOp, CausalTilesLongestFirstKeepTheSmsBusy) {
   EXPECT_EQ(work.back(), 2.0) << "the first 32 tokens, one key tile";
   EXPECT_GE(in_order_balance(work, 132), 0.99);
   EXPECT_LT(in_order_balance(std::vector<double>(work.rbegin(), work.rend()), 132), 0.95) << "shortest first";
+  // Query tiles of 192 rows at head_dim 64 (query_tile=192): 86 a head (the longest first is a part tile of 64 rows,
+  // the last 16 tokens), in the same order, the SMs about as busy.
+  const auto d64 = example(sdpa, DType::bf16, "q=4096x32x64 k=4096x8x64");
+  const std::vector<double> tall = sdpa.block_work(sdpa.specialize(d64, {{"query_tile", 192}}, sm90a), d64);
+  ASSERT_EQ(tall.size(), 86u * 8);
+  EXPECT_TRUE(in_sections(tall, 8));
+  EXPECT_TRUE(std::is_sorted(tall.rbegin(), tall.rend()));
+  EXPECT_EQ(tall[0], 33.0);
+  EXPECT_EQ(tall.back(), 2.0) << "the first 48 tokens, one key tile";
+  EXPECT_GE(in_order_balance(tall, 132), 0.98);
   // Head by head, as the grid's y took the heads until place_block, a head's tiles fill the SMs once or less:
   // each wave ends with its shortest tiles. Gemma's head_dim 256 at 16/8 heads: 64 tiles of 1 to 52 key tiles.
   auto head_by_head = [](const std::vector<double>& w, std::size_t heads) {
