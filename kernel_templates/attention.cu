@@ -167,10 +167,14 @@ __device__ __forceinline__ bool find_tile_by_rank(const Batch& a, int block, int
 struct Place {
   int tile, kv_head;
 };
-__device__ __forceinline__ Place place_block(int section_heads) {
-  const int tiles = (int)mojo::grid_dim_x(), per_section = tiles * section_heads;
-  const int at = (int)mojo::block_x() + (int)mojo::block_y() * tiles, in_section = at % per_section;
+// The `at`-th of `tiles` row tiles of every KV head in that order.
+__device__ __forceinline__ Place place_at(int at, int tiles, int section_heads) {
+  const int per_section = tiles * section_heads, in_section = at % per_section;
   return {in_section / section_heads, at / per_section * section_heads + in_section % section_heads};
+}
+__device__ __forceinline__ Place place_block(int section_heads) {
+  const int tiles = (int)mojo::grid_dim_x();
+  return place_at((int)mojo::block_x() + (int)mojo::block_y() * tiles, tiles, section_heads);
 }
 
 template <int BM, int BN, int G, bool CAUSAL, bool WINDOW, bool VARLEN>

@@ -53,16 +53,26 @@ MOJO_HOST_DEVICE constexpr Sm80Smem sm80_smem(int bm, int dp, int wn, int stages
 // The sm_90a prefill's dynamic shared memory (attention_sm90.cuh), for query tiles of bm rows (a consumer
 // warpgroup each 64), head_dim in dp columns (whole 64-column sub-tiles), key tiles of bn and a ring of `stages`:
 // byte offsets from its 1024-aligned base of the consumers' Q tiles (q_bytes each), the K/V ring (kv_bytes a tensor a stage), the "full" and "empty" mbarriers and, paged,
-// a gathered tile's cache rows; `bytes` is what a block asks for, 1024 bytes of slack to align the base
-// included. One formula for the kernel's layout and the op's launch (AttentionOp::max_dynamic_smem).
+// a gathered tile's cache rows and, persistent, the two slots through which the producer learns its next row
+// tiles (kSm90TileSlotsBytes, their barriers included); `bytes` is what a block asks for, 1024 bytes of slack to
+// align the base included. One formula for the kernel's layout and the op's launch
+// (AttentionOp::max_dynamic_smem).
 struct Sm90Smem {
-  unsigned q_bytes, kv_bytes, ring, full, empty, rows, bytes;
+  unsigned q_bytes, kv_bytes, ring, full, empty, rows, tiles, bytes;
 };
-MOJO_HOST_DEVICE constexpr Sm90Smem sm90_smem(int bm, int dp, int bn, int stages, bool paged) {
+constexpr unsigned kSm90TileSlotsBytes = 2 * 64 + 4 * 8;
+MOJO_HOST_DEVICE constexpr Sm90Smem sm90_smem(int bm, int dp, int bn, int stages, bool paged, bool persistent) {
   const unsigned q_bytes = 64u * unsigned(dp) * 2, kv_bytes = unsigned(bn * dp) * 2;
   const unsigned ring = unsigned(bm / 64) * q_bytes, full = ring + unsigned(stages) * 2 * kv_bytes;
   const unsigned empty = full + 8 * unsigned(stages), rows = empty + 8 * unsigned(stages);
-  return {q_bytes, kv_bytes, ring, full, empty, rows, 1024 + rows + (paged ? 8 * unsigned(bn) : 0)};
+  const unsigned tiles = rows + (paged ? 8 * unsigned(bn) : 0);
+  return {q_bytes, kv_bytes, ring, full, empty, rows, tiles, 1024 + tiles + (persistent ? kSm90TileSlotsBytes : 0)};
+}
+
+// A prefill's row tiles of a KV head (grid.x, or with a persistent grid the count its blocks loop over): bm packed
+// query rows (q_tokens x group) each, and a part tile more for each sequence of a varlen batch.
+MOJO_HOST_DEVICE constexpr int prefill_row_tiles(long long q_tokens, int group, int bm, int batch, bool varlen) {
+  return int((q_tokens * group + bm - 1) / bm) + (varlen ? batch : 0);
 }
 
 template <class T>

@@ -72,16 +72,29 @@ struct Smem {
   long long* key_rows;
 };
 
-// The producer warpgroup: the block's key tiles into the ring, stage by stage as the consumers release them.
+// A persistent block's row tiles as its threads learn them (run_sm90): two slots, each a row tile's work and KV
+// head or (valid = 0) the end; their mbarriers after them (kSm90TileSlotsBytes).
+struct TileSlots {
+  struct Slot {
+    Work w;
+    int kv_head, valid;
+    int pad[3];
+  } slot[2];
+};
+static_assert(sizeof(TileSlots) + 4 * 8 == kSm90TileSlotsBytes, "sm90_smem's count");
+
+// The producer warpgroup: a row tile's key tiles into the ring, stage by stage as the consumers release them;
+// `done` key tiles went through the ring before (a persistent block's earlier row tiles), so its stages and their
+// phases go on from there.
 template <class T, class P>
 __device__ __forceinline__ void produce_keys(const T* __restrict__ k, const T* __restrict__ v, const Batch& a,
-                                             const Work& w, const Smem& m, int kv_heads, int kv_head,
+                                             const Work& w, const Smem& m, int kv_heads, int kv_head, int done,
                                              const mojo::TensorMap* k_map, const mojo::TensorMap* v_map) {
   constexpr int D = P::head_dim, DP = (D + 63) / 64 * 64, BN = P::bn, STAGES = P::stages;
   constexpr int BOX = P::paged && P::page < BN ? P::page : BN;  // key rows per TMA box
   static_assert(P::gather || (BN % BOX == 0 && BOX % 8 == 0 && (!P::paged || P::page % BOX == 0)),
                 "TMA boxes: whole cache blocks of 8 to 128 tokens a key tile, or a key tile within one block");
-  constexpr unsigned KV_BYTES = sm90_smem(16 * P::wm, DP, BN, STAGES, P::paged != 0).kv_bytes;
+  constexpr unsigned KV_BYTES = sm90_smem(16 * P::wm, DP, BN, STAGES, P::paged != 0, P::persistent != 0).kv_bytes;
   constexpr int GATHERED = 2 * (P::wm / 4) + 1;  // the named barrier of the gather: after the consumers' (run_sm90)
   const int tid = (int)mojo::thread_x();
   // A tile's keys by TMA (thread 0 alone): whole boxes, zeros past the tensor's edges.
@@ -143,8 +156,8 @@ __device__ __forceinline__ void produce_keys(const T* __restrict__ k, const T* _
   // that completed before.
   if (!P::paged && tid != 0) return;
   for (int it = 0; it < w.kv_tiles; ++it) {
-    const int stage = it % STAGES, k0 = w.tile_begin + it * BN;
-    mojo::mbarrier_wait(m.empty + 8 * stage, ((it / STAGES) & 1) ^ 1);  // every consumer released it
+    const int n = done + it, stage = n % STAGES, k0 = w.tile_begin + it * BN;
+    mojo::mbarrier_wait(m.empty + 8 * stage, ((n / STAGES) & 1) ^ 1);  // every consumer released it
     if (P::gather || (P::paged && k0 + BN > w.sq.kv_len)) gather_tile(stage, k0);
     else if (tid == 0) tma_tile(stage, k0);
   }
@@ -170,7 +183,8 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
                 "key tiles of 128 (80 at head_dim 256: O holds 128 registers; 64 for cache blocks that do not tile "
                 "80), or of 176 where every tile sees all its keys");
   static_assert(sizeof(T) == 2, "wgmma here takes f16 or bf16");
-  constexpr Sm90Smem L = sm90_smem(BM, DP, BN, STAGES, P::paged != 0);
+  static_assert(!P::persistent || BM == 128, "a persistent grid on query tiles of 128 rows (attention.cpp says why)");
+  constexpr Sm90Smem L = sm90_smem(BM, DP, BN, STAGES, P::paged != 0, P::persistent != 0);
   constexpr unsigned Q_BYTES = L.q_bytes, KV_BYTES = L.kv_bytes;
   MOJO_DYNAMIC_SMEM(smem);
   // 128-byte swizzling repeats every 1024 bytes: the tiles start on such a boundary.
@@ -178,12 +192,29 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   unsigned char* const base_ptr = smem + (base - mojo::smem_address(smem));
   const unsigned ring = base + L.ring, full = base + L.full, empty = base + L.empty;
   const int tid = (int)mojo::thread_x(), warpgroup = tid / 128;
-  const Place place = place_block(section_heads);
-  const int kv_head = place.kv_head;
 
+  // A block takes its row tile (place_block), or with P::persistent the grid (a block an SM) takes them all in
+  // place_at's order, each block every grid_dim_x-th from its own: SM b takes b, b + SMs, ..., so the causal
+  // tiles still go out longest first. Each is a tile of a KV head, or none (a grid's spare tile).
+  // Persistent, consumer 0's first thread looks the block's row tiles up and hands each one to the producer and the
+  // consumers, a row tile ahead, through two slots in shared memory (TileSlot, each with a "full" and an "empty"
+  // mbarrier), then a slot with valid = 0 for the end. Each thread looking them up itself, find_work's state and
+  // the loop's counters spilled: under LLVM in the producer's 40 registers (8 to 52 local loads and stores), and
+  // at head_dim 256 and on 192-row tiles in the consumers'.
+  TileSlots* const tiles = reinterpret_cast<TileSlots*>(base_ptr + L.tiles);
+  TileSlots::Slot* const slots = tiles->slot;
+  const unsigned slot_full = base + L.tiles + sizeof(TileSlots), slot_empty = slot_full + 16;
+  auto find = [&](int tile, Work& found) MOJO_INLINE_LAMBDA {
+    return find_work<BM, BN, G, P::causal != 0, P::window != 0, P::varlen != 0>(a, tile, 0, 0x3fffffff, window,
+                                                                                found);
+  };
   Work w;
-  if (!find_work<BM, BN, G, P::causal != 0, P::window != 0, P::varlen != 0>(a, place.tile, 0, 0x3fffffff, window, w))
-    return;
+  int kv_head = 0;
+  if constexpr (P::persistent == 0) {  // the block's one row tile
+    const Place place = place_block(section_heads);
+    kv_head = place.kv_head;
+    if (!find(place.tile, w)) return;
+  }
   if (tid == 0) {
     if constexpr (P::gather == 0) {
       mojo::tma_prefetch_descriptor(k_map);
@@ -194,6 +225,12 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
       mojo::mbarrier_init(full + 8 * s, 1);  // thread 0 of the producer
       mojo::mbarrier_init(empty + 8 * s, CONSUMERS * 128);
     }
+    if constexpr (P::persistent != 0)
+      for (int s = 0; s < 2; ++s) {
+        mojo::mbarrier_init(slot_full + 8 * s, 1);                      // the thread that hands the tiles out
+        // The producer threads and every consumer thread, each having read it.
+        mojo::mbarrier_init(slot_empty + 8 * s, (P::paged ? 128 : 1) + CONSUMERS * 128);
+      }
     mojo::fence_barrier_init();
   }
   mojo::sync_block();
@@ -204,7 +241,21 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   if (warpgroup == 0) {
     mojo::setmaxnreg_dec<PRODUCER_REGS>();
     long long* const key_rows = reinterpret_cast<long long*>(base_ptr + L.rows);
-    produce_keys<T, P>(k, v, a, w, Smem{ring, full, empty, key_rows}, kv_heads, kv_head, k_map, v_map);
+    if constexpr (P::persistent == 0) {
+      produce_keys<T, P>(k, v, a, w, Smem{ring, full, empty, key_rows}, kv_heads, kv_head, 0, k_map, v_map);
+    } else {
+      if (!P::paged && tid != 0) return;  // TMA alone: thread 0
+      int done = 0;
+      for (int j = 0;; ++j) {  // the row tiles as they are handed over
+        mojo::mbarrier_wait(slot_full + 8 * (j % 2), (j / 2) & 1);
+        const TileSlots::Slot slot = slots[j % 2];
+        mojo::mbarrier_arrive(slot_empty + 8 * (j % 2));
+        if (!slot.valid) return;
+        produce_keys<T, P>(k, v, a, slot.w, Smem{ring, full, empty, key_rows}, kv_heads, slot.kv_head, done, k_map,
+                           v_map);
+        done += slot.w.kv_tiles;
+      }
+    }
     return;
   }
 
@@ -212,39 +263,24 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   const int consumer = warpgroup - 1, ctid = tid % 128, lane = tid % 32, warp = ctid / 32;
   const unsigned q_tile = base + consumer * Q_BYTES;
   unsigned char* const q_ptr = base_ptr + consumer * Q_BYTES;
-  const int first_row = w.row0 + consumer * 64;  // of this consumer's 64
-
-  // Q: this consumer's rows into its swizzled tile, zeros past the sequence.
-  for (int c = ctid; c < 64 * DP / 8; c += 128) {
-    const int r = c / (DP / 8), col = (c % (DP / 8)) * 8, gr = first_row + r, token = gr / G;
-    mojo::Pack<T, 8> v;
-    if (token < w.sq.q_count && w.sq.q_start + token < a.q_tokens && col < D)
-      v = mojo::load<T, 8>(q + (long long)(w.sq.q_start + token) * q_stride + (kv_head * G + gr % G) * D + col);
-    else
-#pragma unroll
-      for (int i = 0; i < 8; ++i) v.v[i] = mojo::from_float<T>(0.f);
-    mojo::store<T, 8>(reinterpret_cast<T*>(q_ptr + swizzled<64>(r, col)), v);
-  }
-  mojo::fence_proxy_async();
-  mojo::sync_warps(1 + consumer, 128);  // named barriers 1 to CONSUMERS
-
   const float kLog2e = 1.4426950408889634f;
   const float score_scale = P::softcap ? scale / softcap : scale * kLog2e, cap_log2 = softcap * kLog2e;
   // Each thread's two rows are r and r + 8 of its warp's 16: row_in(h).
   auto row_in = [&](int h) { return warp * 16 + lane / 4 + h * 8; };
-  float o[DP / 2], s[BN / 2];
-#pragma unroll
-  for (int i = 0; i < DP / 2; ++i) o[i] = 0.f;
-  float m[2] = {mojo::neg_inf(), mojo::neg_inf()}, l[2] = {0.f, 0.f};
+  float o[DP / 2], s[BN / 2], m[2], l[2];
+  int first_row = 0;  // of this consumer's 64, in the row tile at hand
+  int done = 0;       // key tiles through the ring before the row tile's own (a persistent block's earlier ones)
 
   // Key tile `it`'s stage (its K and V) landed.
-  auto wait_keys = [&](int it) MOJO_INLINE_LAMBDA { mojo::mbarrier_wait(full + 8 * (it % STAGES), (it / STAGES) & 1); };
+  auto wait_keys = [&](int it) MOJO_INLINE_LAMBDA {
+    mojo::mbarrier_wait(full + 8 * ((done + it) % STAGES), ((done + it) / STAGES) & 1);
+  };
   // S = Q K^T of key tile `it` (landed): issued and committed, not waited for. k steps of 16 are 32 bytes along a
   // row, the second 64 columns a sub-tile further. Q's descriptors are made again each time from an address
   // the optimizer cannot see into: hoisted out of the loop, LLVM kept all eight (16 registers) live through it,
   // and ptxas spilled them (8 to 48 bytes, with several sequences or lse).
   auto issue_scores = [&](int it) MOJO_INLINE_LAMBDA {
-    const unsigned k_tile = ring + (it % STAGES) * 2 * KV_BYTES, q_now = mojo::opaque(q_tile);
+    const unsigned k_tile = ring + ((done + it) % STAGES) * 2 * KV_BYTES, q_now = mojo::opaque(q_tile);
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) mojo::wgmma_fence_operand(s[i]);
     mojo::wgmma_fence();
@@ -305,7 +341,7 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   // 64-column sub-tiles BN * 128 bytes apart), a k step of 16 keys 16 rows of V.
   auto issue_values = [&](int it, const unsigned (&p)[BN / 16][4],
                           const float (&correction)[2]) MOJO_INLINE_LAMBDA {
-    const unsigned v_tile = ring + (it % STAGES) * 2 * KV_BYTES + KV_BYTES;
+    const unsigned v_tile = ring + ((done + it) % STAGES) * 2 * KV_BYTES + KV_BYTES;
 #pragma unroll
     for (int i = 0; i < DP / 2; ++i) {
       o[i] *= correction[(i % 4) / 2];
@@ -322,7 +358,7 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
     mojo::wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < DP / 2; ++i) mojo::wgmma_fence_operand(o[i]);
-    mojo::mbarrier_arrive(empty + 8 * (it % STAGES));
+    mojo::mbarrier_arrive(empty + 8 * ((done + it) % STAGES));
   };
 
   // FlashAttention 3's ping-pong between the consumers: they take turns to issue their products, consumer 0
@@ -341,10 +377,9 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   // together, and tile it + 1's softmax runs under the second. The last tile's product comes after the loop, so
   // that no branch decides which MMAs are in flight (ptxas then serializes them). A consumer waits for its data
   // before its turn, not holding it.
-  if (w.kv_tiles > 0) {  // a tile may see no key (a window's or a sequence's edge): its producer loads none
-    float correction[2];
-    unsigned p[BN / 16][4];
-    if (consumer == CONSUMERS - 1) pass_turn();
+  float correction[2];
+  unsigned p[BN / 16][4];
+  auto run_keys = [&] MOJO_INLINE_LAMBDA {
     wait_keys(0);
     take_turn();
     issue_scores(0);
@@ -365,25 +400,95 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
     pack_probabilities(p);
     issue_values(w.kv_tiles - 1, p, correction);
     finish_values(w.kv_tiles - 1);
-  }
+  };
 
   // Normalise and store: each thread's pairs of columns, with the sink; lse per row.
+  auto store_rows = [&] MOJO_INLINE_LAMBDA {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += mojo::shfl_xor(l[h], 1);
-    l[h] += mojo::shfl_xor(l[h], 2);
-    const int gr = first_row + row_in(h), token = gr / G, head = kv_head * G + gr % G;
-    if (token >= w.sq.q_count || w.sq.q_start + token >= a.q_tokens) continue;
-    const float base_h = m[h] == mojo::neg_inf() ? 0.f : m[h];
-    const Finish f = finish(base_h, l[h], P::sinks ? sinks[head] * kLog2e : mojo::neg_inf());
-    T* const row = out + ((long long)(w.sq.q_start + token) * heads + head) * D;
+    for (int h = 0; h < 2; ++h) {
+      l[h] += mojo::shfl_xor(l[h], 1);
+      l[h] += mojo::shfl_xor(l[h], 2);
+      const int gr = first_row + row_in(h), token = gr / G, head = kv_head * G + gr % G;
+      if (token >= w.sq.q_count || w.sq.q_start + token >= a.q_tokens) continue;
+      const float base_h = m[h] == mojo::neg_inf() ? 0.f : m[h];
+      const Finish f = finish(base_h, l[h], P::sinks ? sinks[head] * kLog2e : mojo::neg_inf());
+      T* const row = out + ((long long)(w.sq.q_start + token) * heads + head) * D;
 #pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      const int col = j * 8 + 2 * (lane % 4);
-      const float pair[2] = {o[4 * j + 2 * h] * f.factor, o[4 * j + 2 * h + 1] * f.factor};
-      mojo::store<T, 2>(row + col, mojo::pack_floats<T, 2>(pair));
+      for (int j = 0; j < D / 8; ++j) {
+        const int col = j * 8 + 2 * (lane % 4);
+        const float pair[2] = {o[4 * j + 2 * h] * f.factor, o[4 * j + 2 * h + 1] * f.factor};
+        mojo::store<T, 2>(row + col, mojo::pack_floats<T, 2>(pair));
+      }
+      if (P::lse && lane % 4 == 0) lse[(long long)head * a.q_tokens + w.sq.q_start + token] = f.lse;
     }
-    if (P::lse && lane % 4 == 0) lse[(long long)head * a.q_tokens + w.sq.q_start + token] = f.lse;
+  };
+
+  // Persistent: consumer 0's first thread hands out the row tiles, each into the slot every thread read two tiles
+  // before, and after the last one a slot that says so. The grid's blocks take the (tile, KV head) pairs of
+  // place_at's order round by round, one each a round, in snake order (block b the b-th of even rounds, the
+  // (blocks - 1 - b)-th of odd ones; the performance model's snake_balance): the causal tiles still go out
+  // longest first, and the block with a round's longest takes the next round's shortest. In plain order (the b-th
+  // of every round) block 0 took the longest of each: the model put Qwen3-8B's 4096-token prefill at 89% busy
+  // SMs that way.
+  const bool hands_out = P::persistent && consumer == 0 && ctid == 0;
+  int handed = 0, round = 0;  // slots filled; the round of the grid's blocks to look at next
+  auto hand_out = [&] MOJO_INLINE_LAMBDA {
+    if (handed > 0 && !slots[(handed - 1) % 2].valid) return;  // the end went out
+    mojo::mbarrier_wait(slot_empty + 8 * (handed % 2), ((handed / 2) & 1) ^ 1);
+    const int row_tiles = prefill_row_tiles(a.q_tokens, G, BM, a.batch, P::varlen != 0);
+    const int blocks = (int)mojo::grid_dim_x(), at0 = (int)mojo::block_x();
+    TileSlots::Slot slot{};
+    for (; round * blocks < row_tiles * kv_heads && !slot.valid; ++round) {
+      const int at = round * blocks + (round % 2 ? blocks - 1 - at0 : at0);  // snake order
+      if (at >= row_tiles * kv_heads) continue;
+      const Place place = place_at(at, row_tiles, section_heads);
+      slot.kv_head = place.kv_head;
+      slot.valid = find(place.tile, slot.w);
+    }
+    slots[handed % 2] = slot;
+    mojo::mbarrier_arrive(slot_full + 8 * (handed % 2));
+    ++handed;
+  };
+  if (hands_out) {  // two ahead: the producer loads the next tile's keys under this one's output
+    hand_out();
+    hand_out();
+  }
+
+  // The row tiles: Q loaded, the key tiles (a tile may see no key, at a window's or a sequence's edge: its
+  // producer loads none), O stored. The turns go on across row tiles: each consumer takes as many in each.
+  if (consumer == CONSUMERS - 1) pass_turn();
+  for (int j = 0; P::persistent || j == 0; ++j) {
+    if constexpr (P::persistent != 0) {
+      if (hands_out && j > 0) hand_out();
+      mojo::mbarrier_wait(slot_full + 8 * (j % 2), (j / 2) & 1);
+      const bool valid = slots[j % 2].valid;
+      w = slots[j % 2].w;
+      kv_head = slots[j % 2].kv_head;
+      mojo::mbarrier_arrive(slot_empty + 8 * (j % 2));
+      if (!valid) break;
+      mojo::sync_warps(1 + consumer, 128);  // every warp's products on the last row tile's Q are done
+    }
+    first_row = w.row0 + consumer * 64;
+    // Q: this consumer's rows into its swizzled tile, zeros past the sequence.
+    for (int c = ctid; c < 64 * DP / 8; c += 128) {
+      const int r = c / (DP / 8), col = (c % (DP / 8)) * 8, gr = first_row + r, token = gr / G;
+      mojo::Pack<T, 8> v;
+      if (token < w.sq.q_count && w.sq.q_start + token < a.q_tokens && col < D)
+        v = mojo::load<T, 8>(q + (long long)(w.sq.q_start + token) * q_stride + (kv_head * G + gr % G) * D + col);
+      else
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v.v[i] = mojo::from_float<T>(0.f);
+      mojo::store<T, 8>(reinterpret_cast<T*>(q_ptr + swizzled<64>(r, col)), v);
+    }
+    mojo::fence_proxy_async();
+    mojo::sync_warps(1 + consumer, 128);  // named barriers 1 to CONSUMERS
+#pragma unroll
+    for (int i = 0; i < DP / 2; ++i) o[i] = 0.f;
+    m[0] = m[1] = mojo::neg_inf();
+    l[0] = l[1] = 0.f;
+    if (w.kv_tiles > 0) run_keys();
+    store_rows();
+    done += w.kv_tiles;
   }
 }
 

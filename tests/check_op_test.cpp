@@ -290,6 +290,14 @@ TEST(CheckOp, HopperPathWithBlocksLoopingOverTiles) {
   expect_pass(rt, "moe_mlp", "x=130x64 ids=130x4 w13=8x128x64", d, {{"path", 90}});
   expect_pass(rt, "linear_cross_entropy_backward", "hidden=512x512 weight=2432x512", d,
               {{"path", 90}, {"vocab_chunk", 512}}, CheckLaunch::graph);
+  // The persistent prefill (persistent=1): each block takes every second (tile, KV head) in the longest-first
+  // order, its ring's stages and phases, the consumers' turns and their Q tiles carried from one to the next;
+  // causal over two sequences with lse (24 row tiles), without a mask (key tiles of 176), and a cache of
+  // one-token blocks, gathered, with a window.
+  expect_pass(rt, "sdpa", "q=300x8x128 k=500x2x128 cu_seqlens_q=3 cu_seqlens_k=3 lse=8x300", d, {{"persistent", 1}});
+  expect_pass(rt, "sdpa", "q=400x4x64 k=300x2x64 sinks=4", d, {{"causal", 0}, {"persistent", 1}});
+  expect_pass(rt, "paged_prefill_gqa", "q=200x4x96 k_cache=600x1x2x96 cu_seqlens_q=3 block_tables=2x290", d,
+              {{"window", 100}, {"persistent", 1}});
 }
 
 // The check library covers every built-in op, each check for its own op; any other name is an UnknownOpError.
@@ -398,6 +406,11 @@ TEST(CheckOp, EveryKernelUnderTheRaceDetector) {
   expect_pass(hopper, "sdpa", "q=200x2x64 k=200x1x64", DType::bf16, {{"query_tile", 192}});
   expect_pass(hopper, "paged_prefill_gqa", "q=100x2x64 k_cache=400x1x1x64 cu_seqlens_q=3 block_tables=2x180",
               DType::bf16, {});
+  // A persistent grid on 2 SMs: each row tile handed to the producer and the consumers through a slot that the
+  // next one overwrites only when all of them read it (with the slot's "empty" barrier counting the producer's
+  // read alone, the race detector names the write and a consumer's read).
+  Runtime two_sms(options(cache, "cpu:sm_90a,sms=2"));
+  expect_pass(two_sms, "sdpa", "q=130x2x64 k=130x1x64 cu_seqlens_q=3 cu_seqlens_k=3", DType::bf16, {{"persistent", 1}});
 #endif
 }
 

@@ -80,4 +80,10 @@ double wave_fill(std::uint64_t units, std::uint64_t slots);
 // the slots) over the time the last slot ends: 1 when they all end together.
 double in_order_balance(const std::vector<double>& work, std::uint64_t slots);
 
+// The same for a persistent grid of `blocks` that take the units of `work` round by round, one each a round, in
+// snake order: block b takes unit b of even rounds and unit blocks - 1 - b of odd ones (as the sm_90a prefill's
+// persistent grid does). Units sorted longest first then even out: the block with a round's longest takes the
+// next round's shortest.
+double snake_balance(const std::vector<double>& work, std::uint64_t blocks);
+
 }  // namespace mojo

@@ -101,4 +101,15 @@ double in_order_balance(const std::vector<double>& work, std::uint64_t slots) {
   return end > 0 ? total / (end * double(slots)) : 0;
 }
 
+double snake_balance(const std::vector<double>& work, std::uint64_t blocks) {
+  if (work.empty() || blocks == 0) return 0;
+  std::vector<double> per_block(std::min<std::uint64_t>(blocks, work.size()), 0.0);
+  const std::uint64_t n = per_block.size();
+  for (std::uint64_t i = 0; i < work.size(); ++i) {
+    const std::uint64_t round = i / n, at = i % n;
+    per_block[round % 2 ? n - 1 - at : at] += work[i];
+  }
+  return in_order_balance(per_block, n);
+}
+
 }  // namespace mojo

@@ -39,10 +39,14 @@ constexpr ScalarArgInfo kScale{"scale", 0.0, "logit scale; 0: 1 / sqrt(head_dim)
     kQueryTile{"query_tile", 0.0,
                "query rows a block on the sm_90a path: 0 the heuristic (128), 128, or 192 at head_dim 64 (three "
                "consumer warpgroups, as FlashAttention 3's; key tiles of 128)"},
+    kPersistent{"persistent", 0.0,
+                "1: on the sm_90a path a block an SM, each taking every SMs-th row tile in the longest-first order "
+                "(FlashAttention 3's persistent kernel: the next tile's keys load under this one's output); 0: a "
+                "block a row tile"},
     kPath{"path", 0.0,
           "0: the heuristic picks the kernel path; 80: the sm_80 path (mma.sync); 90: the sm_90a path (TMA + wgmma)"};
-constexpr ScalarArgInfo kSdpaScalars[] = {kScale, kWindow, kSoftcap, kCausal, kKeyTile, kQueryTile, kPath};
-constexpr ScalarArgInfo kPrefillScalars[] = {kScale, kWindow, kSoftcap, kQueryTile, kPath};
+constexpr ScalarArgInfo kSdpaScalars[] = {kScale, kWindow, kSoftcap, kCausal, kKeyTile, kQueryTile, kPersistent, kPath};
+constexpr ScalarArgInfo kPrefillScalars[] = {kScale, kWindow, kSoftcap, kQueryTile, kPersistent, kPath};
 constexpr ScalarArgInfo kDecodeScalars[] = {kScale, kWindow, kSoftcap};
 
 constexpr TensorArgInfo kSdpaTensors[] = {
@@ -179,6 +183,15 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
     throw InvalidArgumentError(fmt::format(
         "{}: query_tile 192 takes head_dim 64 on the sm_90a path, with key tiles of 128; this is head_dim {} on {}",
         name(), s.head_dim, wgmma ? fmt::format("that path, key_tile {}", key_tile) : std::string("the sm_80 path")));
+  const double persistent = kind_ == Kind::paged_decode ? 0 : scalar(scalars, "persistent");
+  if (persistent != 0 && persistent != 1)
+    throw InvalidArgumentError(fmt::format("{}: persistent is {}; expected 0 or 1", name(), persistent));
+  if (persistent == 1 && !wgmma)
+    throw InvalidArgumentError(fmt::format("{}: persistent = 1 takes the sm_90a path; this is the sm_80 path", name()));
+  // Three consumers' 160 registers do not hold a persistent block's row-tile state beside their tiles: both
+  // compilers' builds spilled (16 to 35 local loads and stores).
+  if (persistent == 1 && query_tile == 192)
+    throw InvalidArgumentError(fmt::format("{}: persistent = 1 takes query tiles of 128 rows, not 192", name()));
   if (wgmma) {
     // A consumer warpgroup for each 64 rows: two, or three for FlashAttention 3's 192-row tiles at head_dim 64,
     // whose registers then hold key tiles of 128 and no more.
@@ -213,6 +226,7 @@ Params AttentionOp::derive_params(TensorList t, ScalarList scalars, const Target
   p.add("splits", splits);
   p.add("wgmma", wgmma ? 1 : 0);
   p.add("gather", wgmma && kind_ != Kind::sdpa && !tma_tiles(bn, s.page) ? 1 : 0);
+  p.add("persistent", std::int64_t(persistent));
   return p;
 }
 
@@ -220,8 +234,8 @@ std::vector<Params> AttentionOp::candidates(const Params& chosen, TensorList ten
                                             const Target& target) const {
   std::vector<Params> out{chosen};
   if (chosen.get("wgmma") == 0 || scalar(scalars, "path") != 0) return out;  // no choice, or pinned
-  // The other key tile, unless pinned, and at head_dim 64 the 192-row query tile, then the sm_80 path: a hedge on
-  // the sm_90a path's tiles, and on its head dims other than 128, which no GPU has timed.
+  // The other key tile, unless pinned, at head_dim 64 the 192-row query tile, and the persistent grid, then the
+  // sm_80 path: a hedge on the sm_90a path's tiles, and on its head dims other than 128, which no GPU has timed.
   auto add = [&](const char* name, double value) {
     std::vector<ScalarArg> pinned(scalars.begin(), scalars.end());
     pinned.push_back({name, value});
@@ -232,6 +246,7 @@ std::vector<Params> AttentionOp::candidates(const Params& chosen, TensorList ten
   };
   if (kind_ == Kind::sdpa && scalar(scalars, "key_tile") == 0) add("key_tile", chosen.get("bn") == 176 ? 128.0 : 176.0);
   if (chosen.get("head_dim") == 64 && scalar(scalars, "query_tile") == 0) add("query_tile", 192);
+  if (scalar(scalars, "persistent") == 0) add("persistent", 1);
   add("path", 80);
   return out;
 }
@@ -272,6 +287,12 @@ IdealCost AttentionOp::ideal_cost(TensorList t, ScalarList scalars) const {
   return c;
 }
 
+std::int64_t AttentionOp::row_tiles(const Params& p, TensorList t) const {
+  const Shape s = shape(t);
+  return mojo_attention::prefill_row_tiles(s.tokens, int(p.get("group")), 16 * int(p.get("wm")), int(s.batch),
+                                           varlen(s, t));
+}
+
 LaunchGeometry AttentionOp::geometry(const Params& p, TensorList t) const {
   const Shape s = shape(t);
   LaunchGeometry g;
@@ -280,13 +301,12 @@ LaunchGeometry AttentionOp::geometry(const Params& p, TensorList t) const {
     g.block.x = 128;
     return g;
   }
-  const std::int64_t bm = 16 * p.get("wm"), group = p.get("group");
-  std::int64_t tiles = (s.tokens * group + bm - 1) / bm;
-  if (kind_ == Kind::paged_decode)
-    tiles = decode_tiles(s, p.get("wm"));
-  else if (varlen(s, t))
-    tiles += s.batch;  // each sequence may end in a part tile
+  const std::int64_t tiles = kind_ == Kind::paged_decode ? decode_tiles(s, p.get("wm")) : row_tiles(p, t);
   g.grid = {unsigned(tiles), unsigned(s.kv_heads), unsigned(p.get("splits"))};
+  if (p.get("persistent")) {  // the runtime clamps x to the SMs; the kernel loops over every (tile, KV head)
+    g.grid = {unsigned(tiles * s.kv_heads), 1, 1};
+    g.persistent = true;
+  }
   // The sm_90a prefill: a consumer warpgroup for each 64 rows, and the producer's.
   g.block.x = p.get("wgmma") ? unsigned(32 * p.get("wm") + 128) : unsigned(32 * p.get("wm") * p.get("wn"));
   g.dynamic_smem = max_dynamic_smem(p);
@@ -320,11 +340,10 @@ std::vector<double> AttentionOp::block_work(const Params& p, TensorList t) const
       if (rank < tiles.size()) head.push_back(tiles[rank]);
     if (head.size() == before) break;
   }
-  const LaunchGeometry g = geometry(p, t);
-  head.resize(g.grid.x, 0.0);
+  head.resize(std::size_t(row_tiles(p, t)), 0.0);
   const std::int64_t together = section_heads(p, s);  // each tile for every head of a section, then the next
   std::vector<double> work;
-  for (unsigned split = 0; split < g.grid.z; ++split)
+  for (std::int64_t split = 0; split < p.get("splits"); ++split)
     for (std::int64_t section = 0; section < s.kv_heads / together; ++section)
       for (double tile : head) work.insert(work.end(), std::size_t(together), tile);
   return work;
@@ -350,7 +369,9 @@ unsigned AttentionOp::max_dynamic_smem(const Params& p) const {
   if (is_merge(p)) return 0;
   const int dp = int(padded(p.get("head_dim"))), bn = int(p.get("bn")), stages = int(p.get("stages"));
   if (p.get("wgmma"))
-    return mojo_attention::sm90_smem(16 * int(p.get("wm")), dp, bn, stages, p.get("paged") != 0).bytes;
+    return mojo_attention::sm90_smem(16 * int(p.get("wm")), dp, bn, stages, p.get("paged") != 0,
+                                     p.get("persistent") != 0)
+        .bytes;
   return mojo_attention::sm80_smem(16 * int(p.get("wm")), dp, int(p.get("wn")), stages, bn).bytes;
 }
 

@@ -120,6 +120,9 @@ class AttentionOp final : public OpDef, public Tunable {
 
   void index_vector(std::string_view arg, const TensorSpec& t) const;
 
+  // Prefill: the row tiles of 16 * wm packed query rows of a KV head (attention_args.h's prefill_row_tiles, which
+  // the persistent kernel counts too): the grid's x, or what a persistent grid's blocks loop over for each head.
+  std::int64_t row_tiles(const Params& p, TensorList t) const;
   // Decode: the query tiles of 16 * wm rows (q_len x group) of every sequence, the grid's x.
   static std::int64_t decode_tiles(const Shape& s, std::int64_t wm) {
     return s.batch * ((s.q_len * (s.heads / s.kv_heads) + 16 * wm - 1) / (16 * wm));

@@ -21,7 +21,7 @@ TEST(AttentionOp, PrefillPacksTheGroupIntoRowsAndDecodeSplitsTheKeys) {
   EXPECT_EQ(
       params("sdpa", DType::bf16, "q=4096x32x128 k=4096x8x128").str(),
       "dtype=bf16 head_dim=128 group=4 wm=4 wn=1 bn=64 stages=2 causal=1 window=0 softcap=0 sinks=0 lse=0 varlen=0 "
-      "paged=0 page=0 splits=1 wgmma=0 gather=0");
+      "paged=0 page=0 splits=1 wgmma=0 gather=0 persistent=0");
   // Batch 32 x 8 KV heads is 256 blocks, 3 an SM: split each 8k context in three (768 blocks, 1.94 waves of
   // 396), a partial pass and a merge.
   const OpDef& decode = find_op("paged_decode_gqa");
@@ -195,26 +195,30 @@ TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
   const OpDef& sdpa = find_op("sdpa");
   const auto t = example(sdpa, DType::bf16, "q=4096x32x128 k=4096x8x128");
   const Params p = sdpa.specialize(t, {}, Target::parse("sm_90a"));
-  // Autotuning times the other key tile where there is a choice: without a mask, on the sm_90a path, unpinned.
+  // Autotuning times the other key tile where there is a choice (without a mask, on the sm_90a path, unpinned), the
+  // persistent grid, then the sm_80 path.
   const Tunable& tuning = *sdpa.tuning();
   const Target sm90a = Target::parse("sm_90a"), sm80 = Target::parse("sm_80");
   const std::vector<ScalarArg> open{{"causal", 0}}, pinned{{"causal", 0}, {"key_tile", 128}};
   const auto all = tuning.candidates(sdpa.specialize(t, open, sm90a), t, open, sm90a);
-  ASSERT_EQ(all.size(), 3u);
+  ASSERT_EQ(all.size(), 4u);
   EXPECT_EQ(all[0].get("bn"), 176) << "the heuristic's first";
   EXPECT_EQ(all[1], sdpa.specialize(t, pinned, sm90a));
-  EXPECT_EQ(all[2].get("wgmma"), 0) << "then the sm_80 path";
+  EXPECT_EQ(all[2].get("persistent"), 1);
+  EXPECT_EQ(all[2].get("bn"), 176);
+  EXPECT_EQ(all[3].get("wgmma"), 0) << "then the sm_80 path";
   const auto causal = tuning.candidates(p, t, {}, sm90a);
-  ASSERT_EQ(causal.size(), 2u) << "causal: 128 only, and the sm_80 path";
-  EXPECT_EQ(causal[1].get("wgmma"), 0);
-  EXPECT_EQ(tuning.candidates(sdpa.specialize(t, pinned, sm90a), t, pinned, sm90a).size(), 2u)
-      << "the key tile pinned: the sm_80 path beside it";
+  ASSERT_EQ(causal.size(), 3u) << "causal: 128 only, persistent or not, and the sm_80 path";
+  EXPECT_EQ(causal[1].get("persistent"), 1);
+  EXPECT_EQ(causal[2].get("wgmma"), 0);
+  EXPECT_EQ(tuning.candidates(sdpa.specialize(t, pinned, sm90a), t, pinned, sm90a).size(), 3u)
+      << "the key tile pinned: the persistent grid and the sm_80 path beside it";
   const std::vector<ScalarArg> on_90{{"path", 90}};
   EXPECT_EQ(tuning.candidates(sdpa.specialize(t, on_90, sm90a), t, on_90, sm90a).size(), 1u) << "the path pinned";
   EXPECT_EQ(tuning.candidates(sdpa.specialize(t, open, sm80), t, open, sm80).size(), 1u) << "one path on sm_80";
   const auto d256 = example(sdpa, DType::bf16, "q=4096x32x256 k=4096x8x256");
-  EXPECT_EQ(tuning.candidates(sdpa.specialize(d256, {}, sm90a), d256, {}, sm90a).size(), 2u)
-      << "head_dim 256: one key tile, and the sm_80 path";
+  EXPECT_EQ(tuning.candidates(sdpa.specialize(d256, {}, sm90a), d256, {}, sm90a).size(), 3u)
+      << "head_dim 256: one key tile, persistent or not, and the sm_80 path";
   // The path pinned, for an A/B on one GPU: 80 anywhere, 90 on sm_90a.
   EXPECT_EQ(path_with("sdpa", "q=4096x32x64 k=4096x8x64", {{"path", 80}}, "sm_90a"), 0);
   EXPECT_EQ(path_with("sdpa", "q=4096x32x64 k=4096x8x64", {{"path", 90}}, "sm_90a"), 1);
@@ -237,8 +241,9 @@ TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
   const OpDef& prefill = find_op("paged_prefill_gqa");
   const auto pt = example(prefill, DType::bf16, paged);
   const auto paged_all = prefill.tuning()->candidates(prefill.specialize(pt, {}, sm90a), pt, {}, sm90a);
-  ASSERT_EQ(paged_all.size(), 2u);
-  EXPECT_EQ(paged_all[1].get("wgmma"), 0);
+  ASSERT_EQ(paged_all.size(), 3u);
+  EXPECT_EQ(paged_all[1].get("persistent"), 1);
+  EXPECT_EQ(paged_all[2].get("wgmma"), 0);
   EXPECT_EQ(prefill.tuning()->bucket(pt), "tokens<=256 keys<=1024") << "2 sequences of 256, 64 blocks of 16";
   EXPECT_EQ(find_op("paged_decode_gqa").tuning(), nullptr);
   EXPECT_EQ(sdpa.entry_macro(p), "MOJO_ATTENTION_SM90");
@@ -258,10 +263,11 @@ TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
   EXPECT_EQ(sdpa.max_dynamic_smem(p192), sdpa.max_dynamic_smem(sdpa.specialize(d64, {}, sm90a)) + 64 * 64 * 2)
       << "a third Q tile";
   const auto d64_all = tuning.candidates(sdpa.specialize(d64, {}, sm90a), d64, {}, sm90a);
-  ASSERT_EQ(d64_all.size(), 3u) << "128 rows, 192, and the sm_80 path";
+  ASSERT_EQ(d64_all.size(), 4u) << "128 rows, 192, the persistent grid, and the sm_80 path";
   EXPECT_EQ(d64_all[1], p192);
-  EXPECT_EQ(d64_all[2].get("wgmma"), 0);
-  EXPECT_EQ(tuning.candidates(p192, d64, rows_192, sm90a).size(), 1u) << "pinned: the sm_80 path has no such tile";
+  EXPECT_EQ(d64_all[3].get("wgmma"), 0);
+  EXPECT_EQ(tuning.candidates(p192, d64, rows_192, sm90a).size(), 1u)
+      << "pinned: neither the persistent grid nor the sm_80 path takes such a tile";
   const auto paged64 =
       example(prefill, DType::bf16, "q=512x32x64 k_cache=16384x1x8x64 cu_seqlens_q=3 block_tables=2x8192");
   const Params pp192 = prefill.specialize(paged64, rows_192, sm90a);
@@ -283,6 +289,19 @@ TEST(AttentionOp, HopperPrefillTakesTheWgmmaPath) {
             "the sm_80 path");
   EXPECT_EQ(query_tile_error("q=4096x32x64 k=4096x8x64", {{"query_tile", 64}}, "sm_90a"),
             "sdpa: query_tile is 64; expected 0 (the heuristic), 128 or 192");
+  // The persistent grid (persistent=1): (tile, KV head) pairs for the runtime to clamp to the SMs, each block
+  // looping over every grid-th of them; the sm_90a path only.
+  const Params pp = sdpa.specialize(t, {{"persistent", 1}}, sm90a);
+  const LaunchGeometry pg = sdpa.geometry(pp, t);
+  EXPECT_TRUE(pg.persistent);
+  EXPECT_EQ(pg.grid.x, 4096u * 4 / 128 * 8);
+  EXPECT_EQ(pg.grid.y, 1u);
+  EXPECT_EQ(sdpa.block_work(pp, t), sdpa.block_work(p, t)) << "the same tiles in the same order";
+  EXPECT_EQ(query_tile_error(dense, {{"persistent", 1}}, "sm_80"),
+            "sdpa: persistent = 1 takes the sm_90a path; this is the sm_80 path");
+  EXPECT_EQ(query_tile_error(dense, {{"persistent", 2}}, "sm_90a"), "sdpa: persistent is 2; expected 0 or 1");
+  EXPECT_EQ(query_tile_error("q=4096x32x64 k=4096x8x64", {{"query_tile", 192}, {"persistent", 1}}, "sm_90a"),
+            "sdpa: persistent = 1 takes query tiles of 128 rows, not 192");
 }
 
 // The causal prefill's tiles, longest first (find_work, place_block): per KV head of Qwen3-8B's 4096-token
@@ -310,6 +329,13 @@ TEST(AttentionOp, CausalTilesLongestFirstKeepTheSmsBusy) {
   EXPECT_EQ(work.back(), 2.0) << "the first 32 tokens, one key tile";
   EXPECT_GE(in_order_balance(work, 132), 0.99);
   EXPECT_LT(in_order_balance(std::vector<double>(work.rbegin(), work.rend()), 132), 0.95) << "shortest first";
+  // A persistent grid (persistent=1) of 132 blocks takes the same tiles round by round in snake order; in plain
+  // order (block b the b-th of every round) block 0 would take each round's longest.
+  EXPECT_EQ(sdpa.block_work(sdpa.specialize(t, {{"persistent", 1}}, sm90a), t), work);
+  EXPECT_GE(snake_balance(work, 132), 0.99);
+  std::vector<double> plain(132, 0.0);
+  for (std::size_t i = 0; i < work.size(); ++i) plain[i % 132] += work[i];
+  EXPECT_LT(in_order_balance(plain, 132), 0.9);
   // Query tiles of 192 rows at head_dim 64 (query_tile=192): 86 a head (the longest first is a part tile of 64 rows,
   // the last 16 tokens), in the same order, the SMs about as busy.
   const auto d64 = example(sdpa, DType::bf16, "q=4096x32x64 k=4096x8x64");
@@ -373,6 +399,7 @@ TEST_P(AttentionCompiles, HopperPrefillIsHgmmaWithoutLocalMemory) {
     double causal = 1;
     bool gathered = false;  // K and V by cp.async, not TMA
     double query_tile = 0;
+    double persistent = 0;
   };
   const Case cases[] = {
       {"sdpa", "q=4096x32x128 k=4096x8x128 lse=32x4096", "sm_90a", 1},
@@ -402,16 +429,26 @@ TEST_P(AttentionCompiles, HopperPrefillIsHgmmaWithoutLocalMemory) {
       {"sdpa", "q=4096x32x64 k=4096x8x64 cu_seqlens_q=5 cu_seqlens_k=5 lse=32x4096", "sm_90a", 1, 1, false, 192},
       {"paged_prefill_gqa", "q=512x32x64 k_cache=16384x1x8x64 cu_seqlens_q=3 block_tables=2x8192", "sm_90a", 1, 1, true,
        192},
+      // The persistent grid: its row tiles handed over in shared memory, not looked up by each warpgroup (that
+      // spilled: 8 to 86 local loads and stores), over packed keys with a mask and without (key tiles of 176), a
+      // cache gathered, and head_dim 256.
+      {"sdpa", "q=4096x32x128 k=4096x8x128 lse=32x4096", "sm_90a", 1, 1, false, 0, 1},
+      {"sdpa", "q=4096x32x128 k=4096x8x128", "sm_90a", 1, 0, false, 0, 1},
+      {"paged_prefill_gqa", "q=512x32x128 k_cache=16384x1x8x128 cu_seqlens_q=3 block_tables=2x8192", "sm_90a", 1, 1,
+       true, 0, 1},
+      {"sdpa", "q=4096x32x256 k=4096x8x256 cu_seqlens_q=5 cu_seqlens_k=5", "sm_90a", 1, 1, false, 0, 1},
       {"sdpa", "q=4096x32x128 k=4096x8x128", "sm_80", 0},
       {"paged_decode_gqa", "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512", "sm_90a", 0}};
   for (const Case& c : cases) {
-    SCOPED_TRACE(fmt::format("{} {} {} causal {} query_tile {}", c.op, c.shapes, c.arch, c.causal, c.query_tile));
+    SCOPED_TRACE(fmt::format("{} {} {} causal {} query_tile {} persistent {}", c.op, c.shapes, c.arch, c.causal,
+                             c.query_tile, c.persistent));
     const OpDef& op = find_op(c.op);
     const auto t = example(op, DType::bf16, c.shapes);
     const Target target = Target::parse(c.arch);
     std::vector<ScalarArg> scalars;  // sdpa's causal (the paged ops have none), the query tile
     if (c.causal != 1) scalars.push_back({"causal", c.causal});
     if (c.query_tile != 0) scalars.push_back({"query_tile", c.query_tile});
+    if (c.persistent != 0) scalars.push_back({"persistent", c.persistent});
     ASSERT_EQ(op.specialize(t, scalars, target).get("wgmma"), c.wgmma);
     const Artifact cubin = rt.compile(c.op, t, scalars, target, Emit::cubin);
     EXPECT_EQ(cubin.resources.stack_bytes, 0u) << "no spills";

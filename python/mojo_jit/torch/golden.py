@@ -79,8 +79,8 @@ def layer_norm_backward(grad_out, x, weight, mean, rstd):
     return (grad_x.reshape(x.shape).to(x.dtype), (g * xhat).sum(0).to(weight.dtype), g.sum(0).to(weight.dtype))
 
 
-# The scalars that only choose how a kernel runs (cooperative, path, splits, key_tile, query_tile) are taken and
-# ignored: the result is the same whatever they choose, and a call the kernel takes must not fail on its fallback.
+# The scalars that only choose how a kernel runs (cooperative, path, splits, key_tile, query_tile, persistent) are
+# taken and ignored: the result is the same whatever they choose, and a call the kernel takes must not fail on its fallback.
 def softmax(x, cooperative=-1):
     return torch.softmax(x.to(_F64), -1).to(x.dtype)
 
@@ -230,7 +230,7 @@ def _write_lse(lse, parts):
 
 
 def sdpa(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, sinks=None, lse=None, scale=0.0, window=-1, softcap=0.0,
-         causal=1, key_tile=0, query_tile=0, path=0):
+         causal=1, key_tile=0, query_tile=0, persistent=0, path=0):
     cq = [0, q.shape[0]] if cu_seqlens_q is None else [int(s) for s in cu_seqlens_q]
     ck = cq if cu_seqlens_k is None else [int(s) for s in cu_seqlens_k]
     out, lses = [], []
@@ -251,7 +251,7 @@ def _paged_rows(cache, block_table, length):
 
 
 def paged_prefill_gqa(q, k_cache, v_cache, cu_seqlens_q, block_tables, context_lens, sinks=None, lse=None, scale=0.0,
-                      window=-1, softcap=0.0, query_tile=0, path=0):
+                      window=-1, softcap=0.0, query_tile=0, persistent=0, path=0):
     cq = [int(s) for s in cu_seqlens_q]
     out, lses = [], []
     for s in range(len(cq) - 1):
