@@ -5,7 +5,10 @@
 //
 // A block takes 128 packed query rows (two consumer warpgroups of 64) of one
 // KV head, or 192 (three consumers) at head_dim 64 where param wm = 12, as
-// FlashAttention 3 does there. Warpgroup 0 is the producer: one thread streams the K and V tiles
+// FlashAttention 3 does there; with param persistent = 1, a block an SM
+// takes row tiles one after another, handed out in shared memory (run_sm90
+// says how), the ring and the turns going on from tile to tile.
+// Warpgroup 0 is the producer: one thread streams the K and V tiles
 // (BN keys x head_dim: 176 keys without a causal mask or window, else 128;
 // 80 at head_dim 256, whose O takes 128 registers a thread, or 64 there for
 // a paged cache of blocks that tile 64 keys but not 80) with TMA into a
@@ -32,7 +35,8 @@
 // are the packed tokens (boxes of 64 x BN x 1) or the cache's slots (boxes
 // of 64 x min(block_size, BN) x 1).
 // Geometry: 128 threads a warpgroup (384, or 512 with three consumers); grid
-// as the sm_80 path's with tiles of 16 * wm rows; dynamic
+// as the sm_80 path's with tiles of 16 * wm rows, or persistent (row tiles x
+// KV heads, which the runtime clamps to the SMs); dynamic
 // shared memory: sm90_smem (attention_args.h; head_dim 256: 230,432 bytes, or
 // 231,072 paged, under the 232,448 a block may take).
 #pragma once
