@@ -197,14 +197,13 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   const unsigned ring = base + L.ring, full = base + L.full, empty = base + L.empty;
   const int tid = (int)mojo::thread_x(), warpgroup = tid / 128;
 
-  // A block takes its row tile (place_block), or with P::persistent the grid (a block an SM) takes them all in
-  // place_at's order, each block every grid_dim_x-th from its own: SM b takes b, b + SMs, ..., so the causal
-  // tiles still go out longest first. Each is a tile of a KV head, or none (a grid's spare tile).
-  // Persistent, consumer 0's first thread looks the block's row tiles up and hands each one to the producer and the
-  // consumers, a row tile ahead, through two slots in shared memory (TileSlot, each with a "full" and an "empty"
-  // mbarrier), then a slot with valid = 0 for the end. Each thread looking them up itself, find_work's state and
-  // the loop's counters spilled: under LLVM in the producer's 40 registers (8 to 52 local loads and stores), and
-  // at head_dim 256 and on 192-row tiles in the consumers'.
+  // A block takes its row tile (place_block: a tile of a KV head, or none, a grid's spare tile). With
+  // P::persistent the grid (a block an SM) takes them all, in rounds (hand_out below says in which order): consumer
+  // 0's first thread looks the block's row tiles up and hands each one to the producer and the consumers, a row
+  // tile ahead, through two slots in shared memory (TileSlots, each slot with a "full" and an "empty" mbarrier),
+  // then a slot with valid = 0 for the end. Each warpgroup looking them up itself, find_work's state and the loop's
+  // counters spilled: under LLVM in the producer's 40 registers (8 to 52 local loads and stores), and at head_dim
+  // 256 and on 192-row tiles in the consumers'.
   TileSlots* const tiles = reinterpret_cast<TileSlots*>(base_ptr + L.tiles);
   TileSlots::Slot* const slots = tiles->slot;
   const unsigned slot_full = base + L.tiles + sizeof(TileSlots), slot_empty = slot_full + 16;
@@ -453,7 +452,7 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
     mojo::mbarrier_arrive(slot_full + 8 * (handed % 2));
     ++handed;
   };
-  if (hands_out) {  // two ahead: the producer loads the next tile's keys under this one's output
+  if (hands_out) {  // the first two; then each row tile hands out the next, whose keys load under its output
     hand_out();
     hand_out();
   }
