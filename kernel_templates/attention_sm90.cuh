@@ -204,8 +204,7 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   // then a slot with valid = 0 for the end. Each warpgroup looking them up itself, find_work's state and the loop's
   // counters spilled: under LLVM in the producer's 40 registers (8 to 52 local loads and stores), and at head_dim
   // 256 and on 192-row tiles in the consumers'.
-  TileSlots* const tiles = reinterpret_cast<TileSlots*>(base_ptr + L.tiles);
-  TileSlots::Slot* const slots = tiles->slot;
+  TileSlots::Slot* const slots = reinterpret_cast<TileSlots*>(base_ptr + L.tiles)->slot;
   const unsigned slot_full = base + L.tiles + sizeof(TileSlots), slot_empty = slot_full + 16;
   auto find = [&](int tile, Work& found) MOJO_INLINE_LAMBDA {
     return find_work<BM, BN, G, P::causal != 0, P::window != 0, P::varlen != 0>(a, tile, 0, 0x3fffffff, window,

@@ -40,7 +40,7 @@ constexpr ScalarArgInfo kScale{"scale", 0.0, "logit scale; 0: 1 / sqrt(head_dim)
                "query rows a block on the sm_90a path: 0 the heuristic (128), 128, or 192 at head_dim 64 (three "
                "consumer warpgroups, as FlashAttention 3's; key tiles of 128)"},
     kPersistent{"persistent", 0.0,
-                "1: on the sm_90a path a block an SM, each taking every SMs-th row tile in the longest-first order "
+                "1: on the sm_90a path a block an SM, the blocks taking the row tiles round by round in snake order "
                 "(FlashAttention 3's persistent kernel: the next tile's keys load under this one's output); 0: a "
                 "block a row tile"},
     kPath{"path", 0.0,

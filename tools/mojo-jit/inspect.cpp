@@ -47,14 +47,11 @@ nlohmann::json kernel_json(const OpDef& op, const Params& step, TensorList tenso
   // How full the last wave is: of blocks on the SMs' slots, or of a persistent kernel's tiles on the SMs.
   if (g.persistent) k["tiles"] = grid;
   k["wave_fill"] = wave_fill(g.persistent ? grid : blocks, std::uint64_t(g.persistent ? 1 : o.blocks_per_sm) * sms);
-  // Blocks that differ: how close the SMs come to ending together, given them in launch order.
-  if (const std::vector<double> work = op.block_work(step, tensors); !work.empty() && o.blocks_per_sm > 0) {
-    if (g.persistent) {
-      k["balance"] = snake_balance(work, blocks);
-    } else {
-      k["balance"] = in_order_balance(work, std::uint64_t(o.blocks_per_sm) * sms);
-    }
-  }
+  // Blocks that differ: how close the SMs come to ending together, given them in launch order (a persistent
+  // grid's blocks taking them in rounds).
+  if (const std::vector<double> work = op.block_work(step, tensors); !work.empty() && o.blocks_per_sm > 0)
+    k["balance"] =
+        g.persistent ? snake_balance(work, blocks) : in_order_balance(work, std::uint64_t(o.blocks_per_sm) * sms);
   return k;
 }
 
