@@ -328,9 +328,10 @@ void print_kernel(const nlohmann::json& k, const mojo::SmLimits* limits, int sms
   else
     fmt::print("fill:     the last wave {:.0f}% full\n", 100 * k["wave_fill"].get<double>());
   if (k.contains("balance"))
-    fmt::print("balance:  unequal blocks, taken in launch order: the SMs busy {:.1f}% of the time to the last one's "
-               "end\n",
-               100 * k["balance"].get<double>());
+    fmt::print(
+        "balance:  unequal {}: the SMs busy {:.1f}% of the time to the last one's end\n",
+        k.contains("tiles") ? "tiles, taken by the persistent blocks in snake rounds" : "blocks, taken in launch order",
+        100 * k["balance"].get<double>());
 }
 
 // describe and cache explain: one specialization, its params and the parts of its key.
