@@ -206,6 +206,13 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   // 256 and on 192-row tiles in the consumers'.
   TileSlots::Slot* const slots = reinterpret_cast<TileSlots*>(base_ptr + L.tiles)->slot;
   const unsigned slot_full = base + L.tiles + sizeof(TileSlots), slot_empty = slot_full + 16;
+  // The j-th row tile handed over (or the end), read by a thread of the producer or of a consumer.
+  auto take_slot = [&](int j) MOJO_INLINE_LAMBDA {
+    mojo::mbarrier_wait(slot_full + 8 * (j % 2), (j / 2) & 1);
+    const TileSlots::Slot slot = slots[j % 2];
+    mojo::mbarrier_arrive(slot_empty + 8 * (j % 2));
+    return slot;
+  };
   auto find = [&](int tile, Work& found) MOJO_INLINE_LAMBDA {
     return find_work<BM, BN, G, P::causal != 0, P::window != 0, P::varlen != 0>(a, tile, 0, 0x3fffffff, window,
                                                                                 found);
@@ -249,9 +256,7 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
       if (!P::paged && tid != 0) return;  // TMA alone: thread 0
       int done = 0;
       for (int j = 0;; ++j) {  // the row tiles as they are handed over
-        mojo::mbarrier_wait(slot_full + 8 * (j % 2), (j / 2) & 1);
-        const TileSlots::Slot slot = slots[j % 2];
-        mojo::mbarrier_arrive(slot_empty + 8 * (j % 2));
+        const TileSlots::Slot slot = take_slot(j);
         if (!slot.valid) return;
         produce_keys<T, P>(k, v, a, slot.w, Smem{ring, full, empty, key_rows}, kv_heads, slot.kv_head, done, k_map,
                            v_map);
@@ -462,12 +467,10 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
   for (int j = 0; P::persistent || j == 0; ++j) {
     if constexpr (P::persistent != 0) {
       if (hands_out && j > 0) hand_out();
-      mojo::mbarrier_wait(slot_full + 8 * (j % 2), (j / 2) & 1);
-      const bool valid = slots[j % 2].valid;
-      w = slots[j % 2].w;
-      kv_head = slots[j % 2].kv_head;
-      mojo::mbarrier_arrive(slot_empty + 8 * (j % 2));
-      if (!valid) break;
+      const TileSlots::Slot slot = take_slot(j);
+      if (!slot.valid) break;
+      w = slot.w;
+      kv_head = slot.kv_head;
       mojo::sync_warps(1 + consumer, 128);  // every warp's products on the last row tile's Q are done
     }
     first_row = w.row0 + consumer * 64;

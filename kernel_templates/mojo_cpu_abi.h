@@ -4,7 +4,7 @@
 // emulator fills the table and hands it to each kernel library it loads.
 #pragma once
 
-#define MOJO_CPU_ABI_VERSION 6
+#define MOJO_CPU_ABI_VERSION 7
 
 extern "C" {
 
@@ -56,8 +56,11 @@ struct mojo_cpu_api {
   // for other blocks, allowed in a cooperative launch only (it fails the launch in any other).
   void (*wait_at_least)(const unsigned* counter, unsigned value);
   // fence.proxy.async.shared::cta: the calling thread's writes to shared memory are seen by the async proxy (a
-  // wgmma reading what the thread's cp.async wrote needs it; the emulator checks that).
+  // wgmma reading what the thread's cp.async or stores wrote needs it; the emulator checks that).
   void (*fence_proxy_async)();
+  // A vector store (mojo::store) of `bytes` at `generic`, before it is made: where it falls in the block's
+  // shared memory, the async proxy may not see it until the thread's fence.proxy.async.
+  void (*shared_store)(const void* generic, unsigned bytes);
 };
 
 }  // extern "C"

@@ -355,6 +355,9 @@ template <class T, int N> __device__ __forceinline__ Pack<T, N> load(const T* p)
 }
 template <class T, int N> __device__ __forceinline__ void store(T* p, const Pack<T, N>& v) {
   expect_aligned<sizeof(T) * N>(p, 1);
+#if defined(MOJO_CPU)
+  cpu::api().shared_store(p, sizeof(T) * N);  // the proxy check's (a wgmma reading it needs a fence.proxy.async)
+#endif
   *reinterpret_cast<Bits<sizeof(T) * N>*>(p) = v.bits;
 }
 

@@ -95,6 +95,21 @@ class DeliberateBugs : public ::testing::Test {
     return r;
   }
 
+  // check_op of `op` at `shapes` in bf16 with its default scalars, on a kernel whose name contains `kernel`.
+  static Outcome checked(Runtime& rt, const char* op_name, const char* shapes, const char* kernel) {
+    const OpDef& op = find_op(op_name);
+    const auto specs = op.specs_from_shapes(DType::bf16, parse_shapes(op, shapes));
+    Outcome r;
+    try {
+      const CheckReport c = check_op(rt, op_name, specs, {});
+      EXPECT_NE(c.kernel.find(kernel), std::string::npos) << c.kernel;
+      for (const auto& out : c.outputs) r.wrong += out.wrong;
+    } catch (const Error& e) {
+      r.error = e.what();
+    }
+    return r;
+  }
+
   // The bug makes the op fail: wrong elements, or an error whose message contains `error` (if given).
   void expect_caught(const Outcome& bug, const char* error = nullptr) {
     if (error != nullptr) {
@@ -190,24 +205,25 @@ TEST_F(DeliberateBugs, AccumulatorsReadBeforeTheirWgmmaWait) {
 TEST_F(DeliberateBugs, GatheredKeysWithoutTheProxyFence) {
   const Variant v{"attention_sm90.cuh", "    mojo::fence_proxy_async();\n    mojo::sync_warps(GATHERED, 128);",
                   "    mojo::sync_warps(GATHERED, 128);"};
-  auto prefill = [](Runtime& rt) {
-    const OpDef& op = find_op("paged_prefill_gqa");
-    const auto specs = op.specs_from_shapes(
-        DType::bf16, parse_shapes(op, "q=64x4x64 k_cache=100x1x1x64 cu_seqlens_q=2 block_tables=1x100"));
-    Outcome r;
-    try {
-      const CheckReport c = check_op(rt, "paged_prefill_gqa", specs, {});
-      EXPECT_NE(c.kernel.find("gather_1"), std::string::npos) << c.kernel;
-      for (const auto& out : c.outputs) r.wrong += out.wrong;
-    } catch (const Error& e) {
-      r.error = e.what();
-    }
-    return r;
-  };
-  const Outcome real = prefill(*runtime("sm_90a"));
+  const char* shapes = "q=64x4x64 k_cache=100x1x1x64 cu_seqlens_q=2 block_tables=1x100";
+  const Outcome real = checked(*runtime("sm_90a"), "paged_prefill_gqa", shapes, "gather_1");
   EXPECT_EQ(real.wrong, 0u) << "the real template";
   EXPECT_EQ(real.error, "") << "the real template";
-  expect_caught(prefill(*runtime("sm_90a", &v)), "cp.async wrote with no fence.proxy.async after it");
+  expect_caught(checked(*runtime("sm_90a", &v), "paged_prefill_gqa", shapes, "gather_1"),
+                "thread 0's cp.async wrote with no fence.proxy.async after it");
+}
+
+// The same for the consumers' Q tiles, which their threads store (mojo::store, the generic proxy) before their
+// wgmma read them.
+TEST_F(DeliberateBugs, QueryTileStoredWithoutTheProxyFence) {
+  const Variant v{"attention_sm90.cuh", "    mojo::fence_proxy_async();\n    mojo::sync_warps(1 + consumer, 128);",
+                  "    mojo::sync_warps(1 + consumer, 128);"};
+  const char* shapes = "q=100x2x64 k=100x1x64";
+  const Outcome real = checked(*runtime("sm_90a"), "sdpa", shapes, "wgmma_1");
+  EXPECT_EQ(real.wrong, 0u) << "the real template";
+  EXPECT_EQ(real.error, "") << "the real template";
+  expect_caught(checked(*runtime("sm_90a", &v), "sdpa", shapes, "wgmma_1"),
+                "store wrote with no fence.proxy.async after it");
 }
 
 TEST_F(DeliberateBugs, ProducerWaitsForTheWrongPhase) {

@@ -64,7 +64,7 @@ struct Thread {
   int quiet = 0;                                   // Quiet scopes open (race.hpp)
   std::vector<AsyncCopy> open_copies;              // since the last commit
   std::deque<std::vector<AsyncCopy>> copy_groups;  // committed, oldest first
-  std::vector<unsigned> unfenced_copies;           // where its cp.async landed since its last fence.proxy.async
+  std::vector<unsigned> unfenced_writes;           // its writes to shared memory since its last fence.proxy.async
 
   bool waits_for_counter() const { return state == waiting && wait == Wait::counter; }
   // Whether the counter it waits for has reached the value (another block's thread may advance it meanwhile).
@@ -138,8 +138,10 @@ class Block {
   std::vector<Rendezvous> warps, warpgroups;
   std::vector<int> exited_in_warp;
   std::vector<Mbarrier> mbarriers;
-  // Per 16 bytes of shared memory: 1 + the thread whose cp.async landed there and has not passed a
-  // fence.proxy.async since, or 0. The async proxy (wgmma) may not see such bytes.
+  // Per 16 bytes of shared memory: 1 + the thread whose write (a cp.async landing, or a store; kStoreWrite set
+  // for a store) is there and has not passed a fence.proxy.async since, or 0. The async proxy (wgmma) may not
+  // see such bytes.
+  static constexpr std::uint16_t kStoreWrite = 0x8000;
   std::vector<std::uint16_t> unfenced;
   int unfenced_count = 0;  // its entries that are not 0
   std::vector<Warpgroup> wgmma;

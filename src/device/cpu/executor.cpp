@@ -171,7 +171,7 @@ void run_block(Block& b, Worker& w, const Launch& l, const Schedule& schedule, u
 #endif
     t.open_copies.clear();
     t.copy_groups.clear();
-    t.unfenced_copies.clear();
+    t.unfenced_writes.clear();
     t.fiber->start(&thread_main, &t);
   }
   // TSan: the block's threads see what the scheduler did so far; the

@@ -26,6 +26,24 @@ float half_to_float(unsigned short bits, int type) {
   return type == 2 ? convert::bf16_to_float(bits) : convert::f16_to_float(bits);
 }
 
+// The calling thread wrote shared memory at `address` through the generic proxy (`kind`: 0 for a cp.async
+// landing, Block::kStoreWrite for a store): unfenced until its fence.proxy.async. A granule it already holds is
+// listed once; a thread's list that other threads' writes have made mostly stale is compacted, so that a kernel
+// that never fences (it has no wgmma) keeps it as small as its granules.
+void note_unfenced(Block& b, unsigned address, std::uint16_t kind) {
+  Thread& t = b.self();
+  const std::uint16_t me = std::uint16_t(b.tid() + 1);
+  std::uint16_t& writer = b.unfenced[(address - Block::kWindowBase) / 16];
+  const bool listed = (writer & ~Block::kStoreWrite) == me;
+  b.unfenced_count += writer == 0;
+  writer = me | kind;
+  if (listed) return;
+  if (t.unfenced_writes.size() >= b.unfenced.size())
+    std::erase_if(t.unfenced_writes,
+                  [&](unsigned a) { return (b.unfenced[(a - Block::kWindowBase) / 16] & ~Block::kStoreWrite) != me; });
+  t.unfenced_writes.push_back(address);
+}
+
 // ---- threads, barriers, shuffles, shared memory ------------------------------------
 
 const mojo_cpu_thread* self() {
@@ -141,25 +159,30 @@ void cp_async_wait(int pending) {
       race::write(d, 16);
       if (c.bytes > 0) std::memcpy(d, c.src, std::size_t(c.bytes));
       std::memset(d + c.bytes, 0, std::size_t(16 - c.bytes));
-      std::uint16_t& writer = b.unfenced[(c.dst - Block::kWindowBase) / 16];
-      b.unfenced_count += writer == 0;
-      writer = std::uint16_t(b.tid() + 1);
-      t.unfenced_copies.push_back(c.dst);
+      note_unfenced(b, c.dst, 0);
     }
     t.copy_groups.pop_front();
   }
 }
 
-// Its cp.async writes, landed, made visible to the async proxy.
+// Its writes to shared memory (cp.async landed, stores) made visible to the async proxy.
 void fence_proxy_async() {
   Quiet quiet;
   Block& b = block();
   Thread& t = b.self();
-  for (unsigned dst : t.unfenced_copies) {
-    std::uint16_t& writer = b.unfenced[(dst - Block::kWindowBase) / 16];
-    if (writer == b.tid() + 1) writer = 0, --b.unfenced_count;
+  for (unsigned address : t.unfenced_writes) {
+    std::uint16_t& writer = b.unfenced[(address - Block::kWindowBase) / 16];
+    if ((writer & ~Block::kStoreWrite) == b.tid() + 1) writer = 0, --b.unfenced_count;
   }
-  t.unfenced_copies.clear();
+  t.unfenced_writes.clear();
+}
+
+void shared_store(const void* generic, unsigned /*bytes: at most 16, aligned, so within one granule*/) {
+  Quiet quiet;
+  Block& b = block();
+  const auto* p = static_cast<const unsigned char*>(generic);
+  if (p >= b.smem && p < b.smem + b.smem_bytes)
+    note_unfenced(b, Block::kWindowBase + unsigned(p - b.smem), Block::kStoreWrite);
 }
 
 // ---- ldmatrix and mma.sync ------------------------------------------------------------
@@ -408,8 +431,8 @@ float operand(Block& b, unsigned long long desc, int mn, int k, bool mn_major, i
   return half_to_float(v, type);
 }
 
-// A wgmma's operands in shared memory: inside the block's, and none of their bytes a thread's cp.async that no
-// fence.proxy.async of that thread followed (the async proxy may not see them). Before the MMA allocates
+// A wgmma's operands in shared memory: inside the block's, and none of their bytes a thread's cp.async or store
+// that no fence.proxy.async of that thread followed (the async proxy may not see them). Before the MMA allocates
 // anything: a failed launch leaves the thread's stack as it is.
 void check_operands(Block& b, const WgmmaLane& l) {
   auto check = [&](unsigned long long desc, int rows, bool mn_major) {
@@ -418,10 +441,10 @@ void check_operands(Block& b, const WgmmaLane& l) {
         const unsigned address = operand_address(desc, mn, k, mn_major);
         b.shared(address, 2, 2, "wgmma operand");
         if (const unsigned writer = b.unfenced[(address - Block::kWindowBase) / 16]; writer != 0)
-          b.fail(
-              fmt::format("wgmma.mma_async reads shared memory at 0x{:x}, which thread {}'s cp.async wrote with "
-                          "no fence.proxy.async after it (the async proxy may not see it)",
-                          address, writer - 1));
+          b.fail(fmt::format(
+              "wgmma.mma_async reads shared memory at 0x{:x}, which thread {}'s {} wrote with no fence.proxy.async "
+              "after it (the async proxy may not see it)",
+              address, (writer & ~Block::kStoreWrite) - 1, writer & Block::kStoreWrite ? "store" : "cp.async"));
       }
   };
   if (l.a_regs == nullptr) check(l.a_desc, 64, l.mn_major_a != 0);
@@ -581,11 +604,11 @@ void wgmma_wait(int pending) {
 }  // namespace
 
 const mojo_cpu_api& api_table() {
-  static const mojo_cpu_api table{MOJO_CPU_ABI_VERSION, self,        barrier,       shfl_bfly,        dynamic_smem,
-                                  smem_address,         param,       cp_async,      cp_async_commit,  cp_async_wait,
-                                  ldmatrix_x4,          mma,         mbarrier_init, mbarrier_arrive,  mbarrier_wait,
-                                  tma_load_3d,          wgmma_fence, wgmma,         wgmma_commit,     wgmma_wait,
-                                  barrier_arrive,       misaligned,  wait_at_least, fence_proxy_async};
+  static const mojo_cpu_api table{MOJO_CPU_ABI_VERSION, self,        barrier,       shfl_bfly,         dynamic_smem,
+                                  smem_address,         param,       cp_async,      cp_async_commit,   cp_async_wait,
+                                  ldmatrix_x4,          mma,         mbarrier_init, mbarrier_arrive,   mbarrier_wait,
+                                  tma_load_3d,          wgmma_fence, wgmma,         wgmma_commit,      wgmma_wait,
+                                  barrier_arrive,       misaligned,  wait_at_least, fence_proxy_async, shared_store};
   return table;
 }
 
