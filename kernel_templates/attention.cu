@@ -570,6 +570,7 @@ __device__ __forceinline__ void merge(T* __restrict__ out, const float* __restri
 #define MOJO_ATTENTION_SM90(NAME, P)                                                                                   \
   extern "C" __global__ void __launch_bounds__(32 * P::wm + 128, 1)                                                    \
       NAME(MOJO_ARG_PARAMS(MOJO_ATTENTION_ARGS, P::dtype), const mojo::TensorMap, const mojo::TensorMap) {             \
+    static_assert(MOJO_ARG_COUNT(MOJO_ATTENTION_ARGS, P::dtype) == 25, "the descriptors' indices");                    \
     mojo::after_previous_kernels();                                                                                    \
     mojo_attention::run_sm90<P::dtype, P>(out, q, k, v, MOJO_ATTENTION_BATCH(P), sinks, lse, q_stride, heads,          \
                                           kv_heads, scale, softcap, window, section_heads,                             \

@@ -458,6 +458,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
   extern "C" __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)                                                 \
       NAME(MOJO_ARG_PARAMS(MOJO_GEMM_OUTPUT_ARGS, MOJO_GEMM_OUT(TC, SPLITS)), const mojo::TensorMap,                   \
            const mojo::TensorMap, const mojo::TensorMap) {                                                             \
+    static_assert(MOJO_ARG_COUNT(MOJO_GEMM_OUTPUT_ARGS, MOJO_GEMM_OUT(TC, SPLITS)) == 15, "the descriptors' indices"); \
     mojo::after_previous_kernels();                                                                                    \
     mojo_gemm::run_sm90<TA, MOJO_GEMM_PRODUCT_OUTPUT(TC, SPLITS, BETA, BIAS, ACT, RESIDUAL), BM, BN, BK, STAGES,       \
                         SWIZZLE, TRANS_A, !TRANS_B, OFFSETS, SPLITS>(                                                  \

@@ -41,3 +41,7 @@
 #define MOJO_ARG_LIST_(...) MOJO_ARG_DROP_FIRST_(__VA_ARGS__)
 // LIST's parameters, comma-separated: LIST(TYPES..., ARG) with each ARG(type, name) as ", type name", the first comma dropped.
 #define MOJO_ARG_PARAMS(LIST, ...) MOJO_ARG_LIST_(LIST(__VA_ARGS__, MOJO_ARG_PARAM_))
+#define MOJO_ARG_ONE_(type, name) +1
+// How many parameters LIST has, a constant: the index of a parameter that follows them (a TMA descriptor's,
+// which MOJO_PARAM_ADDRESS takes as a literal).
+#define MOJO_ARG_COUNT(LIST, ...) (0 LIST(__VA_ARGS__, MOJO_ARG_ONE_))
