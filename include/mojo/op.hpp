@@ -319,6 +319,12 @@ class OpDef {
   // (e.g. {"x": [4096, 4096]}); shapes the op can derive may be left out,
   // index tensors (token ids, positions, slots) are i64.
   virtual std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const = 0;
+  // The same, with the shapes that the call's scalars decide (complete_shapes): what the CLI, the Python
+  // layers, manifests and the benchmark allocate a call's tensors by.
+  std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes, ScalarList scalars) const;
+  // Adds to `shapes`, where not given, those that the scalars decide (gemm's c where a or b is stored
+  // transposed; the fused loss's loss of a row each with reduction 0).
+  virtual void complete_shapes(ShapeMap& /*shapes*/, ScalarList /*scalars*/) const {}
   // With debug checks on (RuntimeOptions::debug_checks), the Runtime calls
   // this before a launch: ops that index memory with data (token ids,
   // positions, slots) read those to the host and throw InvalidArgumentError

@@ -74,7 +74,7 @@ inline nb::object from_json(const nlohmann::json& j) {
 // derives them.
 inline std::vector<mojo::TensorSpec> specs_of(const mojo::OpDef& op, const std::string& dtype, nb::dict shapes,
                                               mojo::ScalarList scalars) {
-  return mojo::inspect::specs_for(op, mojo::parse_dtype(dtype), shapes_of(shapes), scalars);
+  return op.specs_from_shapes(mojo::parse_dtype(dtype), shapes_of(shapes), scalars);
 }
 
 }  // namespace mojo::python

@@ -304,6 +304,12 @@ class LinearCrossEntropy final : public OpDef {
     if (backward_) return {hidden, weight, loss, hidden, weight, labels_spec, per_row};
     return {loss, per_row, hidden, weight, labels_spec};
   }
+  // With reduction 0 the loss (and its gradient) is a row each: [tokens].
+  void complete_shapes(ShapeMap& shapes, ScalarList scalars) const override {
+    const auto hidden = shapes.find("hidden");
+    if (hidden == shapes.end() || hidden->second.empty() || scalar(scalars, "reduction") != 0) return;
+    shapes.emplace(backward_ ? "grad_loss" : "loss", std::vector<std::int64_t>{hidden->second[0]});
+  }
 
  private:
   bool backward_;

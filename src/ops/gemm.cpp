@@ -162,6 +162,16 @@ class Gemm final : public TileOp {
     if (!c.empty() && !b.empty()) c.back() = b.back();
     return {TensorSpec(dtype, shapes::value_or(shapes, "c", c)), TensorSpec(dtype, a), TensorSpec(dtype, b)};
   }
+  // c = [.., M, N] from a and b as stored: [.., K, M] with trans_a, [.., N, K] with trans_b.
+  void complete_shapes(ShapeMap& shapes, ScalarList scalars) const override {
+    const auto a = shapes.find("a"), b = shapes.find("b");
+    if (shapes.contains("c") || a == shapes.end() || b == shapes.end() || a->second.size() < 2 || b->second.size() < 2)
+      return;
+    std::vector<std::int64_t> c = a->second;
+    if (scalar(scalars, "trans_a") != 0) c[c.size() - 2] = a->second.back();
+    c.back() = scalar(scalars, "trans_b") != 0 ? b->second[b->second.size() - 2] : b->second.back();
+    shapes.emplace("c", std::move(c));
+  }
 
  private:
   struct Dims {

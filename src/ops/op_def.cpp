@@ -193,6 +193,12 @@ IdealCost OpDef::ideal_cost(TensorList tensors, ScalarList /*scalars*/) const {
   return c;
 }
 
+std::vector<TensorSpec> OpDef::specs_from_shapes(DType dtype, const ShapeMap& shapes, ScalarList scalars) const {
+  ShapeMap completed = shapes;
+  complete_shapes(completed, scalars);
+  return specs_from_shapes(dtype, completed);
+}
+
 double OpDef::scalar(ScalarList scalars, std::string_view name) const {
   for (const ScalarArg& s : scalars)
     if (s.name == name) return s.value.as_double();

@@ -198,8 +198,10 @@ std::vector<PrewarmItem> Manifest::items(const std::vector<Target>& requested) c
         for (const auto& named : concrete) {
           std::vector<std::string> parts;
           for (const auto& [name, dims] : named) parts.push_back(fmt::format("{}={}", name, fmt::join(dims, "x")));
+          std::vector<ScalarArg> kernel_scalars;
+          for (const auto& [name, value] : k.scalars) kernel_scalars.push_back({name, Scalar(value)});
           std::vector<Tensor> tensors;
-          for (const TensorSpec& s : op.specs_from_shapes(dtype, named)) tensors.push_back({s, 0});
+          for (const TensorSpec& s : op.specs_from_shapes(dtype, named, kernel_scalars)) tensors.push_back({s, 0});
           for (const Target& t : targets) {
             PrewarmItem item{k.op, tensors, k.scalars, t,
                              fmt::format("{} {} {} {}", k.op, dtype_name(dtype), fmt::join(parts, " "), t.sm_name())};

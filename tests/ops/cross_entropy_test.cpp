@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "cross_entropy_args.h"
@@ -46,6 +47,25 @@ TEST(LinearCrossEntropyOp, SlicesTheVocabularyAndKeepsTheWorkspaceSmall) {
               fwd.specialize(t, {{"reduction", 0}}, kSm90);
             }),
             "linear_cross_entropy: loss is f32[1]; expected a contiguous [16]");
+}
+
+// The loss's shape follows the reduction: one value, or with reduction 0 a row each (and so its gradient), for
+// every caller that allocates a call's tensors from the shapes a user names (the CLI, Python, manifests).
+TEST(LinearCrossEntropyOp, TheLossShapeFollowsTheReduction) {
+  for (const char* name : {"linear_cross_entropy", "linear_cross_entropy_backward"}) {
+    const OpDef& op = find_op(name);
+    const char* loss = name == std::string_view("linear_cross_entropy") ? "loss" : "grad_loss";
+    const ShapeMap shapes = parse_shapes(op, "hidden=9x40 weight=300x40");
+    const auto args = op.tensor_args();
+    const auto slot = std::size_t(
+        std::find_if(args.begin(), args.end(), [&](const auto& t) { return t.name == loss; }) - args.begin());
+    auto loss_of = [&](const std::vector<TensorSpec>& specs) { return specs.at(slot).str(); };
+    EXPECT_EQ(loss_of(op.specs_from_shapes(DType::f32, shapes, {})), "f32[1]") << name;
+    EXPECT_EQ(loss_of(op.specs_from_shapes(DType::f32, shapes, {{"reduction", 2}})), "f32[1]") << name;
+    EXPECT_EQ(loss_of(op.specs_from_shapes(DType::f32, shapes, {{"reduction", 0}})), "f32[9]") << name;
+    const ShapeMap given = parse_shapes(op, fmt::format("hidden=9x40 weight=300x40 {}=5", loss));
+    EXPECT_EQ(loss_of(op.specs_from_shapes(DType::f32, given, {{"reduction", 0}})), "f32[5]") << "as given";
+  }
 }
 
 TEST(LinearCrossEntropyOp, FinishPacksOneArgsStruct) {

@@ -348,8 +348,8 @@ void recount_reject_sample(const OpDef& op, const std::vector<TensorSpec>& specs
 
 OpTiming time_op(mojo::Runtime& rt, const OpCase& c, const Repetitions& reps) {
   const OpDef& op = mojo::find_op(c.op);
-  const std::vector<TensorSpec> specs = op.specs_from_shapes(c.dtype, mojo::parse_shapes(op, c.shapes));
   const std::vector<mojo::ScalarArg> scalars = c.scalar_args();
+  const std::vector<TensorSpec> specs = op.specs_from_shapes(c.dtype, mojo::parse_shapes(op, c.shapes), scalars);
   op.check_scalar_names(scalars);
   use_device(rt);
 

@@ -73,28 +73,6 @@ nlohmann::json ideal_json(const IdealCost& cost, const Target& target, DType dty
 
 }  // namespace
 
-std::vector<TensorSpec> specs_for(const OpDef& op, DType dtype, const ShapeMap& named, ScalarList scalars) {
-  ShapeMap untransposed = named;
-  bool transposed = false;
-  for (const ScalarArg& s : scalars) {
-    if (!s.name.starts_with("trans_") || s.value.as_double() == 0) continue;
-    const auto it = untransposed.find(s.name.substr(6));
-    if (it == untransposed.end() || it->second.size() < 2) continue;
-    std::swap(it->second[it->second.size() - 2], it->second[it->second.size() - 1]);
-    transposed = true;
-  }
-  if (!transposed) return op.specs_from_shapes(dtype, named);
-  const std::vector<TensorSpec> inferred = op.specs_from_shapes(dtype, untransposed);
-  const auto args = op.tensor_args();
-  ShapeMap complete = named;
-  for (std::size_t i = 0; i < args.size() && i < inferred.size(); ++i)
-    if (!named.contains(args[i].name) && inferred[i].rank() > 0) {
-      const auto dims = inferred[i].shape();
-      complete.emplace(std::string(args[i].name), std::vector<std::int64_t>(dims.begin(), dims.end()));
-    }
-  return op.specs_from_shapes(dtype, complete);
-}
-
 Target target_or_default(std::string_view arch) {
   if (!arch.empty()) return Target::parse(arch);
   if (device_available()) return Device::open().target();

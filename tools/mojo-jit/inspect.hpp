@@ -14,11 +14,6 @@
 
 namespace mojo::inspect {
 
-// Tensor specs for `op` from the shapes a user names (the rest derived by OpDef::specs_from_shapes). A scalar
-// trans_X (gemm's trans_a, trans_b) says tensor X is stored with its last two dims swapped, while the op derives the
-// tensors left out (gemm's c) from the untransposed layout: those are derived from X's dims swapped back.
-std::vector<TensorSpec> specs_for(const OpDef& op, DType dtype, const ShapeMap& named, ScalarList scalars);
-
 // The target `arch` names ("sm_90a"); empty: this machine's GPU's, else sm_90 (compiling needs no GPU).
 Target target_or_default(std::string_view arch);
 

@@ -110,7 +110,7 @@ struct SpecOptions {
     std::vector<std::string> storage;
     std::vector<mojo::Tensor> out;
     for (const mojo::TensorSpec& spec :
-         mojo::inspect::specs_for(op, mojo::parse_dtype(dtype), mojo::parse_shapes(op, shapes), scalars(storage)))
+         op.specs_from_shapes(mojo::parse_dtype(dtype), mojo::parse_shapes(op, shapes), scalars(storage)))
       out.push_back({spec, 0});
     return out;
   }
