@@ -21,13 +21,14 @@ constexpr std::size_t kMaxPlans = 1024;
 
 // The attribute and method names read off a tensor, made once.
 struct Names {
-  PyObject *dtype, *layout, *get_device, *is_cpu, *shape, *stride, *data_ptr, *new_empty, *dtype_keyword;
+  PyObject *dtype, *layout, *get_device, *is_cpu, *shape, *stride, *data_ptr, *new_empty, *requires_grad,
+      *dtype_keyword;
 };
 const Names& names() {
   static const Names n = [] {
     auto intern = [](const char* s) { return PyUnicode_InternFromString(s); };
-    Names m{intern("dtype"),  intern("layout"),   intern("get_device"), intern("is_cpu"), intern("shape"),
-            intern("stride"), intern("data_ptr"), intern("new_empty"),  nullptr};
+    Names m{intern("dtype"),  intern("layout"),   intern("get_device"), intern("is_cpu"),        intern("shape"),
+            intern("stride"), intern("data_ptr"), intern("new_empty"),  intern("requires_grad"), nullptr};
     m.dtype_keyword = PyTuple_Pack(1, m.dtype);
     return m;
   }();
@@ -78,7 +79,8 @@ TorchEager::TorchEager(const std::string& op, const std::vector<std::string>& ar
       runtime_fn_(std::move(runtime)),
       tensor_type_(torch["Tensor"]),
       strided_(torch["strided"]),
-      current_stream_(torch["current_stream"]) {
+      current_stream_(torch["current_stream"]),
+      grad_enabled_(torch["grad_enabled"]) {
   for (const auto& s : op_.scalar_args()) scalar_names_.emplace_back(s.name);
   for (const std::string& n : args) slot_names_.push_back(nb::str(n.c_str()));
   for (const std::string& n : scalar_names_) slot_names_.push_back(nb::str(n.c_str()));
@@ -163,6 +165,7 @@ bool TorchEager::read(PyObject* obj, Read& r, std::string_view name) const {
   if (r.device < 0 && checked(PyObject_GetAttr(obj, n.is_cpu)).ptr() != Py_True) return false;  // meta, mps...
   const std::vector<std::int64_t> shape = ints_of(checked(PyObject_GetAttr(obj, n.shape)).ptr());
   const std::vector<std::int64_t> strides = ints_of(checked(PyObject_CallMethodNoArgs(obj, n.stride)).ptr());
+  r.requires_grad = checked(PyObject_GetAttr(obj, n.requires_grad)).ptr() == Py_True;
   r.view.spec = spec_of(dtypes_[std::size_t(r.dtype)].second, shape, strides, name);
   r.view.data = address_of(obj);
   r.view.on_host = r.device < 0;
@@ -229,7 +232,7 @@ nb::object TorchEager::run(nb::args args, nb::kwargs kwargs, bool fast) {
   std::vector<Read> reads(tensor_slots_);
   std::vector<std::int64_t> key;
   key.reserve(4 * tensor_slots_ + 2 * (slots.size() - tensor_slots_));
-  bool any_gpu = false;
+  bool any_gpu = false, any_grad = false;
   for (std::size_t i = 0; i < tensor_slots_; ++i) {
     if (!slots[i]) {
       key.push_back(-1);
@@ -244,6 +247,7 @@ nb::object TorchEager::run(nb::args args, nb::kwargs kwargs, bool fast) {
           op_.name(), name));
     }
     any_gpu |= reads[i].device >= 0;
+    any_grad |= reads[i].requires_grad;
     key.push_back(reads[i].dtype | (reads[i].device + 1) << 8);
     key.push_back(reads[i].view.spec.rank());
     for (std::int64_t d : reads[i].view.spec.shape()) key.push_back(d);
@@ -256,6 +260,8 @@ nb::object TorchEager::run(nb::args args, nb::kwargs kwargs, bool fast) {
     if (!is_auto && *backend != "mojo") return nb::borrow(Py_NotImplemented);
     if (is_auto && !any_gpu && !mojo::config::text("MOJO_JIT_DEVICE") && !gpu_present())
       return nb::borrow(Py_NotImplemented);
+    // Autograd records this call (mojo_jit.torch: the op's backward, or an error at backward where it has none).
+    if (any_grad && grad_enabled_().ptr() == Py_True) return nb::borrow(Py_NotImplemented);
   }
   std::vector<mojo::ScalarArg> scalars;
   for (std::size_t i = tensor_slots_; i < slots.size(); ++i) {

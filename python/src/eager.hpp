@@ -26,8 +26,8 @@ class TorchEager {
   // outputs it allocates and returns, in the schema's order. plan(tensors, scalars), both dicts by name: (the
   // returned outputs as [(name, torch dtype, shape or None where absent for these inputs)], the runtime that
   // launches them or None for the default device's, asked each call). torch: {"Tensor", "strided",
-  // "current_stream": torch._C._cuda_getCurrentRawStream, "dtypes": {torch dtype: "f32", ...}}. runtime(): the
-  // default device's runtime.
+  // "current_stream": torch._C._cuda_getCurrentRawStream, "grad_enabled": torch.is_grad_enabled, "dtypes": {torch
+  // dtype: "f32", ...}}. runtime(): the default device's runtime.
   TorchEager(const std::string& op, const std::vector<std::string>& args, std::size_t required,
              const std::vector<std::string>& returned, nb::object plan, nb::object runtime, nb::dict torch);
 
@@ -35,8 +35,9 @@ class TorchEager {
   // (A method, not __call__: Python calls a method of a nanobind class without looking the slot up.)
   nb::object call(nb::args args, nb::kwargs kwargs);
   // mojo_jit.torch's fast path: as call(), or NotImplemented where mojo_jit.torch decides: $MOJO_JIT_BACKEND asks for
-  // another backend, `auto` would fall back (host tensors, no GPU, no $MOJO_JIT_DEVICE), or an argument is not what
-  // the schema takes (the slow path says what is wrong).
+  // another backend, `auto` would fall back (host tensors, no GPU, no $MOJO_JIT_DEVICE), a tensor requires grad in
+  // grad mode (autograd records the call there), or an argument is not what the schema takes (the slow path says
+  // what is wrong).
   nb::object fast(nb::args args, nb::kwargs kwargs);
   // Signatures remembered so far.
   std::size_t plans() const { return plans_.size(); }
@@ -60,6 +61,7 @@ class TorchEager {
   struct Read {
     int dtype = -1;   // index into dtypes_; -1: not a tensor of one of them
     int device = -1;  // the CUDA device's index, -1 on the host
+    bool requires_grad = false;
     ArrayView view;
   };
 
@@ -81,7 +83,7 @@ class TorchEager {
   std::vector<int> source_;       // per tensor of the op: its slot (>= 0), or -1 - its index among the returned
   std::vector<int> slot_tensor_;  // per tensor slot: the op's tensor it is
   std::vector<std::string> returned_;
-  nb::object plan_fn_, runtime_fn_, tensor_type_, strided_, current_stream_;
+  nb::object plan_fn_, runtime_fn_, tensor_type_, strided_, current_stream_, grad_enabled_;
   std::vector<std::pair<nb::object, mojo::DType>> dtypes_;
   std::unordered_map<std::vector<std::int64_t>, Plan, KeyHash> plans_;
 };

@@ -218,6 +218,124 @@ def test_backend_switch(monkeypatch):
     assert len(caught) == 1 and "rms_norm runs its golden function (PyTorch): no GPU" in str(caught[0].message)
 
 
+def _golden_grads(fn, tensors, grad_out, **scalars):
+    """The gradients of sum(fn(tensors) * grad_out) by autograd through the golden function, in float64."""
+    leaves = [t.detach().double().requires_grad_() if t.is_floating_point() else t for t in tensors]
+    out = fn(*leaves, **scalars)
+    out = out[0] if isinstance(out, tuple) else out
+    (out * grad_out.double()).sum().backward()
+    return [t.grad for t in leaves if t.is_floating_point()]
+
+
+def _expect_grads(got, want, what):
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g is not None, f"{what}: input {i} got no gradient"
+        assert g.dtype != torch.float64 and g.shape == w.shape, f"{what}: input {i}: {g.dtype} {tuple(g.shape)}"
+        scale = float(w.abs().max()) or 1.0
+        err = float((g.double() - w).abs().max())
+        assert err <= 1e-4 * scale, f"{what}: input {i}: max error {err} against a largest gradient of {scale}"
+
+
+# (op, tensors' shapes, scalars): the float inputs require grad; x of the norms and softmax a strided view of rows.
+DIFFERENTIABLE = [
+    ("rms_norm", [(9, 96), (96,)], {"eps": 1e-5}),
+    ("layer_norm", [(9, 96), (96,), (96,)], {"eps": 1e-5}),
+    ("softmax", [(9, 96)], {}),
+    ("linear_cross_entropy", [(9, 40), (300, 40)], {}),
+    ("linear_cross_entropy", [(9, 40), (300, 40)], {"reduction": 2, "label_smoothing": 0.1, "z_loss": 1e-3}),
+    ("linear_cross_entropy", [(9, 40), (300, 40)], {"reduction": 0, "softcap": 5.0}),
+]
+
+
+@pytest.mark.parametrize("op,shapes,scalars", DIFFERENTIABLE, ids=[f"{c[0]}-{i}" for i, c in enumerate(DIFFERENTIABLE)])
+@pytest.mark.parametrize("through", ["mt", "torch.ops"])
+def test_the_ops_with_a_backward_kernel_give_the_golden_gradients(op, shapes, scalars, through):
+    """Autograd through the backward kernels (rms_norm_backward, ...), in f32, against autograd through the golden
+    functions in float64. A loss's ignored rows (label -100) give no gradient."""
+    if through == "torch.ops" and op == "layer_norm":
+        pytest.skip("layer_norm's schema mutates (its optional mean and rstd): mt.layer_norm differentiates it")
+    gen = torch.Generator().manual_seed(len(op) + len(scalars))
+    tensors = [torch.randn(s, generator=gen) for s in shapes]
+    if op != "linear_cross_entropy":
+        tensors[0] = torch.randn(shapes[0][0], shapes[0][1] + 8, generator=gen)[:, :shapes[0][1]]  # strided rows
+    leaves = [t.clone().requires_grad_() if t.is_contiguous() else t.requires_grad_() for t in tensors]
+    if op == "linear_cross_entropy":
+        labels = torch.randint(0, shapes[1][0], (shapes[0][0],), generator=gen)
+        labels[3] = -100
+        leaves.append(labels)
+    fn = getattr(mt if through == "mt" else torch.ops.mojo_jit, op)
+    out = fn(*leaves, **scalars)
+    out = out[0] if isinstance(out, tuple) else out
+    assert out.requires_grad and out.grad_fn is not None
+    grad_out = torch.randn(out.shape, generator=gen)
+    (out * grad_out).sum().backward()
+    want = _golden_grads(getattr(golden, op), leaves, grad_out, **scalars)
+    _expect_grads([t.grad for t in leaves if t.is_floating_point()], want, f"{through}.{op}")
+    if op == "linear_cross_entropy":
+        assert float(leaves[0].grad[3].abs().max()) == 0.0, "an ignored row's hidden gets no gradient"
+
+
+def test_layer_norm_differentiates_with_its_statistics_given_too():
+    x, w, b = (torch.randn(6, 64, requires_grad=True), torch.randn(64, requires_grad=True),
+               torch.randn(64, requires_grad=True))
+    mean, rstd = torch.empty(6), torch.empty(6)
+    out = mt.layer_norm(x, w, b, mean=mean, rstd=rstd, eps=1e-5)
+    grad_out = torch.randn(6, 64)
+    (out * grad_out).sum().backward()
+    _expect_grads([x.grad, w.grad, b.grad], _golden_grads(golden.layer_norm, [x, w, b], grad_out, eps=1e-5),
+                  "layer_norm with mean and rstd")
+    torch.testing.assert_close(mean, x.detach().mean(-1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(rstd, torch.rsqrt(x.detach().var(-1, unbiased=False) + 1e-5), rtol=1e-4, atol=1e-4)
+
+
+def test_autograd_records_only_where_a_gradient_is_wanted():
+    """The fast path steps aside for autograd only where grad mode is on and an input requires grad."""
+    eager = mt._registered["rms_norm"].eager
+    x, w = torch.randn(4, 64), torch.randn(64, requires_grad=True)
+    assert eager.fast(x, w) is NotImplemented
+    with torch.no_grad():
+        assert isinstance(eager.fast(x, w), torch.Tensor)
+        assert not mt.rms_norm(x, w).requires_grad
+    assert isinstance(eager.fast(x, w.detach()), torch.Tensor)
+    y = mt.rms_norm(x, w)
+    y.sum().backward()
+    assert x.grad is None and w.grad is not None
+
+
+def test_an_op_without_a_backward_kernel_refuses_at_backward():
+    """No silently lost gradient: an op with no backward kernel raises where a gradient would pass through it (torch's
+    own fallback only warns, and the inputs got none); without grad, or through the golden function, it runs."""
+    x = torch.randn(5, 64, requires_grad=True)
+    for y in (mt.silu(x), torch.ops.mojo_jit.silu(x)):
+        assert y.requires_grad
+        with pytest.raises(NotImplementedError, match="mojo_jit::silu has no backward kernel"):
+            y.sum().backward()
+    with torch.no_grad():
+        assert not mt.silu(x).requires_grad
+    mt.silu(x, backend="torch").sum().backward()
+    _expect_grads([x.grad], _golden_grads(golden.silu, [x], torch.ones(5, 64)), "golden silu")
+    h, weight = torch.randn(6, 32, requires_grad=True), torch.randn(50, 32)
+    loss, lse = mt.linear_cross_entropy(h, weight, torch.randint(0, 50, (6,)))
+    with pytest.raises(NotImplementedError, match="no gradient passes through its lse output"):
+        (loss + lse.sum()).backward()
+
+
+def test_compile_differentiates_through_the_backward_kernels():
+    def step(x, w, b):
+        return (mt.rms_norm(x, w) * mt.layer_norm(x, w, b)).sum()
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    x, w, b = (torch.randn(4, 128, requires_grad=True), torch.randn(128, requires_grad=True),
+               torch.randn(128, requires_grad=True))
+    compiled(x, w, b).backward()
+    got = [t.grad.clone() for t in (x, w, b)]
+    for t in (x, w, b):
+        t.grad = None
+    step(x, w, b).backward()
+    for g, t in zip(got, (x, w, b)):
+        torch.testing.assert_close(g, t.grad, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU with torch's CUDA")
 def test_on_the_gpu_in_a_cuda_graph(monkeypatch):
     """On a GPU: the kernel on torch's current stream, eager and captured in a CUDA graph (replayed on new data)."""

@@ -10,6 +10,12 @@ op's order; tensors it updates in place (add_rms_norm's residual, store_kv_cache
 mutated; outputs whose shape the inputs do not give (moe_gate's ids and weights) and optional outputs (layer_norm's
 mean and rstd, attention's lse) are mutated arguments too; the others are returned. Scalars are floats.
 
+Autograd: rms_norm, layer_norm, softmax and linear_cross_entropy differentiate through their backward kernels
+(rms_norm_backward, layer_norm_backward, softmax_backward, linear_cross_entropy_backward), as mt.<op> and, but for
+layer_norm (whose optional mean and rstd make its schema mutating), as torch.ops.mojo_jit.<op>. Every other op
+whose schema mutates nothing raises at backward where a gradient would have to pass through it (it has no backward
+kernel: backend="torch" differentiates its golden function instead); the mutating ones get torch's warning there.
+
 The functions here (mt.rms_norm, ...) take the eager fast path outside torch.compile (the op's call in C++, no
 dispatcher: a repeat of a call's dtypes, shapes and scalars reads the tensors, allocates the outputs and launches) and
 the registered op inside it, and choose a backend (`backend=` per call, else $MOJO_JIT_BACKEND):
@@ -36,7 +42,7 @@ _DTYPE_NAMES = {v: k for k, v in _TORCH_DTYPES.items()}
 _BACKENDS = ("auto", "mojo", "torch")
 # What _C.TorchEager takes of torch (the module never imports it).
 _TORCH = {"Tensor": torch.Tensor, "strided": torch.strided, "dtypes": _DTYPE_NAMES,
-          "current_stream": torch._C._cuda_getCurrentRawStream}
+          "current_stream": torch._C._cuda_getCurrentRawStream, "grad_enabled": torch.is_grad_enabled}
 
 
 class _Op:
@@ -119,6 +125,123 @@ def schema(op: str) -> str:
     return _registered[op].schema()
 
 
+# ---- autograd ----------------------------------------------------------------------------------------------------
+# Each backward calls its op's backward kernel through the registered op (traceable: torch.compile records it). A
+# gradient that arrives with a stride the kernel does not take is made contiguous first.
+def _rms_norm_setup(ctx, inputs, output):
+    x, weight, eps = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.eps = eps
+
+
+def _rms_norm_backward(ctx, grad_out):
+    x, weight = ctx.saved_tensors
+    grad_x, grad_weight = torch.ops.mojo_jit.rms_norm_backward(grad_out.contiguous(), x.contiguous(), weight,
+                                                               eps=ctx.eps)
+    return grad_x, grad_weight, None
+
+
+def _softmax_setup(ctx, inputs, output):
+    ctx.save_for_backward(output)
+    ctx.cooperative = inputs[1]
+
+
+def _softmax_backward(ctx, grad_out):
+    (out,) = ctx.saved_tensors
+    return torch.ops.mojo_jit.softmax_backward(grad_out.contiguous(), out.contiguous(),
+                                               cooperative=ctx.cooperative), None
+
+
+_CE_SCALARS = ("reduction", "ignore_index", "label_smoothing", "z_loss", "softcap", "vocab_chunk", "path")
+
+
+def _cross_entropy_setup(ctx, inputs, output):
+    hidden, weight, labels = inputs[:3]
+    ctx.save_for_backward(hidden, weight, labels, output[1])
+    ctx.scalars = dict(zip(_CE_SCALARS, inputs[3:]))
+    ctx.set_materialize_grads(False)  # an lse that nothing differentiates gives None, not zeros
+
+
+def _cross_entropy_backward(ctx, grad_loss, grad_lse):
+    if grad_lse is not None:
+        raise NotImplementedError("mojo_jit::linear_cross_entropy: no gradient passes through its lse output "
+                                  "(linear_cross_entropy_backward differentiates the loss); detach lse")
+    none = (None,) * (1 + len(_CE_SCALARS))
+    if grad_loss is None:
+        return (None, None) + none
+    hidden, weight, labels, lse = ctx.saved_tensors
+    grad_hidden, grad_weight = torch.ops.mojo_jit.linear_cross_entropy_backward(
+        grad_loss.contiguous(), hidden, weight, labels, lse, **ctx.scalars)
+    return (grad_hidden, grad_weight) + none
+
+
+class _LayerNorm(torch.autograd.Function):
+    """layer_norm with its mean and rstd, which the op writes only when given, kept for layer_norm_backward (and
+    returned, not differentiable)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+        mean = x.new_empty(rows, dtype=torch.float32)
+        rstd = torch.empty_like(mean)
+        out = torch.ops.mojo_jit.layer_norm(x, weight, bias, mean, rstd, eps=eps)
+        ctx.save_for_backward(x, weight, mean, rstd)
+        ctx.mark_non_differentiable(mean, rstd)
+        return out, mean, rstd
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_mean, grad_rstd):
+        x, weight, mean, rstd = ctx.saved_tensors
+        grad_x, grad_weight, grad_bias = torch.ops.mojo_jit.layer_norm_backward(grad_out.contiguous(), x.contiguous(),
+                                                                                weight, mean, rstd)
+        return grad_x, grad_weight, grad_bias, None
+
+
+def _no_backward(op: str):
+    def backward(ctx, *grads):
+        raise NotImplementedError(
+            f"mojo_jit::{op} has no backward kernel, and a gradient would pass through it: call it under "
+            f"torch.no_grad() or on detached tensors, or with backend=\"torch\" (its golden function, "
+            f"differentiable)")
+    return backward
+
+
+def _keep_nothing(ctx, inputs, output):
+    pass
+
+
+_DIFFERENTIABLE = {"rms_norm": (_rms_norm_backward, _rms_norm_setup),
+                   "softmax": (_softmax_backward, _softmax_setup),
+                   "linear_cross_entropy": (_cross_entropy_backward, _cross_entropy_setup)}
+for _name, _op in _registered.items():
+    if _name in _DIFFERENTIABLE:
+        _backward, _setup = _DIFFERENTIABLE[_name]
+        torch.library.register_autograd(f"mojo_jit::{_name}", _backward, setup_context=_setup, lib=_lib)
+    elif not any(n in _op.f.in_place or n in _op.given for n in _op.args):  # functional: torch takes a formula
+        torch.library.register_autograd(f"mojo_jit::{_name}", _no_backward(_name), setup_context=_keep_nothing,
+                                        lib=_lib)
+
+
+def _wants_grad(args: tuple, kwargs: dict) -> bool:
+    """Whether autograd records this call: grad mode on and a tensor argument requiring grad."""
+    return torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
+                                           for a in (*args, *kwargs.values()))
+
+
+def _recorded(op: _Op):
+    """The call autograd records: the registered op (its formula, or torch's fallback), layer_norm's Function."""
+    if op.name != "layer_norm":
+        return getattr(torch.ops.mojo_jit, op.name)
+
+    def layer_norm(x, weight, bias, mean=None, rstd=None, eps=1e-6):
+        out, m, r = _LayerNorm.apply(x, weight, bias, eps)
+        for given, computed in ((mean, m), (rstd, r)):
+            if given is not None:
+                given.copy_(computed.reshape(given.shape))
+        return out
+    return layer_norm
+
+
 # ---- the backend switch ------------------------------------------------------------------------------------------
 _warned: set[tuple[str, str]] = set()
 # The errors on which auto falls back to the golden function: the kernel cannot run these tensors here.
@@ -154,6 +277,7 @@ def _fall_back(op: _Op, reason: str, kind: str, args: tuple, kwargs: dict, warn:
 
 def _make_function(op: _Op):
     registered = getattr(torch.ops.mojo_jit, op.name)
+    recorded = _recorded(op)
     fast = op.eager.fast
 
     def call(*args: Any, backend: str | None = None, **kwargs: Any) -> Any:
@@ -175,9 +299,9 @@ def _make_function(op: _Op):
             if reason is not None:
                 return _fall_back(op, reason, "no GPU", args, kwargs, warn=True)
         if _is_compiling():
-            return registered(*args, **kwargs)
+            return recorded(*args, **kwargs) if _wants_grad(args, kwargs) else registered(*args, **kwargs)
         try:
-            return op.eager.call(*args, **kwargs)
+            return recorded(*args, **kwargs) if _wants_grad(args, kwargs) else op.eager.call(*args, **kwargs)
         except _FALLBACK_ERRORS as e:
             if b != "auto":
                 raise
