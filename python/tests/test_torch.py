@@ -248,12 +248,9 @@ DIFFERENTIABLE = [
 
 
 @pytest.mark.parametrize("op,shapes,scalars", DIFFERENTIABLE, ids=[f"{c[0]}-{i}" for i, c in enumerate(DIFFERENTIABLE)])
-@pytest.mark.parametrize("through", ["mt", "torch.ops"])
-def test_the_ops_with_a_backward_kernel_give_the_golden_gradients(op, shapes, scalars, through):
+def test_the_ops_with_a_backward_kernel_give_the_golden_gradients(op, shapes, scalars):
     """Autograd through the backward kernels (rms_norm_backward, ...), in f32, against autograd through the golden
     functions in float64. A loss's ignored rows (label -100) give no gradient."""
-    if through == "torch.ops" and op == "layer_norm":
-        pytest.skip("layer_norm's schema mutates (its optional mean and rstd): mt.layer_norm differentiates it")
     gen = torch.Generator().manual_seed(len(op) + len(scalars))
     tensors = [torch.randn(s, generator=gen) for s in shapes]
     if op != "linear_cross_entropy":
@@ -263,14 +260,13 @@ def test_the_ops_with_a_backward_kernel_give_the_golden_gradients(op, shapes, sc
         labels = torch.randint(0, shapes[1][0], (shapes[0][0],), generator=gen)
         labels[3] = -100
         leaves.append(labels)
-    fn = getattr(mt if through == "mt" else torch.ops.mojo_jit, op)
-    out = fn(*leaves, **scalars)
+    out = getattr(mt, op)(*leaves, **scalars)
     out = out[0] if isinstance(out, tuple) else out
     assert out.requires_grad and out.grad_fn is not None
     grad_out = torch.randn(out.shape, generator=gen)
     (out * grad_out).sum().backward()
     want = _golden_grads(getattr(golden, op), leaves, grad_out, **scalars)
-    _expect_grads([t.grad for t in leaves if t.is_floating_point()], want, f"{through}.{op}")
+    _expect_grads([t.grad for t in leaves if t.is_floating_point()], want, op)
     if op == "linear_cross_entropy":
         assert float(leaves[0].grad[3].abs().max()) == 0.0, "an ignored row's hidden gets no gradient"
 
@@ -303,13 +299,19 @@ def test_autograd_records_only_where_a_gradient_is_wanted():
 
 
 def test_an_op_without_a_backward_kernel_refuses_at_backward():
-    """No silently lost gradient: an op with no backward kernel raises where a gradient would pass through it (torch's
-    own fallback only warns, and the inputs got none); without grad, or through the golden function, it runs."""
+    """No silently lost gradient through mt.<op>: an op with no backward kernel raises where a gradient would pass
+    through it (torch's own fallback, the registered op's, only warns, and the inputs get none); without grad, or
+    through the golden function, it runs."""
     x = torch.randn(5, 64, requires_grad=True)
-    for y in (mt.silu(x), torch.ops.mojo_jit.silu(x)):
-        assert y.requires_grad
-        with pytest.raises(NotImplementedError, match="mojo_jit::silu has no backward kernel"):
-            y.sum().backward()
+    y = mt.silu(x)
+    assert y.requires_grad
+    with pytest.raises(NotImplementedError, match="mojo_jit silu has no backward kernel"):
+        y.sum().backward()
+    with pytest.raises(NotImplementedError, match="mojo_jit linear has no backward kernel"):
+        mt.linear(x, torch.randn(8, 64)).sum().backward()  # an optional tensor (bias) absent
+    q, kv = torch.randn(6, 2, 64, dtype=torch.float16, requires_grad=True), torch.randn(6, 1, 64, dtype=torch.float16)
+    with pytest.raises(NotImplementedError, match="mojo_jit sdpa has no backward kernel"):
+        mt.sdpa(q, kv, kv).float().sum().backward()  # lse absent: the call updates nothing
     with torch.no_grad():
         assert not mt.silu(x).requires_grad
     mt.silu(x, backend="torch").sum().backward()
