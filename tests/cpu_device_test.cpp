@@ -110,6 +110,15 @@ class DeliberateBugs : public ::testing::Test {
     return r;
   }
 
+  // check_op on the sm_90a CPU device: the real templates pass, and with `v` the launch fails with `error`.
+  void expect_only_the_variant_caught(const Variant& v, const char* op, const char* shapes, const char* kernel,
+                                      const char* error) {
+    const Outcome real = checked(*runtime("sm_90a"), op, shapes, kernel);
+    EXPECT_EQ(real.wrong, 0u) << "the real template";
+    EXPECT_EQ(real.error, "") << "the real template";
+    expect_caught(checked(*runtime("sm_90a", &v), op, shapes, kernel), error);
+  }
+
   // The bug makes the op fail: wrong elements, or an error whose message contains `error` (if given).
   void expect_caught(const Outcome& bug, const char* error = nullptr) {
     if (error != nullptr) {
@@ -205,12 +214,9 @@ TEST_F(DeliberateBugs, AccumulatorsReadBeforeTheirWgmmaWait) {
 TEST_F(DeliberateBugs, GatheredKeysWithoutTheProxyFence) {
   const Variant v{"attention_sm90.cuh", "    mojo::fence_proxy_async();\n    mojo::sync_warps(GATHERED, 128);",
                   "    mojo::sync_warps(GATHERED, 128);"};
-  const char* shapes = "q=64x4x64 k_cache=100x1x1x64 cu_seqlens_q=2 block_tables=1x100";
-  const Outcome real = checked(*runtime("sm_90a"), "paged_prefill_gqa", shapes, "gather_1");
-  EXPECT_EQ(real.wrong, 0u) << "the real template";
-  EXPECT_EQ(real.error, "") << "the real template";
-  expect_caught(checked(*runtime("sm_90a", &v), "paged_prefill_gqa", shapes, "gather_1"),
-                "thread 0's cp.async wrote with no fence.proxy.async after it");
+  expect_only_the_variant_caught(v, "paged_prefill_gqa",
+                                 "q=64x4x64 k_cache=100x1x1x64 cu_seqlens_q=2 block_tables=1x100", "gather_1",
+                                 "thread 0's cp.async wrote with no fence.proxy.async after it");
 }
 
 // The same for the consumers' Q tiles, which their threads store (mojo::store, the generic proxy) before their
@@ -218,12 +224,8 @@ TEST_F(DeliberateBugs, GatheredKeysWithoutTheProxyFence) {
 TEST_F(DeliberateBugs, QueryTileStoredWithoutTheProxyFence) {
   const Variant v{"attention_sm90.cuh", "    mojo::fence_proxy_async();\n    mojo::sync_warps(1 + consumer, 128);",
                   "    mojo::sync_warps(1 + consumer, 128);"};
-  const char* shapes = "q=100x2x64 k=100x1x64";
-  const Outcome real = checked(*runtime("sm_90a"), "sdpa", shapes, "wgmma_1");
-  EXPECT_EQ(real.wrong, 0u) << "the real template";
-  EXPECT_EQ(real.error, "") << "the real template";
-  expect_caught(checked(*runtime("sm_90a", &v), "sdpa", shapes, "wgmma_1"),
-                "store wrote with no fence.proxy.async after it");
+  expect_only_the_variant_caught(v, "sdpa", "q=100x2x64 k=100x1x64", "wgmma_1",
+                                 "store wrote with no fence.proxy.async after it");
 }
 
 TEST_F(DeliberateBugs, ProducerWaitsForTheWrongPhase) {
