@@ -57,6 +57,27 @@ TEST(Manifest, ShapesTheOpRejectsFailWhenExpanded) {
   EXPECT_NE(msg.find("manifest entry rms_norm i32 x=1x8 sm_90: rms_norm: x has dtype i32"), std::string::npos) << msg;
 }
 
+// The shapes an entry's params decide come from the op, as for the CLI and Python: gemm's c with a transposed a,
+// the fused loss's loss of a row each with reduction 0 (before 2026-11-30 a manifest made it [1], and refused it).
+TEST(Manifest, ShapesThatTheParamsDecide) {
+  Manifest m = Manifest::parse(R"(
+[[kernel]]
+op = "gemm"
+dtypes = ["bf16"]
+shapes = [{ a = [64, 100], b = [64, 48] }]
+params = { trans_a = 1 }
+[[kernel]]
+op = "linear_cross_entropy"
+dtypes = ["bf16"]
+shapes = [{ hidden = [9, 64], weight = [300, 64] }]
+params = { reduction = 0 }
+)");
+  const auto items = m.items({Target::parse("sm_90")});
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_EQ(items[0].tensors[0].spec.str(), "bf16[100, 48]") << "c = [M, N] of a [K, M] and b [K, N]";
+  EXPECT_EQ(items[1].tensors[0].spec.str(), "f32[9]") << "the loss, a row each";
+}
+
 TEST(Prewarm, IsIdempotentAndServesEverythingWithZeroCompiles) {
   test::TempDir dir;
   auto items = Manifest::parse(kManifest).items({Target::parse("sm_80"), Target::parse("sm_90")});

@@ -14,13 +14,14 @@
 
 namespace mojo {
 
-std::vector<ScalarArg> PrewarmItem::scalar_args() const {
+namespace {
+
+// Views into `scalars`.
+std::vector<ScalarArg> args_of(const std::vector<std::pair<std::string, double>>& scalars) {
   std::vector<ScalarArg> out;
   for (const auto& [name, value] : scalars) out.push_back({name, Scalar(value)});
   return out;
 }
-
-namespace {
 
 [[noreturn]] void fail(std::string_view source, const toml::node* node, const std::string& what) {
   if (node && node->source().begin.line > 0)
@@ -103,6 +104,8 @@ Manifest::Kernel kernel_of(std::string_view source, const toml::node& kn) {
 }
 
 }  // namespace
+
+std::vector<ScalarArg> PrewarmItem::scalar_args() const { return args_of(scalars); }
 
 Manifest Manifest::parse(std::string_view text, std::string_view source) {
   // Manifests are ASCII. Besides being all they need, this keeps input away
@@ -198,14 +201,12 @@ std::vector<PrewarmItem> Manifest::items(const std::vector<Target>& requested) c
         for (const auto& named : concrete) {
           std::vector<std::string> parts;
           for (const auto& [name, dims] : named) parts.push_back(fmt::format("{}={}", name, fmt::join(dims, "x")));
-          std::vector<ScalarArg> kernel_scalars;
-          for (const auto& [name, value] : k.scalars) kernel_scalars.push_back({name, Scalar(value)});
+          const std::vector<ScalarArg> scalars = args_of(k.scalars);
           std::vector<Tensor> tensors;
-          for (const TensorSpec& s : op.specs_from_shapes(dtype, named, kernel_scalars)) tensors.push_back({s, 0});
+          for (const TensorSpec& s : op.specs_from_shapes(dtype, named, scalars)) tensors.push_back({s, 0});
           for (const Target& t : targets) {
             PrewarmItem item{k.op, tensors, k.scalars, t,
                              fmt::format("{} {} {} {}", k.op, dtype_name(dtype), fmt::join(parts, " "), t.sm_name())};
-            std::vector<ScalarArg> scalars = item.scalar_args();
             try {
               op.specialize(item.tensors, scalars, t);  // reject what the op rejects, now
             } catch (const Error& e) {
