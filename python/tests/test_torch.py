@@ -271,6 +271,25 @@ def test_the_ops_with_a_backward_kernel_give_the_golden_gradients(op, shapes, sc
         assert float(leaves[0].grad[3].abs().max()) == 0.0, "an ignored row's hidden gets no gradient"
 
 
+def test_add_rms_norm_differentiates_through_its_update():
+    """residual += x in place, out = rms_norm(residual): both the output and the updated residual carry gradients (the
+    backward kernel adds the residual's own), to x, the old residual and the weight alike."""
+    gen = torch.Generator().manual_seed(3)
+    x0, r0, w0 = torch.randn(7, 96, generator=gen), torch.randn(7, 96, generator=gen), torch.randn(96, generator=gen)
+    g_out, g_res = torch.randn(7, 96, generator=gen), torch.randn(7, 96, generator=gen)
+    x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+    r_leaf = r0.clone().requires_grad_()
+    residual = r_leaf * 1.0  # an activation (in place on a leaf is refused by torch)
+    out = mt.add_rms_norm(residual, x, w, eps=1e-5)
+    ((out * g_out).sum() + (residual * g_res).sum()).backward()
+
+    xd, rd, wd = (t.double().requires_grad_() for t in (x0, r0, w0))
+    summed = rd + xd
+    ((golden.rms_norm(summed, wd, 1e-5) * g_out.double()).sum() + (summed * g_res.double()).sum()).backward()
+    _expect_grads([x.grad, r_leaf.grad, w.grad], [xd.grad, rd.grad, wd.grad], "add_rms_norm")
+    torch.testing.assert_close(residual.detach(), r0 + x0)
+
+
 def test_layer_norm_differentiates_with_its_statistics_given_too():
     x, w, b = (torch.randn(6, 64, requires_grad=True), torch.randn(64, requires_grad=True),
                torch.randn(64, requires_grad=True))

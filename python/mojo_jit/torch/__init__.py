@@ -10,9 +10,9 @@ op's order; tensors it updates in place (add_rms_norm's residual, store_kv_cache
 mutated; outputs whose shape the inputs do not give (moe_gate's ids and weights) and optional outputs (layer_norm's
 mean and rstd, attention's lse) are mutated arguments too; the others are returned. Scalars are floats.
 
-Autograd, through mt.<op>: rms_norm, layer_norm, softmax and linear_cross_entropy differentiate through their
-backward kernels (rms_norm_backward, layer_norm_backward, softmax_backward, linear_cross_entropy_backward), eager and
-under torch.compile. Any other op, in a call that updates no tensor it is given, raises at backward where a gradient
+Autograd, through mt.<op>: rms_norm, add_rms_norm, layer_norm, softmax and linear_cross_entropy differentiate
+through their backward kernels (rms_norm_backward, layer_norm_backward, softmax_backward,
+linear_cross_entropy_backward), eager and under torch.compile. Any other op, in a call that updates no tensor it is given, raises at backward where a gradient
 would have to pass through it (it has no backward kernel: backend="torch" differentiates its golden function
 instead). The registered ops (torch.ops.mojo_jit.<op>) have no autograd formula, which would cost every call through
 the dispatcher: torch warns at backward there, as for the calls that update a tensor through mt.<op>.
@@ -127,11 +127,12 @@ def schema(op: str) -> str:
 
 
 # ---- autograd ----------------------------------------------------------------------------------------------------
-# mt.<op> records its call where grad mode is on and an input requires grad: the four ops with a backward kernel
-# through an autograd.Function whose backward calls it; every other op whose schema mutates nothing through one whose
-# backward raises, naming the op. Each runs its kernel through the registered op (traceable: torch.compile records
-# it). The registered ops themselves have no autograd formula: one in Python costs every call through the dispatcher
-# about 2 us (torch.ops.mojo_jit.rms_norm 5.6 -> 8.1 us on the development machine), grad or not.
+# mt.<op> records its call where grad mode is on and an input requires grad: the ops with a backward kernel
+# (rms_norm and add_rms_norm, layer_norm, softmax, linear_cross_entropy) through an autograd.Function whose backward
+# calls it; any other op, in a call that updates no tensor it is given, through one whose backward raises, naming the
+# op. Each runs its kernel through the registered op (traceable: torch.compile records it). The registered ops
+# themselves have no autograd formula: one in Python costs every call through the dispatcher about 2 us
+# (torch.ops.mojo_jit.rms_norm 5.6 -> 8.1 us on the development machine), grad or not.
 class _RmsNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
@@ -146,6 +147,28 @@ class _RmsNorm(torch.autograd.Function):
         grad_x, grad_weight = torch.ops.mojo_jit.rms_norm_backward(grad_out.contiguous(), x.contiguous(), weight,
                                                                    eps=ctx.eps)
         return grad_x, grad_weight, None
+
+
+class _AddRmsNorm(torch.autograd.Function):
+    """add_rms_norm: residual += x in place (marked dirty: autograd sees the sum), out = rms_norm(residual). The
+    backward kernel adds the updated residual's own gradient (from the layers after) and gives the gradient of both
+    x and the old residual."""
+
+    @staticmethod
+    def forward(ctx, residual, x, weight, eps):
+        out = torch.ops.mojo_jit.add_rms_norm(residual, x, weight, eps=eps)
+        ctx.mark_dirty(residual)
+        ctx.save_for_backward(residual, weight)
+        ctx.eps = eps
+        return out, residual
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_residual):
+        summed, weight = ctx.saved_tensors
+        grad_sum, grad_weight = torch.ops.mojo_jit.rms_norm_backward(
+            grad_out.contiguous(), summed.contiguous(), weight,
+            None if grad_residual is None else grad_residual.contiguous(), eps=ctx.eps)
+        return grad_sum, grad_sum, grad_weight, None
 
 
 class _LayerNorm(torch.autograd.Function):
@@ -235,6 +258,8 @@ def _recorded(op: _Op, args: tuple, kwargs: dict) -> Any:
     s = {**op.f.scalar_defaults, **scalars}
     if op.name == "rms_norm":
         return _RmsNorm.apply(tensors["x"], tensors["weight"], s["eps"])
+    if op.name == "add_rms_norm":
+        return _AddRmsNorm.apply(tensors["residual"], tensors["x"], tensors["weight"], s["eps"])[0]
     if op.name == "layer_norm":
         out, mean, rstd = _LayerNorm.apply(tensors["x"], tensors["weight"], tensors["bias"], s["eps"])
         for name, computed in (("mean", mean), ("rstd", rstd)):
