@@ -241,6 +241,7 @@ DIFFERENTIABLE = [
     ("rms_norm", [(9, 96), (96,)], {"eps": 1e-5}),
     ("layer_norm", [(9, 96), (96,), (96,)], {"eps": 1e-5}),
     ("softmax", [(9, 96)], {}),
+    ("log_softmax", [(9, 96)], {}),
     ("linear_cross_entropy", [(9, 40), (300, 40)], {}),
     ("linear_cross_entropy", [(9, 40), (300, 40)], {"reduction": 2, "label_smoothing": 0.1, "z_loss": 1e-3}),
     ("linear_cross_entropy", [(9, 40), (300, 40)], {"reduction": 0, "softcap": 5.0}),

@@ -12,7 +12,7 @@ mean and rstd, attention's lse) are mutated arguments too; the others are return
 
 Autograd, through mt.<op>: rms_norm, add_rms_norm, layer_norm, softmax and linear_cross_entropy differentiate
 through their backward kernels (rms_norm_backward, layer_norm_backward, softmax_backward,
-linear_cross_entropy_backward), eager and under torch.compile. Any other op, in a call that updates no tensor it is given, raises at backward where a gradient
+linear_cross_entropy_backward), and log_softmax through torch operations on its output, eager and under torch.compile. Any other op, in a call that updates no tensor it is given, raises at backward where a gradient
 would have to pass through it (it has no backward kernel: backend="torch" differentiates its golden function
 instead). The registered ops (torch.ops.mojo_jit.<op>) have no autograd formula, which would cost every call through
 the dispatcher: torch warns at backward there, as for the calls that update a tensor through mt.<op>.
@@ -129,7 +129,7 @@ def schema(op: str) -> str:
 # ---- autograd ----------------------------------------------------------------------------------------------------
 # mt.<op> records its call where grad mode is on and an input requires grad: the ops with a backward kernel
 # (rms_norm and add_rms_norm, layer_norm, softmax, linear_cross_entropy) through an autograd.Function whose backward
-# calls it; any other op, in a call that updates no tensor it is given, through one whose backward raises, naming the
+# calls it (log_softmax's backward: torch operations); any other op, in a call that updates no tensor it is given, through one whose backward raises, naming the
 # op. Each runs its kernel through the registered op (traceable: torch.compile records it). The registered ops
 # themselves have no autograd formula: one in Python costs every call through the dispatcher about 2 us
 # (torch.ops.mojo_jit.rms_norm 5.6 -> 8.1 us on the development machine), grad or not.
@@ -207,6 +207,23 @@ class _Softmax(torch.autograd.Function):
         return torch.ops.mojo_jit.softmax_backward(grad_out.contiguous(), out, cooperative=ctx.cooperative), None
 
 
+class _LogSoftmax(torch.autograd.Function):
+    """log_softmax, whose backward has no kernel of its own: grad_x = grad_out - softmax * sum(grad_out), in torch
+    (f32 inside), from the saved output."""
+
+    @staticmethod
+    def forward(ctx, x, cooperative):
+        out = torch.ops.mojo_jit.log_softmax(x, cooperative=cooperative)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (out,) = ctx.saved_tensors
+        g = grad_out.float()
+        return (g - out.float().exp() * g.sum(-1, keepdim=True)).to(out.dtype), None
+
+
 class _CrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, labels, scalars):
@@ -268,6 +285,8 @@ def _recorded(op: _Op, args: tuple, kwargs: dict) -> Any:
         return out
     if op.name == "softmax":
         return _Softmax.apply(tensors["x"], s["cooperative"])
+    if op.name == "log_softmax":
+        return _LogSoftmax.apply(tensors["x"], s["cooperative"])
     if op.name == "linear_cross_entropy":
         return _CrossEntropy.apply(tensors["hidden"], tensors["weight"], tensors["labels"], scalars)
     if any(n in op.f.in_place or n in op.given for n in tensors):  # updates a tensor given (sdpa with lse, ...)
