@@ -10,12 +10,13 @@ op's order; tensors it updates in place (add_rms_norm's residual, store_kv_cache
 mutated; outputs whose shape the inputs do not give (moe_gate's ids and weights) and optional outputs (layer_norm's
 mean and rstd, attention's lse) are mutated arguments too; the others are returned. Scalars are floats.
 
-Autograd, through mt.<op>: rms_norm, add_rms_norm, layer_norm, softmax and linear_cross_entropy differentiate
-through their backward kernels (rms_norm_backward, layer_norm_backward, softmax_backward,
-linear_cross_entropy_backward), and log_softmax through torch operations on its output, eager and under torch.compile. Any other op, in a call that updates no tensor it is given, raises at backward where a gradient
-would have to pass through it (it has no backward kernel: backend="torch" differentiates its golden function
-instead). The registered ops (torch.ops.mojo_jit.<op>) have no autograd formula, which would cost every call through
-the dispatcher: torch warns at backward there, as for the calls that update a tensor through mt.<op>.
+Autograd, through mt.<op>: rms_norm, add_rms_norm, layer_norm, softmax and linear_cross_entropy differentiate through
+their backward kernels (rms_norm_backward, layer_norm_backward, softmax_backward, linear_cross_entropy_backward), and
+log_softmax through torch operations on its output, eager and under torch.compile. Any other op, in a call that
+updates no tensor it is given, raises at backward where a gradient would have to pass through it (it has no backward
+kernel: backend="torch" differentiates its golden function instead). The registered ops (torch.ops.mojo_jit.<op>) have
+no autograd formula, which would cost every call through the dispatcher: torch warns at backward there, as for the
+calls that update a tensor through mt.<op>.
 
 The functions here (mt.rms_norm, ...) take the eager fast path outside torch.compile (the op's call in C++, no
 dispatcher: a repeat of a call's dtypes, shapes and scalars reads the tensors, allocates the outputs and launches) and
@@ -129,10 +130,11 @@ def schema(op: str) -> str:
 # ---- autograd ----------------------------------------------------------------------------------------------------
 # mt.<op> records its call where grad mode is on and an input requires grad: the ops with a backward kernel
 # (rms_norm and add_rms_norm, layer_norm, softmax, linear_cross_entropy) through an autograd.Function whose backward
-# calls it (log_softmax's backward: torch operations); any other op, in a call that updates no tensor it is given, through one whose backward raises, naming the
-# op. Each runs its kernel through the registered op (traceable: torch.compile records it). The registered ops
-# themselves have no autograd formula: one in Python costs every call through the dispatcher about 2 us
-# (torch.ops.mojo_jit.rms_norm 5.6 -> 8.1 us on the development machine), grad or not.
+# calls it (log_softmax's backward: torch operations); any other op, in a call that updates no tensor it is given,
+# through one whose backward raises, naming the op. Each runs its kernel through the registered op (traceable:
+# torch.compile records it). The registered ops themselves have no autograd formula: one in Python costs every call
+# through the dispatcher about 2 us (torch.ops.mojo_jit.rms_norm 5.6 -> 8.1 us on the development machine), grad or
+# not.
 class _RmsNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
