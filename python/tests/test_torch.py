@@ -242,6 +242,10 @@ DIFFERENTIABLE = [
     ("layer_norm", [(9, 96), (96,), (96,)], {"eps": 1e-5}),
     ("softmax", [(9, 96)], {}),
     ("log_softmax", [(9, 96)], {}),
+    ("linear", [(2, 9, 40), (24, 40), (24,)], {}),
+    ("linear", [(9, 40), (24, 40), (24,)], {"activation": 1}),
+    ("linear", [(9, 40), (24, 40)], {"activation": 2}),
+    ("linear", [(9, 40), (24, 40), (24,), (9, 24)], {"activation": 3}),
     ("linear_cross_entropy", [(9, 40), (300, 40)], {}),
     ("linear_cross_entropy", [(9, 40), (300, 40)], {"reduction": 2, "label_smoothing": 0.1, "z_loss": 1e-3}),
     ("linear_cross_entropy", [(9, 40), (300, 40)], {"reduction": 0, "softcap": 5.0}),
@@ -250,12 +254,12 @@ DIFFERENTIABLE = [
 
 @pytest.mark.parametrize("op,shapes,scalars", DIFFERENTIABLE, ids=[f"{c[0]}-{i}" for i, c in enumerate(DIFFERENTIABLE)])
 def test_the_ops_with_a_backward_kernel_give_the_golden_gradients(op, shapes, scalars):
-    """Autograd through the backward kernels (rms_norm_backward, ...), in f32, against autograd through the golden
-    functions in float64. A loss's ignored rows (label -100) give no gradient."""
+    """Autograd through the backward kernels (rms_norm_backward, ..., linear's through gemm), in f32, against autograd
+    through the golden functions in float64. A loss's ignored rows (label -100) give no gradient."""
     gen = torch.Generator().manual_seed(len(op) + len(scalars))
     tensors = [torch.randn(s, generator=gen) for s in shapes]
-    if op != "linear_cross_entropy":
-        tensors[0] = torch.randn(shapes[0][0], shapes[0][1] + 8, generator=gen)[:, :shapes[0][1]]  # strided rows
+    if op != "linear_cross_entropy":  # x with strided rows
+        tensors[0] = torch.randn(*shapes[0][:-1], shapes[0][-1] + 8, generator=gen)[..., :shapes[0][-1]]
     leaves = [t.clone().requires_grad_() if t.is_contiguous() else t.requires_grad_() for t in tensors]
     if op == "linear_cross_entropy":
         labels = torch.randint(0, shapes[1][0], (shapes[0][0],), generator=gen)
@@ -327,8 +331,6 @@ def test_an_op_without_a_backward_kernel_refuses_at_backward():
     assert y.requires_grad
     with pytest.raises(NotImplementedError, match="mojo_jit silu has no backward kernel"):
         y.sum().backward()
-    with pytest.raises(NotImplementedError, match="mojo_jit linear has no backward kernel"):
-        mt.linear(x, torch.randn(8, 64)).sum().backward()  # an optional tensor (bias) absent
     q, kv = torch.randn(6, 2, 64, dtype=torch.float16, requires_grad=True), torch.randn(6, 1, 64, dtype=torch.float16)
     with pytest.raises(NotImplementedError, match="mojo_jit sdpa has no backward kernel"):
         mt.sdpa(q, kv, kv).float().sum().backward()  # lse absent: the call updates nothing

@@ -11,12 +11,12 @@ mutated; outputs whose shape the inputs do not give (moe_gate's ids and weights)
 mean and rstd, attention's lse) are mutated arguments too; the others are returned. Scalars are floats.
 
 Autograd, through mt.<op>: rms_norm, add_rms_norm, layer_norm, softmax and linear_cross_entropy differentiate through
-their backward kernels (rms_norm_backward, layer_norm_backward, softmax_backward, linear_cross_entropy_backward), and
-log_softmax through torch operations on its output, eager and under torch.compile. Any other op, in a call that
-updates no tensor it is given, raises at backward where a gradient would have to pass through it (it has no backward
-kernel: backend="torch" differentiates its golden function instead). The registered ops (torch.ops.mojo_jit.<op>) have
-no autograd formula, which would cost every call through the dispatcher: torch warns at backward there, as for the
-calls that update a tensor through mt.<op>.
+their backward kernels (rms_norm_backward, layer_norm_backward, softmax_backward, linear_cross_entropy_backward),
+linear through gemm, and log_softmax through torch operations on its output, eager and under torch.compile. Any other
+op, in a call that updates no tensor it is given, raises at backward where a gradient would have to pass through it
+(it has no backward kernel: backend="torch" differentiates its golden function instead). The registered ops
+(torch.ops.mojo_jit.<op>) have no autograd formula, which would cost every call through the dispatcher: torch warns at
+backward there, as for the calls that update a tensor through mt.<op>.
 
 The functions here (mt.rms_norm, ...) take the eager fast path outside torch.compile (the op's call in C++, no
 dispatcher: a repeat of a call's dtypes, shapes and scalars reads the tensors, allocates the outputs and launches) and
@@ -28,6 +28,7 @@ the registered op inside it, and choose a backend (`backend=` per call, else $MO
 """
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from typing import Any
@@ -130,11 +131,11 @@ def schema(op: str) -> str:
 # ---- autograd ----------------------------------------------------------------------------------------------------
 # mt.<op> records its call where grad mode is on and an input requires grad: the ops with a backward kernel
 # (rms_norm and add_rms_norm, layer_norm, softmax, linear_cross_entropy) through an autograd.Function whose backward
-# calls it (log_softmax's backward: torch operations); any other op, in a call that updates no tensor it is given,
-# through one whose backward raises, naming the op. Each runs its kernel through the registered op (traceable:
-# torch.compile records it). The registered ops themselves have no autograd formula: one in Python costs every call
-# through the dispatcher about 2 us (torch.ops.mojo_jit.rms_norm 5.6 -> 8.1 us on the development machine), grad or
-# not.
+# calls it (linear's: gemm; log_softmax's: torch operations); any other op, in a call that updates no tensor it is
+# given, through one whose backward raises, naming the op. Each runs its kernel through the registered op
+# (traceable: torch.compile records it). The registered ops themselves have no autograd formula: one in Python costs
+# every call through the dispatcher about 2 us (torch.ops.mojo_jit.rms_norm 5.6 -> 8.1 us on the development
+# machine), grad or not.
 class _RmsNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
@@ -248,6 +249,55 @@ class _CrossEntropy(torch.autograd.Function):
         return grad_hidden, grad_weight, None, None
 
 
+def _activation_slope(z: torch.Tensor, activation: int) -> torch.Tensor:
+    """d act(z) / dz in f32 for linear's activations (1 gelu, 2 gelu with tanh, 3 silu; 0 none)."""
+    if activation == 1:
+        return 0.5 * (1 + torch.erf(z * math.sqrt(0.5))) + z * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+    if activation == 2:
+        c = math.sqrt(2 / math.pi)
+        t = torch.tanh(c * (z + 0.044715 * z * z * z))
+        return 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * c * (1 + 3 * 0.044715 * z * z)
+    if activation == 3:
+        s = torch.sigmoid(z)
+        return s * (1 + z * (1 - s))
+    return torch.ones_like(z)
+
+
+class _Linear(torch.autograd.Function):
+    """linear: the gradients of x and weight are two gemm launches (grad_out weight, and grad_out^T x through
+    trans_a), bias's a sum over the rows, residual's grad_out itself; through an activation, its slope at the
+    pre-activation, which the backward computes again (one more linear launch) rather than keeping it."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, residual, scalars):
+        ctx.save_for_backward(x, weight, bias)
+        ctx.scalars = scalars
+        return torch.ops.mojo_jit.linear(x, weight, bias, residual, **scalars)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight, bias = ctx.saved_tensors
+        activation, tf32 = int(ctx.scalars.get("activation", 0)), ctx.scalars.get("tf32", 0)
+        n, k = weight.shape
+        g = grad_out.reshape(-1, n)
+        if activation:
+            z = torch.ops.mojo_jit.linear(x, weight, bias, tf32=tf32).reshape(-1, n).float()
+            g = (g.float() * _activation_slope(z, activation)).to(x.dtype)
+        g = g.contiguous()
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_x = g.new_empty(g.shape[0], k)
+            torch.ops.mojo_jit.gemm(grad_x, g, weight.contiguous(), tf32=tf32)  # [M, N] x [N, K]
+            grad_x = grad_x.reshape(x.shape)
+        if ctx.needs_input_grad[1]:
+            grad_weight = g.new_empty(n, k)
+            torch.ops.mojo_jit.gemm(grad_weight, g, x.reshape(-1, k).contiguous(), trans_a=1, tf32=tf32)
+        if bias is not None and ctx.needs_input_grad[2]:
+            grad_bias = g.float().sum(0).to(bias.dtype)
+        grad_residual = grad_out if ctx.needs_input_grad[3] else None
+        return grad_x, grad_weight, grad_bias, grad_residual, None
+
+
 class _NoBackward(torch.autograd.Function):
     """An op with no backward kernel: its outputs take part in autograd, and a gradient through them raises."""
 
@@ -291,6 +341,8 @@ def _recorded(op: _Op, args: tuple, kwargs: dict) -> Any:
         return _LogSoftmax.apply(tensors["x"], s["cooperative"])
     if op.name == "linear_cross_entropy":
         return _CrossEntropy.apply(tensors["hidden"], tensors["weight"], tensors["labels"], scalars)
+    if op.name == "linear":
+        return _Linear.apply(tensors["x"], tensors["weight"], tensors.get("bias"), tensors.get("residual"), scalars)
     if any(n in op.f.in_place or n in op.given for n in tensors):  # updates a tensor given (sdpa with lse, ...)
         return getattr(torch.ops.mojo_jit, op.name)(*args, **kwargs)
     return _NoBackward.apply(op.name, scalars, *(tensors.get(n) for n in op.args))
