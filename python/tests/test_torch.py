@@ -242,6 +242,10 @@ DIFFERENTIABLE = [
     ("layer_norm", [(9, 96), (96,), (96,)], {"eps": 1e-5}),
     ("softmax", [(9, 96)], {}),
     ("log_softmax", [(9, 96)], {}),
+    ("silu", [(9, 96)], {}),
+    ("gelu", [(9, 96)], {"approximate": 1}),
+    ("swiglu", [(2, 9, 96)], {}),
+    ("gelu_and_mul", [(9, 96)], {}),
     ("linear", [(2, 9, 40), (24, 40), (24,)], {}),
     ("linear", [(9, 40), (24, 40), (24,)], {"activation": 1}),
     ("linear", [(9, 40), (24, 40)], {"activation": 2}),
@@ -258,7 +262,7 @@ def test_the_ops_with_a_backward_kernel_give_the_golden_gradients(op, shapes, sc
     through the golden functions in float64. A loss's ignored rows (label -100) give no gradient."""
     gen = torch.Generator().manual_seed(len(op) + len(scalars))
     tensors = [torch.randn(s, generator=gen) for s in shapes]
-    if op != "linear_cross_entropy":  # x with strided rows
+    if op in ("rms_norm", "layer_norm", "softmax", "log_softmax", "linear"):  # x with strided rows, as they take
         tensors[0] = torch.randn(*shapes[0][:-1], shapes[0][-1] + 8, generator=gen)[..., :shapes[0][-1]]
     leaves = [t.clone().requires_grad_() if t.is_contiguous() else t.requires_grad_() for t in tensors]
     if op == "linear_cross_entropy":
@@ -326,18 +330,20 @@ def test_an_op_without_a_backward_kernel_refuses_at_backward():
     """No silently lost gradient through mt.<op>: an op with no backward kernel raises where a gradient would pass
     through it (torch's own fallback, the registered op's, only warns, and the inputs get none); without grad, or
     through the golden function, it runs."""
-    x = torch.randn(5, 64, requires_grad=True)
-    y = mt.silu(x)
+    x, w = torch.randn(5, 64, requires_grad=True), torch.randn(64)
+    y = mt.rms_norm_backward(x, torch.randn(5, 64), w)[0]
     assert y.requires_grad
-    with pytest.raises(NotImplementedError, match="mojo_jit silu has no backward kernel"):
+    with pytest.raises(NotImplementedError, match="mojo_jit rms_norm_backward has no backward kernel"):
         y.sum().backward()
     q, kv = torch.randn(6, 2, 64, dtype=torch.float16, requires_grad=True), torch.randn(6, 1, 64, dtype=torch.float16)
     with pytest.raises(NotImplementedError, match="mojo_jit sdpa has no backward kernel"):
         mt.sdpa(q, kv, kv).float().sum().backward()  # lse absent: the call updates nothing
     with torch.no_grad():
-        assert not mt.silu(x).requires_grad
-    mt.silu(x, backend="torch").sum().backward()
-    _expect_grads([x.grad], _golden_grads(golden.silu, [x], torch.ones(5, 64)), "golden silu")
+        assert not mt.rms_norm_backward(x, torch.randn(5, 64), w)[0].requires_grad
+    grad_out = torch.randn(5, 64)
+    (mt.rms_norm_backward(x, grad_out, w, backend="torch")[0] * grad_out).sum().backward()
+    _expect_grads([x.grad], _golden_grads(lambda *t: golden.rms_norm_backward(*t)[0], [x, grad_out, w], grad_out),
+                  "golden rms_norm_backward")
     h, weight = torch.randn(6, 32, requires_grad=True), torch.randn(50, 32)
     loss, lse = mt.linear_cross_entropy(h, weight, torch.randint(0, 50, (6,)))
     with pytest.raises(NotImplementedError, match="no gradient passes through its lse output"):

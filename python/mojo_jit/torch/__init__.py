@@ -12,11 +12,12 @@ mean and rstd, attention's lse) are mutated arguments too; the others are return
 
 Autograd, through mt.<op>: rms_norm, add_rms_norm, layer_norm, softmax and linear_cross_entropy differentiate through
 their backward kernels (rms_norm_backward, layer_norm_backward, softmax_backward, linear_cross_entropy_backward),
-linear through gemm, and log_softmax through torch operations on its output, eager and under torch.compile. Any other
-op, in a call that updates no tensor it is given, raises at backward where a gradient would have to pass through it
-(it has no backward kernel: backend="torch" differentiates its golden function instead). The registered ops
-(torch.ops.mojo_jit.<op>) have no autograd formula, which would cost every call through the dispatcher: torch warns at
-backward there, as for the calls that update a tensor through mt.<op>.
+linear through gemm, and log_softmax and the activations (silu, gelu, swiglu, gelu_and_mul) through torch operations
+on what they saved, eager and under torch.compile. Any other op, in a call that updates no tensor it is given, raises
+at backward where a gradient would have to pass through it (it has no backward kernel: backend="torch" differentiates
+its golden function instead). The registered ops (torch.ops.mojo_jit.<op>) have no autograd formula, which would cost
+every call through the dispatcher: torch warns at backward there, as for the calls that update a tensor through
+mt.<op>.
 
 The functions here (mt.rms_norm, ...) take the eager fast path outside torch.compile (the op's call in C++, no
 dispatcher: a repeat of a call's dtypes, shapes and scalars reads the tensors, allocates the outputs and launches) and
@@ -131,11 +132,11 @@ def schema(op: str) -> str:
 # ---- autograd ----------------------------------------------------------------------------------------------------
 # mt.<op> records its call where grad mode is on and an input requires grad: the ops with a backward kernel
 # (rms_norm and add_rms_norm, layer_norm, softmax, linear_cross_entropy) through an autograd.Function whose backward
-# calls it (linear's: gemm; log_softmax's: torch operations); any other op, in a call that updates no tensor it is
-# given, through one whose backward raises, naming the op. Each runs its kernel through the registered op
-# (traceable: torch.compile records it). The registered ops themselves have no autograd formula: one in Python costs
-# every call through the dispatcher about 2 us (torch.ops.mojo_jit.rms_norm 5.6 -> 8.1 us on the development
-# machine), grad or not.
+# calls it (linear's: gemm; log_softmax's and the activations': torch operations); any other op, in a call that
+# updates no tensor it is given, through one whose backward raises, naming the op. Each runs its kernel through the
+# registered op (traceable: torch.compile records it). The registered ops themselves have no autograd formula: one
+# in Python costs every call through the dispatcher about 2 us (torch.ops.mojo_jit.rms_norm 5.6 -> 8.1 us on the
+# development machine), grad or not.
 class _RmsNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
@@ -249,8 +250,19 @@ class _CrossEntropy(torch.autograd.Function):
         return grad_hidden, grad_weight, None, None
 
 
+def _activation(z: torch.Tensor, activation: int) -> torch.Tensor:
+    """act(z) for the activation codes of linear and the gated ops (1 gelu, 2 gelu with tanh, 3 silu; 0 none)."""
+    if activation == 1:
+        return 0.5 * z * (1 + torch.erf(z * math.sqrt(0.5)))
+    if activation == 2:
+        return 0.5 * z * (1 + torch.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z * z * z)))
+    if activation == 3:
+        return z * torch.sigmoid(z)
+    return z
+
+
 def _activation_slope(z: torch.Tensor, activation: int) -> torch.Tensor:
-    """d act(z) / dz in f32 for linear's activations (1 gelu, 2 gelu with tanh, 3 silu; 0 none)."""
+    """d act(z) / dz, the codes as _activation's."""
     if activation == 1:
         return 0.5 * (1 + torch.erf(z * math.sqrt(0.5))) + z * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
     if activation == 2:
@@ -298,6 +310,28 @@ class _Linear(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias, grad_residual, None
 
 
+class _Activation(torch.autograd.Function):
+    """silu and gelu, and the gated swiglu and gelu_and_mul (x = [gate, up] along the last dim, out = act(gate) up):
+    their backward is elementwise, in torch (f32 inside), from the saved input."""
+
+    @staticmethod
+    def forward(ctx, x, op, scalars):
+        ctx.save_for_backward(x)
+        ctx.code = 3 if op in ("silu", "swiglu") else 2 if scalars.get("approximate", 0) else 1
+        ctx.gated = op in ("swiglu", "gelu_and_mul")
+        return getattr(torch.ops.mojo_jit, op)(x, **scalars)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        g, xf = grad_out.float(), x.float()
+        if not ctx.gated:
+            return (g * _activation_slope(xf, ctx.code)).to(x.dtype), None, None
+        gate, up = xf.chunk(2, dim=-1)
+        grad = torch.cat([g * up * _activation_slope(gate, ctx.code), g * _activation(gate, ctx.code)], dim=-1)
+        return grad.to(x.dtype), None, None
+
+
 class _NoBackward(torch.autograd.Function):
     """An op with no backward kernel: its outputs take part in autograd, and a gradient through them raises."""
 
@@ -341,6 +375,8 @@ def _recorded(op: _Op, args: tuple, kwargs: dict) -> Any:
         return _LogSoftmax.apply(tensors["x"], s["cooperative"])
     if op.name == "linear_cross_entropy":
         return _CrossEntropy.apply(tensors["hidden"], tensors["weight"], tensors["labels"], scalars)
+    if op.name in ("silu", "gelu", "swiglu", "gelu_and_mul"):
+        return _Activation.apply(tensors["x"], op.name, scalars)
     if op.name == "linear":
         return _Linear.apply(tensors["x"], tensors["weight"], tensors.get("bias"), tensors.get("residual"), scalars)
     if any(n in op.f.in_place or n in op.given for n in tensors):  # updates a tensor given (sdpa with lse, ...)
