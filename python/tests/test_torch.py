@@ -280,6 +280,29 @@ def test_the_ops_with_a_backward_kernel_give_the_golden_gradients(op, shapes, sc
         assert float(leaves[0].grad[3].abs().max()) == 0.0, "an ignored row's hidden gets no gradient"
 
 
+def test_a_training_step_of_an_mlp_block_through_the_kernels():
+    """A pre-norm MLP block and the fused loss, as a training step runs them: every parameter's and the input's
+    gradient through the kernels, in f32, against the same step through the golden functions in float64."""
+    gen = torch.Generator().manual_seed(11)
+    hidden, inter, vocab, tokens = 64, 96, 200, 12
+    shapes = {"h": (tokens, hidden), "norm": (hidden,), "gate_up": (2 * inter, hidden), "down": (hidden, inter),
+              "head": (vocab, hidden)}
+    init = {n: torch.randn(s, generator=gen) * (0.1 if n in ("gate_up", "down", "head") else 1.0)
+            for n, s in shapes.items()}
+    labels = torch.randint(0, vocab, (tokens,), generator=gen)
+
+    def step(ops, p):
+        x = ops.rms_norm(p["h"], p["norm"], eps=1e-5)
+        y = ops.linear(ops.swiglu(ops.linear(x, p["gate_up"])), p["down"], None, p["h"])  # residual: h
+        return ops.linear_cross_entropy(y, p["head"], labels, z_loss=1e-4)[0]
+
+    ours = {n: t.clone().requires_grad_() for n, t in init.items()}
+    step(mt, ours).sum().backward()
+    want = {n: t.double().requires_grad_() for n, t in init.items()}
+    step(golden, want).sum().backward()
+    _expect_grads([ours[n].grad for n in shapes], [want[n].grad for n in shapes], "the MLP block's step")
+
+
 def test_add_rms_norm_differentiates_through_its_update():
     """residual += x in place, out = rms_norm(residual): both the output and the updated residual carry gradients (the
     backward kernel adds the residual's own), to x, the old residual and the weight alike."""
