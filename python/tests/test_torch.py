@@ -236,7 +236,7 @@ def _expect_grads(got, want, what):
         assert err <= 1e-4 * scale, f"{what}: input {i}: max error {err} against a largest gradient of {scale}"
 
 
-# (op, tensors' shapes, scalars): the float inputs require grad; x of the norms and softmax a strided view of rows.
+# (op, tensors' shapes, scalars): the float inputs require grad; x of the row ops and linear a strided view of rows.
 DIFFERENTIABLE = [
     ("rms_norm", [(9, 96), (96,)], {"eps": 1e-5}),
     ("layer_norm", [(9, 96), (96,), (96,)], {"eps": 1e-5}),
@@ -257,9 +257,10 @@ DIFFERENTIABLE = [
 
 
 @pytest.mark.parametrize("op,shapes,scalars", DIFFERENTIABLE, ids=[f"{c[0]}-{i}" for i, c in enumerate(DIFFERENTIABLE)])
-def test_the_ops_with_a_backward_kernel_give_the_golden_gradients(op, shapes, scalars):
-    """Autograd through the backward kernels (rms_norm_backward, ..., linear's through gemm), in f32, against autograd
-    through the golden functions in float64. A loss's ignored rows (label -100) give no gradient."""
+def test_the_differentiable_ops_give_the_golden_gradients(op, shapes, scalars):
+    """Autograd through the backward kernels (rms_norm_backward, ..., linear's through gemm; torch operations for
+    log_softmax and the activations), in f32, against autograd through the golden functions in float64. A loss's
+    ignored rows (label -100) give no gradient."""
     gen = torch.Generator().manual_seed(len(op) + len(scalars))
     tensors = [torch.randn(s, generator=gen) for s in shapes]
     if op in ("rms_norm", "layer_norm", "softmax", "log_softmax", "linear"):  # x with strided rows, as they take
@@ -349,17 +350,17 @@ def test_autograd_records_only_where_a_gradient_is_wanted():
     assert x.grad is None and w.grad is not None
 
 
-def test_an_op_without_a_backward_kernel_refuses_at_backward():
-    """No silently lost gradient through mt.<op>: an op with no backward kernel raises where a gradient would pass
+def test_an_op_without_a_backward_refuses_at_backward():
+    """No silently lost gradient through mt.<op>: an op with no backward raises where a gradient would pass
     through it (torch's own fallback, the registered op's, only warns, and the inputs get none); without grad, or
     through the golden function, it runs."""
     x, w = torch.randn(5, 64, requires_grad=True), torch.randn(64)
     y = mt.rms_norm_backward(x, torch.randn(5, 64), w)[0]
     assert y.requires_grad
-    with pytest.raises(NotImplementedError, match="mojo_jit rms_norm_backward has no backward kernel"):
+    with pytest.raises(NotImplementedError, match="mojo_jit rms_norm_backward has no backward"):
         y.sum().backward()
     q, kv = torch.randn(6, 2, 64, dtype=torch.float16, requires_grad=True), torch.randn(6, 1, 64, dtype=torch.float16)
-    with pytest.raises(NotImplementedError, match="mojo_jit sdpa has no backward kernel"):
+    with pytest.raises(NotImplementedError, match="mojo_jit sdpa has no backward"):
         mt.sdpa(q, kv, kv).float().sum().backward()  # lse absent: the call updates nothing
     with torch.no_grad():
         assert not mt.rms_norm_backward(x, torch.randn(5, 64), w)[0].requires_grad

@@ -14,8 +14,8 @@ Autograd, through mt.<op>: rms_norm, add_rms_norm, layer_norm, softmax and linea
 their backward kernels (rms_norm_backward, layer_norm_backward, softmax_backward, linear_cross_entropy_backward),
 linear through gemm, and log_softmax and the activations (silu, gelu, swiglu, gelu_and_mul) through torch operations
 on what they saved, eager and under torch.compile. Any other op, in a call that updates no tensor it is given, raises
-at backward where a gradient would have to pass through it (it has no backward kernel: backend="torch" differentiates
-its golden function instead). The registered ops (torch.ops.mojo_jit.<op>) have no autograd formula, which would cost
+at backward where a gradient would have to pass through it (it has no backward: backend="torch" differentiates its
+golden function instead). The registered ops (torch.ops.mojo_jit.<op>) have no autograd formula, which would cost
 every call through the dispatcher: torch warns at backward there, as for the calls that update a tensor through
 mt.<op>.
 
@@ -333,7 +333,7 @@ class _Activation(torch.autograd.Function):
 
 
 class _NoBackward(torch.autograd.Function):
-    """An op with no backward kernel: its outputs take part in autograd, and a gradient through them raises."""
+    """An op with no backward: its outputs take part in autograd, and a gradient through them raises."""
 
     @staticmethod
     def forward(ctx, op, scalars, *tensors):
@@ -343,7 +343,7 @@ class _NoBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         raise NotImplementedError(
-            f"mojo_jit {ctx.op} has no backward kernel, and a gradient would pass through it: call it under "
+            f"mojo_jit {ctx.op} has no backward, and a gradient would pass through it: call it under "
             f"torch.no_grad() or on detached tensors, or with backend=\"torch\" (its golden function, "
             f"differentiable)")
 
