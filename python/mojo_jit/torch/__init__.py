@@ -229,21 +229,19 @@ class _LogSoftmax(torch.autograd.Function):
 
 
 class _CrossEntropy(torch.autograd.Function):
+    """The fused loss. Its lse is marked non-differentiable: linear_cross_entropy_backward differentiates the loss
+    alone, and a gradient arriving for lse cannot be told from the zeros torch.compile passes for an unused one."""
+
     @staticmethod
     def forward(ctx, hidden, weight, labels, scalars):
         loss, lse = torch.ops.mojo_jit.linear_cross_entropy(hidden, weight, labels, **scalars)
         ctx.save_for_backward(hidden, weight, labels, lse)
         ctx.scalars = scalars
-        ctx.set_materialize_grads(False)  # an output nothing differentiates gives None, not zeros
+        ctx.mark_non_differentiable(lse)
         return loss, lse
 
     @staticmethod
     def backward(ctx, grad_loss, grad_lse):
-        if grad_lse is not None:
-            raise NotImplementedError("mojo_jit linear_cross_entropy: no gradient passes through its lse output "
-                                      "(linear_cross_entropy_backward differentiates the loss); detach lse")
-        if grad_loss is None:
-            return None, None, None, None
         hidden, weight, labels, lse = ctx.saved_tensors
         grad_hidden, grad_weight = torch.ops.mojo_jit.linear_cross_entropy_backward(
             grad_loss.contiguous(), hidden, weight, labels, lse, **ctx.scalars)
