@@ -248,19 +248,9 @@ class _CrossEntropy(torch.autograd.Function):
         return grad_hidden, grad_weight, None, None
 
 
-def _activation(z: torch.Tensor, activation: int) -> torch.Tensor:
-    """act(z) for the activation codes of linear and the gated ops (1 gelu, 2 gelu with tanh, 3 silu; 0 none)."""
-    if activation == 1:
-        return 0.5 * z * (1 + torch.erf(z * math.sqrt(0.5)))
-    if activation == 2:
-        return 0.5 * z * (1 + torch.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z * z * z)))
-    if activation == 3:
-        return z * torch.sigmoid(z)
-    return z
-
-
 def _activation_slope(z: torch.Tensor, activation: int) -> torch.Tensor:
-    """d act(z) / dz, the codes as _activation's."""
+    """d act(z) / dz for the activation codes of linear and the gated ops (golden._act's: 1 gelu, 2 gelu with tanh,
+    3 silu; 0 none)."""
     if activation == 1:
         return 0.5 * (1 + torch.erf(z * math.sqrt(0.5))) + z * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
     if activation == 2:
@@ -326,7 +316,7 @@ class _Activation(torch.autograd.Function):
         if not ctx.gated:
             return (g * _activation_slope(xf, ctx.code)).to(x.dtype), None, None
         gate, up = xf.chunk(2, dim=-1)
-        grad = torch.cat([g * up * _activation_slope(gate, ctx.code), g * _activation(gate, ctx.code)], dim=-1)
+        grad = torch.cat([g * up * _activation_slope(gate, ctx.code), g * golden._act(gate, ctx.code)], dim=-1)
         return grad.to(x.dtype), None, None
 
 
