@@ -8,7 +8,8 @@
 //   exp, the label's logit, the sum of logits); after the last, `finish`
 //   gives each row's lse and loss and `reduce` the mean or sum.
 // backward, per slice: the same logits, `grad` turns them into
-//   dlogits [N, n] (T) = g (softmax - target) (times the soft-cap's slope),
+//   dlogits [N, n] (T) = g (softmax - target) (+ grad_lse softmax, when given;
+//   times the soft-cap's slope),
 //   then grad_weight[slice] = dlogits^T x hidden and
 //   grad_hidden (f32 accumulator) += dlogits x weight[slice]; `zero` and
 //   `count` run before the first slice, `convert` after the last.
@@ -122,27 +123,29 @@ __device__ __forceinline__ void count(float* scale, const float* grad_loss, cons
   if (mojo::thread_x() == 0) scale[0] = mean ? grad_loss[0] / n : grad_loss[0];
 }
 
-// dlogits for columns [col0, col0 + n) of each row (one block per row).
+// dlogits for columns [col0, col0 + n) of each row (one block per row): g dloss_i / dl_j, plus
+// grad_lse[i] p_j where the caller's loss used the lse too (a row ignored still has an lse).
 template <class T, class I, int THREADS>
 __device__ __forceinline__ void grad(T* dlogits, const float* logits, long long ld, const float* lse,
-                                     const I* labels, const float* scale, const float* grad_loss, int per_row,
-                                     long long col0, int n, long long vocab, long long ignore_index, float smoothing,
-                                     float z_loss, float cap) {
+                                     const float* grad_lse, const I* labels, const float* scale,
+                                     const float* grad_loss, int per_row, long long col0, int n, long long vocab,
+                                     long long ignore_index, float smoothing, float z_loss, float cap) {
   const long long row = mojo::block_x();
   const float* l = logits + row * ld;
   T* d = dlogits + row * ld;
   const long long y = (long long)labels[row];
   const bool skip = y == ignore_index;
-  const float g = per_row ? grad_loss[row] : scale[0], row_lse = lse[row];
-  const float p_scale = 1.f + 2.f * z_loss * row_lse, uniform = smoothing / float(vocab);
-  const float bad = y < 0 || y >= vocab ? mojo::bits_to_float(0x7fc00000u) : 0.f;  // NaN for a bad label
+  const float g = skip ? 0.f : per_row ? grad_loss[row] : scale[0], row_lse = lse[row];
+  const float g_lse = grad_lse != nullptr ? grad_lse[row] : 0.f;
+  const float p_scale = g * (1.f + 2.f * z_loss * row_lse) + g_lse, uniform = g * smoothing / float(vocab),
+              label = g * (1.f - smoothing);
+  const float bad = !skip && (y < 0 || y >= vocab) ? mojo::bits_to_float(0x7fc00000u) : 0.f;  // NaN: a bad label
   for (int j = int(mojo::thread_x()); j < n; j += THREADS) {
     float v = 0.f;
-    if (!skip) {
+    if (!skip || g_lse != 0.f) {
       const float c = capped(l[j], cap);
-      v = mojo::exp_approx(c - row_lse) * p_scale - uniform - (col0 + j == y ? 1.f - smoothing : 0.f) + bad;
+      v = mojo::exp_approx(c - row_lse) * p_scale - uniform - (col0 + j == y ? label : 0.f) + bad;
       if (cap > 0.f) v *= 1.f - (c / cap) * (c / cap);
-      v *= g;
     }
     d[j] = mojo::from_float<T>(v);
   }
@@ -201,8 +204,8 @@ __device__ __forceinline__ void convert(T* out, const float* acc, long long n) {
   extern "C" __global__ void __launch_bounds__(P::threads)                                                        \
       NAME(MOJO_ARG_PARAMS(MOJO_CE_GRAD_ARGS, P::dtype, P::index)) {                                              \
     mojo::after_previous_kernels();                                                                              \
-    mojo_ce::grad<P::dtype, P::index, P::threads>(dlogits, logits, ld, lse, labels, scale, grad_loss, per_row,   \
-                                                  col0, n, vocab, ignore_index, smoothing, z_loss, cap);          \
+    mojo_ce::grad<P::dtype, P::index, P::threads>(dlogits, logits, ld, lse, grad_lse, labels, scale, grad_loss,  \
+                                                  per_row, col0, n, vocab, ignore_index, smoothing, z_loss, cap); \
   }
 #define MOJO_CE_ZERO(NAME, P)                                                                            \
   extern "C" __global__ void __launch_bounds__(P::threads) NAME(MOJO_ARG_PARAMS(MOJO_CE_ZERO_ARGS, )) {  \

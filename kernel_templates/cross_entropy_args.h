@@ -57,6 +57,7 @@ struct State;  // a row's running state across slices (cross_entropy.cu), in the
   ARG(const float*, logits) /* the slice's [rows, n], ld apart */     \
   ARG(long long, ld)                                                  \
   ARG(const float*, lse)                                              \
+  ARG(const float*, grad_lse) /* [rows], or null */                   \
   ARG(const I*, labels)                                               \
   ARG(const float*, scale)     /* CountArgs' scale, unless per_row */ \
   ARG(const float*, grad_loss) /* [rows], when per_row */             \

@@ -73,6 +73,10 @@ const OddCase kCases[] = {
      "hidden=17x72 weight=300x72",
      {{"vocab_chunk", 128}, {"label_smoothing", 0.1}, {"z_loss", 1e-3}, {"softcap", 3.0}}},
     {"linear_cross_entropy_backward", "hidden=17x72 weight=300x72 grad_loss=17", {{"reduction", 0}}},
+    // The lse's own gradient (a loss that uses it): every row's, the ignored ones' too.
+    {"linear_cross_entropy_backward",
+     "hidden=17x72 weight=300x72 grad_lse=17",
+     {{"vocab_chunk", 128}, {"z_loss", 1e-3}, {"softcap", 3.0}}},
     // A soft-cap so large that tanh(l / cap) lost every bit to cancellation (each logit 0 before 2026-11-29), and
     // an ignore_index other than the labels' -100, which makes those rows' labels bad (NaN, as the kernels say).
     {"linear_cross_entropy", "hidden=17x72 weight=300x72 loss=17", {{"reduction", 0}, {"softcap", 4294967296.0}}},

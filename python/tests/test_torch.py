@@ -64,6 +64,10 @@ GOLDEN_CASES = CASES + [
     ("sdpa", "f16", {"q": (40, 4, 64), "k": (40, 2, 64), "sinks": (4,), "lse": (4, 40)}, {"window": 7, "softcap": 3.0}),
     ("linear_cross_entropy", "f32", {"hidden": (17, 72), "weight": (300, 72), "loss": (17,)},
      {"reduction": 0, "label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 3.0}),
+    # No soft-cap here: the lse input is the uncapped forward's (random_data sees no scalars), which the reference
+    # takes as given and the golden function, recomputing it, does not.
+    ("linear_cross_entropy_backward", "f32", {"hidden": (17, 72), "weight": (300, 72), "grad_lse": (17,)},
+     {"z_loss": 1e-3, "label_smoothing": 0.1}),
 ]
 
 
@@ -368,19 +372,73 @@ def test_an_op_without_a_backward_refuses_at_backward():
     (mt.rms_norm_backward(x, grad_out, w, backend="torch")[0] * grad_out).sum().backward()
     _expect_grads([x.grad], _golden_grads(lambda *t: golden.rms_norm_backward(*t)[0], [x, grad_out, w], grad_out),
                   "golden rms_norm_backward")
-    h, weight = torch.randn(6, 32, requires_grad=True), torch.randn(50, 32)
-    loss, lse = mt.linear_cross_entropy(h, weight, torch.randint(0, 50, (6,)))
-    assert loss.requires_grad and not lse.requires_grad, "lse is marked non-differentiable"
-    with pytest.raises(RuntimeError, match="does not require grad"):
-        lse.sum().backward()
+
+
+@pytest.mark.parametrize("neox,rot", [(1, 64), (0, 48)])
+def test_rotary_embedding_differentiates_in_place_on_views(neox, rot):
+    """rotary_embedding on q and k, strided views of one qkv projection, as a model calls it: the gradients of the
+    projection's input and weight through the inverse rotation (the dims past rot_dim and a position out of range
+    pass theirs unchanged), against autograd through the golden function in float64."""
+    gen = torch.Generator().manual_seed(rot)
+    tokens, heads, kv_heads, dim = 7, 4, 2, 64
+    x, w = torch.randn(tokens, 32, generator=gen), torch.randn((heads + 2 * kv_heads) * dim, 32, generator=gen) * 0.2
+    positions = torch.tensor([0, 5, 3, 99, 1, 8, 2])  # 99: past the cache, left as it is
+    angles = torch.rand(40, rot // 2, generator=gen) * 6
+    cache = torch.cat([angles.cos(), angles.sin()], dim=1)
+    grads = [torch.randn(tokens, n, dim, generator=gen) for n in (heads, kv_heads)]
+
+    def step(ops, x, w, cache):
+        qkv = ops.linear(x, w) if ops is mt else x @ w.T
+        q = qkv[:, : heads * dim].view(tokens, heads, dim)
+        k = qkv[:, heads * dim: (heads + kv_heads) * dim].view(tokens, kv_heads, dim)
+        if ops is not mt:  # the golden function updates its arguments: give it copies autograd can follow
+            q, k = q.clone(), k.clone()
+        ops.rotary_embedding(q, k, positions, cache, neox=neox)
+        return (q * grads[0].to(q.dtype)).sum() + (k * grads[1].to(k.dtype)).sum()
+
+    ours = [x.clone().requires_grad_(), w.clone().requires_grad_()]
+    step(mt, *ours, cache).backward()
+    want = [x.double().requires_grad_(), w.double().requires_grad_()]
+    step(golden, *want, cache.double()).backward()
+    _expect_grads([t.grad for t in ours], [t.grad for t in want], f"rotary_embedding neox={neox} rot={rot}")
+    with pytest.raises(NotImplementedError, match="no gradient for cos_sin_cache"):
+        step(mt, *ours, cache.clone().requires_grad_()).backward()
+
+
+@pytest.mark.parametrize("reduction", [1, 0])
+def test_a_loss_that_uses_the_lse_gets_its_share(reduction):
+    """The fused loss's lse is differentiable, the ignored rows' too (d lse / d logits = softmax), alone or beside
+    the loss: a weighted sum of both against autograd through the golden function in float64."""
+    gen = torch.Generator().manual_seed(3)
+    h, weight = torch.randn(9, 40, generator=gen), torch.randn(300, 40, generator=gen)
+    labels = torch.randint(0, 300, (9,), generator=gen)
+    labels[3] = -100
+    g_loss, g_lse = torch.randn(9 if reduction == 0 else 1, generator=gen), torch.randn(9, generator=gen)
+    scalars = {"reduction": reduction, "label_smoothing": 0.1, "softcap": 5.0}
+
+    def weighted(fn, hidden, w, use_loss=True):
+        loss, lse = fn(hidden, w, labels, **scalars)
+        return (lse * g_lse).sum() + ((loss * g_loss).sum() if use_loss else 0)
+
+    for use_loss in (True, False):
+        leaves = [h.clone().requires_grad_(), weight.clone().requires_grad_()]
+        weighted(mt.linear_cross_entropy, *leaves, use_loss).backward()
+        want = [t.detach().double().requires_grad_() for t in (h, weight)]
+        weighted(golden.linear_cross_entropy, *want, use_loss).backward()
+        _expect_grads([t.grad for t in leaves], [t.grad for t in want], f"loss and lse (loss used: {use_loss})")
+        assert float(leaves[0].grad[3].abs().max()) > 0, "an ignored row's lse has a gradient"
 
 
 def test_compile_differentiates_through_the_backward_kernels():
-    labels = torch.randint(0, 100, (4,))
+    labels, positions = torch.randint(0, 100, (4,)), torch.tensor([3, 0, 7, 2])
+    angles = torch.rand(8, 32)
+    cache = torch.cat([angles.cos(), angles.sin()], dim=1)
 
     def step(x, w, b, up, head):
         y = mt.linear(mt.swiglu(mt.linear(mt.rms_norm(x, w) * mt.layer_norm(x, w, b), up)), up[:, :64])
-        return mt.linear_cross_entropy(y, head, labels)[0].sum()
+        mt.rotary_embedding(y[:, :64].view(4, 1, 64), y[:, 64:].view(4, 1, 64), positions, cache)
+        loss, lse = mt.linear_cross_entropy(y, head, labels)
+        return loss.sum() + 1e-2 * lse.square().mean()
 
     compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
     leaves = (torch.randn(4, 128, requires_grad=True), torch.randn(128, requires_grad=True),

@@ -49,6 +49,8 @@ constexpr TensorArgInfo kBackwardTensors[] = {
     {"weight", "in", "[vocab, hidden], hidden's dtype, contiguous"},
     {"labels", "in", "i32 or i64 [tokens]"},
     {"lse", "in", "f32 [tokens]: the forward's log-sum-exp"},
+    {"grad_lse", "in",
+     "f32 [tokens], optional: lse's own gradient, where a loss uses the lse (d lse / d logits = softmax)"},
 };
 constexpr OpInfo kForward{
     .name = "linear_cross_entropy",
@@ -130,6 +132,7 @@ class LinearCrossEntropy final : public OpDef {
       checks::expect_exact(name(), "grad_weight", t[1].spec, {vocab, hidden}, same);
       checks::expect_exact(name(), "grad_loss", t[2].spec, {loss_rows}, kF32);
       checks::expect_exact(name(), "lse", t[6].spec, {tokens}, kF32);
+      if (t[7].spec.rank() != 0) checks::expect_exact(name(), "grad_lse", t[7].spec, {tokens}, kF32);
     } else {
       checks::expect_exact(name(), "loss", t[0].spec, {loss_rows}, kF32);
       if (t[1].spec.rank() != 0) checks::expect_exact(name(), "lse", t[1].spec, {tokens}, kF32);
@@ -301,7 +304,9 @@ class LinearCrossEntropy final : public OpDef {
     const TensorSpec hidden(dtype, h), weight(dtype, w), labels_spec(DType::i64, {tokens}),
         per_row(DType::f32, {tokens});
     const TensorSpec loss(DType::f32, shapes::value_or(shapes, backward_ ? "grad_loss" : "loss", {1}));
-    if (backward_) return {hidden, weight, loss, hidden, weight, labels_spec, per_row};
+    if (backward_)
+      return {hidden, weight,      loss,    hidden,
+              weight, labels_spec, per_row, shapes::optional(shapes, "grad_lse", DType::f32)};
     return {loss, per_row, hidden, weight, labels_spec};
   }
   // With reduction 0 the loss (and its gradient) is a row each: [tokens].
@@ -500,6 +505,7 @@ class LinearCrossEntropy final : public OpDef {
             .logits = ptr<float>(f.logits),
             .ld = f.ld,
             .lse = ptr<float>(t[6].data),
+            .grad_lse = t[7].spec.rank() == 0 ? nullptr : ptr<float>(t[7].data),
             .labels = ptr(f.labels),
             .scale = ptr<float>(f.scale),
             .grad_loss = ptr<float>(t[2].data),

@@ -65,7 +65,8 @@ void linear_cross_entropy(const CrossEntropy& ce, const std::vector<float>& hidd
 void linear_cross_entropy_backward(const CrossEntropy& ce, const std::vector<float>& hidden,
                                    const std::vector<float>& weight, const std::vector<std::int64_t>& labels,
                                    const std::vector<float>& lse, const std::vector<float>& grad_loss,
-                                   std::vector<float>& grad_hidden, std::vector<float>& grad_weight) {
+                                   const std::vector<float>& grad_lse, std::vector<float>& grad_hidden,
+                                   std::vector<float>& grad_weight) {
   Rows r = rows_of(ce, hidden, weight, labels);
   for (std::size_t i = 0; i < r.lse.size(); ++i) r.lse[i] = lse[i];  // the forward's, as given
   double counted = 0;
@@ -73,16 +74,21 @@ void linear_cross_entropy_backward(const CrossEntropy& ce, const std::vector<flo
   std::vector<double> gh(std::size_t(ce.tokens * ce.hidden), 0.0), gw(std::size_t(ce.vocab * ce.hidden), 0.0);
   for (std::int64_t i = 0; i < ce.tokens; ++i) {
     const std::size_t ri = std::size_t(i);
-    if (!r.counted[ri]) continue;
-    const double g = ce.reduction == 0 ? grad_loss[ri] : (ce.reduction == 1 ? grad_loss[0] / counted : grad_loss[0]);
+    const double g_lse = grad_lse.empty() ? 0.0 : grad_lse[ri];
+    if (!r.counted[ri] && g_lse == 0) continue;
+    const double g = !r.counted[ri]      ? 0.0
+                     : ce.reduction == 0 ? grad_loss[ri]
+                     : ce.reduction == 1 ? grad_loss[0] / counted
+                                         : grad_loss[0];
     const std::int64_t y = labels[ri];
     for (std::int64_t j = 0; j < ce.vocab; ++j) {
       const double l = r.logits[std::size_t(i * ce.vocab + j)], p = std::exp(l - r.lse[ri]);
-      double d =
-          p * (1 + 2 * ce.z_loss * r.lse[ri]) - ce.smoothing / double(ce.vocab) - (j == y ? 1 - ce.smoothing : 0);
+      // d (g loss_i + g_lse lse_i) / d l_j; a row ignored has no loss but still an lse.
+      double d = g * (p * (1 + 2 * ce.z_loss * r.lse[ri]) - ce.smoothing / double(ce.vocab) -
+                      (j == y ? 1 - ce.smoothing : 0)) +
+                 g_lse * p;
+      if (r.counted[ri] && (y < 0 || y >= ce.vocab)) d = NAN;  // a label neither in the vocabulary nor ignored
       if (ce.softcap > 0) d *= 1 - (l / ce.softcap) * (l / ce.softcap);
-      if (y < 0 || y >= ce.vocab) d = NAN;  // a label neither in the vocabulary nor ignored: as the kernels say
-      d *= g;
       for (std::int64_t k = 0; k < ce.hidden; ++k) {
         gh[std::size_t(i * ce.hidden + k)] += d * weight[std::size_t(j * ce.hidden + k)];
         gw[std::size_t(j * ce.hidden + k)] += d * hidden[std::size_t(i * ce.hidden + k)];

@@ -116,11 +116,12 @@ struct CrossEntropy {
 // loss ([1], or [tokens] with reduction 0) and lse [tokens] of logits = hidden [tokens, hidden] x weight^T.
 void linear_cross_entropy(const CrossEntropy& ce, const std::vector<float>& hidden, const std::vector<float>& weight,
                           const std::vector<std::int64_t>& labels, std::vector<float>& loss, std::vector<float>& lse);
-// Their gradients for grad_loss ([1] or [tokens]), from the forward's lse.
+// Their gradients for grad_loss ([1] or [tokens]) and grad_lse ([tokens], or empty: none), from the forward's lse.
 void linear_cross_entropy_backward(const CrossEntropy& ce, const std::vector<float>& hidden,
                                    const std::vector<float>& weight, const std::vector<std::int64_t>& labels,
                                    const std::vector<float>& lse, const std::vector<float>& grad_loss,
-                                   std::vector<float>& grad_hidden, std::vector<float>& grad_weight);
+                                   const std::vector<float>& grad_lse, std::vector<float>& grad_hidden,
+                                   std::vector<float>& grad_weight);
 
 // Attention for every op that has it (sdpa, paged prefill and decode): a
 // float64 softmax over each query's visible keys. Sequence s's queries are

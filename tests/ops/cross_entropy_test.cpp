@@ -134,17 +134,34 @@ TEST_P(LinearCrossEntropyGpu, ByHand) {
   EXPECT_NEAR(reference::decode(DType::f32, lse.read())[1], std::log(1 + std::exp(-1.0) + std::exp(-2.0)), 1e-5);
 
   GpuTensor grad_hidden(h), grad_weight(w), grad_loss(one, reference::encode(DType::f32, {1.f}));
-  rt->launch("linear_cross_entropy_backward", {grad_hidden, grad_weight, grad_loss, hidden, weight, labels, lse});
+  rt->launch("linear_cross_entropy_backward",
+             {grad_hidden, grad_weight, grad_loss, hidden, weight, labels, lse, Tensor{}});
   sync();
   const double p1 = std::exp(1.0) / z, p2 = std::exp(2.0) / z;
-  const std::vector<float> gh = reference::decode(DType::f32, grad_hidden.read());
+  std::vector<float> gh = reference::decode(DType::f32, grad_hidden.read());
   EXPECT_NEAR(gh[0], p1 + 2 * p2 - 2, 1e-5);
   EXPECT_EQ(gh[1], 0.f) << "an ignored token has no gradient";
   // d loss / d w_j = (p_j - [j = 2]) * hidden_0.
-  const std::vector<float> gw = reference::decode(DType::f32, grad_weight.read());
+  std::vector<float> gw = reference::decode(DType::f32, grad_weight.read());
   EXPECT_NEAR(gw[0], 1 / z, 1e-5);
   EXPECT_NEAR(gw[1], p1, 1e-5);
   EXPECT_NEAR(gw[2], p2 - 1, 1e-5);
+
+  // loss + 0.5 lse_0 + 3 lse_1: each lse adds its softmax q, times hidden, to the logits' gradient, the
+  // ignored token's too. Token 1's logits are [0, -1, -2]: d lse_1 / d hidden_1 = q_1 + 2 q_2.
+  GpuTensor grad_lse(rows, reference::encode(DType::f32, {0.5f, 3.f}));
+  rt->launch("linear_cross_entropy_backward",
+             {grad_hidden, grad_weight, grad_loss, hidden, weight, labels, lse, grad_lse});
+  sync();
+  const double z1 = 1 + std::exp(-1.0) + std::exp(-2.0), q1 = std::exp(-1.0) / z1, q2 = std::exp(-2.0) / z1;
+  gh = reference::decode(DType::f32, grad_hidden.read());
+  EXPECT_NEAR(gh[0], p1 + 2 * p2 - 2 + 0.5 * (p1 + 2 * p2), 1e-5);
+  EXPECT_NEAR(gh[1], 3 * (q1 + 2 * q2), 1e-5) << "an ignored token's lse has a gradient";
+  // d / d w_j = (p_j - [j = 2]) * 1 + 0.5 p_j * 1 + 3 q_j * (-1).
+  gw = reference::decode(DType::f32, grad_weight.read());
+  EXPECT_NEAR(gw[0], 1.5 / z - 3 / z1, 1e-5);
+  EXPECT_NEAR(gw[1], 1.5 * p1 - 3 * q1, 1e-5);
+  EXPECT_NEAR(gw[2], 1.5 * p2 - 1 - 3 * q2, 1e-5);
 }
 
 // Many slices through a KernelHandle (its launches packed once, for every slice), twice: the same bits.

@@ -10,14 +10,14 @@ op's order; tensors it updates in place (add_rms_norm's residual, store_kv_cache
 mutated; outputs whose shape the inputs do not give (moe_gate's ids and weights) and optional outputs (layer_norm's
 mean and rstd, attention's lse) are mutated arguments too; the others are returned. Scalars are floats.
 
-Autograd, through mt.<op>: rms_norm, add_rms_norm, layer_norm, softmax and linear_cross_entropy differentiate through
-their backward kernels (rms_norm_backward, layer_norm_backward, softmax_backward, linear_cross_entropy_backward),
-linear through gemm, and log_softmax and the activations (silu, gelu, swiglu, gelu_and_mul) through torch operations
-on what they saved, eager and under torch.compile. Any other op, in a call that updates no tensor it is given, raises
-at backward where a gradient would have to pass through it (it has no backward: backend="torch" differentiates its
-golden function instead). The registered ops (torch.ops.mojo_jit.<op>) have no autograd formula, which would cost
-every call through the dispatcher: torch warns at backward there, as for the calls that update a tensor through
-mt.<op>.
+Autograd, through mt.<op>: rms_norm, add_rms_norm, layer_norm, softmax and linear_cross_entropy (its loss and its lse)
+differentiate through their backward kernels (rms_norm_backward, layer_norm_backward, softmax_backward,
+linear_cross_entropy_backward), rotary_embedding through itself (the inverse rotation), linear through gemm, and
+log_softmax and the activations (silu, gelu, swiglu, gelu_and_mul) through torch operations on what they saved, eager
+and under torch.compile. Any other op, in a call that updates no tensor it is given, raises at backward where a
+gradient would have to pass through it (it has no backward: backend="torch" differentiates its golden function
+instead). The registered ops (torch.ops.mojo_jit.<op>) have no autograd formula, which would cost every call through
+the dispatcher: torch warns at backward there, as for the other calls that update a tensor through mt.<op>.
 
 The functions here (mt.rms_norm, ...) take the eager fast path outside torch.compile (the op's call in C++, no
 dispatcher: a repeat of a call's dtypes, shapes and scalars reads the tensors, allocates the outputs and launches) and
@@ -229,22 +229,22 @@ class _LogSoftmax(torch.autograd.Function):
 
 
 class _CrossEntropy(torch.autograd.Function):
-    """The fused loss. Its lse is marked non-differentiable: linear_cross_entropy_backward differentiates the loss
-    alone, and a gradient arriving for lse cannot be told from the zeros torch.compile passes for an unused one."""
+    """The fused loss, and its lse: linear_cross_entropy_backward differentiates both (grad_lse: None where the lse
+    was not used; torch.compile passes zeros, which add nothing)."""
 
     @staticmethod
     def forward(ctx, hidden, weight, labels, scalars):
         loss, lse = torch.ops.mojo_jit.linear_cross_entropy(hidden, weight, labels, **scalars)
         ctx.save_for_backward(hidden, weight, labels, lse)
         ctx.scalars = scalars
-        ctx.mark_non_differentiable(lse)
         return loss, lse
 
     @staticmethod
     def backward(ctx, grad_loss, grad_lse):
         hidden, weight, labels, lse = ctx.saved_tensors
         grad_hidden, grad_weight = torch.ops.mojo_jit.linear_cross_entropy_backward(
-            grad_loss.contiguous(), hidden, weight, labels, lse, **ctx.scalars)
+            grad_loss.contiguous(), hidden, weight, labels, lse,
+            None if grad_lse is None else grad_lse.float().contiguous(), **ctx.scalars)
         return grad_hidden, grad_weight, None, None
 
 
@@ -320,6 +320,37 @@ class _Activation(torch.autograd.Function):
         return grad.to(x.dtype), None, None
 
 
+class _Rotary(torch.autograd.Function):
+    """rotary_embedding of one tensor (q or k), in place (marked dirty), the other given as none of its heads: torch
+    lets a Function that updates a view in place return that one tensor only. A rotation's gradient is the inverse
+    rotation: the same kernel on a copy of the gradient, with the cache's sin negated (positions out of range leave
+    both alone)."""
+
+    @staticmethod
+    def forward(ctx, t, positions, cos_sin_cache, neox):
+        torch.ops.mojo_jit.rotary_embedding(t, _no_heads(t), positions, cos_sin_cache, neox=neox)
+        ctx.mark_dirty(t)
+        ctx.save_for_backward(positions, cos_sin_cache)
+        ctx.neox = neox
+        return t
+
+    @staticmethod
+    def backward(ctx, grad):
+        positions, cache = ctx.saved_tensors
+        if ctx.needs_input_grad[2]:
+            raise NotImplementedError("mojo_jit rotary_embedding has no gradient for cos_sin_cache: detach it, or "
+                                      "call with backend=\"torch\" (its golden function, differentiable)")
+        half = cache.shape[1] // 2
+        inverse = torch.cat([cache[:, :half], -cache[:, half:]], dim=1)
+        grad = grad.contiguous().clone()
+        torch.ops.mojo_jit.rotary_embedding(grad, _no_heads(grad), positions, inverse, neox=ctx.neox)
+        return grad, None, None, None
+
+
+def _no_heads(t: torch.Tensor) -> torch.Tensor:
+    return t.new_empty(t.shape[0], 0, t.shape[2])
+
+
 class _NoBackward(torch.autograd.Function):
     """An op with no backward: its outputs take part in autograd, and a gradient through them raises."""
 
@@ -367,6 +398,10 @@ def _recorded(op: _Op, args: tuple, kwargs: dict) -> Any:
         return _Activation.apply(tensors["x"], op.name, scalars)
     if op.name == "linear":
         return _Linear.apply(tensors["x"], tensors["weight"], tensors.get("bias"), tensors.get("residual"), scalars)
+    if op.name == "rotary_embedding":  # updates q and k, returns nothing
+        for name in ("q", "k"):
+            _Rotary.apply(tensors[name], tensors["positions"], tensors["cos_sin_cache"], s["neox"])
+        return None
     if any(n in op.f.in_place or n in op.given for n in tensors):  # updates a tensor given (sdpa with lse, ...)
         return getattr(torch.ops.mojo_jit, op.name)(*args, **kwargs)
     return _NoBackward.apply(op.name, scalars, *(tensors.get(n) for n in op.args))

@@ -504,12 +504,17 @@ def linear_cross_entropy(hidden, weight, labels, reduction=1, ignore_index=-100,
     return _reduce(per_row, counted, reduction).to(torch.float32), lse.to(torch.float32)
 
 
-def linear_cross_entropy_backward(grad_loss, hidden, weight, labels, lse, reduction=1, ignore_index=-100,
-                                  label_smoothing=0.0, z_loss=0.0, softcap=0.0, vocab_chunk=0, path=0):
-    """The gradients of linear_cross_entropy's loss by autograd through the forward above."""
+def linear_cross_entropy_backward(grad_loss, hidden, weight, labels, lse, grad_lse=None, reduction=1,
+                                  ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=0.0, vocab_chunk=0,
+                                  path=0):
+    """The gradients of linear_cross_entropy's loss (and of its lse, by grad_lse) by autograd through the forward
+    above."""
     h = hidden.detach().to(_F64).requires_grad_()
     w = weight.detach().to(_F64).requires_grad_()
-    per_row, _, counted = _cross_entropy_rows(h, w, labels, ignore_index, label_smoothing, z_loss, softcap)
+    per_row, row_lse, counted = _cross_entropy_rows(h, w, labels, ignore_index, label_smoothing, z_loss, softcap)
     loss = _reduce(per_row, counted, reduction)
-    loss.backward(grad_loss.to(_F64).reshape(loss.shape))
+    total = (loss * grad_loss.to(_F64).reshape(loss.shape)).sum()
+    if grad_lse is not None:
+        total = total + (row_lse * grad_lse.to(_F64)).sum()
+    total.backward()
     return h.grad.to(hidden.dtype), w.grad.to(weight.dtype)
