@@ -354,24 +354,54 @@ def test_autograd_records_only_where_a_gradient_is_wanted():
     assert x.grad is None and w.grad is not None
 
 
-def test_an_op_without_a_backward_refuses_at_backward():
-    """No silently lost gradient through mt.<op>: an op with no backward raises where a gradient would pass
-    through it (torch's own fallback, the registered op's, only warns, and the inputs get none); without grad, or
-    through the golden function, it runs."""
-    x, w = torch.randn(5, 64, requires_grad=True), torch.randn(64)
-    y = mt.rms_norm_backward(x, torch.randn(5, 64), w)[0]
-    assert y.requires_grad
-    with pytest.raises(NotImplementedError, match="mojo_jit rms_norm_backward has no backward"):
-        y.sum().backward()
-    q, kv = torch.randn(6, 2, 64, dtype=torch.float16, requires_grad=True), torch.randn(6, 1, 64, dtype=torch.float16)
-    with pytest.raises(NotImplementedError, match="mojo_jit sdpa has no backward"):
-        mt.sdpa(q, kv, kv).float().sum().backward()  # lse absent: the call updates nothing
-    with torch.no_grad():
-        assert not mt.rms_norm_backward(x, torch.randn(5, 64), w)[0].requires_grad
-    grad_out = torch.randn(5, 64)
-    (mt.rms_norm_backward(x, grad_out, w, backend="torch")[0] * grad_out).sum().backward()
+@pytest.mark.filterwarnings("ignore:mojo_jit .* has no backward kernel")
+def test_an_op_without_a_backward_kernel_differentiates_through_its_golden_function():
+    """An op with no backward of its own (sdpa, embedding, a backward op differentiated again): the kernel forward,
+    and autograd through its golden function for the gradient, with one warning an op that says so; torch's own
+    fallback, the registered op's, only warns and gives the inputs none. Where the golden function's graph does
+    not reach an input (it computes outside autograd), backward raises rather than give it none; so does
+    torch.compile, which does not trace that gradient."""
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(10, h, 64, generator=gen).half() for h in (4, 2, 2))
+    sinks, cu = torch.randn(4, generator=gen), torch.tensor([0, 4, 10], dtype=torch.int32)
+    grad_out = torch.randn(10, 4, 64, generator=gen)
+
+    def attention_grads(fn):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v, sinks)]
+        out = fn(*leaves[:3], cu_seqlens_q=cu, sinks=leaves[3], softcap=5.0)
+        (out.float() * grad_out).sum().backward()
+        return [t.grad for t in leaves]
+
+    mt._warned.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = attention_grads(mt.sdpa)
+        attention_grads(mt.sdpa)
+    assert [str(w.message) for w in caught if "no backward kernel" in str(w.message)] == [
+        "mojo_jit sdpa has no backward kernel: its gradient is autograd through its golden function (PyTorch), run "
+        "again on the saved inputs: exact, and as slow as that function"]
+    for g, want in zip(got, attention_grads(golden.sdpa)):
+        torch.testing.assert_close(g, want)
+
+    ids, table = torch.tensor([[3, 1], [3, 7]]), torch.randn(9, 16, requires_grad=True)
+    (mt.embedding(ids, table) * torch.arange(16.0)).sum().backward()
+    want = torch.zeros(9, 16).index_add_(0, ids.flatten(), torch.arange(16.0).expand(4, 16))
+    torch.testing.assert_close(table.grad, want, rtol=0, atol=0)
+
+    x, w, grad_out = torch.randn(5, 64, requires_grad=True), torch.randn(64), torch.randn(5, 64)
+    (mt.rms_norm_backward(x, grad_out, w)[0] * grad_out).sum().backward()  # differentiated again
     _expect_grads([x.grad], _golden_grads(lambda *t: golden.rms_norm_backward(*t)[0], [x, grad_out, w], grad_out),
-                  "golden rms_norm_backward")
+                  "rms_norm_backward through its golden function")
+
+    h, weight, labels = torch.randn(6, 32, requires_grad=True), torch.randn(50, 32), torch.randint(0, 50, (6,))
+    grads = mt.linear_cross_entropy_backward(torch.ones(1), h, weight, labels, torch.randn(6))
+    with pytest.raises(NotImplementedError, match="its golden function gives hidden no gradient"):
+        grads[0].sum().backward()
+    with torch.no_grad():
+        assert not mt.rms_norm_backward(x, grad_out, w)[0].requires_grad
+    compiled = torch.compile(lambda q: mt.sdpa(q, k, v).float().sum(), fullgraph=True, backend="aot_eager")
+    with pytest.raises(Exception, match="sdpa has no backward kernel, and its golden function's gradient is not"):
+        compiled(q.clone().requires_grad_()).backward()
 
 
 @pytest.mark.parametrize("neox,rot", [(1, 64), (0, 48)])

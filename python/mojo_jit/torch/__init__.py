@@ -14,8 +14,9 @@ Autograd, through mt.<op>: rms_norm, add_rms_norm, layer_norm, softmax and linea
 differentiate through their backward kernels (rms_norm_backward, layer_norm_backward, softmax_backward,
 linear_cross_entropy_backward), rotary_embedding through itself (the inverse rotation), linear through gemm, and
 log_softmax and the activations (silu, gelu, swiglu, gelu_and_mul) through torch operations on what they saved, eager
-and under torch.compile. Any other op, in a call that updates no tensor it is given, raises at backward where a
-gradient would have to pass through it (it has no backward: backend="torch" differentiates its golden function
+and under torch.compile. Any other op, in a call that updates no tensor it is given, runs its kernel forward and
+differentiates through its golden function, run again in the backward (exact, at that function's speed: a warning says
+so once an op; under torch.compile, and where that function's graph does not reach an input, backward raises
 instead). The registered ops (torch.ops.mojo_jit.<op>) have no autograd formula, which would cost every call through
 the dispatcher: torch warns at backward there, as for the other calls that update a tensor through mt.<op>.
 
@@ -132,11 +133,11 @@ def schema(op: str) -> str:
 # ---- autograd ----------------------------------------------------------------------------------------------------
 # mt.<op> records its call where grad mode is on and an input requires grad: the ops with a backward kernel
 # (rms_norm and add_rms_norm, layer_norm, softmax, linear_cross_entropy) through an autograd.Function whose backward
-# calls it (linear's: gemm; log_softmax's and the activations': torch operations); any other op, in a call that
-# updates no tensor it is given, through one whose backward raises, naming the op. Each runs its kernel through the
-# registered op (traceable: torch.compile records it). The registered ops themselves have no autograd formula: one
-# in Python costs every call through the dispatcher about 2 us (torch.ops.mojo_jit.rms_norm 5.6 -> 8.1 us on the
-# development machine), grad or not.
+# calls it (linear's: gemm; log_softmax's and the activations': torch operations; rotary's: itself); any other op,
+# in a call that updates no tensor it is given, through one whose backward is its golden function's. Each runs its
+# kernel through the registered op (traceable: torch.compile records it). The registered ops themselves have no
+# autograd formula: one in Python costs every call through the dispatcher about 2 us (torch.ops.mojo_jit.rms_norm
+# 5.6 -> 8.1 us on the development machine), grad or not.
 class _RmsNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
@@ -351,20 +352,48 @@ def _no_heads(t: torch.Tensor) -> torch.Tensor:
     return t.new_empty(t.shape[0], 0, t.shape[2])
 
 
-class _NoBackward(torch.autograd.Function):
-    """An op with no backward: its outputs take part in autograd, and a gradient through them raises."""
+class _ThroughGolden(torch.autograd.Function):
+    """An op with no backward of its own: the forward is the kernel, the gradient autograd through the op's golden
+    function, run again on the saved inputs (PyTorch; float64 inside where it computes): the definition's exact
+    derivative, at the golden function's speed and memory (a warning says so, once an op). Where the golden
+    function's graph does not reach an input that wants a gradient (it computes that part outside autograd), and
+    under torch.compile, which does not trace it, backward raises, naming the op."""
 
     @staticmethod
     def forward(ctx, op, scalars, *tensors):
-        ctx.op = op
-        return getattr(torch.ops.mojo_jit, op)(*tensors, **scalars)
+        ctx.op, ctx.scalars = op, scalars
+        ctx.save_for_backward(*tensors)
+        return getattr(torch.ops.mojo_jit, op.name)(*tensors, **scalars)
 
     @staticmethod
     def backward(ctx, *grads):
-        raise NotImplementedError(
-            f"mojo_jit {ctx.op} has no backward, and a gradient would pass through it: call it under "
-            f"torch.no_grad() or on detached tensors, or with backend=\"torch\" (its golden function, "
-            f"differentiable)")
+        op, tensors = ctx.op, ctx.saved_tensors
+        if _is_compiling():
+            raise NotImplementedError(
+                f"mojo_jit {op.name} has no backward kernel, and its golden function's gradient is not traced by "
+                f"torch.compile: call it outside the compiled region, or under torch.no_grad()")
+        wanted = [i for i, t in enumerate(tensors) if ctx.needs_input_grad[i + 2]]
+        leaves = [t.detach().requires_grad_() if i in wanted else t for i, t in enumerate(tensors)]
+        named = dict(zip(op.args, leaves))
+        with torch.enable_grad():
+            out = getattr(golden, op.name)(*(named[n] for n in op.f.inputs),
+                                           **{n: named[n] for n in op.args[len(op.f.inputs):]}, **ctx.scalars)
+        outs = out if isinstance(out, tuple) else (out,)
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
+        found = torch.autograd.grad([o for o, _ in pairs], [leaves[i] for i in wanted], [g for _, g in pairs],
+                                    allow_unused=True) if pairs else [None] * len(wanted)
+        result = [None] * len(tensors)
+        for i, g in zip(wanted, found):
+            if g is None:
+                raise NotImplementedError(
+                    f"mojo_jit {op.name} has no backward, and its golden function gives {op.args[i]} no gradient: "
+                    f"call it under torch.no_grad() or with {op.args[i]} detached")
+            result[i] = g
+        if (op.name, "backward") not in _warned:
+            _warned.add((op.name, "backward"))
+            warnings.warn(f"mojo_jit {op.name} has no backward kernel: its gradient is autograd through its golden "
+                          f"function (PyTorch), run again on the saved inputs: exact, and as slow as that function")
+        return (None, None, *result)
 
 
 def _wants_grad(args: tuple, kwargs: dict) -> bool:
@@ -404,7 +433,7 @@ def _recorded(op: _Op, args: tuple, kwargs: dict) -> Any:
         return None
     if any(n in op.f.in_place or n in op.given for n in tensors):  # updates a tensor given (sdpa with lse, ...)
         return getattr(torch.ops.mojo_jit, op.name)(*args, **kwargs)
-    return _NoBackward.apply(op.name, scalars, *(tensors.get(n) for n in op.args))
+    return _ThroughGolden.apply(op, scalars, *(tensors.get(n) for n in op.args))
 
 
 # ---- the backend switch ------------------------------------------------------------------------------------------
