@@ -14,7 +14,8 @@ Autograd, through mt.<op>: rms_norm, add_rms_norm, layer_norm, softmax and linea
 differentiate through their backward kernels (rms_norm_backward, layer_norm_backward, softmax_backward,
 linear_cross_entropy_backward), rotary_embedding through itself (the inverse rotation), linear through gemm, and
 log_softmax and the activations (silu, gelu, swiglu, gelu_and_mul) through torch operations on what they saved, eager
-and under torch.compile. Any other op, in a call that updates no tensor it is given, runs its kernel forward and
+and under torch.compile; sdpa (without a soft-cap, sinks or a window) through torch's own attention, run again in the
+backward (eager only). Any other op, in a call that updates no tensor it is given, runs its kernel forward and
 differentiates through its golden function, run again in the backward (exact, at that function's speed: a warning says
 so once an op; under torch.compile, and where that function's graph does not reach an input, backward raises
 instead). The registered ops (torch.ops.mojo_jit.<op>) have no autograd formula, which would cost every call through
@@ -36,6 +37,7 @@ import warnings
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from .. import _C, _runtime
 from .. import ops as _ops
@@ -352,6 +354,55 @@ def _no_heads(t: torch.Tensor) -> torch.Tensor:
     return t.new_empty(t.shape[0], 0, t.shape[2])
 
 
+class _Sdpa(torch.autograd.Function):
+    """sdpa without a soft-cap, sinks or a window: the kernel forward, the gradient through torch's own attention
+    (F.scaled_dot_product_attention; FlashAttention-2's backward on a GPU) run again on the saved q, k and v, sequence
+    by sequence. Query t of a sequence sits at kv_len - q_len + t as in the kernel: causal masks align at the ends,
+    where torch's is_causal aligns at the starts, so a sequence of unequal lengths gets its mask given. A sequence
+    with a query that sees no key (no keys, or causal with q_len > kv_len) takes the golden function's attention
+    (float64)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, scalars):
+        ctx.save_for_backward(q, k, v, cu_seqlens_q, cu_seqlens_k)
+        ctx.scalars = scalars
+        return torch.ops.mojo_jit.sdpa(q, k, v, cu_seqlens_q, cu_seqlens_k, **scalars)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        if _is_compiling():
+            raise NotImplementedError("mojo_jit sdpa has no backward kernel, and its gradient through torch's "
+                                      "attention is not traced by torch.compile: call it outside the compiled region, "
+                                      "or under torch.no_grad()")
+        q, k, v, cu_q, cu_k = ctx.saved_tensors
+        scale = float(ctx.scalars.get("scale", 0.0)) or 1 / math.sqrt(q.shape[-1])
+        causal = bool(ctx.scalars.get("causal", 1))
+        cq = [0, q.shape[0]] if cu_q is None else cu_q.tolist()
+        ck = cq if cu_k is None else cu_k.tolist()
+        leaves = [t.detach().requires_grad_(need) for t, need in zip((q, k, v), ctx.needs_input_grad)]
+        outs = []
+        with torch.enable_grad():
+            for s in range(len(cq) - 1):
+                qs, ks, vs = (t[c[s]:c[s + 1]] for t, c in zip(leaves, (cq, ck, ck)))
+                q_len, kv_len = qs.shape[0], ks.shape[0]
+                if kv_len == 0 or (causal and q_len > kv_len):
+                    outs.append(golden._attend(qs, ks, vs, scale, -1, 0.0, True, None)[0].to(q.dtype))
+                    continue
+                mask = None
+                if causal and q_len != kv_len:
+                    mask = torch.ones(q_len, kv_len, dtype=torch.bool, device=q.device).tril(kv_len - q_len)
+                o = F.scaled_dot_product_attention(qs.transpose(0, 1), ks.transpose(0, 1), vs.transpose(0, 1),
+                                                   attn_mask=mask, is_causal=causal and mask is None, scale=scale,
+                                                   enable_gqa=True)
+                outs.append(o.transpose(0, 1))
+            out = torch.cat(outs)
+        wanted = [t for t in leaves if t.requires_grad]
+        found = iter(torch.autograd.grad(out, wanted, grad_out, allow_unused=True))
+        grads = [next(found) if t.requires_grad else None for t in leaves]
+        return (*(torch.zeros_like(t) if g is None and t.requires_grad else g for g, t in zip(grads, leaves)), None,
+                None, None)
+
+
 class _ThroughGolden(torch.autograd.Function):
     """An op with no backward of its own: the forward is the kernel, the gradient autograd through the op's golden
     function, run again on the saved inputs (PyTorch; float64 inside where it computes): the definition's exact
@@ -370,8 +421,8 @@ class _ThroughGolden(torch.autograd.Function):
         op, tensors = ctx.op, ctx.saved_tensors
         if _is_compiling():
             raise NotImplementedError(
-                f"mojo_jit {op.name} has no backward kernel, and its golden function's gradient is not traced by "
-                f"torch.compile: call it outside the compiled region, or under torch.no_grad()")
+                f"mojo_jit {op.name} has no backward kernel, and its gradient through its golden function is not "
+                f"traced by torch.compile: call it outside the compiled region, or under torch.no_grad()")
         wanted = [i for i, t in enumerate(tensors) if ctx.needs_input_grad[i + 2]]
         leaves = [t.detach().requires_grad_() if i in wanted else t for i, t in enumerate(tensors)]
         named = dict(zip(op.args, leaves))
@@ -427,6 +478,9 @@ def _recorded(op: _Op, args: tuple, kwargs: dict) -> Any:
         return _Activation.apply(tensors["x"], op.name, scalars)
     if op.name == "linear":
         return _Linear.apply(tensors["x"], tensors["weight"], tensors.get("bias"), tensors.get("residual"), scalars)
+    if op.name == "sdpa" and "sinks" not in tensors and "lse" not in tensors and not s["softcap"] and s["window"] < 0:
+        return _Sdpa.apply(tensors["q"], tensors["k"], tensors["v"], tensors.get("cu_seqlens_q"),
+                           tensors.get("cu_seqlens_k"), scalars)
     if op.name == "rotary_embedding":  # updates q and k, returns nothing
         for name in ("q", "k"):
             _Rotary.apply(tensors[name], tensors["positions"], tensors["cos_sin_cache"], s["neox"])
