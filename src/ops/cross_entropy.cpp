@@ -50,7 +50,7 @@ constexpr TensorArgInfo kBackwardTensors[] = {
     {"labels", "in", "i32 or i64 [tokens]"},
     {"lse", "in", "f32 [tokens]: the forward's log-sum-exp"},
     {"grad_lse", "in",
-     "f32 [tokens], optional: lse's own gradient, where a loss uses the lse (d lse / d logits = softmax)"},
+     "f32 [tokens]: lse's own gradient, where a loss uses the lse (d lse / d logits = softmax), or absent"},
 };
 constexpr OpInfo kForward{
     .name = "linear_cross_entropy",
