@@ -345,7 +345,7 @@ class _Rotary(torch.autograd.Function):
                                       "call with backend=\"torch\" (its golden function, differentiable)")
         half = cache.shape[1] // 2
         inverse = torch.cat([cache[:, :half], -cache[:, half:]], dim=1)
-        grad = grad.contiguous().clone()
+        grad = grad.clone(memory_format=torch.contiguous_format)
         torch.ops.mojo_jit.rotary_embedding(grad, _no_heads(grad), positions, inverse, neox=ctx.neox)
         return grad, None, None, None
 
@@ -386,7 +386,7 @@ class _Sdpa(torch.autograd.Function):
                 qs, ks, vs = (t[c[s]:c[s + 1]] for t, c in zip(leaves, (cq, ck, ck)))
                 q_len, kv_len = qs.shape[0], ks.shape[0]
                 if kv_len == 0 or (causal and q_len > kv_len):
-                    outs.append(golden._attend(qs, ks, vs, scale, -1, 0.0, True, None)[0].to(q.dtype))
+                    outs.append(golden._attend(qs, ks, vs, scale, -1, 0.0, causal, None)[0].to(q.dtype))
                     continue
                 mask = None
                 if causal and q_len != kv_len:
