@@ -31,6 +31,7 @@ CASES = [
     ("linear", "f32", {"x": (17, 200), "weight": (136, 200), "bias": (136,)}, {"activation": 3}),
     ("group_gemm", "f32", {"x": (100, 72), "weight": (4, 136, 72), "offsets": (5,)}, {}),
     ("sdpa", "f16", {"q": (40, 4, 64), "k": (40, 2, 64)}, {}),
+    ("sdpa_backward", "f16", {"q": (40, 4, 64), "k": (40, 2, 64), "cu_seqlens_q": (3,)}, {}),
     ("paged_prefill_gqa", "f16",
      {"q": (40, 8, 64), "k_cache": (40, 8, 1, 64), "cu_seqlens_q": (3,), "block_tables": (2, 16)}, {}),
     ("paged_decode_gqa", "f16", {"q": (2, 4, 128), "k_cache": (40, 16, 1, 128), "block_tables": (2, 20)}, {}),

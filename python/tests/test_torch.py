@@ -64,6 +64,8 @@ GOLDEN_CASES = CASES + [
     ("sdpa", "f16", {"q": (40, 4, 64), "k": (40, 2, 64), "sinks": (4,), "lse": (4, 40)}, {"window": 7, "softcap": 3.0}),
     ("linear_cross_entropy", "f32", {"hidden": (17, 72), "weight": (300, 72), "loss": (17,)},
      {"reduction": 0, "label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 3.0}),
+    ("sdpa_backward", "f16", {"q": (30, 4, 64), "k": (50, 2, 64), "cu_seqlens_q": (3,), "cu_seqlens_k": (3,),
+                              "sinks": (4,), "grad_sinks": (4,)}, {}),
     # No soft-cap here: the lse input is the uncapped forward's (random_data sees no scalars), which the reference
     # takes as given and the golden function, recomputing it, does not.
     ("linear_cross_entropy_backward", "f32", {"hidden": (17, 72), "weight": (300, 72), "grad_lse": (17,)},
@@ -354,44 +356,57 @@ def test_autograd_records_only_where_a_gradient_is_wanted():
     assert x.grad is None and w.grad is not None
 
 
-@pytest.mark.parametrize("causal,cu_k", [(1, None), (1, [0, 9, 14]), (0, [0, 3, 14])])
-def test_sdpa_differentiates_through_torchs_attention(causal, cu_k):
-    """sdpa without a soft-cap, sinks or a window: the kernel forward, the gradient through torch's attention run
-    again, sequence by sequence: two packed sequences, GQA 4/2, causal masks aligned at the ends (more keys than
-    queries: chunked prefill; more queries than keys, the first seeing none), and not causal, against autograd
-    through the golden function in float64."""
+SDPA_GRADS = [(1, None, {}), (1, [0, 9, 14], {"window": 3}), (0, [0, 3, 14], {"softcap": 4.0, "sinks": True})]
+
+
+@pytest.mark.parametrize("causal,cu_k,extra", SDPA_GRADS)
+def test_sdpa_differentiates_through_its_backward_kernel(causal, cu_k, extra):
+    """sdpa through sdpa_backward: two packed sequences, GQA 4/2, causal masks aligned at the ends (more keys than
+    queries: chunked prefill; more queries than keys, the first seeing none), a window, not causal with a soft-cap
+    and sinks (their gradient too), against autograd through the golden function in float64; and under
+    torch.compile, the same gradients."""
     gen = torch.Generator().manual_seed(len(cu_k or []) + causal)
     q = torch.randn(10, 4, 64, generator=gen).half()
     k, v = (torch.randn(cu_k[-1] if cu_k else 10, 2, 64, generator=gen).half() for _ in range(2))
+    sinks = torch.randn(4, generator=gen) if extra.get("sinks") else None
     cu_q = torch.tensor([0, 4, 10], dtype=torch.int32)
-    scalars = {"causal": causal, "scale": 0.2}
+    scalars = {"causal": causal, "scale": 0.2, **{n: x for n, x in extra.items() if n != "sinks"}}
     if cu_k is not None:
         scalars["cu_seqlens_k"] = torch.tensor(cu_k, dtype=torch.int32)
     grad_out = torch.randn(10, 4, 64, generator=gen)
 
-    def grads(fn, dtype):
+    def grads(fn, dtype, compiled=False):
         leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
-        (fn(*leaves, cu_seqlens_q=cu_q, **scalars).double() * grad_out).sum().backward()
+        if sinks is not None:
+            leaves.append(sinks.detach().to(dtype if dtype == torch.float64 else torch.float32).requires_grad_())
+        extra_args = {"sinks": leaves[3]} if sinks is not None else {}
+
+        def loss(*tensors):
+            return (fn(*tensors[:3], cu_seqlens_q=cu_q, **extra_args, **scalars).double() * grad_out).sum()
+        (torch.compile(loss, fullgraph=True, backend="aot_eager") if compiled else loss)(*leaves).backward()
         return [t.grad for t in leaves]
 
     mt._warned.clear()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # not through the golden function (which warns)
         got = grads(mt.sdpa, torch.float16)
-    _expect_grads(got, grads(golden.sdpa, torch.float64), f"sdpa causal={causal} cu_seqlens_k={cu_k}", rel=1e-2)
+        compiled = grads(mt.sdpa, torch.float16, compiled=True)
+    _expect_grads(got, grads(golden.sdpa, torch.float64), f"sdpa causal={causal} cu_seqlens_k={cu_k} {extra}", rel=1e-2)
+    for g, c in zip(got, compiled):
+        torch.testing.assert_close(c, g, rtol=0, atol=0)
 
 
 @pytest.mark.filterwarnings("ignore:mojo_jit .* has no backward kernel")
 def test_an_op_without_a_backward_kernel_differentiates_through_its_golden_function():
-    """An op with no backward of its own (sdpa, embedding, a backward op differentiated again): the kernel forward,
-    and autograd through its golden function for the gradient, with one warning an op that says so; torch's own
-    fallback, the registered op's, only warns and gives the inputs none. Where the golden function's graph does
-    not reach an input (it computes outside autograd), backward raises rather than give it none; so does
+    """An op with no backward of its own (sdpa at head_dim 256, embedding, a backward op differentiated again): the
+    kernel forward, and autograd through its golden function for the gradient, with one warning an op that says so;
+    torch's own fallback, the registered op's, only warns and gives the inputs none. Where the golden function's
+    graph does not reach an input (it computes outside autograd), backward raises rather than give it none; so does
     torch.compile, which does not trace that gradient."""
     gen = torch.Generator().manual_seed(5)
-    q, k, v = (torch.randn(10, h, 64, generator=gen).half() for h in (4, 2, 2))
+    q, k, v = (torch.randn(10, h, 256, generator=gen).half() for h in (4, 2, 2))  # head_dim 256: no backward kernel
     sinks, cu = torch.randn(4, generator=gen), torch.tensor([0, 4, 10], dtype=torch.int32)
-    grad_out = torch.randn(10, 4, 64, generator=gen)
+    grad_out = torch.randn(10, 4, 256, generator=gen)
 
     def attention_grads(fn):
         leaves = [t.clone().requires_grad_() for t in (q, k, v, sinks)]

@@ -53,4 +53,51 @@ void attention(const AttentionShape& shape, const std::vector<AttentionSequence>
   }
 }
 
+void attention_backward(const AttentionShape& shape, const std::vector<AttentionSequence>& sequences, const float* q,
+                        const float* k, const float* v, const float* sinks, const float* grad_out, const float* out,
+                        const float* lse, float* grad_q, float* grad_k, float* grad_v, float* grad_sinks,
+                        std::int64_t kv_rows) {
+  const std::int64_t H = shape.heads, D = shape.head_dim, group = shape.heads / shape.kv_heads;
+  std::vector<double> gq(std::size_t(shape.tokens * H * D)), gk(std::size_t(kv_rows * shape.kv_heads * D)),
+      gv(gk.size()), gs(static_cast<std::size_t>(H));
+  for (const AttentionSequence& seq : sequences) {
+    const std::int64_t kv_len = std::int64_t(seq.key_rows.size());
+    for (std::int64_t t = 0; t < seq.q_count; ++t) {
+      const std::int64_t token = seq.q_start + t, position = kv_len - seq.q_count + t;
+      for (std::int64_t h = 0; h < H; ++h) {
+        const std::int64_t kv_head = h / group, row = (token * H + h) * D;
+        const double row_lse = lse[h * shape.tokens + token];
+        double dot = 0;  // D = rowsum(grad_out * out)
+        for (std::int64_t d = 0; d < D; ++d) dot += double(grad_out[row + d]) * double(out[row + d]);
+        if (sinks) gs[std::size_t(h)] -= std::exp(double(sinks[h]) - row_lse) * dot;
+        for (std::int64_t j = 0; j < kv_len; ++j) {
+          if ((shape.causal && j > position) || (shape.window >= 0 && j < position - shape.window)) continue;
+          const std::int64_t key = (seq.key_rows[std::size_t(j)] * shape.kv_heads + kv_head) * D;
+          double s = 0, dp = 0;
+          for (std::int64_t d = 0; d < D; ++d) {
+            s += double(q[row + d]) * double(k[key + d]);
+            dp += double(grad_out[row + d]) * double(v[key + d]);
+          }
+          double x = shape.scale * s, slope = 1;
+          if (shape.softcap > 0) {
+            x = shape.softcap * std::tanh(x / shape.softcap);
+            slope = 1 - (x / shape.softcap) * (x / shape.softcap);
+          }
+          const double p = std::isinf(row_lse) && row_lse < 0 ? 0.0 : std::exp(x - row_lse);
+          const double ds = p * (dp - dot) * slope * shape.scale;
+          for (std::int64_t d = 0; d < D; ++d) {
+            gv[std::size_t(key + d)] += p * double(grad_out[row + d]);
+            gk[std::size_t(key + d)] += ds * double(q[row + d]);
+            gq[std::size_t(row + d)] += ds * double(k[key + d]);
+          }
+        }
+      }
+    }
+  }
+  std::copy(gq.begin(), gq.end(), grad_q);
+  std::copy(gk.begin(), gk.end(), grad_k);
+  std::copy(gv.begin(), gv.end(), grad_v);
+  if (grad_sinks) std::copy(gs.begin(), gs.end(), grad_sinks);
+}
+
 }  // namespace mojo::reference

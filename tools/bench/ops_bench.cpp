@@ -88,14 +88,16 @@ std::vector<OpCase> gemm_cases(bool smoke) {
 }
 
 // Attention at Qwen3-8B's heads (32 query, 8 KV, head_dim 128): causal prefill of one 4096-token sequence
-// (packed keys and a paged cache), paged decode of 32 sequences of 8k (one token each, and 8 for speculative
-// verification), over full-length contexts.
+// (packed keys and a paged cache) and its backward, paged decode of 32 sequences of 8k (one token each, and 8 for
+// speculative verification), over full-length contexts.
 std::vector<OpCase> attention_cases(bool smoke) {
   if (smoke)
     return {{"sdpa", "q=16x4x64 k=16x1x64"},
+            {"sdpa_backward", "q=16x4x64 k=16x1x64"},
             {"paged_prefill_gqa", "q=32x4x64 k_cache=8x16x1x64 cu_seqlens_q=3 block_tables=2x4"},
             {"paged_decode_gqa", "q=2x4x64 k_cache=8x16x1x64 block_tables=2x4"}};
   return {{"sdpa", "q=4096x32x128 k=4096x8x128"},
+          {"sdpa_backward", "q=4096x32x128 k=4096x8x128"},
           {"paged_prefill_gqa", "q=4096x32x128 k_cache=8192x16x8x128 cu_seqlens_q=2 block_tables=1x256"},
           {"paged_decode_gqa", "q=32x32x128 k_cache=16384x16x8x128 block_tables=32x512"},
           {"paged_decode_gqa", "q=256x32x128 k_cache=16384x16x8x128 block_tables=32x512"}};

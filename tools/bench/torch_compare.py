@@ -147,6 +147,18 @@ def case(op, s, dt, activation=0, trans_b=0, causal=1):
             shape_q, shape_kv, causal = (batch, heads, length, d), (batch, kv_heads, length, d), bool(causal)
         return (lambda g: (rand(shape_q, dt, g), rand(shape_kv, dt, g), rand(shape_kv, dt, g)),
                 lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True))
+    if op == "sdpa_backward":
+        # torch's SDPA forward and backward together (autograd: FlashAttention-2's kernels on an H100) against
+        # mojo-jit's sdpa row plus this one, over equal sequences as mojo-bench fills them.
+        tokens, heads, d = s["q"]
+        batch = s["cu_seqlens_q"][0] - 1 if "cu_seqlens_q" in s else 1
+        shape_q, shape_kv = (batch, heads, tokens // batch, d), (batch, s["k"][-2], tokens // batch, d)
+
+        def grads(q, k, v, grad_out):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal), enable_gqa=True)
+            return torch.autograd.grad(out, (q, k, v), grad_out)
+        return (lambda g: (*(rand(x, dt, g).requires_grad_() for x in (shape_q, shape_kv, shape_kv)),
+                           rand(shape_q, dt, g)), grads)
     if op == "apply_penalties_temperature":
         b, v = s["logits"]
         length = s["token_ids"][1]

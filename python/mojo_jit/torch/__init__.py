@@ -10,16 +10,16 @@ op's order; tensors it updates in place (add_rms_norm's residual, store_kv_cache
 mutated; outputs whose shape the inputs do not give (moe_gate's ids and weights) and optional outputs (layer_norm's
 mean and rstd, attention's lse) are mutated arguments too; the others are returned. Scalars are floats.
 
-Autograd, through mt.<op>: rms_norm, add_rms_norm, layer_norm, softmax and linear_cross_entropy (its loss and its lse)
-differentiate through their backward kernels (rms_norm_backward, layer_norm_backward, softmax_backward,
-linear_cross_entropy_backward), rotary_embedding through itself (the inverse rotation), linear through gemm, and
-log_softmax and the activations (silu, gelu, swiglu, gelu_and_mul) through torch operations on what they saved, eager
-and under torch.compile; sdpa (without a soft-cap, sinks or a window) through torch's own attention, run again in the
-backward (eager only). Any other op, in a call that updates no tensor it is given, runs its kernel forward and
-differentiates through its golden function, run again in the backward (exact, at that function's speed: a warning says
-so once an op; under torch.compile, and where that function's graph does not reach an input, backward raises
-instead). The registered ops (torch.ops.mojo_jit.<op>) have no autograd formula, which would cost every call through
-the dispatcher: torch warns at backward there, as for the other calls that update a tensor through mt.<op>.
+Autograd, through mt.<op>: rms_norm, add_rms_norm, layer_norm, softmax, sdpa (head_dim up to 128; its sinks too) and
+linear_cross_entropy (its loss and its lse) differentiate through their backward kernels (rms_norm_backward,
+layer_norm_backward, softmax_backward, sdpa_backward, linear_cross_entropy_backward), rotary_embedding through itself
+(the inverse rotation), linear through gemm, and log_softmax and the activations (silu, gelu, swiglu, gelu_and_mul)
+through torch operations on what they saved, eager and under torch.compile. Any other op, in a call that updates no
+tensor it is given, runs its kernel forward and differentiates through its golden function, run again in the backward
+(exact, at that function's speed: a warning says so once an op; under torch.compile, and where that function's graph
+does not reach an input, backward raises instead). The registered ops (torch.ops.mojo_jit.<op>) have no autograd
+formula, which would cost every call through the dispatcher: torch warns at backward there, as for the other calls
+that update a tensor through mt.<op>.
 
 The functions here (mt.rms_norm, ...) take the eager fast path outside torch.compile (the op's call in C++, no
 dispatcher: a repeat of a call's dtypes, shapes and scalars reads the tensors, allocates the outputs and launches) and
@@ -37,7 +37,6 @@ import warnings
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from .. import _C, _runtime
 from .. import ops as _ops
@@ -134,10 +133,10 @@ def schema(op: str) -> str:
 
 # ---- autograd ----------------------------------------------------------------------------------------------------
 # mt.<op> records its call where grad mode is on and an input requires grad: the ops with a backward kernel
-# (rms_norm and add_rms_norm, layer_norm, softmax, linear_cross_entropy) through an autograd.Function whose backward
-# calls it (linear's: gemm; log_softmax's and the activations': torch operations; rotary's: itself); any other op,
-# in a call that updates no tensor it is given, through one whose backward is its golden function's. Each runs its
-# kernel through the registered op (traceable: torch.compile records it). The registered ops themselves have no
+# (rms_norm and add_rms_norm, layer_norm, softmax, sdpa, linear_cross_entropy) through an autograd.Function whose
+# backward calls it (linear's: gemm; log_softmax's and the activations': torch operations; rotary's: itself); any
+# other op, in a call that updates no tensor it is given, through one whose backward is its golden function's. Each
+# runs its kernel through the registered op (traceable: torch.compile records it). The registered ops themselves have no
 # autograd formula: one in Python costs every call through the dispatcher about 2 us (torch.ops.mojo_jit.rms_norm
 # 5.6 -> 8.1 us on the development machine), grad or not.
 class _RmsNorm(torch.autograd.Function):
@@ -355,52 +354,24 @@ def _no_heads(t: torch.Tensor) -> torch.Tensor:
 
 
 class _Sdpa(torch.autograd.Function):
-    """sdpa without a soft-cap, sinks or a window: the kernel forward, the gradient through torch's own attention
-    (F.scaled_dot_product_attention; FlashAttention-2's backward on a GPU) run again on the saved q, k and v, sequence
-    by sequence. Query t of a sequence sits at kv_len - q_len + t as in the kernel: causal masks align at the ends,
-    where torch's is_causal aligns at the starts, so a sequence of unequal lengths gets its mask given. A sequence
-    with a query that sees no key (no keys, or causal with q_len > kv_len) takes the golden function's attention
-    (float64)."""
+    """sdpa through its backward kernel, sdpa_backward, from the forward's out and lse (which the forward writes for
+    it); the sinks' gradient too where they require one."""
 
     @staticmethod
-    def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, scalars):
-        ctx.save_for_backward(q, k, v, cu_seqlens_q, cu_seqlens_k)
-        ctx.scalars = scalars
-        return torch.ops.mojo_jit.sdpa(q, k, v, cu_seqlens_q, cu_seqlens_k, **scalars)
+    def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, sinks, scalars):
+        lse = q.new_empty(q.shape[1], q.shape[0], dtype=torch.float32)
+        out = torch.ops.mojo_jit.sdpa(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks, lse, **scalars)
+        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, sinks)
+        ctx.scalars = {n: v for n, v in scalars.items() if n in ("scale", "window", "softcap", "causal")}
+        return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        if _is_compiling():
-            raise NotImplementedError("mojo_jit sdpa has no backward kernel, and its gradient through torch's "
-                                      "attention is not traced by torch.compile: call it outside the compiled region, "
-                                      "or under torch.no_grad()")
-        q, k, v, cu_q, cu_k = ctx.saved_tensors
-        scale = float(ctx.scalars.get("scale", 0.0)) or 1 / math.sqrt(q.shape[-1])
-        causal = bool(ctx.scalars.get("causal", 1))
-        cq = [0, q.shape[0]] if cu_q is None else cu_q.tolist()
-        ck = cq if cu_k is None else cu_k.tolist()
-        leaves = [t.detach().requires_grad_(need) for t, need in zip((q, k, v), ctx.needs_input_grad)]
-        outs = []
-        with torch.enable_grad():
-            for s in range(len(cq) - 1):
-                qs, ks, vs = (t[c[s]:c[s + 1]] for t, c in zip(leaves, (cq, ck, ck)))
-                q_len, kv_len = qs.shape[0], ks.shape[0]
-                if kv_len == 0 or (causal and q_len > kv_len):
-                    outs.append(golden._attend(qs, ks, vs, scale, -1, 0.0, causal, None)[0].to(q.dtype))
-                    continue
-                mask = None
-                if causal and q_len != kv_len:
-                    mask = torch.ones(q_len, kv_len, dtype=torch.bool, device=q.device).tril(kv_len - q_len)
-                o = F.scaled_dot_product_attention(qs.transpose(0, 1), ks.transpose(0, 1), vs.transpose(0, 1),
-                                                   attn_mask=mask, is_causal=causal and mask is None, scale=scale,
-                                                   enable_gqa=True)
-                outs.append(o.transpose(0, 1))
-            out = torch.cat(outs)
-        wanted = [t for t in leaves if t.requires_grad]
-        found = iter(torch.autograd.grad(out, wanted, grad_out, allow_unused=True))
-        grads = [next(found) if t.requires_grad else None for t in leaves]
-        return (*(torch.zeros_like(t) if g is None and t.requires_grad else g for g, t in zip(grads, leaves)), None,
-                None, None)
+        q, k, v, out, lse, cu_q, cu_k, sinks = ctx.saved_tensors
+        grad_sinks = torch.empty_like(sinks) if ctx.needs_input_grad[5] else None
+        grad_q, grad_k, grad_v = torch.ops.mojo_jit.sdpa_backward(grad_out.contiguous(), q, k, v, out, lse, cu_q, cu_k,
+                                                                  sinks, grad_sinks, **ctx.scalars)
+        return grad_q, grad_k, grad_v, None, None, grad_sinks, None
 
 
 class _ThroughGolden(torch.autograd.Function):
@@ -478,9 +449,9 @@ def _recorded(op: _Op, args: tuple, kwargs: dict) -> Any:
         return _Activation.apply(tensors["x"], op.name, scalars)
     if op.name == "linear":
         return _Linear.apply(tensors["x"], tensors["weight"], tensors.get("bias"), tensors.get("residual"), scalars)
-    if op.name == "sdpa" and "sinks" not in tensors and "lse" not in tensors and not s["softcap"] and s["window"] < 0:
+    if op.name == "sdpa" and "lse" not in tensors and tensors["q"].shape[-1] <= 128:  # sdpa_backward's head dims
         return _Sdpa.apply(tensors["q"], tensors["k"], tensors["v"], tensors.get("cu_seqlens_q"),
-                           tensors.get("cu_seqlens_k"), scalars)
+                           tensors.get("cu_seqlens_k"), tensors.get("sinks"), scalars)
     if op.name == "rotary_embedding":  # updates q and k, returns nothing
         for name in ("q", "k"):
             _Rotary.apply(tensors[name], tensors["positions"], tensors["cos_sin_cache"], s["neox"])

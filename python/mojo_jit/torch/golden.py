@@ -243,6 +243,21 @@ def sdpa(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, sinks=None, lse=None, sc
     return torch.cat(out).to(q.dtype)
 
 
+def sdpa_backward(grad_out, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=None, sinks=None, grad_sinks=None,
+                  scale=0.0, window=-1, softcap=0.0, causal=1):
+    """The gradients of sdpa for q, k, v (and the sinks, into grad_sinks) by autograd through sdpa above; its out and
+    lse (the forward's, which the kernel reads) are not needed here."""
+    leaves = [t.detach().to(_F64).requires_grad_() for t in (q, k, v)]
+    s = None if sinks is None else sinks.detach().to(_F64).requires_grad_()
+    o = sdpa(*leaves, cu_seqlens_q, cu_seqlens_k, s, None, scale, window, softcap, causal)
+    wanted = leaves + ([s] if s is not None and grad_sinks is not None else [])
+    grads = torch.autograd.grad(o.to(_F64), wanted, grad_out.to(_F64), allow_unused=True)
+    grads = [torch.zeros_like(t) if g is None else g for g, t in zip(grads, wanted)]
+    if len(grads) == 4:
+        grad_sinks.copy_(grads[3].to(grad_sinks.dtype))
+    return tuple(g.to(t.dtype) for g, t in zip(grads[:3], (q, k, v)))
+
+
 def _paged_rows(cache, block_table, length):
     """A sequence's `length` keys from the paged cache [blocks, block_size, kv_heads, d] through its block table."""
     block_size = cache.shape[1]
