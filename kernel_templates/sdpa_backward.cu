@@ -205,6 +205,7 @@ __device__ __forceinline__ void keys_step(const Args<T>& a) {
 
   load_tile<T, BN, DP>(k_tile, a.k, key_rows<D>(a.k, a.k_stride, sq, k0, kv_head));
   load_tile<T, BN, DP>(v_tile, a.v, key_rows<D>(a.v, a.v_stride, sq, k0, kv_head));
+  mojo::cp_async_commit();
 
   // The queries that may see these keys: from the first whose position reaches k0 (causal) to the last whose
   // window still reaches k0 + BN - 1.
@@ -256,6 +257,7 @@ __device__ __forceinline__ void keys_step(const Args<T>& a) {
       add_product<T, D, DP, BQ>(dk, dpt, q_tile, lane);
     }
   }
+  mojo::cp_async_wait<0>();  // K and V's copies, where no round waited for them
   const int kv_heads = a.kv_heads;
   auto key_out = [&](T* base) {
     return [=](int r) -> T* {
@@ -300,6 +302,7 @@ __device__ __forceinline__ void queries_step(const Args<T>& a) {
   };
   load_tile<T, BM, DP>(q_tile, a.q, row_of(a.q, a.q_stride));
   load_tile<T, BM, DP>(do_tile, a.grad_out, row_of(a.grad_out, (long long)a.heads * D));
+  mojo::cp_async_commit();
   for (int r = (int)mojo::thread_x(); r < BM; r += kThreads) {
     const int token = (row0 + r) / G;
     const long long at = (long long)(kv_head * G + (row0 + r) % G) * a.q_tokens + sq.q_start + token;
@@ -344,6 +347,7 @@ __device__ __forceinline__ void queries_step(const Args<T>& a) {
       }
     add_product<T, D, DP, BK>(dq, dp, k_tile, lane);
   }
+  mojo::cp_async_wait<0>();  // Q and grad_out's copies, where no round waited for them
   write_rows<T, D, DP>(dq, a.scale, lane, [&](int r) -> T* {
     const int row = row0 + warp * 16 + r, token = row / G;
     return token < sq.q_count ? a.grad_q + ((long long)(sq.q_start + token) * a.heads + kv_head * G + row % G) * D
