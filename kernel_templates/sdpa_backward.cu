@@ -1,7 +1,8 @@
 // sdpa's backward (src/ops/sdpa_backward.cpp), FlashAttention-2 style on mma.sync (any sm_80+ GPU): the
 // attention is computed again tile by tile from q, k and the forward's lse, never held whole. With
 // s = q.k scale (soft-capped: x = cap tanh(s / cap)), p = exp(x - lse) (0 for a key the query does not see),
-// and D = rowsum(grad_out * out) for each query:
+// and D = rowsum(grad_out * out) - grad_lse for each query (grad_lse: lse's own gradient, 0 when not given;
+// d lse / d x = p, so it joins dS as -D does):
 //   grad_v = P^T grad_out,  dP = grad_out V^T,  dS = P (dP - D) (times the cap's slope 1 - (x / cap)^2),
 //   grad_k = dS^T q scale,  grad_q = dS k scale,  grad_sinks[h] = -sum over h's queries of exp(sink - lse) D.
 // A plan of four steps (P::step), all sums in a fixed order (no atomics: the same bits every run):
@@ -167,9 +168,10 @@ __device__ __forceinline__ void write_rows(const float (&acc)[DP / 8][4], float 
   }
 }
 
-// Step 0: dot[head, token] = sum over d of grad_out * out, a warp a (token, head) row.
+// Step 0: dot[head, token] = sum over d of grad_out * out, less grad_lse[head, token], a warp a (token, head) row.
 template <class T, int D>
-__device__ __forceinline__ void dot_rows(float* dot, const T* grad_out, const T* out, int q_tokens, int heads) {
+__device__ __forceinline__ void dot_rows(float* dot, const T* grad_out, const T* out, const float* grad_lse,
+                                         int q_tokens, int heads) {
   const long long row = (long long)mojo::block_x() * kWarps + mojo::thread_x() / 32;
   const int lane = (int)mojo::thread_x() % 32;
   if (row >= (long long)q_tokens * heads) return;
@@ -178,7 +180,8 @@ __device__ __forceinline__ void dot_rows(float* dot, const T* grad_out, const T*
     sum += mojo::to_float(grad_out[row * D + d]) * mojo::to_float(out[row * D + d]);
 #pragma unroll
   for (int m = 16; m > 0; m /= 2) sum += mojo::shfl_xor(sum, m);
-  if (lane == 0) dot[(long long)(row % heads) * q_tokens + row / heads] = sum;
+  const long long at = (long long)(row % heads) * q_tokens + row / heads;
+  if (lane == 0) dot[at] = grad_lse != nullptr ? sum - grad_lse[at] : sum;
 }
 
 // Step 1: grad_k and grad_v of BN keys of one KV head.
@@ -377,12 +380,12 @@ __device__ __forceinline__ void sinks_step(float* grad_sinks, const float* sinks
     mojo::after_previous_kernels();                                                                           \
     using T = P::dtype;                                                                                       \
     if constexpr (P::step == 0) {                                                                             \
-      mojo_sdpa_backward::dot_rows<T, P::head_dim>(dot, grad_out, out, q_tokens, heads);                      \
+      mojo_sdpa_backward::dot_rows<T, P::head_dim>(dot, grad_out, out, grad_lse, q_tokens, heads);            \
     } else if constexpr (P::step == 3) {                                                                      \
       mojo_sdpa_backward::sinks_step(grad_sinks, sinks, lse, dot, q_tokens);                                  \
     } else {                                                                                                  \
-      const mojo_sdpa_backward::Args<T> a{grad_q, grad_k,   grad_v,   grad_sinks, grad_out, q,      k,         \
-                                          v,      out,      lse,      cu_q,       cu_k,     sinks,  dot,       \
+      const mojo_sdpa_backward::Args<T> a{grad_q, grad_k, grad_v, grad_sinks, grad_out, q,     k,     v,         \
+                                          out,    lse,    grad_lse, cu_q,     cu_k,     sinks, dot,              \
                                           q_stride, k_stride, v_stride, batch,    q_tokens, kv_tokens, heads, \
                                           kv_heads, scale,  softcap,  window};                                \
       if constexpr (P::step == 1)                                                                             \

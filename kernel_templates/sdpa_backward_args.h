@@ -15,10 +15,11 @@
   ARG(const T* __restrict__, v)         /* like k, v_stride */                                            \
   ARG(const T* __restrict__, out)       /* the forward's, [q_tokens, heads, D], contiguous */             \
   ARG(const float* __restrict__, lse)   /* the forward's, [heads, q_tokens] */                            \
+  ARG(const float* __restrict__, grad_lse) /* [heads, q_tokens], or null */                               \
   ARG(const int*, cu_q)                 /* [batch + 1] cumulative query tokens, or null: one sequence */  \
   ARG(const int*, cu_k)                 /* [batch + 1] cumulative key tokens, or null: one sequence */    \
   ARG(const float* __restrict__, sinks) /* [heads], or null */                                            \
-  ARG(float* __restrict__, dot)         /* workspace [heads, q_tokens]: rowsum(grad_out * out) */         \
+  ARG(float* __restrict__, dot)         /* workspace [heads, q_tokens]: rowsum(grad_out * out) - grad_lse */ \
   ARG(long long, q_stride)                                                                                 \
   ARG(long long, k_stride)                                                                                 \
   ARG(long long, v_stride)                                                                                 \

@@ -83,11 +83,11 @@ const OddCase kCases[] = {
     {"linear_cross_entropy_backward", "hidden=17x72 weight=300x72", {{"softcap", 4294967296.0}}},
     {"linear_cross_entropy_backward", "hidden=17x72 weight=300x72", {{"ignore_index", -1}}},
     // Attention's backward: GQA, a varlen batch whose second sequence is empty, unequal query and key lengths,
-    // every mask and the sinks' gradient.
+    // every mask, the sinks' gradient and lse's own.
     {"sdpa_backward", "q=17x4x64 k=17x1x64"},
     {"sdpa_backward", "q=23x2x96 k=37x2x96 cu_seqlens_q=3 cu_seqlens_k=3", {{"causal", 0}}},
     {"sdpa_backward",
-     "q=40x4x128 k=50x2x128 cu_seqlens_q=4 cu_seqlens_k=4 sinks=4 grad_sinks=4",
+     "q=40x4x128 k=50x2x128 cu_seqlens_q=4 cu_seqlens_k=4 sinks=4 grad_sinks=4 grad_lse=4x40",
      {{"window", 9}, {"softcap", 5.0}, {"scale", 0.1}}},
 };
 

@@ -65,7 +65,7 @@ GOLDEN_CASES = CASES + [
     ("linear_cross_entropy", "f32", {"hidden": (17, 72), "weight": (300, 72), "loss": (17,)},
      {"reduction": 0, "label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 3.0}),
     ("sdpa_backward", "f16", {"q": (30, 4, 64), "k": (50, 2, 64), "cu_seqlens_q": (3,), "cu_seqlens_k": (3,),
-                              "sinks": (4,), "grad_sinks": (4,)}, {}),
+                              "sinks": (4,), "grad_sinks": (4,), "grad_lse": (4, 30)}, {}),
     # No soft-cap here: the lse input is the uncapped forward's (random_data sees no scalars), which the reference
     # takes as given and the golden function, recomputing it, does not.
     ("linear_cross_entropy_backward", "f32", {"hidden": (17, 72), "weight": (300, 72), "grad_lse": (17,)},
@@ -356,24 +356,25 @@ def test_autograd_records_only_where_a_gradient_is_wanted():
     assert x.grad is None and w.grad is not None
 
 
-SDPA_GRADS = [(1, None, {}), (1, [0, 9, 14], {"window": 3}), (0, [0, 3, 14], {"softcap": 4.0, "sinks": True})]
+SDPA_GRADS = [(1, None, {}), (1, [0, 9, 14], {"window": 3, "lse": True}),
+              (0, [0, 3, 14], {"softcap": 4.0, "sinks": True, "lse": True})]
 
 
 @pytest.mark.parametrize("causal,cu_k,extra", SDPA_GRADS)
 def test_sdpa_differentiates_through_its_backward_kernel(causal, cu_k, extra):
     """sdpa through sdpa_backward: two packed sequences, GQA 4/2, causal masks aligned at the ends (more keys than
     queries: chunked prefill; more queries than keys, the first seeing none), a window, not causal with a soft-cap
-    and sinks (their gradient too), against autograd through the golden function in float64; and under
-    torch.compile, the same gradients."""
+    and sinks (their gradient too), a loss that uses the lse the caller asked for, against autograd through the
+    golden function in float64; and under torch.compile, the same gradients."""
     gen = torch.Generator().manual_seed(len(cu_k or []) + causal)
     q = torch.randn(10, 4, 64, generator=gen).half()
     k, v = (torch.randn(cu_k[-1] if cu_k else 10, 2, 64, generator=gen).half() for _ in range(2))
     sinks = torch.randn(4, generator=gen) if extra.get("sinks") else None
     cu_q = torch.tensor([0, 4, 10], dtype=torch.int32)
-    scalars = {"causal": causal, "scale": 0.2, **{n: x for n, x in extra.items() if n != "sinks"}}
+    scalars = {"causal": causal, "scale": 0.2, **{n: x for n, x in extra.items() if n not in ("sinks", "lse")}}
     if cu_k is not None:
         scalars["cu_seqlens_k"] = torch.tensor(cu_k, dtype=torch.int32)
-    grad_out = torch.randn(10, 4, 64, generator=gen)
+    grad_out, grad_lse = torch.randn(10, 4, 64, generator=gen), torch.randn(4, 10, generator=gen)
 
     def grads(fn, dtype, compiled=False):
         leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
@@ -382,7 +383,10 @@ def test_sdpa_differentiates_through_its_backward_kernel(causal, cu_k, extra):
         extra_args = {"sinks": leaves[3]} if sinks is not None else {}
 
         def loss(*tensors):
-            return (fn(*tensors[:3], cu_seqlens_q=cu_q, **extra_args, **scalars).double() * grad_out).sum()
+            lse = torch.empty(4, 10, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
+            given = {"lse": lse} if "lse" in extra else {}
+            out = fn(*tensors[:3], cu_seqlens_q=cu_q, **extra_args, **given, **scalars)
+            return (out.double() * grad_out).sum() + ((lse.double() * grad_lse).sum() if "lse" in extra else 0)
         (torch.compile(loss, fullgraph=True, backend="aot_eager") if compiled else loss)(*leaves).backward()
         return [t.grad for t in leaves]
 

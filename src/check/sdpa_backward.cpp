@@ -12,7 +12,7 @@ namespace mojo {
 namespace {
 
 // The backward's tensors: grad_q, grad_k, grad_v, grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, sinks,
-// grad_sinks; sdpa's: out, q, k, v, cu_seqlens_q, cu_seqlens_k, sinks, lse. Where each of sdpa's sits here.
+// grad_sinks, grad_lse; sdpa's: out, q, k, v, cu_seqlens_q, cu_seqlens_k, sinks, lse. Where each of sdpa's sits here.
 constexpr std::size_t kForwardSlot[] = {7, 4, 5, 6, 9, 10, 11, 8};
 
 class SdpaBackwardCheck final : public OpCheck {
@@ -48,10 +48,11 @@ class SdpaBackwardCheck final : public OpCheck {
     const std::vector<float> sinks = has(11) ? floats(11) : std::vector<float>();
     std::vector<float> grad_q(std::size_t(q.numel())), grad_k(std::size_t(k.numel())), grad_v(grad_k.size());
     std::vector<float> grad_sinks(static_cast<std::size_t>(heads));
-    reference::attention_backward(shape, seqs, floats(4).data(), floats(5).data(), floats(6).data(),
-                                  sinks.empty() ? nullptr : sinks.data(), floats(3).data(), floats(7).data(),
-                                  floats(8).data(), grad_q.data(), grad_k.data(), grad_v.data(),
-                                  has(12) ? grad_sinks.data() : nullptr, kv_tokens);
+    const std::vector<float> grad_lse = has(13) ? floats(13) : std::vector<float>();
+    reference::attention_backward(
+        shape, seqs, floats(4).data(), floats(5).data(), floats(6).data(), sinks.empty() ? nullptr : sinks.data(),
+        floats(3).data(), grad_lse.empty() ? nullptr : grad_lse.data(), floats(7).data(), floats(8).data(),
+        grad_q.data(), grad_k.data(), grad_v.data(), has(12) ? grad_sinks.data() : nullptr, kv_tokens);
     d[0] = reference::encode(specs[0].dtype(), grad_q);
     d[1] = reference::encode(specs[1].dtype(), grad_k);
     d[2] = reference::encode(specs[2].dtype(), grad_v);

@@ -38,6 +38,7 @@ constexpr TensorArgInfo kTensors[] = {
     {"cu_seqlens_k", "in", "the forward's: i32 [batch + 1], or absent: those of q"},
     {"sinks", "in", "the forward's: f32 [heads], or absent"},
     {"grad_sinks", "out", "f32 [heads]: the sinks' gradient, or absent (given only with sinks)"},
+    {"grad_lse", "in", "f32 [heads, tokens]: lse's own gradient, where a loss uses the lse, or absent"},
 };
 constexpr OpInfo kInfo{
     .name = "sdpa_backward",
@@ -49,7 +50,7 @@ constexpr OpInfo kInfo{
     .example_shapes = "q=4096x32x128 k=4096x8x128",
 };
 
-enum Slot { kGradQ, kGradK, kGradV, kGradOut, kQ, kK, kV, kOut, kLse, kCuQ, kCuK, kSinks, kGradSinks };
+enum Slot { kGradQ, kGradK, kGradV, kGradOut, kQ, kK, kV, kOut, kLse, kCuQ, kCuK, kSinks, kGradSinks, kGradLse };
 enum Step { kDot, kKeys, kQueries, kSinksStep };
 constexpr std::int64_t kWarps = 4, kThreads = 32 * kWarps;
 constexpr DType kF32[] = {DType::f32};
@@ -79,6 +80,7 @@ class SdpaBackward final : public OpDef {
       if (!present(t, kSinks)) throw ShapeError(fmt::format("{}: grad_sinks is given without sinks", name()));
       checks::expect_exact(name(), "grad_sinks", g, {q.dim(1)}, kF32);
     }
+    if (present(t, kGradLse)) checks::expect_exact(name(), "grad_lse", t[kGradLse].spec, {q.dim(1), q.dim(0)}, kF32);
     Params p;
     p.add_dtype("dtype", q.dtype());
     p.add("head_dim", head_dim);
@@ -167,7 +169,7 @@ class SdpaBackward final : public OpDef {
       return t[s].data;
     };
     const DevicePtr lse = optional(kLse), cu_q = optional(kCuQ), cu_k = optional(kCuK), sinks = optional(kSinks),
-                    grad_sinks = optional(kGradSinks);
+                    grad_sinks = optional(kGradSinks), grad_lse = optional(kGradLse);
     const TensorSpec &q = t[kQ].spec, &k = t[kK].spec;
     const double scale = scalar(scalars, "scale");
     args.push_args(mojo_sdpa_backward::Args<void>{
@@ -181,6 +183,7 @@ class SdpaBackward final : public OpDef {
         .v = ptr(t[kV]),
         .out = ptr(t[kOut]),
         .lse = ptr<float>(lse),
+        .grad_lse = ptr<float>(grad_lse),
         .cu_q = ptr<int>(cu_q),
         .cu_k = ptr<int>(cu_k),
         .sinks = ptr<float>(sinks),
@@ -224,7 +227,8 @@ class SdpaBackward final : public OpDef {
             shapes::optional(shapes, "cu_seqlens_q", DType::i32),
             shapes::optional(shapes, "cu_seqlens_k", DType::i32),
             sinks,
-            sinks.rank() == 0 ? sinks : TensorSpec(DType::f32, {sinks.dim(0)})};
+            sinks.rank() == 0 ? sinks : TensorSpec(DType::f32, {sinks.dim(0)}),
+            shapes::optional(shapes, "grad_lse", DType::f32)};
   }
 
  private:

@@ -54,9 +54,9 @@ void attention(const AttentionShape& shape, const std::vector<AttentionSequence>
 }
 
 void attention_backward(const AttentionShape& shape, const std::vector<AttentionSequence>& sequences, const float* q,
-                        const float* k, const float* v, const float* sinks, const float* grad_out, const float* out,
-                        const float* lse, float* grad_q, float* grad_k, float* grad_v, float* grad_sinks,
-                        std::int64_t kv_rows) {
+                        const float* k, const float* v, const float* sinks, const float* grad_out,
+                        const float* grad_lse, const float* out, const float* lse, float* grad_q, float* grad_k,
+                        float* grad_v, float* grad_sinks, std::int64_t kv_rows) {
   const std::int64_t H = shape.heads, D = shape.head_dim, group = shape.heads / shape.kv_heads;
   std::vector<double> gq(std::size_t(shape.tokens * H * D)), gk(std::size_t(kv_rows * shape.kv_heads * D)),
       gv(gk.size()), gs(static_cast<std::size_t>(H));
@@ -67,8 +67,9 @@ void attention_backward(const AttentionShape& shape, const std::vector<Attention
       for (std::int64_t h = 0; h < H; ++h) {
         const std::int64_t kv_head = h / group, row = (token * H + h) * D;
         const double row_lse = lse[h * shape.tokens + token];
-        double dot = 0;  // D = rowsum(grad_out * out)
+        double dot = 0;  // D = rowsum(grad_out * out) - grad_lse: d lse / d x = p joins dS as -D does
         for (std::int64_t d = 0; d < D; ++d) dot += double(grad_out[row + d]) * double(out[row + d]);
+        if (grad_lse) dot -= grad_lse[h * shape.tokens + token];
         if (sinks) gs[std::size_t(h)] -= std::exp(double(sinks[h]) - row_lse) * dot;
         for (std::int64_t j = 0; j < kv_len; ++j) {
           if ((shape.causal && j > position) || (shape.window >= 0 && j < position - shape.window)) continue;

@@ -144,12 +144,13 @@ struct AttentionShape {
 };
 void attention(const AttentionShape& shape, const std::vector<AttentionSequence>& sequences, const float* q,
                const float* k, const float* v, const float* sinks, float* out, float* lse);
-// Its gradients from grad_out and the forward's out and lse (as given): grad_q like q, grad_k and grad_v like
-// k and v, grad_sinks [heads] (may be null; sinks then too), by the formulas of kernel_templates/sdpa_backward.cu.
+// Its gradients from grad_out (and lse's own, grad_lse [heads, tokens], may be null) and the forward's out and
+// lse (as given): grad_q like q, grad_k and grad_v like k and v, grad_sinks [heads] (may be null; sinks then
+// too), by the formulas of kernel_templates/sdpa_backward.cu.
 void attention_backward(const AttentionShape& shape, const std::vector<AttentionSequence>& sequences, const float* q,
-                        const float* k, const float* v, const float* sinks, const float* grad_out, const float* out,
-                        const float* lse, float* grad_q, float* grad_k, float* grad_v, float* grad_sinks,
-                        std::int64_t kv_rows);
+                        const float* k, const float* v, const float* sinks, const float* grad_out,
+                        const float* grad_lse, const float* out, const float* lse, float* grad_q, float* grad_k,
+                        float* grad_v, float* grad_sinks, std::int64_t kv_rows);
 
 // c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for `batch` contiguous
 // row-major problems; a, b are [M, K] / [K, N] ([K, M] / [N, K] transposed) of

@@ -64,7 +64,7 @@ TEST_P(SdpaBackwardGpu, ByHand) {
       o(one, reference::encode(DType::f16, out)), grad_out(one, reference::encode(DType::f16, one_column({1.f}, 1))),
       lse(lse_spec, reference::encode(DType::f32, {float(std::log(z))})), grad_q(one), grad_k(two), grad_v(two);
   rt->launch("sdpa_backward",
-             {grad_q, grad_k, grad_v, grad_out, q, k, v, o, lse, Tensor{}, Tensor{}, Tensor{}, Tensor{}},
+             {grad_q, grad_k, grad_v, grad_out, q, k, v, o, lse, Tensor{}, Tensor{}, Tensor{}, Tensor{}, Tensor{}},
              {{"scale", 1.0}, {"causal", 0}});
   sync();
   const std::vector<float> gq = reference::decode(DType::f16, grad_q.read()),

@@ -10,8 +10,8 @@ op's order; tensors it updates in place (add_rms_norm's residual, store_kv_cache
 mutated; outputs whose shape the inputs do not give (moe_gate's ids and weights) and optional outputs (layer_norm's
 mean and rstd, attention's lse) are mutated arguments too; the others are returned. Scalars are floats.
 
-Autograd, through mt.<op>: rms_norm, add_rms_norm, layer_norm, softmax, sdpa (head_dim up to 128; its sinks too) and
-linear_cross_entropy (its loss and its lse) differentiate through their backward kernels (rms_norm_backward,
+Autograd, through mt.<op>: rms_norm, add_rms_norm, layer_norm, softmax, sdpa (head_dim up to 128; its lse and sinks
+too) and linear_cross_entropy (its loss and its lse) differentiate through their backward kernels (rms_norm_backward,
 layer_norm_backward, softmax_backward, sdpa_backward, linear_cross_entropy_backward), rotary_embedding through itself
 (the inverse rotation), linear through gemm, and log_softmax and the activations (silu, gelu, swiglu, gelu_and_mul)
 through torch operations on what they saved, eager and under torch.compile. Any other op, in a call that updates no
@@ -354,8 +354,8 @@ def _no_heads(t: torch.Tensor) -> torch.Tensor:
 
 
 class _Sdpa(torch.autograd.Function):
-    """sdpa through its backward kernel, sdpa_backward, from the forward's out and lse (which the forward writes for
-    it); the sinks' gradient too where they require one."""
+    """sdpa and its lse through its backward kernel, sdpa_backward, from the forward's out and lse; the sinks'
+    gradient too where they require one."""
 
     @staticmethod
     def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, sinks, scalars):
@@ -363,14 +363,15 @@ class _Sdpa(torch.autograd.Function):
         out = torch.ops.mojo_jit.sdpa(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks, lse, **scalars)
         ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, sinks)
         ctx.scalars = {n: v for n, v in scalars.items() if n in ("scale", "window", "softcap", "causal")}
-        return out
+        return out, lse
 
     @staticmethod
-    def backward(ctx, grad_out):
+    def backward(ctx, grad_out, grad_lse):
         q, k, v, out, lse, cu_q, cu_k, sinks = ctx.saved_tensors
         grad_sinks = torch.empty_like(sinks) if ctx.needs_input_grad[5] else None
-        grad_q, grad_k, grad_v = torch.ops.mojo_jit.sdpa_backward(grad_out.contiguous(), q, k, v, out, lse, cu_q, cu_k,
-                                                                  sinks, grad_sinks, **ctx.scalars)
+        grad_q, grad_k, grad_v = torch.ops.mojo_jit.sdpa_backward(
+            grad_out.contiguous(), q, k, v, out, lse, cu_q, cu_k, sinks, grad_sinks,
+            None if grad_lse is None else grad_lse.float().contiguous(), **ctx.scalars)
         return grad_q, grad_k, grad_v, None, None, grad_sinks, None
 
 
@@ -449,9 +450,12 @@ def _recorded(op: _Op, args: tuple, kwargs: dict) -> Any:
         return _Activation.apply(tensors["x"], op.name, scalars)
     if op.name == "linear":
         return _Linear.apply(tensors["x"], tensors["weight"], tensors.get("bias"), tensors.get("residual"), scalars)
-    if op.name == "sdpa" and "lse" not in tensors and tensors["q"].shape[-1] <= 128:  # sdpa_backward's head dims
-        return _Sdpa.apply(tensors["q"], tensors["k"], tensors["v"], tensors.get("cu_seqlens_q"),
-                           tensors.get("cu_seqlens_k"), tensors.get("sinks"), scalars)
+    if op.name == "sdpa" and tensors["q"].shape[-1] <= 128:  # sdpa_backward's head dims
+        out, lse = _Sdpa.apply(tensors["q"], tensors["k"], tensors["v"], tensors.get("cu_seqlens_q"),
+                               tensors.get("cu_seqlens_k"), tensors.get("sinks"), scalars)
+        if "lse" in tensors:  # the caller's, written as the op writes it, and differentiable
+            tensors["lse"].copy_(lse)
+        return out
     if op.name == "rotary_embedding":  # updates q and k, returns nothing
         for name in ("q", "k"):
             _Rotary.apply(tensors[name], tensors["positions"], tensors["cos_sin_cache"], s["neox"])

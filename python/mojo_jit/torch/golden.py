@@ -244,14 +244,18 @@ def sdpa(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, sinks=None, lse=None, sc
 
 
 def sdpa_backward(grad_out, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=None, sinks=None, grad_sinks=None,
-                  scale=0.0, window=-1, softcap=0.0, causal=1):
-    """The gradients of sdpa for q, k, v (and the sinks, into grad_sinks) by autograd through sdpa above; its out and
-    lse (the forward's, which the kernel reads) are not needed here."""
+                  grad_lse=None, scale=0.0, window=-1, softcap=0.0, causal=1):
+    """The gradients of sdpa for q, k, v (and the sinks, into grad_sinks) of grad_out (and of lse's own, grad_lse) by
+    autograd through sdpa above; its out and lse (the forward's, which the kernel reads) are not needed here."""
     leaves = [t.detach().to(_F64).requires_grad_() for t in (q, k, v)]
     s = None if sinks is None else sinks.detach().to(_F64).requires_grad_()
-    o = sdpa(*leaves, cu_seqlens_q, cu_seqlens_k, s, None, scale, window, softcap, causal)
+    row_lse = torch.empty(lse.shape, dtype=_F64, device=lse.device)
+    o = sdpa(*leaves, cu_seqlens_q, cu_seqlens_k, s, row_lse, scale, window, softcap, causal)
+    total = (o.to(_F64) * grad_out.to(_F64)).sum()
+    if grad_lse is not None:
+        total = total + (row_lse * grad_lse.to(_F64)).sum()
     wanted = leaves + ([s] if s is not None and grad_sinks is not None else [])
-    grads = torch.autograd.grad(o.to(_F64), wanted, grad_out.to(_F64), allow_unused=True)
+    grads = torch.autograd.grad(total, wanted, allow_unused=True)
     grads = [torch.zeros_like(t) if g is None else g for g, t in zip(grads, wanted)]
     if len(grads) == 4:
         grad_sinks.copy_(grads[3].to(grad_sinks.dtype))
