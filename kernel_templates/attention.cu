@@ -9,9 +9,8 @@
 // and O += P V run on mma.sync (fp32 accumulation), the softmax online in
 // registers (log2 units). The groups' (max, sum, O) meet in shared memory.
 //
-// Masks, per query at absolute position a = (kv_len - q_len) + token (the
-// new tokens are the last of their sequence: chunked prefill, decode):
-//   causal: key <= a;  window (left size W): key >= a - W;  key < kv_len.
+// Masks (causal, window) and the sequences of a batch (cu_q, q_len,
+// kv_info): attention_batch.cuh.
 // Soft-cap: s = cap * tanh(s * scale / cap); sinks: a per-head logit that
 // joins the softmax's denominator and adds no value. lse: the log of that
 // denominator per (head, token), natural log, f32 [heads, q_tokens]
@@ -32,11 +31,7 @@
 // attention_sm90.cuh), gather (1: its producer gathers a paged cache's keys
 // with cp.async where TMA boxes do not tile its key tiles).
 //
-// Sequences: cu_q (int [batch + 1], cumulative query tokens) when given;
-// else q_len > 0 tokens per sequence (decode); else one sequence of q_tokens.
-// kv_info: paged: context lengths (int [batch], new tokens included);
-// contiguous: cumulative key tokens (int [batch + 1]) or null (one sequence
-// of kv_tokens). block_table: int [batch, max_blocks]; entries outside
+// block_table: int [batch, max_blocks]; entries outside
 // [0, kv_tokens) (kv_tokens: the number of pages when paged) read as zeros
 // (the runtime's debug checks report them).
 //
@@ -50,75 +45,21 @@
 // Merge: grid ceil(q_tokens * heads / 4), 128 threads (a warp per row).
 #include "mojo_mma.cuh"
 #include "attention_args.h"
+#include "attention_batch.cuh"
 
 namespace mojo_attention {
-
-__device__ __forceinline__ int min_i(int a, int b) { return a < b ? a : b; }
-__device__ __forceinline__ int max_i(int a, int b) { return a > b ? a : b; }
 
 // Shared memory of the main kernel: sm80_smem (attention_args.h), the Q
 // tile and the K/V rings, then over the same bytes the f32 O tile and the
 // row statistics.
 
-struct Batch {
-  const int* cu_q;
-  const int* kv_info;
-  const int* block_table;
-  int batch, q_tokens, kv_tokens, max_blocks, q_len;
-  bool paged;
-};
-
-// Sequence s's queries [start, start + count). Garbage lengths (the runtime's debug checks report them) read
-// nothing rather than out of bounds.
-struct Queries {
-  int start, count;
-};
-__device__ __forceinline__ Queries queries(const Batch& a, int s) {
-  Queries q;
-  if (a.cu_q != nullptr) {
-    q.start = a.cu_q[s];
-    q.count = a.cu_q[s + 1] - q.start;
-  } else if (a.q_len > 0) {
-    q.start = s * a.q_len;
-    q.count = a.q_len;
-  } else {
-    q.start = 0;
-    q.count = a.q_tokens;
-  }
-  if (q.start < 0 || q.count < 0) q.start = q.count = 0;
-  return q;
-}
-
-// Sequence s's queries [q_start, q_start + q_count) and keys [kv_start, kv_start + kv_len).
-struct Sequence {
-  int q_start, q_count, kv_start, kv_len;
-};
-__device__ __forceinline__ Sequence sequence(const Batch& a, int s) {
-  Sequence q;
-  const Queries queries_of_s = queries(a, s);
-  q.q_start = queries_of_s.start;
-  q.q_count = queries_of_s.count;
-  if (a.paged) {
-    q.kv_start = 0;
-    q.kv_len = a.kv_info[s];
-  } else if (a.kv_info != nullptr) {
-    q.kv_start = a.kv_info[s];
-    q.kv_len = a.kv_info[s + 1] - q.kv_start;
-  } else {
-    q.kv_start = 0;
-    q.kv_len = a.kv_tokens;
-  }
-  if (q.kv_start < 0 || q.kv_len < 0) q.kv_start = q.kv_len = 0;
-  return q;
-}
-
 // A block's work: the sequence and the row tile it takes (rows row0 .. row0 + BM of the sequence's queries
 // x heads of one KV head), and the keys those rows may see within split `split`'s chunk: [lo, hi), loaded as
 // kv_tiles tiles of BN from tile_begin. False: a spare block (grid.x is an upper bound).
-struct Work {
+struct Work : KeyRange {
   int seq;
   Sequence sq;
-  int row0, offset, lo, hi, tile_begin, kv_tiles;
+  int row0, offset, tile_begin, kv_tiles;
 };
 // Causal tiles grow with their rows, so they go out longest first, as FlashAttention 2 and 3 order them, so
 // that the grid's last blocks are short ones and no SM is left with a long tile when the others are done.
@@ -199,18 +140,12 @@ __device__ __forceinline__ bool find_work(const Batch& a, int tile, int split, i
   const int first_token = w.row0 / G, last_token = min_i((w.row0 + BM - 1) / G, w.sq.q_count - 1);
   w.lo = split * chunk;
   w.hi = min_i(w.sq.kv_len, (split + 1) * chunk);
-  if (CAUSAL) w.hi = min_i(w.hi, w.offset + last_token + 1);
-  if (WINDOW) w.lo = max_i(w.lo, w.offset + first_token - window);
+  keys_seen<CAUSAL, WINDOW>(w.offset + first_token, w.offset + last_token, window, w.lo, w.hi);
   w.tile_begin = w.lo > 0 ? w.lo / BN * BN : 0;
   w.kv_tiles = w.lo < w.hi ? (w.hi - w.tile_begin + BN - 1) / BN : 0;
   return true;
 }
 
-// Whether a query at absolute position `pos` sees `key`, a key of [lo, hi).
-template <bool CAUSAL, bool WINDOW>
-__device__ __forceinline__ bool visible(int key, int pos, const Work& w, int window) {
-  return key >= w.lo && key < w.hi && (!CAUSAL || key <= pos) && (!WINDOW || key >= pos - window);
-}
 // Whether queries at positions first .. last all see every key of [k0, k0 + n): a tile that needs no mask.
 template <bool CAUSAL, bool WINDOW>
 __device__ __forceinline__ bool all_visible(int k0, int n, int first, int last, const Work& w, int window) {

@@ -13,56 +13,44 @@
 //   2 `queries`: a block per BM = 64 packed query rows of a KV head (rows = (token, head) as the forward packs
 //     GQA), a warp per 16: for each tile of BK keys they can see, S = Q K^T, dP = grad_out V^T, grad_q += dS K.
 //   3 `sinks` (when grad_sinks is given): a block per head.
-// Masks as the forward's (attention.cu): query token t of a sequence sits at position kv_len - q_len + t and
-// sees key j when j < kv_len, j <= that (causal) and j >= that - window (window >= 0).
+// Masks and sequences as the forward's (attention_batch.cuh).
 // Params (P::name): dtype (f16, bf16), head_dim D (a multiple of 8, at most 128; tiles use DP = 64 or 128
 // columns, the rest zero), group G, causal, window, softcap (0/1: present), bn, bq, bk, step.
 // Kernel args: MOJO_SDPA_BACKWARD_ARGS (sdpa_backward_args.h). Sequences from cu_q / cu_k (k: those of q when
 // it is null but cu_q is not); both null: one sequence of every token.
 #include "mojo_mma.cuh"
 #include "sdpa_backward_args.h"
+#include "attention_batch.cuh"
 
 namespace mojo_sdpa_backward {
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 
-__device__ __forceinline__ int min_i(int a, int b) { return a < b ? a : b; }
-__device__ __forceinline__ int max_i(int a, int b) { return a > b ? a : b; }
+using mojo_attention::Batch;
+using mojo_attention::KeyRange;
+using mojo_attention::min_i;
+using mojo_attention::Sequence;
+using mojo_attention::sequence;
 
-struct Sequence {
-  int q_start, q_count, kv_start, kv_len;
-};
-__device__ __forceinline__ Sequence sequence(const int* cu_q, const int* cu_k, int q_tokens, int kv_tokens, int s) {
-  Sequence r{0, q_tokens, 0, kv_tokens};
-  if (cu_q != nullptr) {
-    r.q_start = cu_q[s];
-    r.q_count = cu_q[s + 1] - r.q_start;
-  }
-  const int* keys = cu_k != nullptr ? cu_k : cu_q;
-  if (keys != nullptr) {
-    r.kv_start = keys[s];
-    r.kv_len = keys[s + 1] - r.kv_start;
-  }
-  if (r.q_start < 0 || r.q_count < 0) r.q_start = r.q_count = 0;  // garbage lengths read nothing
-  if (r.kv_start < 0 || r.kv_len < 0) r.kv_start = r.kv_len = 0;
-  return r;
+// The sequences: cu_k's keys, or cu_q's where cu_k is null (sdpa's rule).
+template <class T>
+__device__ __forceinline__ Batch batch_of(const Args<T>& a) {
+  return Batch{a.cu_q, a.cu_k != nullptr ? a.cu_k : a.cu_q, nullptr, a.batch, a.q_tokens, a.kv_tokens, 0, 0, false};
 }
 
-// Tile `tile` of the grid's x as (sequence, tile within it), where sequence s has tiles_of(s) tiles; false: a
-// spare block (the grid's x is an upper bound).
+// Tile `tile` of the grid's x as tile `in_seq` of sequence `seq`, where sequence s has tiles_of(s) tiles; false:
+// a spare block (the grid's x is an upper bound).
 template <class F>
-__device__ __forceinline__ bool find_tile(int batch, int tile, F tiles_of, int& seq) {
+__device__ __forceinline__ bool find_tile(int batch, int tile, F tiles_of, int& seq, int& in_seq) {
   for (seq = 0; seq < batch; ++seq) {
     const int n = tiles_of(seq);
-    if (tile < n) return true;
+    if (tile < n) {
+      in_seq = tile;
+      return true;
+    }
     tile -= n;
   }
   return false;
-}
-template <class F>
-__device__ __forceinline__ int tile_in(int tile, F tiles_of, int seq) {
-  for (int s = 0; s < seq; ++s) tile -= tiles_of(s);
-  return tile;
 }
 
 // Rows [0, ROWS) of a [ROWS][DP] 16-bit tile in shared memory by cp.async, 8 columns a copy, from src(r, col)
@@ -133,12 +121,6 @@ __device__ __forceinline__ void add_product(float (&acc)[DP / 8][4], const float
   }
 }
 
-// The masks (attention.cu's): whether a query at position `pos` sees key `key` of a sequence of kv_len keys.
-template <bool CAUSAL, bool WINDOW>
-__device__ __forceinline__ bool visible(int key, int pos, int kv_len, int window) {
-  return key < kv_len && (!CAUSAL || key <= pos) && (!WINDOW || key >= pos - window);
-}
-
 // One score s of a visible pair (or not): p = exp(x - lse), and its dS from dP and the query's D.
 template <bool SOFTCAP>
 __device__ __forceinline__ void score_gradient(float& s, float& dp, bool seen, float lse, float dot, float scale,
@@ -197,24 +179,23 @@ __device__ __forceinline__ void keys_step(const Args<T>& a) {
   float *const lse_s = reinterpret_cast<float*>(do_tile + QTile::BYTES), *const dot_s = lse_s + BQ;
 
   const int kv_head = (int)mojo::block_y();
-  auto tiles_of = [&](int s) {
-    return (sequence(a.cu_q, a.cu_k, a.q_tokens, a.kv_tokens, s).kv_len + BN - 1) / BN;
-  };
-  int seq = 0;
-  if (!find_tile(a.batch, (int)mojo::block_x(), tiles_of, seq)) return;
-  const Sequence sq = sequence(a.cu_q, a.cu_k, a.q_tokens, a.kv_tokens, seq);
-  const int k0 = tile_in((int)mojo::block_x(), tiles_of, seq) * BN, offset = sq.kv_len - sq.q_count;
+  const Batch batch = batch_of(a);
+  auto tiles_of = [&](int s) { return (sequence(batch, s).kv_len + BN - 1) / BN; };
+  int seq = 0, tile = 0;
+  if (!find_tile(a.batch, (int)mojo::block_x(), tiles_of, seq, tile)) return;
+  const Sequence sq = sequence(batch, seq);
+  const int k0 = tile * BN, offset = sq.kv_len - sq.q_count;
   const int lane = (int)mojo::thread_x() % 32, warp = (int)mojo::thread_x() / 32;
 
   load_tile<T, BN, DP>(k_tile, a.k, key_rows<D>(a.k, a.k_stride, sq, k0, kv_head));
   load_tile<T, BN, DP>(v_tile, a.v, key_rows<D>(a.v, a.v_stride, sq, k0, kv_head));
   mojo::cp_async_commit();
 
-  // The queries that may see these keys: from the first whose position reaches k0 (causal) to the last whose
-  // window still reaches k0 + BN - 1.
-  int t_lo = 0, t_hi = sq.q_count;
-  if (P::causal) t_lo = max_i(0, k0 - offset);
-  if (P::window) t_hi = min_i(t_hi, k0 + BN + a.window - offset);
+  // The queries that may see these keys, tokens [t_lo, t_hi).
+  int t_lo = offset, t_hi = offset + sq.q_count;  // positions first
+  mojo_attention::queries_seeing<P::causal != 0, P::window != 0>(k0, BN, a.window, t_lo, t_hi);
+  t_lo -= offset;
+  t_hi -= offset;
 
   float dk[DP / 8][4], dv[DP / 8][4];
 #pragma unroll
@@ -252,8 +233,8 @@ __device__ __forceinline__ void keys_step(const Args<T>& a) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = k0 + warp * 16 + lane / 4 + (e / 2) * 8, r = j * 8 + 2 * (lane % 4) + e % 2;
-          const bool seen = t0 + r < t_hi &&
-                            visible<P::causal != 0, P::window != 0>(key, offset + t0 + r, sq.kv_len, a.window);
+          const bool seen = t0 + r < t_hi && mojo_attention::visible<P::causal != 0, P::window != 0>(
+                                                 key, offset + t0 + r, KeyRange{0, sq.kv_len}, a.window);
           score_gradient<P::softcap != 0>(st[j][e], dpt[j][e], seen, lse_s[r], dot_s[r], a.scale, a.softcap);
         }
       add_product<T, D, DP, BQ>(dv, st, do_tile, lane);
@@ -285,13 +266,12 @@ __device__ __forceinline__ void queries_step(const Args<T>& a) {
   float *const lse_s = reinterpret_cast<float*>(v_tile + KTile::BYTES), *const dot_s = lse_s + BM;
 
   const int kv_head = (int)mojo::block_y();
-  auto tiles_of = [&](int s) {
-    return (sequence(a.cu_q, a.cu_k, a.q_tokens, a.kv_tokens, s).q_count * G + BM - 1) / BM;
-  };
-  int seq = 0;
-  if (!find_tile(a.batch, (int)mojo::block_x(), tiles_of, seq)) return;
-  const Sequence sq = sequence(a.cu_q, a.cu_k, a.q_tokens, a.kv_tokens, seq);
-  const int row0 = tile_in((int)mojo::block_x(), tiles_of, seq) * BM, offset = sq.kv_len - sq.q_count;
+  const Batch batch = batch_of(a);
+  auto tiles_of = [&](int s) { return (mojo_attention::queries(batch, s).count * G + BM - 1) / BM; };
+  int seq = 0, tile = 0;
+  if (!find_tile(a.batch, (int)mojo::block_x(), tiles_of, seq, tile)) return;
+  const Sequence sq = sequence(batch, seq);
+  const int row0 = tile * BM, offset = sq.kv_len - sq.q_count;
   const int lane = (int)mojo::thread_x() % 32, warp = (int)mojo::thread_x() / 32;
 
   // Row r: token (row0 + r) / G of head kv_head G + (row0 + r) % G.
@@ -315,9 +295,9 @@ __device__ __forceinline__ void queries_step(const Args<T>& a) {
 
   // The keys these rows may see: [lo, hi).
   const int first = row0 / G, last = min_i((row0 + BM - 1) / G, sq.q_count - 1);
-  int lo = 0, hi = sq.kv_len;
-  if (P::causal) hi = min_i(hi, offset + last + 1);
-  if (P::window) lo = max_i(lo, offset + first - a.window);
+  KeyRange keys{0, sq.kv_len};
+  mojo_attention::keys_seen<P::causal != 0, P::window != 0>(offset + first, offset + last, a.window, keys.lo,
+                                                            keys.hi);
 
   float dq[DP / 8][4];
 #pragma unroll
@@ -328,7 +308,7 @@ __device__ __forceinline__ void queries_step(const Args<T>& a) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) token_of[h] = (row0 + warp * 16 + lane / 4 + h * 8) / G;
 
-  for (int k0 = lo > 0 ? lo / BK * BK : 0; k0 < hi; k0 += BK) {
+  for (int k0 = keys.lo > 0 ? keys.lo / BK * BK : 0; k0 < keys.hi; k0 += BK) {
     mojo::sync_block();  // the last round's tiles are read
     load_tile<T, BK, DP>(k_tile, a.k, key_rows<D>(a.k, a.k_stride, sq, k0, kv_head));
     load_tile<T, BK, DP>(v_tile, a.v, key_rows<D>(a.v, a.v_stride, sq, k0, kv_head));
@@ -344,8 +324,9 @@ __device__ __forceinline__ void queries_step(const Args<T>& a) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e / 2, r = warp * 16 + lane / 4 + h * 8, key = k0 + j * 8 + 2 * (lane % 4) + e % 2;
-        const bool seen = token_of[h] < sq.q_count && key >= lo &&
-                          visible<P::causal != 0, P::window != 0>(key, offset + token_of[h], hi, a.window);
+        const bool seen = token_of[h] < sq.q_count &&
+                          mojo_attention::visible<P::causal != 0, P::window != 0>(key, offset + token_of[h], keys,
+                                                                                  a.window);
         score_gradient<P::softcap != 0>(s[j][e], dp[j][e], seen, lse_s[r], dot_s[r], a.scale, a.softcap);
       }
     add_product<T, D, DP, BK>(dq, dp, k_tile, lane);
