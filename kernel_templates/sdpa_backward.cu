@@ -166,6 +166,11 @@ __device__ __forceinline__ void dot_rows(float* dot, const T* grad_out, const T*
   if (lane == 0) dot[at] = grad_lse != nullptr ? sum - grad_lse[at] : sum;
 }
 
+// The rounds of a step go through a ring of kStages = 2 stages: round r + 1's tiles are copied in while round r's
+// are used. Each round commits one cp.async group (empty after the last), so waiting for all but the newest group
+// leaves round r's, and the tiles loaded once before the rounds, landed.
+static_assert(kStages == 2, "a round waits for all but the newest cp.async group");
+
 // Step 1: grad_k and grad_v of BN keys of one KV head.
 template <class T, class P>
 __device__ __forceinline__ void keys_step(const Args<T>& a) {
@@ -173,10 +178,12 @@ __device__ __forceinline__ void keys_step(const Args<T>& a) {
   static_assert(BN == 16 * kWarps && BQ % 16 == 0, "a warp takes 16 keys; queries go 16 at a time");
   using KTile = mojo::Tile<BN, DP, 2>;
   using QTile = mojo::Tile<BQ, DP, 2>;
+  constexpr int STAGE_BYTES = 2 * QTile::BYTES;  // Q then grad_out
+  static_assert(2 * KTile::BYTES + kStages * STAGE_BYTES + 2 * kStages * BQ * 4 == smem_bytes(BN, BQ, DP, kStages * BQ),
+                "the layout smem_bytes sizes");
   MOJO_DYNAMIC_SMEM(smem);
-  unsigned char *const k_tile = smem, *const v_tile = k_tile + KTile::BYTES, *const q_tile = v_tile + KTile::BYTES,
-                       *const do_tile = q_tile + QTile::BYTES;
-  float *const lse_s = reinterpret_cast<float*>(do_tile + QTile::BYTES), *const dot_s = lse_s + BQ;
+  unsigned char *const k_tile = smem, *const v_tile = k_tile + KTile::BYTES, *const ring = v_tile + KTile::BYTES;
+  float* const stats = reinterpret_cast<float*>(ring + kStages * STAGE_BYTES);  // per stage: lse[BQ], then D[BQ]
 
   const int kv_head = (int)mojo::block_y();
   const Batch batch = batch_of(a);
@@ -191,11 +198,32 @@ __device__ __forceinline__ void keys_step(const Args<T>& a) {
   load_tile<T, BN, DP>(v_tile, a.v, key_rows<D>(a.v, a.v_stride, sq, k0, kv_head));
   mojo::cp_async_commit();
 
-  // The queries that may see these keys, tokens [t_lo, t_hi).
+  // The queries that may see these keys, tokens [t_lo, t_hi); a round per head of the group and tile of BQ of
+  // them.
   int t_lo = offset, t_hi = offset + sq.q_count;  // positions first
   mojo_attention::queries_seeing<P::causal != 0, P::window != 0>(k0, BN, a.window, t_lo, t_hi);
   t_lo -= offset;
   t_hi -= offset;
+  const int q_tiles = t_hi > t_lo ? (t_hi - t_lo + BQ - 1) / BQ : 0, rounds = G * q_tiles;
+  auto load_round = [&](int round) {
+    const int head = kv_head * G + round / q_tiles, t0 = t_lo + round % q_tiles * BQ;
+    unsigned char* const q_tile = ring + round % kStages * STAGE_BYTES;
+    auto query_row = [&](const T* base, long long stride) {
+      return [=](int r, int col) -> const T* {
+        const int t = t0 + r;
+        return t < t_hi && col < D ? base + (long long)(sq.q_start + t) * stride + head * D + col : nullptr;
+      };
+    };
+    load_tile<T, BQ, DP>(q_tile, a.q, query_row(a.q, a.q_stride));
+    load_tile<T, BQ, DP>(q_tile + QTile::BYTES, a.grad_out, query_row(a.grad_out, (long long)a.heads * D));
+    mojo::cp_async_commit();
+    float* const lse_s = stats + round % kStages * 2 * BQ;
+    for (int r = (int)mojo::thread_x(); r < BQ; r += kThreads) {
+      const long long at = (long long)head * a.q_tokens + sq.q_start + t0 + r;
+      lse_s[r] = t0 + r < t_hi ? a.lse[at] : mojo::neg_inf();
+      lse_s[BQ + r] = t0 + r < t_hi ? a.dot[at] : 0.f;
+    }
+  };
 
   float dk[DP / 8][4], dv[DP / 8][4];
 #pragma unroll
@@ -203,45 +231,34 @@ __device__ __forceinline__ void keys_step(const Args<T>& a) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[d][e] = dv[d][e] = 0.f;
 
-  for (int g = 0; g < G; ++g) {
-    const int head = kv_head * G + g;
-    for (int t0 = t_lo; t0 < t_hi; t0 += BQ) {
-      mojo::sync_block();  // the last round's tiles are read
-      auto query_row = [&](const T* base, long long stride) {
-        return [=](int r, int col) -> const T* {
-          const int t = t0 + r;
-          return t < t_hi && col < D ? base + (long long)(sq.q_start + t) * stride + head * D + col : nullptr;
-        };
-      };
-      load_tile<T, BQ, DP>(q_tile, a.q, query_row(a.q, a.q_stride));
-      load_tile<T, BQ, DP>(do_tile, a.grad_out, query_row(a.grad_out, (long long)a.heads * D));
-      mojo::cp_async_commit();
-      for (int r = (int)mojo::thread_x(); r < BQ; r += kThreads) {
-        const long long at = (long long)head * a.q_tokens + sq.q_start + t0 + r;
-        lse_s[r] = t0 + r < t_hi ? a.lse[at] : mojo::neg_inf();
-        dot_s[r] = t0 + r < t_hi ? a.dot[at] : 0.f;
-      }
-      mojo::cp_async_wait<0>();
-      mojo::sync_block();
+  if (rounds > 0) load_round(0);
+  for (int round = 0; round < rounds; ++round) {
+    mojo::sync_block();  // the last round's stage is read: the next round's may go there
+    if (round + 1 < rounds) load_round(round + 1);
+    else mojo::cp_async_commit();
+    mojo::cp_async_wait<1>();
+    mojo::sync_block();
 
-      // S^T and dP^T for the warp's 16 keys (rows) and the BQ queries (columns), then P^T and dS^T in place.
-      float st[BQ / 8][4], dpt[BQ / 8][4];
-      rows_times_rows<T, D, DP, BN, BQ>(st, k_tile, warp * 16, q_tile, lane);
-      rows_times_rows<T, D, DP, BN, BQ>(dpt, v_tile, warp * 16, do_tile, lane);
+    const int t0 = t_lo + round % q_tiles * BQ;
+    const unsigned char *const q_tile = ring + round % kStages * STAGE_BYTES, *const do_tile = q_tile + QTile::BYTES;
+    const float *const lse_s = stats + round % kStages * 2 * BQ, *const dot_s = lse_s + BQ;
+    // S^T and dP^T for the warp's 16 keys (rows) and the BQ queries (columns), then P^T and dS^T in place.
+    float st[BQ / 8][4], dpt[BQ / 8][4];
+    rows_times_rows<T, D, DP, BN, BQ>(st, k_tile, warp * 16, q_tile, lane);
+    rows_times_rows<T, D, DP, BN, BQ>(dpt, v_tile, warp * 16, do_tile, lane);
 #pragma unroll
-      for (int j = 0; j < BQ / 8; ++j)
+    for (int j = 0; j < BQ / 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = k0 + warp * 16 + lane / 4 + (e / 2) * 8, r = j * 8 + 2 * (lane % 4) + e % 2;
-          const bool seen = t0 + r < t_hi && mojo_attention::visible<P::causal != 0, P::window != 0>(
-                                                 key, offset + t0 + r, KeyRange{0, sq.kv_len}, a.window);
-          score_gradient<P::softcap != 0>(st[j][e], dpt[j][e], seen, lse_s[r], dot_s[r], a.scale, a.softcap);
-        }
-      add_product<T, D, DP, BQ>(dv, st, do_tile, lane);
-      add_product<T, D, DP, BQ>(dk, dpt, q_tile, lane);
-    }
+      for (int e = 0; e < 4; ++e) {
+        const int key = k0 + warp * 16 + lane / 4 + (e / 2) * 8, r = j * 8 + 2 * (lane % 4) + e % 2;
+        const bool seen = t0 + r < t_hi && mojo_attention::visible<P::causal != 0, P::window != 0>(
+                                               key, offset + t0 + r, KeyRange{0, sq.kv_len}, a.window);
+        score_gradient<P::softcap != 0>(st[j][e], dpt[j][e], seen, lse_s[r], dot_s[r], a.scale, a.softcap);
+      }
+    add_product<T, D, DP, BQ>(dv, st, do_tile, lane);
+    add_product<T, D, DP, BQ>(dk, dpt, q_tile, lane);
   }
-  mojo::cp_async_wait<0>();  // K and V's copies, where no round waited for them
+  mojo::cp_async_wait<0>();  // K and V's copies, where there was no round to wait for them
   const int kv_heads = a.kv_heads;
   auto key_out = [&](T* base) {
     return [=](int r) -> T* {
@@ -260,10 +277,12 @@ __device__ __forceinline__ void queries_step(const Args<T>& a) {
   static_assert(BK % 16 == 0, "keys go 16 at a time");
   using QTile = mojo::Tile<BM, DP, 2>;
   using KTile = mojo::Tile<BK, DP, 2>;
+  constexpr int STAGE_BYTES = 2 * KTile::BYTES;  // K then V
+  static_assert(2 * QTile::BYTES + kStages * STAGE_BYTES + 2 * BM * 4 == smem_bytes(BM, BK, DP, BM),
+                "the layout smem_bytes sizes");
   MOJO_DYNAMIC_SMEM(smem);
-  unsigned char *const q_tile = smem, *const do_tile = q_tile + QTile::BYTES, *const k_tile = do_tile + QTile::BYTES,
-                       *const v_tile = k_tile + KTile::BYTES;
-  float *const lse_s = reinterpret_cast<float*>(v_tile + KTile::BYTES), *const dot_s = lse_s + BM;
+  unsigned char *const q_tile = smem, *const do_tile = q_tile + QTile::BYTES, *const ring = do_tile + QTile::BYTES;
+  float *const lse_s = reinterpret_cast<float*>(ring + kStages * STAGE_BYTES), *const dot_s = lse_s + BM;
 
   const int kv_head = (int)mojo::block_y();
   const Batch batch = batch_of(a);
@@ -293,11 +312,20 @@ __device__ __forceinline__ void queries_step(const Args<T>& a) {
     dot_s[r] = token < sq.q_count ? a.dot[at] : 0.f;
   }
 
-  // The keys these rows may see: [lo, hi).
+  // The keys these rows may see, [lo, hi); a round per tile of BK of them.
   const int first = row0 / G, last = min_i((row0 + BM - 1) / G, sq.q_count - 1);
   KeyRange keys{0, sq.kv_len};
   mojo_attention::keys_seen<P::causal != 0, P::window != 0>(offset + first, offset + last, a.window, keys.lo,
                                                             keys.hi);
+  const int k_begin = keys.lo > 0 ? keys.lo / BK * BK : 0;
+  const int rounds = keys.hi > k_begin ? (keys.hi - k_begin + BK - 1) / BK : 0;
+  auto load_round = [&](int round) {
+    unsigned char* const k_tile = ring + round % kStages * STAGE_BYTES;
+    const int k0 = k_begin + round * BK;
+    load_tile<T, BK, DP>(k_tile, a.k, key_rows<D>(a.k, a.k_stride, sq, k0, kv_head));
+    load_tile<T, BK, DP>(k_tile + KTile::BYTES, a.v, key_rows<D>(a.v, a.v_stride, sq, k0, kv_head));
+    mojo::cp_async_commit();
+  };
 
   float dq[DP / 8][4];
 #pragma unroll
@@ -308,14 +336,16 @@ __device__ __forceinline__ void queries_step(const Args<T>& a) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) token_of[h] = (row0 + warp * 16 + lane / 4 + h * 8) / G;
 
-  for (int k0 = keys.lo > 0 ? keys.lo / BK * BK : 0; k0 < keys.hi; k0 += BK) {
-    mojo::sync_block();  // the last round's tiles are read
-    load_tile<T, BK, DP>(k_tile, a.k, key_rows<D>(a.k, a.k_stride, sq, k0, kv_head));
-    load_tile<T, BK, DP>(v_tile, a.v, key_rows<D>(a.v, a.v_stride, sq, k0, kv_head));
-    mojo::cp_async_commit();
-    mojo::cp_async_wait<0>();
+  if (rounds > 0) load_round(0);
+  for (int round = 0; round < rounds; ++round) {
+    mojo::sync_block();  // the last round's stage is read: the next round's may go there
+    if (round + 1 < rounds) load_round(round + 1);
+    else mojo::cp_async_commit();
+    mojo::cp_async_wait<1>();
     mojo::sync_block();
 
+    const int k0 = k_begin + round * BK;
+    const unsigned char *const k_tile = ring + round % kStages * STAGE_BYTES, *const v_tile = k_tile + KTile::BYTES;
     float s[BK / 8][4], dp[BK / 8][4];
     rows_times_rows<T, D, DP, BM, BK>(s, q_tile, warp * 16, k_tile, lane);
     rows_times_rows<T, D, DP, BM, BK>(dp, do_tile, warp * 16, v_tile, lane);
@@ -324,14 +354,13 @@ __device__ __forceinline__ void queries_step(const Args<T>& a) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e / 2, r = warp * 16 + lane / 4 + h * 8, key = k0 + j * 8 + 2 * (lane % 4) + e % 2;
-        const bool seen = token_of[h] < sq.q_count &&
-                          mojo_attention::visible<P::causal != 0, P::window != 0>(key, offset + token_of[h], keys,
-                                                                                  a.window);
+        const bool seen = token_of[h] < sq.q_count && mojo_attention::visible<P::causal != 0, P::window != 0>(
+                                                          key, offset + token_of[h], keys, a.window);
         score_gradient<P::softcap != 0>(s[j][e], dp[j][e], seen, lse_s[r], dot_s[r], a.scale, a.softcap);
       }
     add_product<T, D, DP, BK>(dq, dp, k_tile, lane);
   }
-  mojo::cp_async_wait<0>();  // Q and grad_out's copies, where no round waited for them
+  mojo::cp_async_wait<0>();  // Q and grad_out's copies, where there was no round to wait for them
   write_rows<T, D, DP>(dq, a.scale, lane, [&](int r) -> T* {
     const int row = row0 + warp * 16 + r, token = row / G;
     return token < sq.q_count ? a.grad_q + ((long long)(sq.q_start + token) * a.heads + kv_head * G + row % G) * D

@@ -33,10 +33,15 @@
   ARG(int, window)    /* left window size; < 0: none */
 
 namespace mojo_sdpa_backward {
-// Dynamic shared memory of the key step (bn keys, bq queries a round) and of the query step (bm query rows, bk
-// keys a round): two 16-bit tiles of each, head_dim padded to dp columns, and two f32 values a query row.
-MOJO_HOST_DEVICE constexpr unsigned smem_bytes(int rows_a, int rows_b, int dp) {
-  return unsigned(2 * (rows_a + rows_b) * dp * 2 + 2 * (rows_a > rows_b ? rows_a : rows_b) * 4);
+// The rounds of a step go through a ring of kStages stages (sdpa_backward.cu).
+constexpr int kStages = 2;
+
+// Dynamic shared memory of a step, head_dim padded to dp columns: two 16-bit tiles of `fixed_rows` loaded once (the
+// key step's K and V of bn keys, the query step's Q and grad_out of its query rows), kStages stages of two tiles of
+// `ring_rows` a stage that its rounds go through (Q and grad_out of bq queries, or K and V of bk keys), and two f32
+// values (lse, D) for each of `stat_rows` query rows (the key step's: bq for each stage).
+MOJO_HOST_DEVICE constexpr unsigned smem_bytes(int fixed_rows, int ring_rows, int dp, int stat_rows) {
+  return unsigned(2 * fixed_rows * dp * 2 + kStages * 2 * ring_rows * dp * 2 + 2 * stat_rows * 4);
 }
 
 template <class T>

@@ -115,9 +115,10 @@ class SdpaBackward final : public OpDef {
     const int dp = int(attention::padded(p.get("head_dim")));
     switch (Step(p.get_or("step", kKeys))) {
       case kKeys:
-        return mojo_sdpa_backward::smem_bytes(int(p.get("bn")), int(p.get("bq")), dp);
+        return mojo_sdpa_backward::smem_bytes(int(p.get("bn")), int(p.get("bq")), dp,
+                                              mojo_sdpa_backward::kStages * int(p.get("bq")));
       case kQueries:
-        return mojo_sdpa_backward::smem_bytes(int(16 * kWarps), int(p.get("bk")), dp);
+        return mojo_sdpa_backward::smem_bytes(int(16 * kWarps), int(p.get("bk")), dp, int(16 * kWarps));
       default:
         return 0;
     }
