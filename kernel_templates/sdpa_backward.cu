@@ -171,6 +171,17 @@ __device__ __forceinline__ void dot_rows(float* dot, const T* grad_out, const T*
 // leaves round r's, and the tiles loaded once before the rounds, landed.
 static_assert(kStages == 2, "a round waits for all but the newest cp.async group");
 
+// The top of round `round` of `rounds`: once the last round's stage is read, start the next round's copies into
+// it (load_round commits them), then wait for this round's.
+template <class Load>
+__device__ __forceinline__ void begin_round(int round, int rounds, Load load_round) {
+  mojo::sync_block();
+  if (round + 1 < rounds) load_round(round + 1);
+  else mojo::cp_async_commit();
+  mojo::cp_async_wait<1>();
+  mojo::sync_block();
+}
+
 // Step 1: grad_k and grad_v of BN keys of one KV head.
 template <class T, class P>
 __device__ __forceinline__ void keys_step(const Args<T>& a) {
@@ -233,11 +244,7 @@ __device__ __forceinline__ void keys_step(const Args<T>& a) {
 
   if (rounds > 0) load_round(0);
   for (int round = 0; round < rounds; ++round) {
-    mojo::sync_block();  // the last round's stage is read: the next round's may go there
-    if (round + 1 < rounds) load_round(round + 1);
-    else mojo::cp_async_commit();
-    mojo::cp_async_wait<1>();
-    mojo::sync_block();
+    begin_round(round, rounds, load_round);
 
     const int t0 = t_lo + round % q_tiles * BQ;
     const unsigned char *const q_tile = ring + round % kStages * STAGE_BYTES, *const do_tile = q_tile + QTile::BYTES;
@@ -338,11 +345,7 @@ __device__ __forceinline__ void queries_step(const Args<T>& a) {
 
   if (rounds > 0) load_round(0);
   for (int round = 0; round < rounds; ++round) {
-    mojo::sync_block();  // the last round's stage is read: the next round's may go there
-    if (round + 1 < rounds) load_round(round + 1);
-    else mojo::cp_async_commit();
-    mojo::cp_async_wait<1>();
-    mojo::sync_block();
+    begin_round(round, rounds, load_round);
 
     const int k0 = k_begin + round * BK;
     const unsigned char *const k_tile = ring + round % kStages * STAGE_BYTES, *const v_tile = k_tile + KTile::BYTES;

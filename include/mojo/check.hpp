@@ -47,8 +47,10 @@ class OpCheck {
   virtual void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> data,
                          ScalarList scalars) const = 0;
   // Random contents for tensor i that the op accepts: values in ±[0.05, 2]
-  // (never zero); index tensors in range of the others (ops override).
-  virtual std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+  // (never zero); index tensors in range of the others (ops override: a
+  // backward op's forward outputs, such as an lse, are its forward's at the
+  // same scalars).
+  virtual std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs, ScalarList scalars,
                                                 std::uint32_t seed) const;
   // How far an output may be from the reference (reductions widen it).
   virtual Tolerance tolerance(DType out, std::span<const TensorSpec> /*specs*/, ScalarList /*scalars*/) const {

@@ -31,7 +31,8 @@ nb::list random_inputs(const std::string& op_name, const std::string& dtype, nb:
                        std::uint32_t seed) {
   const mojo::OpDef& op = mojo::find_op(op_name);
   std::vector<std::string> names;
-  const auto specs = specs_of(op, dtype, shapes, scalars_of(scalar_dict, names));
+  const auto scalars = scalars_of(scalar_dict, names);
+  const auto specs = specs_of(op, dtype, shapes, scalars);
   const mojo::OpCheck& check = mojo::find_check(op_name);
   nb::list out;
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -39,7 +40,7 @@ nb::list random_inputs(const std::string& op_name, const std::string& dtype, nb:
       out.append(nb::none());
       continue;
     }
-    const std::vector<std::uint8_t> data = check.random_data(i, specs, seed);
+    const std::vector<std::uint8_t> data = check.random_data(i, specs, scalars, seed);
     out.append(nb::bytes(reinterpret_cast<const char*>(data.data()), data.size()));
   }
   return out;

@@ -30,7 +30,7 @@ class AttentionCheck final : public OpCheck {
   // rest of a sequence's last block, the blocks past its length, the blocks no table names), as memory that an
   // engine allocated and never wrote may: a kernel that lets one into a sum (even times a probability of 0)
   // writes NaN.
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs, ScalarList scalars,
                                         std::uint32_t seed) const override;
 
   // P is rounded to the storage type before P V (as in FlashAttention); lse is exact but for exp2/log2's
@@ -51,16 +51,16 @@ class AttentionCheck final : public OpCheck {
 };
 
 std::vector<std::uint8_t> AttentionCheck::random_data(std::size_t i, std::span<const TensorSpec> specs,
-                                                      std::uint32_t seed) const {
+                                                      ScalarList scalars, std::uint32_t seed) const {
   const int slot = int(i);
   const bool index =
       slot == slots_.cu_q || slot == slots_.cu_k || slot == slots_.block_tables || slot == slots_.context_lens;
   const bool cache = kind_ != Kind::sdpa && (i == 2 || i == 3);
-  if (!index && !cache) return OpCheck::random_data(i, specs, seed);
+  if (!index && !cache) return OpCheck::random_data(i, specs, scalars, seed);
   const RandomLayout layout = random_layout(specs, seed);
   if (cache) {
     const TensorSpec& c = specs[i];
-    std::vector<float> values = host_data::floats(c, OpCheck::random_data(i, specs, seed));
+    std::vector<float> values = host_data::floats(c, OpCheck::random_data(i, specs, scalars, seed));
     const std::int64_t page = c.dim(1), row = c.dim(2) * c.dim(3);  // a slot's elements: kv_heads x head_dim
     const std::int64_t max_blocks = specs[std::size_t(slots_.block_tables)].dim(1);
     std::vector<bool> read(std::size_t(c.dim(0) * page));

@@ -182,7 +182,8 @@ CheckReport check_op(Runtime& rt, std::string_view op_name, std::span<const Tens
   std::vector<std::vector<std::uint8_t>> host(specs.size());
   for (std::size_t i = 0; i < specs.size(); ++i) {
     if (specs[i].rank() == 0 || source[i] >= 0) continue;  // absent, or another's memory
-    host[i] = role(i) == "out" ? std::vector<std::uint8_t>(specs[i].nbytes(), 0xff) : check.random_data(i, specs, seed);
+    host[i] = role(i) == "out" ? std::vector<std::uint8_t>(specs[i].nbytes(), 0xff)
+                               : check.random_data(i, specs, scalars, seed);
     placed[i].upload(host[i]);
   }
   for (std::size_t o = 0; o < specs.size(); ++o)

@@ -49,7 +49,7 @@ class LinearCrossEntropyCheck final : public OpCheck {
     const Tolerance t = product_tolerance(out, k, false);
     return {4 * t.rtol, 4 * t.atol};  // products of products, each rounded
   }
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs, ScalarList scalars,
                                         std::uint32_t seed) const override {
     const std::size_t hi = hidden_index();
     const TensorSpec& s = specs[i];
@@ -60,20 +60,20 @@ class LinearCrossEntropyCheck final : public OpCheck {
     }
     if (backward_ && i == 6) {  // the forward's lse for these inputs
       const double work = double(specs[hi].dim(0)) * double(specs[hi].dim(1)) * double(specs[hi + 1].dim(0));
-      if (work > kExactLseWork) return estimated_lse(specs, seed);
+      if (work > kExactLseWork) return estimated_lse(specs, scalars, seed);
       std::vector<std::vector<std::uint8_t>> d(specs.size());
-      for (std::size_t j : {hi, hi + 1, hi + 2}) d[j] = random_data(j, specs, seed);
+      for (std::size_t j : {hi, hi + 1, hi + 2}) d[j] = random_data(j, specs, scalars, seed);
       std::vector<TensorSpec> f = {TensorSpec(DType::f32, {1}), TensorSpec(DType::f32, {specs[hi].dim(0)}), specs[hi],
                                    specs[hi + 1], specs[hi + 2]};
       std::vector<std::vector<std::uint8_t>> fd = {std::vector<std::uint8_t>(4), std::vector<std::uint8_t>(s.nbytes()),
                                                    d[hi], d[hi + 1], d[hi + 2]};
-      linear_cross_entropy_check().reference(f, fd, {});
+      linear_cross_entropy_check().reference(f, fd, scalars);  // the forward at the same scalars
       return fd[1];
     }
     if (i == hi || i == hi + 1) {  // logits of a few units: hidden and weight of a small scale
       return reference::encode(s.dtype(), test_values(0, s.numel(), value_seed(seed, i)));
     }
-    return OpCheck::random_data(i, specs, seed);
+    return OpCheck::random_data(i, specs, scalars, seed);
   }
 
  private:
@@ -87,17 +87,18 @@ class LinearCrossEntropyCheck final : public OpCheck {
   static constexpr double kExactLseWork = double(std::int64_t(1) << 30);
 
   // Each row's lse from evenly spaced vocabulary rows (as many as kExactLseWork allows, at least 16):
-  // log(vocab / sampled) + the lse of their logits (float64, no soft-cap, like the exact path). Close to the
+  // log(vocab / sampled) + the lse of their logits (float64, without the soft-cap). Close to the
   // forward's (logits of a few units), so the softmax the backward forms stays finite and near 1 in sum.
   // Only the sampled rows of weight are made (test_values is random access): at the full size of 2026-11-25
   // making all 622M values took 17 of this function's 19 s on the development machine.
-  std::vector<std::uint8_t> estimated_lse(std::span<const TensorSpec> specs, std::uint32_t seed) const {
+  std::vector<std::uint8_t> estimated_lse(std::span<const TensorSpec> specs, ScalarList scalars,
+                                          std::uint32_t seed) const {
     const std::size_t hi = hidden_index();
     const TensorSpec& weight = specs[hi + 1];
     const std::int64_t tokens = specs[hi].dim(0), hidden = specs[hi].dim(1), vocab = weight.dim(0);
     const std::int64_t per_column = std::max<std::int64_t>(1, tokens * hidden);
     const std::int64_t sampled = std::min(vocab, std::max<std::int64_t>(16, std::int64_t(kExactLseWork) / per_column));
-    const std::vector<float> h = host_data::floats(specs[hi], random_data(hi, specs, seed));
+    const std::vector<float> h = host_data::floats(specs[hi], random_data(hi, specs, scalars, seed));
     std::vector<float> w;  // the sampled rows, rounded to weight's dtype as the kernels read them
     w.reserve(std::size_t(sampled * hidden));
     for (std::int64_t c = 0; c < sampled; ++c) {

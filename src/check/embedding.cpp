@@ -16,9 +16,9 @@ class EmbeddingCheck final : public OpCheck {
     reference::embedding(specs[2].dtype(), ids.data(), d[2].data(), d[0].data(), specs[1].numel(), specs[2].dim(0),
                          specs[2].dim(1));
   }
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs, ScalarList scalars,
                                         std::uint32_t seed) const override {
-    if (i != 1) return OpCheck::random_data(i, specs, seed);
+    if (i != 1) return OpCheck::random_data(i, specs, scalars, seed);
     return host_data::index_bytes(specs[1].dtype(),
                                   host_data::random_indices(specs[1].numel(), specs[2].dim(0), seed, false));
   }

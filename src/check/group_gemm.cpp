@@ -29,9 +29,9 @@ class GroupGemmCheck final : public OpCheck {
     return gated_activation(scalars) != 0 ? Tolerance{2 * t.rtol, 2 * t.atol} : t;  // a product of two products
   }
   // Groups of random sizes covering every row of x.
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs, ScalarList scalars,
                                         std::uint32_t seed) const override {
-    if (i != 3) return OpCheck::random_data(i, specs, seed);
+    if (i != 3) return OpCheck::random_data(i, specs, scalars, seed);
     const std::int64_t rows = specs[1].dim(0);
     std::vector<std::int64_t> offsets = host_data::random_indices(specs[3].numel(), rows + 1, seed, false);
     std::sort(offsets.begin(), offsets.end());

@@ -35,7 +35,7 @@ class MoeGateCheck final : public OpCheck {
   }
   // Logits a permutation of an evenly spaced grid per token and a bias of a few coarse levels: every choice is
   // apart by far more than float rounding, so the kernel and the reference choose alike.
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs, ScalarList scalars,
                                         std::uint32_t seed) const override {
     const TensorSpec& t = specs[i];
     std::mt19937 rng(seed * 7919u + std::uint32_t(i));
@@ -51,7 +51,7 @@ class MoeGateCheck final : public OpCheck {
     } else if (i == 3) {
       for (float& x : v) x = 0.25f * float(rng() % 3);
     } else {
-      return OpCheck::random_data(i, specs, seed);
+      return OpCheck::random_data(i, specs, scalars, seed);
     }
     return reference::encode(t.dtype(), v);
   }
@@ -79,9 +79,9 @@ class MoeDispatchCheck final : public OpCheck {
   }
   Tolerance tolerance(DType, std::span<const TensorSpec>, ScalarList) const override { return {0, 0}; }
   // Expert ids in range, a few negative (not routed).
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs, ScalarList scalars,
                                         std::uint32_t seed) const override {
-    if (i != 3) return OpCheck::random_data(i, specs, seed);
+    if (i != 3) return OpCheck::random_data(i, specs, scalars, seed);
     std::vector<std::int64_t> ids = host_data::random_indices(specs[3].numel(), specs[0].numel() - 1, seed, false);
     for (std::size_t j = 7; j < ids.size(); j += 13) ids[j] = -1;
     return host_data::index_bytes(specs[3].dtype(), ids);
@@ -105,9 +105,9 @@ class MoeCombineCheck final : public OpCheck {
     return {2 * t.rtol, 2 * t.atol};  // a sum of top_k products
   }
   // Each token's slots at distinct rows of expert_out, a few not routed.
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs, ScalarList scalars,
                                         std::uint32_t seed) const override {
-    if (i != 2) return OpCheck::random_data(i, specs, seed);
+    if (i != 2) return OpCheck::random_data(i, specs, scalars, seed);
     std::vector<std::int64_t> rows = host_data::random_indices(specs[2].numel(), specs[1].dim(0), seed, true);
     for (std::size_t j = 5; j < rows.size(); j += 11) rows[j] = -1;
     return host_data::index_bytes(specs[2].dtype(), rows);

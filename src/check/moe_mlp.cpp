@@ -37,7 +37,7 @@ class MoeMlpCheck final : public OpCheck {
     return {4 * t.rtol, 4 * t.atol};  // two products, an activation and a weighted sum, each rounded
   }
   // Expert ids in range (a few routed nowhere), weights of a gate, small weights so sums stay near 1.
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs, ScalarList scalars,
                                         std::uint32_t seed) const override {
     const TensorSpec& t = specs[i];
     if (i == 2) {
@@ -47,7 +47,7 @@ class MoeMlpCheck final : public OpCheck {
     }
     if (i == 3 || i == 4 || i == 5)
       return reference::encode(t.dtype(), test_values(t.numel(), seed * 7919u + std::uint32_t(i), i == 3 ? 1.f : 0.2f));
-    return OpCheck::random_data(i, specs, seed);
+    return OpCheck::random_data(i, specs, scalars, seed);
   }
 
  private:

@@ -35,7 +35,7 @@ Tolerance product_tolerance(DType out, std::int64_t k, bool tf32) {
   return t;
 }
 
-std::vector<std::uint8_t> OpCheck::random_data(std::size_t i, std::span<const TensorSpec> specs,
+std::vector<std::uint8_t> OpCheck::random_data(std::size_t i, std::span<const TensorSpec> specs, ScalarList /*scalars*/,
                                                std::uint32_t seed) const {
   const TensorSpec& s = specs[i];
   std::mt19937 rng(seed * 7919u + std::uint32_t(i));

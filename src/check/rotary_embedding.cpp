@@ -19,9 +19,9 @@ class RotaryEmbeddingCheck final : public OpCheck {
     reference::rotary_embedding(q.dtype(), d[0].data(), d[1].data(), positions.data(), cos_sin.data(), q.dim(0),
                                 q.dim(1), k.dim(1), q.dim(2), cs.dim(1), cs.dim(0), scalar(scalars, "neox") != 0);
   }
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs, ScalarList scalars,
                                         std::uint32_t seed) const override {
-    if (i != 2) return OpCheck::random_data(i, specs, seed);
+    if (i != 2) return OpCheck::random_data(i, specs, scalars, seed);
     return host_data::index_bytes(specs[2].dtype(),
                                   host_data::random_indices(specs[2].numel(), specs[3].dim(0), seed, false));
   }

@@ -65,7 +65,7 @@ class ApplyPenaltiesTemperatureCheck final : public OpCheck {
     const Tolerance t = default_tolerance(out);
     return {2 * t.rtol, t.atol};
   }
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs, ScalarList scalars,
                                         std::uint32_t seed) const override {
     const TensorSpec& t = specs[i];
     const std::uint32_t s = seed * 7919u + std::uint32_t(i);
@@ -91,7 +91,7 @@ class ApplyPenaltiesTemperatureCheck final : public OpCheck {
       case 6:
         return random_floats(t, s, 0.5f, 1.5f);
       default:
-        return OpCheck::random_data(i, specs, seed);
+        return OpCheck::random_data(i, specs, scalars, seed);
     }
   }
 };
@@ -122,7 +122,7 @@ class SampleCheck final : public OpCheck {
     d[7] = host_data::index_bytes(DType::i64, offset);
   }
   Tolerance tolerance(DType out, std::span<const TensorSpec>, ScalarList) const override { return exact(out); }
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs, ScalarList scalars,
                                         std::uint32_t seed) const override {
     const TensorSpec& t = specs[i];
     const std::uint32_t s = seed * 7919u + std::uint32_t(i);
@@ -140,7 +140,7 @@ class SampleCheck final : public OpCheck {
       case 7:
         return random_ints(t, s, 0, (1 << 24) - 1);  // exact in the floats check_op compares
       default:
-        return OpCheck::random_data(i, specs, seed);
+        return OpCheck::random_data(i, specs, scalars, seed);
     }
   }
 
@@ -183,7 +183,7 @@ class RejectSampleCheck final : public OpCheck {
   }
   Tolerance tolerance(DType out, std::span<const TensorSpec>, ScalarList) const override { return exact(out); }
   // Draft and target rows near each other (softmax of shared logits plus noise), drafts drawn from the draft rows.
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs, ScalarList scalars,
                                         std::uint32_t seed) const override {
     const TensorSpec& target = specs[4];
     const std::int64_t batch = target.dim(0), spec = target.dim(1) - 1, vocab = target.dim(2);
@@ -222,7 +222,7 @@ class RejectSampleCheck final : public OpCheck {
       case 6:
         return random_ints(specs[i], seed * 7919u + 6u, 0, (1 << 24) - 1);  // exact in check_op's floats
       default:
-        return OpCheck::random_data(i, specs, seed);
+        return OpCheck::random_data(i, specs, scalars, seed);
     }
   }
 };

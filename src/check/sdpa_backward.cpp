@@ -61,20 +61,20 @@ class SdpaBackwardCheck final : public OpCheck {
 
   // sdpa's inputs as its check makes them (the same lengths, q, k, v and sinks for a seed), and its out and lse
   // for them; grad_out random.
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs, ScalarList scalars,
                                         std::uint32_t seed) const override {
     const auto at = std::find(std::begin(kForwardSlot), std::end(kForwardSlot), i);
-    if (at == std::end(kForwardSlot)) return OpCheck::random_data(i, specs, seed);
+    if (at == std::end(kForwardSlot)) return OpCheck::random_data(i, specs, scalars, seed);
     const std::vector<TensorSpec> fwd = forward_specs(specs);
     const std::size_t slot = std::size_t(at - std::begin(kForwardSlot));
     const OpCheck& sdpa = sdpa_check();
-    if (slot != 0 && slot != 7) return sdpa.random_data(slot, fwd, seed);
+    if (slot != 0 && slot != 7) return sdpa.random_data(slot, fwd, scalars, seed);
     std::vector<std::vector<std::uint8_t>> data(fwd.size());
     for (std::size_t j = 1; j < 7; ++j)
-      if (fwd[j].rank() != 0) data[j] = sdpa.random_data(j, fwd, seed);
+      if (fwd[j].rank() != 0) data[j] = sdpa.random_data(j, fwd, scalars, seed);
     data[0].resize(fwd[0].nbytes());
     data[7].resize(fwd[7].nbytes());
-    sdpa.reference(fwd, data, forward_scalars_);  // the forward at its default scalars: out and lse
+    sdpa.reference(fwd, data, scalars);  // the forward at the same scalars (sdpa's names): out and lse
     return data[slot];
   }
 
@@ -91,7 +91,6 @@ class SdpaBackwardCheck final : public OpCheck {
     for (std::size_t i : kForwardSlot) f.push_back(specs[i]);
     return f;
   }
-  std::vector<ScalarArg> forward_scalars_;
 };
 
 }  // namespace

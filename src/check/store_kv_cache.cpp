@@ -18,9 +18,9 @@ class StoreKvCacheCheck final : public OpCheck {
                               cache.dim(0) * cache.dim(1), cache.dim(2) * cache.dim(3));
   }
   // Distinct slots: two tokens for one slot would leave either.
-  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs,
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs, ScalarList scalars,
                                         std::uint32_t seed) const override {
-    if (i != 4) return OpCheck::random_data(i, specs, seed);
+    if (i != 4) return OpCheck::random_data(i, specs, scalars, seed);
     return host_data::index_bytes(
         specs[4].dtype(), host_data::random_indices(specs[4].numel(), specs[0].dim(0) * specs[0].dim(1), seed, true));
   }

@@ -761,8 +761,9 @@ TEST_P(AttentionGpu, ASplitPlanIsCapturedInAGraphAfterItsFirstLaunch) {
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const bool output = i == 0 || i + 1 == specs.size();
     buffers.push_back(specs[i].rank() == 0 ? nullptr
-                      : output             ? std::make_unique<GpuTensor>(specs[i])
-                                           : std::make_unique<GpuTensor>(specs[i], find_check(op.name()).random_data(i, specs, 7)));
+                      : output
+                          ? std::make_unique<GpuTensor>(specs[i])
+                          : std::make_unique<GpuTensor>(specs[i], find_check(op.name()).random_data(i, specs, {}, 7)));
     tensors.push_back(buffers.back() ? buffers.back()->tensor() : Tensor{specs[i], 0});
   }
   GpuTensor &out = *buffers.front(), &lse = *buffers.back();

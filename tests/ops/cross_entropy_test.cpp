@@ -101,13 +101,11 @@ TEST(LinearCrossEntropyOp, TheBackwardsLseInputIsEstimatedCloseToTheForwards) {
   const OpCheck& fwd = find_check("linear_cross_entropy");
   const std::vector<TensorSpec> specs =
       bwd.op().specs_from_shapes(DType::bf16, parse_shapes(bwd.op(), "hidden=64x256 weight=131072x256"));
-  const std::vector<float> estimated = reference::decode(DType::f32, bwd.random_data(6, specs, 7));
+  const std::vector<float> estimated = reference::decode(DType::f32, bwd.random_data(6, specs, {}, 7));
   std::vector<TensorSpec> f = {TensorSpec(DType::f32, {1}), specs[6], specs[3], specs[4], specs[5]};
-  std::vector<std::vector<std::uint8_t>> d = {std::vector<std::uint8_t>(4),
-                                              std::vector<std::uint8_t>(specs[6].nbytes()),
-                                              bwd.random_data(3, specs, 7),
-                                              bwd.random_data(4, specs, 7),
-                                              bwd.random_data(5, specs, 7)};
+  std::vector<std::vector<std::uint8_t>> d = {
+      std::vector<std::uint8_t>(4), std::vector<std::uint8_t>(specs[6].nbytes()), bwd.random_data(3, specs, {}, 7),
+      bwd.random_data(4, specs, {}, 7), bwd.random_data(5, specs, {}, 7)};
   fwd.reference(f, d, {});
   const std::vector<float> exact = reference::decode(DType::f32, d[1]);
   ASSERT_EQ(estimated.size(), 64u);
@@ -175,7 +173,7 @@ TEST_P(LinearCrossEntropyGpu, EverySliceThroughAHandleTwice) {
   std::vector<std::unique_ptr<GpuTensor>> owned;
   std::vector<Tensor> tensors;
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    if (op.tensor_args()[i].role != std::string_view("out")) host[i] = check.random_data(i, specs, 5);
+    if (op.tensor_args()[i].role != std::string_view("out")) host[i] = check.random_data(i, specs, scalars, 5);
     owned.push_back(host[i].empty() ? std::make_unique<GpuTensor>(specs[i])
                                     : std::make_unique<GpuTensor>(specs[i], host[i]));
     tensors.push_back(*owned.back());

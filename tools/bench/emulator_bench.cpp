@@ -48,7 +48,7 @@ void bench_emulator(const Options& options) {
     std::vector<mojo::DeviceBuffer> buffers;
     std::vector<mojo::Tensor> tensors;
     for (std::size_t i = 0; i < c.specs.size(); ++i) {
-      const std::vector<std::uint8_t> data = mojo::find_check(c.op).random_data(i, c.specs, 5);
+      const std::vector<std::uint8_t> data = mojo::find_check(c.op).random_data(i, c.specs, c.scalars, 5);
       buffers.emplace_back(c.specs[i].nbytes());
       buffers.back().copy_from_host(data.data(), std::min(data.size(), c.specs[i].nbytes()));
       tensors.push_back(buffers.back().as(c.specs[i]));

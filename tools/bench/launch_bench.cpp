@@ -36,7 +36,7 @@ double host_us_per_launch(const mojo::Stream& stream, int total, F&& launch_once
 
 // Random bf16 contents for one of rms_norm's tensors (the op's own random_data).
 void fill_random(mojo::DeviceBuffer& b, const std::vector<mojo::TensorSpec>& specs, std::size_t i) {
-  const std::vector<std::uint8_t> bytes = mojo::find_check("rms_norm").random_data(i, specs, 3);
+  const std::vector<std::uint8_t> bytes = mojo::find_check("rms_norm").random_data(i, specs, {}, 3);
   b.copy_from_host(bytes.data(), std::min(bytes.size(), b.size()));
 }
 

@@ -156,7 +156,8 @@ std::optional<std::vector<std::int64_t>> attention_indices(const OpDef& op, cons
 }
 
 // Random contents for tensor i (see the file comment).
-Bytes bench_data(const OpDef& op, const std::vector<TensorSpec>& specs, std::size_t i, std::uint32_t seed) {
+Bytes bench_data(const OpDef& op, const std::vector<TensorSpec>& specs, mojo::ScalarList scalars, std::size_t i,
+                 std::uint32_t seed) {
   const TensorSpec& s = specs[i];
   if (is_attention(op.name()) && is_index(s.dtype()))
     if (auto v = attention_indices(op, specs, i, seed)) return encode_indices(s.dtype(), *v);
@@ -164,8 +165,8 @@ Bytes bench_data(const OpDef& op, const std::vector<TensorSpec>& specs, std::siz
   const std::string_view name = op.tensor_args()[i].name;
   // A paged cache: random in every slot, which these full-length contexts all read (the check's own cache
   // holds NaN where its shorter random contexts do not reach).
-  Bytes d = name == "k_cache" || name == "v_cache" ? check.OpCheck::random_data(i, specs, seed)
-                                                   : check.random_data(i, specs, seed);
+  Bytes d = name == "k_cache" || name == "v_cache" ? check.OpCheck::random_data(i, specs, scalars, seed)
+                                                   : check.random_data(i, specs, scalars, seed);
   if (d.size() != s.nbytes())
     throw mojo::Error(fmt::format("bench: {}'s random_data gave {} bytes for {} ({}); expected {}", op.name(), d.size(),
                                   op.tensor_args()[i].name, s.str(), s.nbytes()));
@@ -174,8 +175,8 @@ Bytes bench_data(const OpDef& op, const std::vector<TensorSpec>& specs, std::siz
 
 // Host data of every tensor the op reads (outputs: empty), made in parallel; a tensor named in `fills` holds
 // that one value.
-std::vector<Bytes> input_data(const OpDef& op, const std::vector<TensorSpec>& specs, std::uint32_t seed,
-                              const std::vector<std::pair<std::string, double>>& fills) {
+std::vector<Bytes> input_data(const OpDef& op, const std::vector<TensorSpec>& specs, mojo::ScalarList scalars,
+                              std::uint32_t seed, const std::vector<std::pair<std::string, double>>& fills) {
   for (const auto& f : fills)
     if (std::none_of(op.tensor_args().begin(), op.tensor_args().end(), [&](const auto& t) { return t.name == f.first; }))
       throw mojo::InvalidArgumentError(fmt::format("--fill {}: {} has no tensor of that name", f.first, op.name()));
@@ -194,7 +195,8 @@ std::vector<Bytes> input_data(const OpDef& op, const std::vector<TensorSpec>& sp
       });
       continue;
     }
-    pending[i] = std::async(std::launch::async, [&op, &specs, i, seed] { return bench_data(op, specs, i, seed); });
+    pending[i] = std::async(std::launch::async,
+                            [&op, &specs, scalars, i, seed] { return bench_data(op, specs, scalars, i, seed); });
   }
   std::vector<Bytes> host(specs.size());
   for (std::size_t i = 0; i < specs.size(); ++i)
@@ -354,7 +356,7 @@ OpTiming time_op(mojo::Runtime& rt, const OpCase& c, const Repetitions& reps) {
   use_device(rt);
 
   OpTiming result;
-  std::vector<Bytes> host = input_data(op, specs, 7, c.fills);
+  std::vector<Bytes> host = input_data(op, specs, scalars, 7, c.fills);
   result.traffic = count_traffic(op, specs, host, scalars);
   const double bytes = std::max(result.traffic.bytes, 1.0);
   const int copies = int(std::clamp<double>(std::ceil(reps.stream_bytes / bytes), 1, 64));
