@@ -119,6 +119,10 @@ TEST_F(Cli, DescribeShowsParamsKernelAndGeometry) {
   EXPECT_NE(r.output.find("params:   dtype=bf16 hidden=4096 vec=8 threads=256 rows=1"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("grid:     [4096, 1, 1]"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("block:    [256, 1, 1]"), std::string::npos) << r.output;
+  r = run("describe layer_norm --dtype bf16 --shape x=8x64");  // mean and rstd not given
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tensor:   x = bf16[8, 64]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tensor:   mean = absent"), std::string::npos) << r.output;
 }
 
 // The performance model on the compiled cubin: registers, blocks per SM and waves on the target's reference GPU,

@@ -370,7 +370,8 @@ int run_describe(int argc, char** argv, bool explain) {
 
   fmt::print("op:       {}\n", op.name());
   for (std::size_t i = 0; i < tensors.size(); ++i)
-    fmt::print("tensor:   {} = {}\n", op.tensor_args()[i].name, tensors[i].spec.str());
+    fmt::print("tensor:   {} = {}\n", op.tensor_args()[i].name,
+               tensors[i].spec.rank() == 0 ? std::string("absent") : tensors[i].spec.str());
   fmt::print("target:   {}\ncompiler: {}\nparams:   {}\n", d["target"].get<std::string>(),
              d["compiler"].get<std::string>(), d["params"].get<std::string>());
   const nlohmann::json& kernels = d["kernels"];
