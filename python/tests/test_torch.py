@@ -400,6 +400,33 @@ def test_sdpa_differentiates_through_its_backward_kernel(causal, cu_k, extra):
         torch.testing.assert_close(c, g, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("gated", [0, 3])
+def test_group_gemm_differentiates_through_the_kernels(gated):
+    """group_gemm's gradients through group_gemm and gemm launches (no golden function, no warning), in f32, against
+    autograd through the golden function in float64: rows before the first group and after the last get none, an
+    empty group's weight a zero gradient; gated (silu) through the pre-activation computed again. Under
+    torch.compile, which does not trace the host's read of the offsets, backward says so."""
+    gen = torch.Generator().manual_seed(17 + gated)
+    rows, k, n, groups = 40, 48, 24, 4
+    x, weight = torch.randn(rows, k, generator=gen), torch.randn(groups, 2 * n if gated else n, k, generator=gen)
+    offsets = torch.tensor([3, 14, 14, 30, 37], dtype=torch.int32)  # rows 0-2 and 37-39 in no group; group 1 empty
+    grad_out = torch.randn(rows, n, generator=gen)
+    leaves = [t.clone().requires_grad_() for t in (x, weight)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not through the golden function (which warns)
+        out = mt.group_gemm(leaves[0], leaves[1], offsets, gated_activation=gated)
+        (out[3:37] * grad_out[3:37]).sum().backward()  # the rows in no group hold what the kernel left there
+    inside = torch.zeros(rows, 1)
+    inside[3:37] = 1
+    want = _golden_grads(golden.group_gemm, [x, weight, offsets], grad_out * inside, gated_activation=gated)
+    _expect_grads([t.grad for t in leaves], want, f"group_gemm gated={gated}")
+    assert float(leaves[0].grad[:3].abs().max()) == 0.0 and float(leaves[0].grad[37:].abs().max()) == 0.0
+    assert float(leaves[1].grad[1].abs().max()) == 0.0, "the empty group's weight"
+    compiled = torch.compile(lambda x: mt.group_gemm(x, weight, offsets).sum(), fullgraph=True, backend="aot_eager")
+    with pytest.raises(Exception, match="group_gemm's backward reads the groups' offsets on the host"):
+        compiled(x.clone().requires_grad_()).backward()
+
+
 @pytest.mark.filterwarnings("ignore:mojo_jit .* has no backward kernel")
 def test_an_op_without_a_backward_kernel_differentiates_through_its_golden_function():
     """An op with no backward of its own (sdpa at head_dim 256, embedding, a backward op differentiated again): the

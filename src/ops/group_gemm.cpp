@@ -143,6 +143,16 @@ class GroupGemm final : public TileOp {
     return {TensorSpec(dtype, shapes::value_or(shapes, "out", out)), TensorSpec(dtype, x), TensorSpec(dtype, w),
             TensorSpec(DType::i64, shapes::value_or(shapes, "offsets", {w.empty() ? 1 : w.front() + 1}))};
   }
+  // Gated, out has half weight's rows: [rows, N / 2].
+  void complete_shapes(ShapeMap& shapes, ScalarList scalars) const override {
+    const auto x = shapes.find("x"), w = shapes.find("weight");
+    if (shapes.contains("out") || x == shapes.end() || w == shapes.end() || x->second.empty() ||
+        w->second.size() != 3 || gated_activation(scalars) == 0)
+      return;
+    std::vector<std::int64_t> out = x->second;
+    out.back() = w->second[1] / 2;
+    shapes.emplace("out", std::move(out));
+  }
 
  private:
   // The gated_activation scalar, checked: 0 or an activation code.

@@ -246,6 +246,10 @@ TEST(GroupGemm, ParamsAndErrors) {
             "group_gemm: out is bf16[4096, 1536]; expected [4096, 768]");
   EXPECT_EQ(error_of<ShapeError>([&] { op.specialize(specs({half, x, w, off64}), {}, kSm90); }),
             "group_gemm: out is bf16[4096, 768]; expected [4096, 1536]");
+  // What the CLI, the Python layers and manifests allocate out by, where the call does not give it.
+  const ShapeMap given = {{"x", {4096, 4096}}, {"weight", {64, 1536, 4096}}};
+  EXPECT_EQ(op.specs_from_shapes(DType::bf16, given, {{"gated_activation", 3}})[0].str(), half.str());
+  EXPECT_EQ(op.specs_from_shapes(DType::bf16, given, {})[0].str(), out.str());
   EXPECT_EQ(error_of<InvalidArgumentError>([&] {
               op.specialize(specs({half, x, w, off64}), {{"gated_activation", 4}}, kSm90);
             }),

@@ -300,6 +300,52 @@ class _Linear(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias, grad_residual, None
 
 
+class _GroupGemm(torch.autograd.Function):
+    """group_gemm, the MoE experts' products: grad_x is one more group_gemm launch over the weights transposed (a copy,
+    [groups, K, N]); grad_weight a gemm launch a group that has rows (grad_out^T x of its rows, through trans_a), for
+    which the backward reads the offsets on the host. Gated (out = act(gate) up): the pre-activation is computed
+    again (one ungated launch) and the act-and-mul's gradient taken in torch, f32 inside. Rows in no group get no
+    gradient."""
+
+    @staticmethod
+    def forward(ctx, x, weight, offsets, scalars):
+        ctx.save_for_backward(x, weight, offsets)
+        ctx.scalars = scalars
+        return torch.ops.mojo_jit.group_gemm(x, weight, offsets, **scalars)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight, offsets = ctx.saved_tensors
+        if _is_compiling():
+            raise NotImplementedError("mojo_jit group_gemm's backward reads the groups' offsets on the host, which "
+                                      "torch.compile does not trace: call it outside the compiled region")
+        gated = int(ctx.scalars.get("gated_activation", 0))
+        common = {n: v for n, v in ctx.scalars.items() if n in ("max_rows", "tf32", "path")}
+        x = x.contiguous()
+        g = grad_out
+        if gated:
+            h = torch.ops.mojo_jit.group_gemm(x, weight, offsets, **common).float()
+            gate, up, gf = h[:, 0::2], h[:, 1::2], grad_out.float()
+            g = torch.stack([gf * up * _activation_slope(gate, gated), gf * golden._act(gate, gated)], dim=-1)
+            g = g.flatten(1).to(x.dtype)  # (gate_j, up_j) interleaved, as weight's rows
+        g = g.contiguous()
+        bounds = [int(o) for o in offsets.tolist()]
+        first, last = bounds[0], bounds[-1]
+        grad_x = grad_weight = None
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.zeros_like(x)
+            if last > first:
+                every = torch.ops.mojo_jit.group_gemm(g, weight.transpose(1, 2).contiguous(), offsets, **common)
+                grad_x[first:last] = every[first:last]
+        if ctx.needs_input_grad[1]:
+            grad_weight = torch.zeros_like(weight)
+            for e, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+                if hi > lo:
+                    torch.ops.mojo_jit.gemm(grad_weight[e], g[lo:hi], x[lo:hi], trans_a=1,
+                                            tf32=common.get("tf32", 0))
+        return grad_x, grad_weight, None, None
+
+
 class _Activation(torch.autograd.Function):
     """silu and gelu, and the gated swiglu and gelu_and_mul (x = [gate, up] along the last dim, out = act(gate) up):
     their backward is elementwise, in torch (f32 inside), from the saved input."""
@@ -448,6 +494,8 @@ def _recorded(op: _Op, args: tuple, kwargs: dict) -> Any:
         return _CrossEntropy.apply(tensors["hidden"], tensors["weight"], tensors["labels"], scalars)
     if op.name in ("silu", "gelu", "swiglu", "gelu_and_mul"):
         return _Activation.apply(tensors["x"], op.name, scalars)
+    if op.name == "group_gemm":
+        return _GroupGemm.apply(tensors["x"], tensors["weight"], tensors["offsets"], scalars)
     if op.name == "linear":
         return _Linear.apply(tensors["x"], tensors["weight"], tensors.get("bias"), tensors.get("residual"), scalars)
     if op.name == "sdpa" and tensors["q"].shape[-1] <= 128:  # sdpa_backward's head dims
