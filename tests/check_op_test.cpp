@@ -123,6 +123,33 @@ RuntimeOptions options(const test::TempDir& cache, std::string device) {
 // and workspace come inside a capture (a GPU refuses a synchronous call there, and so does the CPU device:
 // the sampler's workspace did on 2026-11-27), and check_op's second launch, a direct one, must give the
 // replay's bits.
+// What the CLI, the Python layers and manifests allocate an output by where a call does not give it: the op's
+// shape rules with the call's scalars (OpDef::complete_shapes) give each case's own output. (A gated group_gemm's
+// out, half weight's rows, was allocated whole and refused.)
+TEST(CheckOp, EveryCasesOutputsFollowFromItsInputsAndScalars) {
+  for (const OddCase& c : kCases) {
+    const OpDef& op = find_op(c.op);
+    const ShapeMap given = parse_shapes(op, c.shapes);
+    const DType d = op.dtypes().front();
+    const std::vector<TensorSpec> want = op.specs_from_shapes(d, given, c.scalars);
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const std::string name(op.tensor_args()[i].name);
+      if (op.tensor_args()[i].role != std::string_view("out") || !given.contains(name)) continue;
+      ShapeMap without = given;
+      without.erase(name);
+      TensorSpec derived;
+      try {
+        derived = op.specs_from_shapes(d, without, c.scalars)[i];
+      } catch (const Error& e) {  // one the rules cannot derive (moe_gate's ids: top_k is its shape) is asked for
+        EXPECT_NE(std::string(e.what()).find("give the shape of " + name), std::string::npos) << e.what();
+        continue;
+      }
+      if (derived.rank() == 0) continue;  // an optional output, absent unless given
+      EXPECT_EQ(derived.str(), want[i].str()) << c.op << " " << c.shapes << ": " << name;
+    }
+  }
+}
+
 TEST(CheckOp, EveryOpAndDtypeAtOddShapes) {
   if (!test::on_cpu_device() && !device_available()) GTEST_SKIP() << "no GPU or no CUDA driver on this machine";
   test::TempDir cache;
