@@ -205,6 +205,9 @@ struct TensorArgInfo {
   // An input this output may be exactly (the same pointer and layout: written in place over it); every other
   // overlap of a written tensor with another tensor is refused at launch (OpDef::check_memory).
   std::string_view in_place_of = {};
+  // An output whose dtype is the dtype given for this input (moe_dispatch's index outputs take ids' i32 or i64),
+  // not the one a caller would otherwise allocate it in (the op's float dtype, or i64 for an index).
+  std::string_view dtype_of = {};
 };
 // The place of the tensor called `name` in an op's table, at compile time: an op's code says
 // `t[kLogits]` (kLogits = slot(kSampleTensors, "logits")) where it said t[2], and a name the table lacks

@@ -246,16 +246,20 @@ class OpFunction:
 
     def missing_outputs(self, metas: dict, scalars: dict) -> list:
         """(name, dtype, shape) of each output not given for arrays of these (dtype, shape, device)s (shape None:
-        absent for these inputs): what the op's shape rules say, remembered per dtypes, shapes and scalars."""
+        absent for these inputs): what the op's shape rules say, an output that takes an input's dtype in that
+        input's (moe_dispatch's in ids'), remembered per dtypes, shapes and scalars."""
         dtype = next((metas[n][0] for n in self.inputs if metas[n][0] in _FLOAT), self.info["dtypes"][0])
         try:
-            key = (dtype, tuple(metas), tuple([m[1] for m in metas.values()]), tuple(scalars.items()))
+            key = (tuple([m[0] for m in metas.values()]), tuple(metas), tuple([m[1] for m in metas.values()]),
+                   tuple(scalars.items()))
             hit = self._allocations.get(key)
         except TypeError:  # an unhashable scalar: the op will say what is wrong with it
             key, hit = None, None
         if hit is None:
             shapes = {n: m[1] for n, m in metas.items()}
-            hit = [(name, d, shape) for name, d, shape in _C.tensor_specs(self.name, dtype, shapes, scalars)
+            follows = self.info["dtype_of"]
+            hit = [(name, metas[follows[name]][0] if follows.get(name) in metas else d, shape)
+                   for name, d, shape in _C.tensor_specs(self.name, dtype, shapes, scalars)
                    if name not in metas and name in self.outputs and name not in self.optional]
             if key is not None and len(self._allocations) < 1024:
                 self._allocations[key] = hit

@@ -113,14 +113,18 @@ nb::list op_list() {
     d["name"] = std::string(op->name());
     d["summary"] = std::string(op->summary());
     nb::list tensors, scalars, dtypes;
-    for (const auto& t : op->tensor_args())
+    nb::dict dtype_of;
+    for (const auto& t : op->tensor_args()) {
       tensors.append(nb::make_tuple(std::string(t.name), std::string(t.role), std::string(t.doc)));
+      if (!t.dtype_of.empty()) dtype_of[nb::str(std::string(t.name).c_str())] = std::string(t.dtype_of);
+    }
     for (const auto& s : op->scalar_args())
       scalars.append(nb::make_tuple(std::string(s.name), s.default_value, std::string(s.doc)));
     for (mojo::DType t : op->dtypes()) dtypes.append(std::string(mojo::dtype_name(t)));
     d["tensors"] = tensors;
     d["scalars"] = scalars;
     d["dtypes"] = dtypes;
+    d["dtype_of"] = dtype_of;  // output: the input whose dtype it takes (TensorArgInfo::dtype_of)
     d["template"] = std::string(op->template_file());
     d["example_shapes"] = std::string(op->example_shapes());
     out.append(d);

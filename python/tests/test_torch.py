@@ -427,6 +427,47 @@ def test_group_gemm_differentiates_through_the_kernels(gated):
         compiled(x.clone().requires_grad_()).backward()
 
 
+def test_moe_dispatch_allocates_its_index_outputs_in_the_ids_dtype():
+    """moe_dispatch's sorted_token_ids and positions take ids' dtype (i32 here): the kernel runs, eager, through the
+    registered op and compiled, where an i64 allocation had made the call fall back to the golden function."""
+    ids = torch.tensor([[2, 0], [1, 2], [-1, 0]], dtype=torch.int32)
+    want = golden.moe_dispatch(ids, torch.empty(4, dtype=torch.int32))
+    compiled = torch.compile(lambda i, o: mt.moe_dispatch(i, o), fullgraph=True, backend="aot_eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback
+        for fn in (mt.moe_dispatch, torch.ops.mojo_jit.moe_dispatch, compiled):
+            offsets = torch.empty(4, dtype=torch.int32)
+            got = fn(ids, offsets)
+            for g, w in zip(got[:2], want[:2]):
+                assert g.dtype == torch.int32
+                torch.testing.assert_close(g, w, rtol=0, atol=0)
+            assert offsets.tolist() == [0, 2, 3, 5]
+
+
+def test_moe_mlp_differentiates_through_the_kernels():
+    """moe_mlp's gradients (x, the routing weights, w13 and w2) through moe_dispatch, group_gemm, gemm and moe_combine
+    launches, in f32, against autograd through the golden function in float64: a slot routed nowhere (id -1) and an
+    expert no token chose included."""
+    gen = torch.Generator().manual_seed(23)
+    tokens, hidden, inter, experts = 10, 32, 24, 5
+    x = torch.randn(tokens, hidden, generator=gen)
+    ids = torch.randint(0, experts - 1, (tokens, 2), generator=gen, dtype=torch.int32)  # expert 4: no token
+    ids[3, 1] = -1
+    weights = torch.rand(tokens, 2, generator=gen)
+    w13 = torch.randn(experts, 2 * inter, hidden, generator=gen) * 0.2
+    w2 = torch.randn(experts, hidden, inter, generator=gen) * 0.2
+    grad_out = torch.randn(tokens, hidden, generator=gen)
+    leaves = [t.clone().requires_grad_() for t in (x, weights, w13, w2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not through the golden function (which warns)
+        out = mt.moe_mlp(leaves[0], ids, leaves[1], leaves[2], leaves[3])
+        (out * grad_out).sum().backward()
+    want = _golden_grads(lambda x, w, a, b: golden.moe_mlp(x, ids, w, a, b), [x, weights, w13, w2], grad_out)
+    _expect_grads([t.grad for t in leaves], want, "moe_mlp")
+    assert float(leaves[1].grad[3, 1]) == 0.0, "a slot routed nowhere"
+    assert float(leaves[2].grad[4].abs().max()) == 0.0 and float(leaves[3].grad[4].abs().max()) == 0.0
+
+
 @pytest.mark.filterwarnings("ignore:mojo_jit .* has no backward kernel")
 def test_an_op_without_a_backward_kernel_differentiates_through_its_golden_function():
     """An op with no backward of its own (sdpa at head_dim 256, embedding, a backward op differentiated again): the

@@ -300,12 +300,42 @@ class _Linear(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias, grad_residual, None
 
 
+def _gated_grad(h: torch.Tensor, grad: torch.Tensor, code: int) -> torch.Tensor:
+    """The gradient of act(gate) up at the pre-activation h (gate_j, up_j interleaved along its rows, as the gated
+    products' weights), from the gradient of its output; f32 inside, h's dtype out."""
+    hf, gf = h.float(), grad.float()
+    gate, up = hf[:, 0::2], hf[:, 1::2]
+    return torch.stack([gf * up * _activation_slope(gate, code), gf * golden._act(gate, code)], dim=-1).flatten(1) \
+        .to(h.dtype)
+
+
+def _experts_backward(what: str, x, weight, offsets, g, scalars, wants_x: bool, wants_weight: bool):
+    """The gradients of group_gemm(x, weight, offsets) (ungated) for its output's gradient g, through kernels: x's
+    one more group_gemm over the weights transposed (a copy, [groups, K, N]), rows in no group none; weight's a gemm
+    launch a group that has rows (g^T x of its rows, trans_a), for which the offsets are read on the host."""
+    if _is_compiling():
+        raise NotImplementedError(f"mojo_jit {what}'s backward reads the groups' offsets on the host, which "
+                                  f"torch.compile does not trace: call it outside the compiled region")
+    x, g = x.contiguous(), g.contiguous()
+    bounds = [int(o) for o in offsets.tolist()]
+    first, last = bounds[0], bounds[-1]
+    grad_x = grad_weight = None
+    if wants_x:
+        grad_x = torch.zeros_like(x)
+        if last > first:
+            every = torch.ops.mojo_jit.group_gemm(g, weight.transpose(1, 2).contiguous(), offsets, **scalars)
+            grad_x[first:last] = every[first:last]
+    if wants_weight:
+        grad_weight = torch.zeros_like(weight)
+        for e, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+            if hi > lo:
+                torch.ops.mojo_jit.gemm(grad_weight[e], g[lo:hi], x[lo:hi], trans_a=1, tf32=scalars.get("tf32", 0))
+    return grad_x, grad_weight
+
+
 class _GroupGemm(torch.autograd.Function):
-    """group_gemm, the MoE experts' products: grad_x is one more group_gemm launch over the weights transposed (a copy,
-    [groups, K, N]); grad_weight a gemm launch a group that has rows (grad_out^T x of its rows, through trans_a), for
-    which the backward reads the offsets on the host. Gated (out = act(gate) up): the pre-activation is computed
-    again (one ungated launch) and the act-and-mul's gradient taken in torch, f32 inside. Rows in no group get no
-    gradient."""
+    """group_gemm, the MoE experts' products, through _experts_backward; gated (out = act(gate) up), the pre-activation
+    computed again (one ungated launch) and the act-and-mul's gradient taken in torch."""
 
     @staticmethod
     def forward(ctx, x, weight, offsets, scalars):
@@ -316,34 +346,57 @@ class _GroupGemm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         x, weight, offsets = ctx.saved_tensors
-        if _is_compiling():
-            raise NotImplementedError("mojo_jit group_gemm's backward reads the groups' offsets on the host, which "
-                                      "torch.compile does not trace: call it outside the compiled region")
         gated = int(ctx.scalars.get("gated_activation", 0))
         common = {n: v for n, v in ctx.scalars.items() if n in ("max_rows", "tf32", "path")}
-        x = x.contiguous()
         g = grad_out
-        if gated:
-            h = torch.ops.mojo_jit.group_gemm(x, weight, offsets, **common).float()
-            gate, up, gf = h[:, 0::2], h[:, 1::2], grad_out.float()
-            g = torch.stack([gf * up * _activation_slope(gate, gated), gf * golden._act(gate, gated)], dim=-1)
-            g = g.flatten(1).to(x.dtype)  # (gate_j, up_j) interleaved, as weight's rows
-        g = g.contiguous()
-        bounds = [int(o) for o in offsets.tolist()]
-        first, last = bounds[0], bounds[-1]
-        grad_x = grad_weight = None
-        if ctx.needs_input_grad[0]:
-            grad_x = torch.zeros_like(x)
-            if last > first:
-                every = torch.ops.mojo_jit.group_gemm(g, weight.transpose(1, 2).contiguous(), offsets, **common)
-                grad_x[first:last] = every[first:last]
-        if ctx.needs_input_grad[1]:
-            grad_weight = torch.zeros_like(weight)
-            for e, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
-                if hi > lo:
-                    torch.ops.mojo_jit.gemm(grad_weight[e], g[lo:hi], x[lo:hi], trans_a=1,
-                                            tf32=common.get("tf32", 0))
-        return grad_x, grad_weight, None, None
+        if gated and not _is_compiling():
+            g = _gated_grad(torch.ops.mojo_jit.group_gemm(x, weight, offsets, **common), grad_out, gated)
+        return (*_experts_backward("group_gemm", x, weight, offsets, g, common, *ctx.needs_input_grad[:2]), None, None)
+
+
+class _MoeMlp(torch.autograd.Function):
+    """moe_mlp, the routed MLP, through kernels: the pairs sorted and the tokens gathered again (moe_dispatch), the
+    experts' pre-activation and output computed again (two group_gemm launches), then each product's gradients by
+    _experts_backward, and x's summed over its slots by moe_combine (in slot order: the same bits every run); the
+    routing weights' gradient is each slot's output against grad_out."""
+
+    @staticmethod
+    def forward(ctx, x, ids, weights, w13, w2, scalars):
+        ctx.save_for_backward(x, ids, weights, w13, w2)
+        ctx.scalars = scalars
+        return torch.ops.mojo_jit.moe_mlp(x, ids, weights, w13, w2, **scalars)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, ids, weights, w13, w2 = ctx.saved_tensors
+        if _is_compiling():
+            raise NotImplementedError("mojo_jit moe_mlp's backward reads the experts' offsets on the host, which "
+                                      "torch.compile does not trace: call it outside the compiled region")
+        code, common = int(ctx.scalars.get("activation", 3)), {"path": ctx.scalars.get("path", 0)}
+        x = x.contiguous()
+        offsets = ids.new_empty(w13.shape[0] + 1)
+        token_of_row, positions, xs = torch.ops.mojo_jit.moe_dispatch(ids, offsets, x)
+        h = torch.ops.mojo_jit.group_gemm(xs, w13, offsets, **common)
+        act = torch.ops.mojo_jit.group_gemm(xs, w13, offsets, gated_activation=code, **common)
+        routed = positions >= 0
+        row_weight = weights.new_zeros(xs.shape[0])  # each sorted row's routing weight (0 past the routed rows)
+        row_weight[positions[routed].long()] = weights[routed]
+        g_rows = grad_out.contiguous()[token_of_row.long().clamp(min=0)]
+        grad_weights = None
+        if ctx.needs_input_grad[2]:
+            y = torch.ops.mojo_jit.group_gemm(act, w2, offsets, **common).float()
+            per_row = (y * g_rows.float()).sum(-1)
+            grad_weights = torch.where(routed, per_row[positions.long().clamp(min=0)], 0.0).to(weights.dtype)
+        dy = (g_rows.float() * row_weight.unsqueeze(-1)).to(x.dtype)
+        want_x, want_w13, want_w2 = ctx.needs_input_grad[0], ctx.needs_input_grad[3], ctx.needs_input_grad[4]
+        d_act, grad_w2 = _experts_backward("moe_mlp", act, w2, offsets, dy, common, want_x or want_w13, want_w2)
+        grad_x = grad_w13 = None
+        if want_x or want_w13:
+            dh = _gated_grad(h, d_act, code)
+            d_xs, grad_w13 = _experts_backward("moe_mlp", xs, w13, offsets, dh, common, want_x, want_w13)
+            if want_x:
+                grad_x = torch.ops.mojo_jit.moe_combine(d_xs, positions, torch.ones_like(weights))
+        return grad_x, None, grad_weights, grad_w13, grad_w2, None
 
 
 class _Activation(torch.autograd.Function):
@@ -496,6 +549,8 @@ def _recorded(op: _Op, args: tuple, kwargs: dict) -> Any:
         return _Activation.apply(tensors["x"], op.name, scalars)
     if op.name == "group_gemm":
         return _GroupGemm.apply(tensors["x"], tensors["weight"], tensors["offsets"], scalars)
+    if op.name == "moe_mlp":
+        return _MoeMlp.apply(tensors["x"], tensors["ids"], tensors["weights"], tensors["w13"], tensors["w2"], scalars)
     if op.name == "linear":
         return _Linear.apply(tensors["x"], tensors["weight"], tensors.get("bias"), tensors.get("residual"), scalars)
     if op.name == "sdpa" and tensors["q"].shape[-1] <= 128:  # sdpa_backward's head dims
