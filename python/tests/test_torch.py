@@ -64,12 +64,12 @@ GOLDEN_CASES = CASES + [
     ("sdpa", "f16", {"q": (40, 4, 64), "k": (40, 2, 64), "sinks": (4,), "lse": (4, 40)}, {"window": 7, "softcap": 3.0}),
     ("linear_cross_entropy", "f32", {"hidden": (17, 72), "weight": (300, 72), "loss": (17,)},
      {"reduction": 0, "label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 3.0}),
+    # The backward ops' lse inputs are their forwards' at the case's scalars (random_data sees them), as the golden
+    # functions, which recompute the attention or the logits, assume.
     ("sdpa_backward", "f16", {"q": (30, 4, 64), "k": (50, 2, 64), "cu_seqlens_q": (3,), "cu_seqlens_k": (3,),
-                              "sinks": (4,), "grad_sinks": (4,), "grad_lse": (4, 30)}, {}),
-    # No soft-cap here: the lse input is the uncapped forward's (random_data sees no scalars), which the reference
-    # takes as given and the golden function, recomputing it, does not.
+                              "sinks": (4,), "grad_sinks": (4,), "grad_lse": (4, 30)}, {"softcap": 5.0, "window": 9}),
     ("linear_cross_entropy_backward", "f32", {"hidden": (17, 72), "weight": (300, 72), "grad_lse": (17,)},
-     {"z_loss": 1e-3, "label_smoothing": 0.1}),
+     {"z_loss": 1e-3, "label_smoothing": 0.1, "softcap": 3.0}),
 ]
 
 
