@@ -300,12 +300,16 @@ class _Linear(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias, grad_residual, None
 
 
+def _act_and_mul_grads(gate: torch.Tensor, up: torch.Tensor, grad: torch.Tensor, code: int) -> tuple:
+    """The gradients of act(gate) up at gate and at up, for its output's gradient (f32)."""
+    return grad * up * _activation_slope(gate, code), grad * golden._act(gate, code)
+
+
 def _gated_grad(h: torch.Tensor, grad: torch.Tensor, code: int) -> torch.Tensor:
     """The gradient of act(gate) up at the pre-activation h (gate_j, up_j interleaved along its rows, as the gated
     products' weights), from the gradient of its output; f32 inside, h's dtype out."""
-    hf, gf = h.float(), grad.float()
-    gate, up = hf[:, 0::2], hf[:, 1::2]
-    return torch.stack([gf * up * _activation_slope(gate, code), gf * golden._act(gate, code)], dim=-1).flatten(1) \
+    hf = h.float()
+    return torch.stack(_act_and_mul_grads(hf[:, 0::2], hf[:, 1::2], grad.float(), code), dim=-1).flatten(1) \
         .to(h.dtype)
 
 
@@ -349,16 +353,16 @@ class _GroupGemm(torch.autograd.Function):
         gated = int(ctx.scalars.get("gated_activation", 0))
         common = {n: v for n, v in ctx.scalars.items() if n in ("max_rows", "tf32", "path")}
         g = grad_out
-        if gated and not _is_compiling():
+        if gated:
             g = _gated_grad(torch.ops.mojo_jit.group_gemm(x, weight, offsets, **common), grad_out, gated)
         return (*_experts_backward("group_gemm", x, weight, offsets, g, common, *ctx.needs_input_grad[:2]), None, None)
 
 
 class _MoeMlp(torch.autograd.Function):
     """moe_mlp, the routed MLP, through kernels: the pairs sorted and the tokens gathered again (moe_dispatch), the
-    experts' pre-activation and output computed again (two group_gemm launches), then each product's gradients by
-    _experts_backward, and x's summed over its slots by moe_combine (in slot order: the same bits every run); the
-    routing weights' gradient is each slot's output against grad_out."""
+    experts' pre-activation computed again (a group_gemm launch; act(gate) up from it in torch) and, for the routing
+    weights' gradient (each slot's output against grad_out), their output (another); then each product's gradients
+    by _experts_backward, and x's summed over its slots by moe_combine (in slot order: the same bits every run)."""
 
     @staticmethod
     def forward(ctx, x, ids, weights, w13, w2, scalars):
@@ -377,7 +381,8 @@ class _MoeMlp(torch.autograd.Function):
         offsets = ids.new_empty(w13.shape[0] + 1)
         token_of_row, positions, xs = torch.ops.mojo_jit.moe_dispatch(ids, offsets, x)
         h = torch.ops.mojo_jit.group_gemm(xs, w13, offsets, **common)
-        act = torch.ops.mojo_jit.group_gemm(xs, w13, offsets, gated_activation=code, **common)
+        gate, up = h[:, 0::2].float(), h[:, 1::2].float()
+        act = (golden._act(gate, code) * up).to(x.dtype)
         routed = positions >= 0
         row_weight = weights.new_zeros(xs.shape[0])  # each sorted row's routing weight (0 past the routed rows)
         row_weight[positions[routed].long()] = weights[routed]
@@ -416,9 +421,7 @@ class _Activation(torch.autograd.Function):
         g, xf = grad_out.float(), x.float()
         if not ctx.gated:
             return (g * _activation_slope(xf, ctx.code)).to(x.dtype), None, None
-        gate, up = xf.chunk(2, dim=-1)
-        grad = torch.cat([g * up * _activation_slope(gate, ctx.code), g * golden._act(gate, ctx.code)], dim=-1)
-        return grad.to(x.dtype), None, None
+        return torch.cat(_act_and_mul_grads(*xf.chunk(2, dim=-1), g, ctx.code), dim=-1).to(x.dtype), None, None
 
 
 class _Rotary(torch.autograd.Function):
