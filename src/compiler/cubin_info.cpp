@@ -118,8 +118,9 @@ KernelResources kernel_resources(std::string_view cubin, std::string_view kernel
       p += 4 + size;
     }
   }
-  // The driver's share, within the section of a kernel that uses shared memory at all (H100, 2026-11-24: Nsight
-  // Compute put rms_norm's at 128 bytes static and 1.02 KB the driver's, where this section holds 1,152).
+  // The driver's share, within the section of a kernel that uses shared memory at all: rms_norm's holds 1,152
+  // bytes for sm_90 (128 for sm_80), where Nsight Compute put it at 128 static and 1.02 KB the driver's (H100,
+  // 2026-11-24).
   constexpr std::uint64_t kDriverShare = 1024;
   if (holds_driver_share) r.static_shared_bytes -= std::min(r.static_shared_bytes, kDriverShare);
   return r;
