@@ -401,6 +401,41 @@ def test_sdpa_differentiates_through_its_backward_kernel(causal, cu_k, extra):
         torch.testing.assert_close(c, g, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("op,ta,tb,beta", [("gemm", 0, 0, 0.0), ("gemm", 1, 0, 0.5), ("gemm", 0, 1, 0.0),
+                                           ("gemm_batched", 1, 1, -2.0)])
+def test_gemm_differentiates_through_itself(op, ta, tb, beta):
+    """gemm and gemm_batched, updating c in place: each input's gradient through one more launch of the op, for every
+    layout of a and b, and the old c's (beta times c's), in f32, against autograd of the same product in float64;
+    eager and under torch.compile."""
+    gen = torch.Generator().manual_seed(31 + ta + 2 * tb)
+    m, k, n = 9, 40, 24
+    lead = (3,) if op == "gemm_batched" else ()
+    a = torch.randn(*lead, *((k, m) if ta else (m, k)), generator=gen)
+    b = torch.randn(*lead, *((n, k) if tb else (k, n)), generator=gen)
+    c0, grad_out = torch.randn(*lead, m, n, generator=gen), torch.randn(*lead, m, n, generator=gen)
+    scalars = {"alpha": 1.5, "beta": beta, "trans_a": ta, "trans_b": tb}
+
+    def grads(fn, dtype=torch.float32):
+        leaves = [t.to(dtype).clone().requires_grad_() for t in (c0, a, b)]  # fresh leaves each call
+        c = leaves[0].clone()  # not a leaf: updated in place
+        fn(c, leaves[1], leaves[2])
+        (c * grad_out.to(dtype)).sum().backward()
+        return [t.grad for t in leaves]
+
+    def reference(c, a, b):
+        c.mul_(beta).add_(1.5 * (a.mT if ta else a) @ (b.mT if tb else b))
+
+    want = grads(reference, torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not torch's fallback warning
+        got = grads(lambda c, a, b: getattr(mt, op)(c, a, b, **scalars))
+    got_compiled = grads(torch.compile(lambda c, a, b: getattr(mt, op)(c, a, b, **scalars), backend="aot_eager"))
+    for g in (got, got_compiled):
+        if beta == 0:
+            assert g[0] is None or float(g[0].abs().max()) == 0.0, "c's old values are overwritten"
+        _expect_grads(g[1:] if beta == 0 else g, want[1:] if beta == 0 else want, f"{op} {ta} {tb} {beta}")
+
+
 @pytest.mark.parametrize("gated", [0, 3])
 def test_group_gemm_differentiates_through_the_kernels(gated):
     """group_gemm's gradients through group_gemm and gemm launches (no golden function, no warning), in f32, against
@@ -596,6 +631,34 @@ def test_compile_differentiates_through_the_backward_kernels():
     step(*leaves).backward()
     for g, t in zip(got, leaves):
         torch.testing.assert_close(g, t.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["add_rms_norm", "rotary_embedding"])
+def test_compile_differentiates_an_update_of_a_tensor_from_outside(op):
+    """An op that updates a tensor it is given, where that tensor comes into the compiled region from outside (a
+    layer compiled alone, its residual stream or q given): the same gradients as eager. (Its Function had updated the
+    tensor in place, marked dirty; compiled, the gradient then went past the op as if it were the identity.) gemm's
+    test covers its c."""
+    gen = torch.Generator().manual_seed(41)
+    cache = torch.randn(16, 64, generator=gen)
+    given, other = torch.randn(6, 2, 64, generator=gen), torch.randn(6, 2, 64, generator=gen)
+    grad_out, grad_given = torch.randn(6, 2, 64, generator=gen), torch.randn(6, 2, 64, generator=gen)
+
+    def fn(t, u):
+        if op == "add_rms_norm":
+            return mt.add_rms_norm(t, u, cache[0])
+        mt.rotary_embedding(t, u[:, :1], torch.arange(6), cache)
+        return u
+
+    def grads(f):
+        leaves = [given.clone().requires_grad_(), other.clone().requires_grad_()]
+        t = leaves[0] * 1.0  # not leaves: updated in place
+        out = f(t, leaves[1] * 1.0)
+        ((out * grad_out).sum() + (t * grad_given).sum()).backward()
+        return [x.grad for x in leaves]
+
+    for g, want in zip(grads(torch.compile(fn, backend="aot_eager")), grads(fn)):
+        torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU with torch's CUDA")

@@ -156,17 +156,17 @@ class _RmsNorm(torch.autograd.Function):
 
 
 class _AddRmsNorm(torch.autograd.Function):
-    """add_rms_norm: residual += x in place (marked dirty: autograd sees the sum), out = rms_norm(residual). The
-    backward kernel adds the updated residual's own gradient (from the layers after) and gives the gradient of both
-    x and the old residual."""
+    """add_rms_norm: the sum residual + x (on a copy, which the caller copies into residual: see _updated) and
+    out = rms_norm(sum). The backward kernel adds the updated residual's own gradient (from the layers after) and
+    gives the gradient of both x and the old residual."""
 
     @staticmethod
     def forward(ctx, residual, x, weight, eps):
-        out = torch.ops.mojo_jit.add_rms_norm(residual, x, weight, eps=eps)
-        ctx.mark_dirty(residual)
-        ctx.save_for_backward(residual, weight)
+        summed = residual.clone()
+        out = torch.ops.mojo_jit.add_rms_norm(summed, x, weight, eps=eps)
+        ctx.save_for_backward(summed, weight)
         ctx.eps = eps
-        return out, residual
+        return out, summed
 
     @staticmethod
     def backward(ctx, grad_out, grad_residual):
@@ -300,6 +300,47 @@ class _Linear(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias, grad_residual, None
 
 
+class _Gemm(torch.autograd.Function):
+    """gemm and gemm_batched, c = alpha op(a) op(b) + beta c, on a copy of c (which the caller copies into c: see
+    _updated): each input's gradient is one more launch of the same op, its operands in the layouts that give it
+    as a and b are stored (op(x) = x^T where x is stored transposed); the old c's is beta times c's. A gradient in
+    f32 (c may be f32 for 16-bit a and b) is rounded to a's dtype first, which the products take."""
+
+    @staticmethod
+    def forward(ctx, c, a, b, name, scalars):
+        updated = c.clone(memory_format=torch.contiguous_format)
+        getattr(torch.ops.mojo_jit, name)(updated, a, b, **scalars)
+        ctx.save_for_backward(a, b)
+        ctx.name, ctx.scalars = name, scalars
+        return updated
+
+    @staticmethod
+    def backward(ctx, grad_c):
+        a, b = ctx.saved_tensors
+        s = ctx.scalars
+        alpha, beta = s.get("alpha", 1.0), s.get("beta", 0.0)
+        ta, tb = int(s.get("trans_a", 0)), int(s.get("trans_b", 0))
+        product = getattr(torch.ops.mojo_jit, ctx.name)
+        common = {n: v for n, v in s.items() if n in ("tf32", "path")}
+        g = grad_c.to(a.dtype).contiguous()
+        grad_in = grad_a = grad_b = None
+        if ctx.needs_input_grad[0] and beta != 0:
+            grad_in = grad_c * beta
+        if ctx.needs_input_grad[1]:  # dA = alpha dC op(b)^T, stored as a is
+            grad_a = torch.empty_like(a, memory_format=torch.contiguous_format)
+            if ta:
+                product(grad_a, b, g, alpha=alpha, trans_a=tb, trans_b=1, **common)
+            else:
+                product(grad_a, g, b, alpha=alpha, trans_b=1 - tb, **common)
+        if ctx.needs_input_grad[2]:  # dB = alpha op(a)^T dC, stored as b is
+            grad_b = torch.empty_like(b, memory_format=torch.contiguous_format)
+            if tb:
+                product(grad_b, g, a, alpha=alpha, trans_a=1, trans_b=ta, **common)
+            else:
+                product(grad_b, a, g, alpha=alpha, trans_a=1 - ta, **common)
+        return grad_in, grad_a, grad_b, None, None
+
+
 def _act_and_mul_grads(gate: torch.Tensor, up: torch.Tensor, grad: torch.Tensor, code: int) -> tuple:
     """The gradients of act(gate) up at gate and at up, for its output's gradient (f32)."""
     return grad * up * _activation_slope(gate, code), grad * golden._act(gate, code)
@@ -425,18 +466,17 @@ class _Activation(torch.autograd.Function):
 
 
 class _Rotary(torch.autograd.Function):
-    """rotary_embedding of one tensor (q or k), in place (marked dirty), the other given as none of its heads: torch
-    lets a Function that updates a view in place return that one tensor only. A rotation's gradient is the inverse
-    rotation: the same kernel on a copy of the gradient, with the cache's sin negated (positions out of range leave
-    both alone)."""
+    """rotary_embedding of one tensor (q or k) on a copy, which the caller copies into it (see _updated), the other
+    given as none of its heads. A rotation's gradient is the inverse rotation: the same kernel on a copy of the
+    gradient, with the cache's sin negated (positions out of range leave both alone)."""
 
     @staticmethod
     def forward(ctx, t, positions, cos_sin_cache, neox):
-        torch.ops.mojo_jit.rotary_embedding(t, _no_heads(t), positions, cos_sin_cache, neox=neox)
-        ctx.mark_dirty(t)
+        rotated = t.clone()
+        torch.ops.mojo_jit.rotary_embedding(rotated, _no_heads(rotated), positions, cos_sin_cache, neox=neox)
         ctx.save_for_backward(positions, cos_sin_cache)
         ctx.neox = neox
-        return t
+        return rotated
 
     @staticmethod
     def backward(ctx, grad):
@@ -521,6 +561,15 @@ class _ThroughGolden(torch.autograd.Function):
         return (None, None, *result)
 
 
+def _updated(given: torch.Tensor, result: torch.Tensor) -> None:
+    """An op that updates a tensor it is given, through autograd: its Function computes the update on a copy, and
+    this copies that into the caller's tensor (a view of another included), which autograd records as any copy_.
+    A Function that updated its input in place (marked dirty) gave wrong gradients under torch.compile wherever that
+    input came into the compiled region from outside (torch 2.11, aot_eager: rotary_embedding's q got grad_out
+    itself, gemm's a none)."""
+    given.copy_(result)
+
+
 def _wants_grad(args: tuple, kwargs: dict) -> bool:
     """Whether autograd records this call: grad mode on and a tensor argument requiring grad."""
     return torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
@@ -535,7 +584,9 @@ def _recorded(op: _Op, args: tuple, kwargs: dict) -> Any:
     if op.name == "rms_norm":
         return _RmsNorm.apply(tensors["x"], tensors["weight"], s["eps"])
     if op.name == "add_rms_norm":
-        return _AddRmsNorm.apply(tensors["residual"], tensors["x"], tensors["weight"], s["eps"])[0]
+        out, summed = _AddRmsNorm.apply(tensors["residual"], tensors["x"], tensors["weight"], s["eps"])
+        _updated(tensors["residual"], summed)
+        return out
     if op.name == "layer_norm":
         out, mean, rstd = _LayerNorm.apply(tensors["x"], tensors["weight"], tensors["bias"], s["eps"])
         for name, computed in (("mean", mean), ("rstd", rstd)):
@@ -562,9 +613,13 @@ def _recorded(op: _Op, args: tuple, kwargs: dict) -> Any:
         if "lse" in tensors:  # the caller's, written as the op writes it, and differentiable
             tensors["lse"].copy_(lse)
         return out
+    if op.name in ("gemm", "gemm_batched"):  # updates c, returns nothing
+        _updated(tensors["c"], _Gemm.apply(tensors["c"], tensors["a"], tensors["b"], op.name, scalars))
+        return None
     if op.name == "rotary_embedding":  # updates q and k, returns nothing
         for name in ("q", "k"):
-            _Rotary.apply(tensors[name], tensors["positions"], tensors["cos_sin_cache"], s["neox"])
+            _updated(tensors[name], _Rotary.apply(tensors[name], tensors["positions"], tensors["cos_sin_cache"],
+                                                  s["neox"]))
         return None
     if any(n in op.f.in_place or n in op.given for n in tensors):  # updates a tensor given (sdpa with lse, ...)
         return getattr(torch.ops.mojo_jit, op.name)(*args, **kwargs)
