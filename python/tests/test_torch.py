@@ -480,6 +480,36 @@ def test_moe_dispatch_allocates_its_index_outputs_in_the_ids_dtype():
             assert offsets.tolist() == [0, 2, 3, 5]
 
 
+def test_moe_dispatch_and_combine_differentiate_as_a_pipeline():
+    """The routed MLP composed by hand, as a model may: moe_dispatch's gathered rows (x's gradient summed over its
+    slots by moe_combine), a gated group_gemm and one more, moe_combine; every gradient against autograd through
+    the golden functions in float64, the offsets written as the eager call writes them."""
+    gen = torch.Generator().manual_seed(29)
+    tokens, hidden, inter, experts = 8, 32, 16, 4
+    x, weights = torch.randn(tokens, hidden, generator=gen), torch.rand(tokens, 2, generator=gen)
+    ids = torch.randint(0, experts, (tokens, 2), generator=gen, dtype=torch.int32)
+    ids[2, 0] = -1
+    w13 = torch.randn(experts, 2 * inter, hidden, generator=gen) * 0.2
+    w2 = torch.randn(experts, hidden, inter, generator=gen) * 0.2
+    grad_out = torch.randn(tokens, hidden, generator=gen)
+
+    def grads(ops, dtype):
+        leaves = [t.to(dtype).clone().requires_grad_() for t in (x, weights, w13, w2)]
+        offsets = torch.empty(experts + 1, dtype=torch.int32)
+        _, positions, sorted_x = ops.moe_dispatch(ids, offsets, leaves[0])
+        h = ops.group_gemm(sorted_x, leaves[2], offsets, gated_activation=3)
+        out = ops.moe_combine(ops.group_gemm(h, leaves[3], offsets), positions, leaves[1])
+        (out * grad_out.to(dtype)).sum().backward()
+        return offsets, [t.grad for t in leaves]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # moe_combine's gradient through its golden function warns once
+        offsets, got = grads(mt, torch.float32)
+    want_offsets, want = grads(golden, torch.float64)
+    assert offsets.tolist() == want_offsets.tolist()
+    _expect_grads(got, want, "moe_dispatch, group_gemm and moe_combine")
+
+
 def test_moe_mlp_differentiates_through_the_kernels():
     """moe_mlp's gradients (x, the routing weights, w13 and w2) through moe_dispatch, group_gemm, gemm and moe_combine
     launches, in f32, against autograd through the golden function in float64: a slot routed nowhere (id -1) and an

@@ -399,6 +399,26 @@ class _GroupGemm(torch.autograd.Function):
         return (*_experts_backward("group_gemm", x, weight, offsets, g, common, *ctx.needs_input_grad[:2]), None, None)
 
 
+class _MoeDispatch(torch.autograd.Function):
+    """moe_dispatch with x: sorted_x, x's rows gathered in expert order, is differentiable; x's gradient is the sum
+    of its rows' gradients over its slots, by moe_combine (in slot order: the same bits every run). The offsets
+    are written to a buffer of the Function's own, which the caller copies into its expert_offsets (_updated)."""
+
+    @staticmethod
+    def forward(ctx, ids, expert_offsets, x):
+        offsets = torch.empty_like(expert_offsets)
+        token_of_row, positions, sorted_x = torch.ops.mojo_jit.moe_dispatch(ids, offsets, x)
+        ctx.save_for_backward(positions)
+        ctx.mark_non_differentiable(token_of_row, positions, offsets)
+        return token_of_row, positions, sorted_x, offsets
+
+    @staticmethod
+    def backward(ctx, grad_tokens, grad_positions, grad_sorted_x, grad_offsets):
+        (positions,) = ctx.saved_tensors
+        ones = positions.new_ones(positions.shape, dtype=torch.float32)
+        return None, None, torch.ops.mojo_jit.moe_combine(grad_sorted_x.contiguous(), positions, ones)
+
+
 class _MoeMlp(torch.autograd.Function):
     """moe_mlp, the routed MLP, through kernels: the pairs sorted and the tokens gathered again (moe_dispatch), the
     experts' pre-activation computed again (a group_gemm launch; act(gate) up from it in torch) and, for the routing
@@ -603,6 +623,11 @@ def _recorded(op: _Op, args: tuple, kwargs: dict) -> Any:
         return _Activation.apply(tensors["x"], op.name, scalars)
     if op.name == "group_gemm":
         return _GroupGemm.apply(tensors["x"], tensors["weight"], tensors["offsets"], scalars)
+    if op.name == "moe_dispatch" and "x" in tensors:
+        token_of_row, positions, sorted_x, offsets = _MoeDispatch.apply(tensors["ids"], tensors["expert_offsets"],
+                                                                         tensors["x"])
+        _updated(tensors["expert_offsets"], offsets)
+        return token_of_row, positions, sorted_x
     if op.name == "moe_mlp":
         return _MoeMlp.apply(tensors["x"], tensors["ids"], tensors["weights"], tensors["w13"], tensors["w2"], scalars)
     if op.name == "linear":
