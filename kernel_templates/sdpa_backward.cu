@@ -9,13 +9,17 @@
 //   0 `dot`: D for each (token, head), into the workspace; a warp a row.
 //   1 `keys`: a block per BN keys of a KV head (grid (key tiles, kv_heads)), a warp per 16 of them: for each
 //     of the G heads that share them and each tile of BQ queries that can see them, S^T = K Q^T and
-//     dP^T = V grad_out^T in registers, then grad_v += P^T grad_out and grad_k += dS^T Q; written once.
+//     dP^T = V grad_out^T in registers, then grad_v += P^T grad_out and grad_k += dS^T Q; written once. At
+//     head_dim 256 two such steps (P::part), one for grad_v (S^T and P^T grad_out only), one for grad_k: a
+//     thread's 16 x 256 / 32 = 128 values of each would not fit its registers together. That costs S^T once
+//     more: 5 products of the pairs in the key steps, where one step does 4.
 //   2 `queries`: a block per BM = 64 packed query rows of a KV head (rows = (token, head) as the forward packs
 //     GQA), a warp per 16: for each tile of BK keys they can see, S = Q K^T, dP = grad_out V^T, grad_q += dS K.
 //   3 `sinks` (when grad_sinks is given): a block per head.
 // Masks and sequences as the forward's (attention_batch.cuh).
-// Params (P::name): dtype (f16, bf16), head_dim D (a multiple of 8, at most 128; tiles use DP = 64 or 128
-// columns, the rest zero), group G, causal, window, softcap (0/1: present), bn, bq, bk, step.
+// Params (P::name): dtype (f16, bf16), head_dim D (a multiple of 8, at most 256; tiles use DP = 64, 128 or 256
+// columns, the rest zero), group G, causal, window, softcap (0/1: present), bn, bq, bk, step, and the key steps'
+// part (KeyPart).
 // Kernel args: MOJO_SDPA_BACKWARD_ARGS (sdpa_backward_args.h). Sequences from cu_q / cu_k (k: those of q when
 // it is null but cu_q is not); both null: one sequence of every token.
 #include "mojo_mma.cuh"
@@ -121,12 +125,23 @@ __device__ __forceinline__ void add_product(float (&acc)[DP / 8][4], const float
   }
 }
 
-// One score s of a visible pair (or not): p = exp(x - lse), and its dS from dP and the query's D.
+// The padded width of a tile's rows: 64, 128 or 256 columns.
+template <int D>
+constexpr int kPaddedColumns = D <= 64 ? 64 : D <= 128 ? 128 : 256;
+
+// One score s's logit x (soft-capped) and p = exp(x - lse); 0 for a pair not seen.
+template <bool SOFTCAP>
+__device__ __forceinline__ float probability(float s, bool seen, float lse, float scale, float softcap, float& x) {
+  x = SOFTCAP ? softcap * mojo::tanh_f(s * (scale / softcap)) : s * scale;
+  return seen && lse > mojo::neg_inf() ? mojo::exp_approx(x - lse) : 0.f;
+}
+
+// One score s of a visible pair (or not): p, and its dS from dP and the query's D.
 template <bool SOFTCAP>
 __device__ __forceinline__ void score_gradient(float& s, float& dp, bool seen, float lse, float dot, float scale,
                                                float softcap) {
-  const float x = SOFTCAP ? softcap * mojo::tanh_f(s * (scale / softcap)) : s * scale;
-  const float p = seen && lse > mojo::neg_inf() ? mojo::exp_approx(x - lse) : 0.f;
+  float x;
+  const float p = probability<SOFTCAP>(s, seen, lse, scale, softcap, x);
   float ds = p * (dp - dot);
   if (SOFTCAP) ds *= 1.f - (x / softcap) * (x / softcap);
   s = p;
@@ -182,18 +197,21 @@ __device__ __forceinline__ void begin_round(int round, int rounds, Load load_rou
   mojo::sync_block();
 }
 
-// Step 1: grad_k and grad_v of BN keys of one KV head.
+// Step 1: grad_k and grad_v of BN keys of one KV head, or one of them (P::part).
 template <class T, class P>
 __device__ __forceinline__ void keys_step(const Args<T>& a) {
-  constexpr int D = P::head_dim, DP = D <= 64 ? 64 : 128, G = P::group, BN = P::bn, BQ = P::bq;
+  constexpr int D = P::head_dim, DP = kPaddedColumns<D>, G = P::group, BN = P::bn, BQ = P::bq;
+  constexpr bool WANT_V = P::part != kGradKPart, WANT_K = P::part != kGradVPart;  // grad_k needs dP, so V
   static_assert(BN == 16 * kWarps && BQ % 16 == 0, "a warp takes 16 keys; queries go 16 at a time");
   using KTile = mojo::Tile<BN, DP, 2>;
   using QTile = mojo::Tile<BQ, DP, 2>;
-  constexpr int STAGE_BYTES = 2 * QTile::BYTES;  // Q then grad_out
-  static_assert(2 * KTile::BYTES + kStages * STAGE_BYTES + 2 * kStages * BQ * 4 == smem_bytes(BN, BQ, DP, kStages * BQ),
+  constexpr int STAGE_BYTES = 2 * QTile::BYTES, KEY_TILES = key_tiles_loaded(P::part);  // a stage: Q, grad_out
+  static_assert(KEY_TILES * KTile::BYTES + kStages * STAGE_BYTES + 2 * kStages * BQ * 4 ==
+                    smem_bytes(KEY_TILES, BN, BQ, DP, kStages * BQ),
                 "the layout smem_bytes sizes");
   MOJO_DYNAMIC_SMEM(smem);
-  unsigned char *const k_tile = smem, *const v_tile = k_tile + KTile::BYTES, *const ring = v_tile + KTile::BYTES;
+  unsigned char *const k_tile = smem, *const v_tile = k_tile + KTile::BYTES;
+  unsigned char* const ring = k_tile + KEY_TILES * KTile::BYTES;
   float* const stats = reinterpret_cast<float*>(ring + kStages * STAGE_BYTES);  // per stage: lse[BQ], then D[BQ]
 
   const int kv_head = (int)mojo::block_y();
@@ -206,7 +224,7 @@ __device__ __forceinline__ void keys_step(const Args<T>& a) {
   const int lane = (int)mojo::thread_x() % 32, warp = (int)mojo::thread_x() / 32;
 
   load_tile<T, BN, DP>(k_tile, a.k, key_rows<D>(a.k, a.k_stride, sq, k0, kv_head));
-  load_tile<T, BN, DP>(v_tile, a.v, key_rows<D>(a.v, a.v_stride, sq, k0, kv_head));
+  if constexpr (WANT_K) load_tile<T, BN, DP>(v_tile, a.v, key_rows<D>(a.v, a.v_stride, sq, k0, kv_head));
   mojo::cp_async_commit();
 
   // The queries that may see these keys, tokens [t_lo, t_hi); a round per head of the group and tile of BQ of
@@ -252,7 +270,7 @@ __device__ __forceinline__ void keys_step(const Args<T>& a) {
     // S^T and dP^T for the warp's 16 keys (rows) and the BQ queries (columns), then P^T and dS^T in place.
     float st[BQ / 8][4], dpt[BQ / 8][4];
     rows_times_rows<T, D, DP, BN, BQ>(st, k_tile, warp * 16, q_tile, lane);
-    rows_times_rows<T, D, DP, BN, BQ>(dpt, v_tile, warp * 16, do_tile, lane);
+    if constexpr (WANT_K) rows_times_rows<T, D, DP, BN, BQ>(dpt, v_tile, warp * 16, do_tile, lane);
 #pragma unroll
     for (int j = 0; j < BQ / 8; ++j)
 #pragma unroll
@@ -260,12 +278,17 @@ __device__ __forceinline__ void keys_step(const Args<T>& a) {
         const int key = k0 + warp * 16 + lane / 4 + (e / 2) * 8, r = j * 8 + 2 * (lane % 4) + e % 2;
         const bool seen = t0 + r < t_hi && mojo_attention::visible<P::causal != 0, P::window != 0>(
                                                key, offset + t0 + r, KeyRange{0, sq.kv_len}, a.window);
-        score_gradient<P::softcap != 0>(st[j][e], dpt[j][e], seen, lse_s[r], dot_s[r], a.scale, a.softcap);
+        if constexpr (WANT_K) {
+          score_gradient<P::softcap != 0>(st[j][e], dpt[j][e], seen, lse_s[r], dot_s[r], a.scale, a.softcap);
+        } else {
+          float x;
+          st[j][e] = probability<P::softcap != 0>(st[j][e], seen, lse_s[r], a.scale, a.softcap, x);
+        }
       }
-    add_product<T, D, DP, BQ>(dv, st, do_tile, lane);
-    add_product<T, D, DP, BQ>(dk, dpt, q_tile, lane);
+    if constexpr (WANT_V) add_product<T, D, DP, BQ>(dv, st, do_tile, lane);
+    if constexpr (WANT_K) add_product<T, D, DP, BQ>(dk, dpt, q_tile, lane);
   }
-  mojo::cp_async_wait<0>();  // K and V's copies, where there was no round to wait for them
+  mojo::cp_async_wait<0>();  // the key tiles' copies, where there was no round to wait for them
   const int kv_heads = a.kv_heads;
   auto key_out = [&](T* base) {
     return [=](int r) -> T* {
@@ -273,19 +296,19 @@ __device__ __forceinline__ void keys_step(const Args<T>& a) {
       return key < sq.kv_len ? base + ((long long)(sq.kv_start + key) * kv_heads + kv_head) * D : nullptr;
     };
   };
-  write_rows<T, D, DP>(dk, a.scale, lane, key_out(a.grad_k));
-  write_rows<T, D, DP>(dv, 1.f, lane, key_out(a.grad_v));
+  if constexpr (WANT_K) write_rows<T, D, DP>(dk, a.scale, lane, key_out(a.grad_k));
+  if constexpr (WANT_V) write_rows<T, D, DP>(dv, 1.f, lane, key_out(a.grad_v));
 }
 
 // Step 2: grad_q of 64 packed query rows of one KV head.
 template <class T, class P>
 __device__ __forceinline__ void queries_step(const Args<T>& a) {
-  constexpr int D = P::head_dim, DP = D <= 64 ? 64 : 128, G = P::group, BM = 16 * kWarps, BK = P::bk;
+  constexpr int D = P::head_dim, DP = kPaddedColumns<D>, G = P::group, BM = 16 * kWarps, BK = P::bk;
   static_assert(BK % 16 == 0, "keys go 16 at a time");
   using QTile = mojo::Tile<BM, DP, 2>;
   using KTile = mojo::Tile<BK, DP, 2>;
   constexpr int STAGE_BYTES = 2 * KTile::BYTES;  // K then V
-  static_assert(2 * QTile::BYTES + kStages * STAGE_BYTES + 2 * BM * 4 == smem_bytes(BM, BK, DP, BM),
+  static_assert(2 * QTile::BYTES + kStages * STAGE_BYTES + 2 * BM * 4 == smem_bytes(2, BM, BK, DP, BM),
                 "the layout smem_bytes sizes");
   MOJO_DYNAMIC_SMEM(smem);
   unsigned char *const q_tile = smem, *const do_tile = q_tile + QTile::BYTES, *const ring = do_tile + QTile::BYTES;

@@ -36,13 +36,19 @@ namespace mojo_sdpa_backward {
 // The rounds of a step go through a ring of kStages stages (sdpa_backward.cu).
 constexpr int kStages = 2;
 
-// Dynamic shared memory of a step, head_dim padded to dp columns: two 16-bit tiles of `fixed_rows` loaded once (the
-// key step's K and V of bn keys, the query step's Q and grad_out of its query rows), kStages stages of two tiles of
-// `ring_rows` a stage that its rounds go through (Q and grad_out of bq queries, or K and V of bk keys), and two f32
-// values (lse, D) for each of `stat_rows` query rows (the key step's: bq for each stage).
-MOJO_HOST_DEVICE constexpr unsigned smem_bytes(int fixed_rows, int ring_rows, int dp, int stat_rows) {
-  return unsigned(2 * fixed_rows * dp * 2 + kStages * 2 * ring_rows * dp * 2 + 2 * stat_rows * 4);
+// Dynamic shared memory of a step, head_dim padded to dp columns: `fixed_tiles` 16-bit tiles of `fixed_rows` loaded
+// once (the key step's K and V of bn keys, or K alone where it computes grad_v only; the query step's Q and grad_out
+// of its query rows), kStages stages of two tiles of `ring_rows` a stage that its rounds go through (Q and grad_out
+// of bq queries, or K and V of bk keys), and two f32 values (lse, D) for each of `stat_rows` query rows (the key
+// step's: bq for each stage).
+MOJO_HOST_DEVICE constexpr unsigned smem_bytes(int fixed_tiles, int fixed_rows, int ring_rows, int dp, int stat_rows) {
+  return unsigned(fixed_tiles * fixed_rows * dp * 2 + kStages * 2 * ring_rows * dp * 2 + 2 * stat_rows * 4);
 }
+
+// What a key step computes (its `part`): both gradients, or at head_dim 256, where their two accumulators would
+// not fit a thread's registers together, one of them, a step each.
+enum KeyPart { kBothParts = 0, kGradVPart = 1, kGradKPart = 2 };
+MOJO_HOST_DEVICE constexpr int key_tiles_loaded(int part) { return part == kGradVPart ? 1 : 2; }  // K, and V where dP is needed
 
 template <class T>
 struct Args {

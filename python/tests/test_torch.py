@@ -358,24 +358,28 @@ def test_autograd_records_only_where_a_gradient_is_wanted():
 
 
 SDPA_GRADS = [(1, None, {}), (1, [0, 9, 14], {"window": 3, "lse": True}),
-              (0, [0, 3, 14], {"softcap": 4.0, "sinks": True, "lse": True})]
+              (0, [0, 3, 14], {"softcap": 4.0, "sinks": True, "lse": True}),
+              (1, [0, 9, 14], {"sinks": True, "lse": True, "head_dim": 256})]
 
 
 @pytest.mark.parametrize("causal,cu_k,extra", SDPA_GRADS)
 def test_sdpa_differentiates_through_its_backward_kernel(causal, cu_k, extra):
     """sdpa through sdpa_backward: two packed sequences, GQA 4/2, causal masks aligned at the ends (more keys than
     queries: chunked prefill; more queries than keys, the first seeing none), a window, not causal with a soft-cap
-    and sinks (their gradient too), a loss that uses the lse the caller asked for, against autograd through the
-    golden function in float64; and under torch.compile, the same gradients."""
+    and sinks (their gradient too), a loss that uses the lse the caller asked for, head_dim 256 (grad_k and grad_v a
+    kernel each), against autograd through the golden function in float64; and under torch.compile, the same
+    gradients."""
     gen = torch.Generator().manual_seed(len(cu_k or []) + causal)
-    q = torch.randn(10, 4, 64, generator=gen).half()
-    k, v = (torch.randn(cu_k[-1] if cu_k else 10, 2, 64, generator=gen).half() for _ in range(2))
+    dim = extra.get("head_dim", 64)
+    q = torch.randn(10, 4, dim, generator=gen).half()
+    k, v = (torch.randn(cu_k[-1] if cu_k else 10, 2, dim, generator=gen).half() for _ in range(2))
     sinks = torch.randn(4, generator=gen) if extra.get("sinks") else None
     cu_q = torch.tensor([0, 4, 10], dtype=torch.int32)
-    scalars = {"causal": causal, "scale": 0.2, **{n: x for n, x in extra.items() if n not in ("sinks", "lse")}}
+    scalars = {"causal": causal, "scale": 0.2,
+               **{n: x for n, x in extra.items() if n not in ("sinks", "lse", "head_dim")}}
     if cu_k is not None:
         scalars["cu_seqlens_k"] = torch.tensor(cu_k, dtype=torch.int32)
-    grad_out, grad_lse = torch.randn(10, 4, 64, generator=gen), torch.randn(4, 10, generator=gen)
+    grad_out, grad_lse = torch.randn(10, 4, dim, generator=gen), torch.randn(4, 10, generator=gen)
 
     def grads(fn, dtype, compiled=False):
         leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
@@ -513,7 +517,7 @@ def test_moe_dispatch_and_combine_differentiate_as_a_pipeline():
 def test_moe_mlp_differentiates_through_the_kernels():
     """moe_mlp's gradients (x, the routing weights, w13 and w2) through moe_dispatch, group_gemm, gemm and moe_combine
     launches, in f32, against autograd through the golden function in float64: a slot routed nowhere (id -1) and an
-    expert no token chose included."""
+    expert no token chose included; the routing weights' alone, where nothing else requires grad, the same bits."""
     gen = torch.Generator().manual_seed(23)
     tokens, hidden, inter, experts = 10, 32, 24, 5
     x = torch.randn(tokens, hidden, generator=gen)
@@ -532,35 +536,41 @@ def test_moe_mlp_differentiates_through_the_kernels():
     _expect_grads([t.grad for t in leaves], want, "moe_mlp")
     assert float(leaves[1].grad[3, 1]) == 0.0, "a slot routed nowhere"
     assert float(leaves[2].grad[4].abs().max()) == 0.0 and float(leaves[3].grad[4].abs().max()) == 0.0
+    only_weights = weights.clone().requires_grad_()  # the router alone trained: its gradient by itself
+    (mt.moe_mlp(x, ids, only_weights, w13, w2) * grad_out).sum().backward()
+    torch.testing.assert_close(only_weights.grad, leaves[1].grad, rtol=0, atol=0)
 
 
 @pytest.mark.filterwarnings("ignore:mojo_jit .* has no backward kernel")
 def test_an_op_without_a_backward_kernel_differentiates_through_its_golden_function():
-    """An op with no backward of its own (sdpa at head_dim 256, embedding, a backward op differentiated again): the
+    """An op with no backward of its own (paged attention, embedding, a backward op differentiated again): the
     kernel forward, and autograd through its golden function for the gradient, with one warning an op that says so;
     torch's own fallback, the registered op's, only warns and gives the inputs none. Where the golden function's
     graph does not reach an input (it computes outside autograd), backward raises rather than give it none; so does
     torch.compile, which does not trace that gradient."""
     gen = torch.Generator().manual_seed(5)
-    q, k, v = (torch.randn(10, h, 256, generator=gen).half() for h in (4, 2, 2))  # head_dim 256: no backward kernel
+    q = torch.randn(10, 4, 64, generator=gen).half()
+    k_cache, v_cache = (torch.randn(6, 8, 2, 64, generator=gen).half() for _ in range(2))  # 6 blocks of 8 tokens
     sinks, cu = torch.randn(4, generator=gen), torch.tensor([0, 4, 10], dtype=torch.int32)
-    grad_out = torch.randn(10, 4, 256, generator=gen)
+    block_tables = torch.tensor([[4, 1, 0], [2, 5, 3]], dtype=torch.int32)
+    context_lens = torch.tensor([9, 20], dtype=torch.int32)
+    grad_out = torch.randn(10, 4, 64, generator=gen)
 
     def attention_grads(fn):
-        leaves = [t.clone().requires_grad_() for t in (q, k, v, sinks)]
-        out = fn(*leaves[:3], cu_seqlens_q=cu, sinks=leaves[3], softcap=5.0)
+        leaves = [t.clone().requires_grad_() for t in (q, k_cache, v_cache, sinks)]
+        out = fn(*leaves[:3], cu, block_tables, context_lens, sinks=leaves[3], softcap=5.0)
         (out.float() * grad_out).sum().backward()
         return [t.grad for t in leaves]
 
     mt._warned.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        got = attention_grads(mt.sdpa)
-        attention_grads(mt.sdpa)
+        got = attention_grads(mt.paged_prefill_gqa)
+        attention_grads(mt.paged_prefill_gqa)
     assert [str(w.message) for w in caught if "no backward kernel" in str(w.message)] == [
-        "mojo_jit sdpa has no backward kernel: its gradient is autograd through its golden function (PyTorch), run "
-        "again on the saved inputs: exact, and as slow as that function"]
-    for g, want in zip(got, attention_grads(golden.sdpa)):
+        "mojo_jit paged_prefill_gqa has no backward kernel: its gradient is autograd through its golden function "
+        "(PyTorch), run again on the saved inputs: exact, and as slow as that function"]
+    for g, want in zip(got, attention_grads(golden.paged_prefill_gqa)):
         torch.testing.assert_close(g, want)
 
     ids, table = torch.tensor([[3, 1], [3, 7]]), torch.randn(9, 16, requires_grad=True)
@@ -579,8 +589,9 @@ def test_an_op_without_a_backward_kernel_differentiates_through_its_golden_funct
         grads[0].sum().backward()
     with torch.no_grad():
         assert not mt.rms_norm_backward(x, grad_out, w)[0].requires_grad
-    compiled = torch.compile(lambda q: mt.sdpa(q, k, v).float().sum(), fullgraph=True, backend="aot_eager")
-    with pytest.raises(Exception, match="sdpa has no backward kernel, and its gradient .* not traced by torch.compile"):
+    compiled = torch.compile(lambda q: mt.paged_prefill_gqa(q, k_cache, v_cache, cu, block_tables, context_lens)
+                             .float().sum(), fullgraph=True, backend="aot_eager")
+    with pytest.raises(Exception, match="paged_prefill_gqa has no backward kernel, and its gradient .* not traced"):
         compiled(q.clone().requires_grad_()).backward()
 
 

@@ -1,4 +1,4 @@
-// sdpa_backward: the gradients of sdpa (q, k, v, and the sinks'), a plan of four kernels of one template
+// sdpa_backward: the gradients of sdpa (q, k, v, and the sinks'), a plan of up to five kernels of one template
 // (kernel_templates/sdpa_backward.cu, which says what each computes). Its forward tensors (q, k, v, out, lse,
 // the lengths and sinks) are validated as sdpa validates them, by sdpa's own rules.
 #include <fmt/format.h>
@@ -29,7 +29,8 @@ constexpr TensorArgInfo kTensors[] = {
     {"grad_k", "out", "[kv_tokens, kv_heads, head_dim], contiguous"},
     {"grad_v", "out", "like grad_k"},
     {"grad_out", "in", "[tokens, heads, head_dim], contiguous: out's gradient"},
-    {"q", "in", "the forward's: [tokens, heads, head_dim] f16 or bf16, head_dim 64, 96 or 128; tokens may be strided"},
+    {"q", "in",
+     "the forward's: [tokens, heads, head_dim] f16 or bf16, head_dim 64, 96, 128 or 256; tokens may be strided"},
     {"k", "in", "the forward's: [kv_tokens, kv_heads, head_dim]; tokens may be strided"},
     {"v", "in", "the forward's, like k"},
     {"out", "in", "the forward's output, [tokens, heads, head_dim], contiguous"},
@@ -65,8 +66,6 @@ class SdpaBackward final : public OpDef {
     const Params f = as_ours([&] { return sdpa_op().specialize(fwd, scalars, target); });
     const TensorSpec &q = t[kQ].spec, &k = t[kK].spec;
     const std::int64_t head_dim = q.dim(2);
-    if (head_dim > 128)
-      throw ShapeError(fmt::format("{}: head_dim {} has no backward kernel; supported: 64, 96, 128", name(), head_dim));
     if (!present(t, kLse))
       throw ShapeError(fmt::format("{}: lse is required (the forward's, f32 [heads, tokens])", name()));
     const std::pair<Slot, Slot> same[] = {{kGradQ, kQ}, {kGradOut, kQ}, {kGradK, kK}, {kGradV, kK}};
@@ -86,23 +85,34 @@ class SdpaBackward final : public OpDef {
     p.add("head_dim", head_dim);
     p.add("group", q.dim(1) / k.dim(1));
     for (const char* name : {"causal", "window", "softcap", "varlen"}) p.add(name, f.get(name));
-    // Keys a block (a warp's 16 each), and the queries (key step) or keys (query step) a round: at head_dim
-    // 128 half as many, so that the accumulators of grad_k and grad_v stay in a thread's registers.
+    // Keys a block (a warp's 16 each), and the queries (key step) or keys (query step) a round: past head_dim 64
+    // fewer, so that the accumulators (grad_k and grad_v, or grad_q) stay in a thread's registers, and at 256
+    // the query step's tiles leave room for two blocks an SM on sm_90.
     p.add("bn", 16 * kWarps);
     p.add("bq", head_dim <= 64 ? 64 : 16);
-    p.add("bk", head_dim <= 64 ? 64 : 32);
+    p.add("bk", head_dim <= 64 ? 64 : head_dim <= 128 ? 32 : 16);
     p.add("sinks", present(t, kGradSinks) ? 1 : 0);
     return p;
   }
 
   std::vector<Params> plan(const Params& p) const override {
+    using namespace mojo_sdpa_backward;
     std::vector<Params> steps;
-    for (Step s : {kDot, kKeys, kQueries, kSinksStep}) {
-      if (s == kSinksStep && p.get("sinks") == 0) continue;
+    auto add = [&](Step s, int part = -1) {
       Params step = p;
       step.add("step", s);
+      if (part >= 0) step.add("part", part);
       steps.push_back(step);
+    };
+    add(kDot);
+    if (p.get("head_dim") > 128) {
+      add(kKeys, kGradVPart);
+      add(kKeys, kGradKPart);
+    } else {
+      add(kKeys, kBothParts);
     }
+    add(kQueries);
+    if (p.get("sinks") != 0) add(kSinksStep);
     return steps;
   }
 
@@ -115,10 +125,11 @@ class SdpaBackward final : public OpDef {
     const int dp = int(attention::padded(p.get("head_dim")));
     switch (Step(p.get_or("step", kKeys))) {
       case kKeys:
-        return mojo_sdpa_backward::smem_bytes(int(p.get("bn")), int(p.get("bq")), dp,
+        return mojo_sdpa_backward::smem_bytes(mojo_sdpa_backward::key_tiles_loaded(int(p.get_or("part", 0))),
+                                              int(p.get("bn")), int(p.get("bq")), dp,
                                               mojo_sdpa_backward::kStages * int(p.get("bq")));
       case kQueries:
-        return mojo_sdpa_backward::smem_bytes(int(16 * kWarps), int(p.get("bk")), dp, int(16 * kWarps));
+        return mojo_sdpa_backward::smem_bytes(2, int(16 * kWarps), int(p.get("bk")), dp, int(16 * kWarps));
       default:
         return 0;
     }

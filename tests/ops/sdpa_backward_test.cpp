@@ -29,9 +29,14 @@ std::vector<float> one_column(std::initializer_list<float> values, int column) {
 
 TEST(SdpaBackwardOp, SaysWhatItTakes) {
   const OpDef& op = find_op("sdpa_backward");
-  const std::vector<Tensor> t = example(op, DType::bf16, "q=64x8x256 k=64x2x256");
+  const std::vector<Tensor> t = example(op, DType::bf16, "q=64x8x80 k=64x2x80");
   EXPECT_EQ(error_of<ShapeError>([&] { op.specialize(t, {}, kSm90); }),
-            "sdpa_backward: head_dim 256 has no backward kernel; supported: 64, 96, 128");
+            "sdpa_backward: head_dim 80 is not supported; supported: 64, 96, 128, 256")
+      << "the forward's head dims, each with a backward";
+  std::vector<Tensor> lone_grad = example(op, DType::bf16, "q=64x8x128 k=64x2x128 sinks=8");
+  lone_grad[11] = Tensor{};  // sinks
+  EXPECT_EQ(error_of<ShapeError>([&] { op.specialize(lone_grad, {}, kSm90); }),
+            "sdpa_backward: grad_sinks is given without sinks");
   std::vector<Tensor> no_lse = example(op, DType::bf16, "q=64x8x128 k=64x2x128");
   no_lse[8] = Tensor{};
   EXPECT_EQ(error_of<ShapeError>([&] { op.specialize(no_lse, {}, kSm90); }),

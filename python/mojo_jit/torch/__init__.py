@@ -10,8 +10,8 @@ op's order; tensors it updates in place (add_rms_norm's residual, store_kv_cache
 mutated; outputs whose shape the inputs do not give (moe_gate's ids and weights) and optional outputs (layer_norm's
 mean and rstd, attention's lse) are mutated arguments too; the others are returned. Scalars are floats.
 
-Autograd, through mt.<op>: rms_norm, add_rms_norm, layer_norm, softmax, sdpa (head_dim up to 128; its lse and sinks
-too) and linear_cross_entropy (its loss and its lse) differentiate through their backward kernels (rms_norm_backward,
+Autograd, through mt.<op>: rms_norm, add_rms_norm, layer_norm, softmax, sdpa (its lse and sinks too) and
+linear_cross_entropy (its loss and its lse) differentiate through their backward kernels (rms_norm_backward,
 layer_norm_backward, softmax_backward, sdpa_backward, linear_cross_entropy_backward), rotary_embedding through itself
 (the inverse rotation), linear through gemm, and log_softmax and the activations (silu, gelu, swiglu, gelu_and_mul)
 through torch operations on what they saved, eager and under torch.compile. Any other op, in a call that updates no
@@ -421,9 +421,11 @@ class _MoeDispatch(torch.autograd.Function):
 
 class _MoeMlp(torch.autograd.Function):
     """moe_mlp, the routed MLP, through kernels: the pairs sorted and the tokens gathered again (moe_dispatch), the
-    experts' pre-activation computed again (a group_gemm launch; act(gate) up from it in torch) and, for the routing
-    weights' gradient (each slot's output against grad_out), their output (another); then each product's gradients
-    by _experts_backward, and x's summed over its slots by moe_combine (in slot order: the same bits every run)."""
+    experts' pre-activation computed again (a group_gemm launch; act(gate) up from it in torch), then each product's
+    gradients by _experts_backward, and x's summed over its slots by moe_combine (in slot order: the same bits every
+    run). The routing weights' gradient needs no second forward product: a row's y . g, y = act w2^T, is
+    act . (g w2), and g w2 is the down product's input gradient before its routing weight scales it. So the
+    backward's products are 2.5 times the forward's: the up product again, and two a product for its gradients."""
 
     @staticmethod
     def forward(ctx, x, ids, weights, w13, w2, scalars):
@@ -445,23 +447,26 @@ class _MoeMlp(torch.autograd.Function):
         gate, up = h[:, 0::2].float(), h[:, 1::2].float()
         act = (golden._act(gate, code) * up).to(x.dtype)
         routed = positions >= 0
-        row_weight = weights.new_zeros(xs.shape[0])  # each sorted row's routing weight (0 past the routed rows)
-        row_weight[positions[routed].long()] = weights[routed]
+        row_weight = weights.new_zeros(xs.shape[0], dtype=torch.float32)  # each sorted row's (0 past the routed)
+        row_weight[positions[routed].long()] = weights[routed].float()
         g_rows = grad_out.contiguous()[token_of_row.long().clamp(min=0)]
-        grad_weights = None
-        if ctx.needs_input_grad[2]:
-            y = torch.ops.mojo_jit.group_gemm(act, w2, offsets, **common).float()
-            per_row = (y * g_rows.float()).sum(-1)
-            grad_weights = torch.where(routed, per_row[positions.long().clamp(min=0)], 0.0).to(weights.dtype)
-        dy = (g_rows.float() * row_weight.unsqueeze(-1)).to(x.dtype)
         want_x, want_w13, want_w2 = ctx.needs_input_grad[0], ctx.needs_input_grad[3], ctx.needs_input_grad[4]
-        d_act, grad_w2 = _experts_backward("moe_mlp", act, w2, offsets, dy, common, want_x or want_w13, want_w2)
-        grad_x = grad_w13 = None
-        if want_x or want_w13:
-            dh = _gated_grad(h, d_act, code)
-            d_xs, grad_w13 = _experts_backward("moe_mlp", xs, w13, offsets, dh, common, want_x, want_w13)
-            if want_x:
-                grad_x = torch.ops.mojo_jit.moe_combine(d_xs, positions, torch.ones_like(weights))
+        want_weights = ctx.needs_input_grad[2]
+        grad_x = grad_weights = grad_w13 = grad_w2 = None
+        if want_x or want_w13 or want_weights:
+            g_act, _ = _experts_backward("moe_mlp", act, w2, offsets, g_rows, common, True, False)  # g w2, a row
+            g_act = g_act.float()
+            if want_weights:
+                per_row = (act.float() * g_act).sum(-1)
+                grad_weights = torch.where(routed, per_row[positions.long().clamp(min=0)], 0.0).to(weights.dtype)
+            if want_x or want_w13:
+                dh = _gated_grad(h, g_act * row_weight.unsqueeze(-1), code)
+                d_xs, grad_w13 = _experts_backward("moe_mlp", xs, w13, offsets, dh, common, want_x, want_w13)
+                if want_x:
+                    grad_x = torch.ops.mojo_jit.moe_combine(d_xs, positions, torch.ones_like(weights))
+        if want_w2:
+            dy = (g_rows.float() * row_weight.unsqueeze(-1)).to(x.dtype)
+            _, grad_w2 = _experts_backward("moe_mlp", act, w2, offsets, dy, common, False, True)
         return grad_x, None, grad_weights, grad_w13, grad_w2, None
 
 
@@ -632,7 +637,7 @@ def _recorded(op: _Op, args: tuple, kwargs: dict) -> Any:
         return _MoeMlp.apply(tensors["x"], tensors["ids"], tensors["weights"], tensors["w13"], tensors["w2"], scalars)
     if op.name == "linear":
         return _Linear.apply(tensors["x"], tensors["weight"], tensors.get("bias"), tensors.get("residual"), scalars)
-    if op.name == "sdpa" and tensors["q"].shape[-1] <= 128:  # sdpa_backward's head dims
+    if op.name == "sdpa":
         out, lse = _Sdpa.apply(tensors["q"], tensors["k"], tensors["v"], tensors.get("cu_seqlens_q"),
                                tensors.get("cu_seqlens_k"), tensors.get("sinks"), scalars)
         if "lse" in tensors:  # the caller's, written as the op writes it, and differentiable
