@@ -8,6 +8,8 @@
 //   linear:              out = act(x * W^T + bias) + residual     (W: [N, K])
 //   group_gemm:          out[rows of group g] = x[rows of group g] * W[g]^T, the
 //                        groups' rows given by offsets (MoE experts), one launch
+//   group_gemm_weight_grad:  grad_weight[g] = grad_out[rows of g]^T * x[rows of g]:
+//                        the groups' rows are each product's K (GROUP_K)
 //
 // Params, by name (P::name in the entry macros at the end):
 //   dtype, out   input storage (f16, bf16 or f32) and output storage (dtype or float; gemm only)
@@ -34,6 +36,7 @@
 //                plus mojo::kGated: gate/up column pairs -> act(gate) * up,
 //                C has n / 2 columns                                  (group_gemm)
 //   offsets      4: group_gemm's offsets are int32, 8: int64          (group_gemm)
+//   GROUP_K      (not a param: the entry macro's) the groups' rows are K, not M   (group_gemm_weight_grad)
 //   wgmma        1: the sm_90a path (gemm_sm90.cuh: TMA, wgmma, warp-specialised;
 //                bk = 64, wm = bm / 64 consumer warpgroups, wn = 1, vec unused),
 //                entered through the *_sm90 macro
@@ -45,7 +48,9 @@
 //   with ld* the row strides in elements and batch_* the batch strides. For
 //   group_gemm, grid.z runs over the groups, group g's rows of a and c are
 //   [offsets[g], offsets[g + 1]) (clamped to total_rows), b advances by
-//   batch_b per group, and m is the most rows a group may have.
+//   batch_b per group, and m is the most rows a group may have. With GROUP_K,
+//   group g's rows are those of a ([K, M]) and b ([K, N]) that its product sums
+//   over, k is unused, and c advances by batch_c per group.
 // Geometry: WM * WN * KS * 32 threads; grid.x = ceil(m / BM) * ceil(n / BN), visited
 //   in groups of SWIZZLE block rows so that neighbouring blocks share tiles of
 //   B in L2; grid.z = batch; KS * STAGES * (BM + BN) * BK * sizeof(TA) bytes of
@@ -389,7 +394,8 @@ template <class TA, bool TF32> constexpr int kMinBlocks = is_f32<TA> && !TF32 ? 
 
 // TC, BETA, BIAS, ACT, RESIDUAL: the output and its epilogue (MOJO_GEMM_PRODUCT_OUTPUT's five).
 template <class TA, class TC, bool BETA, bool BIAS, int ACT, bool RESIDUAL, int BM, int BN, int BK, int WM, int WN,
-          int STAGES, int KS, int SWIZZLE, bool TRANS_A, bool TRANS_B, int VEC, int OFFSETS, bool TF32, int SPLITS>
+          int STAGES, int KS, int SWIZZLE, bool TRANS_A, bool TRANS_B, int VEC, int OFFSETS, bool TF32, int SPLITS,
+          bool GROUP_K>
 __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* __restrict__ b,
                                     const TC* __restrict__ bias, const TC* residual, float alpha, float beta, int m,
                                     int n, int k, long long lda, long long ldb, long long ldc, long long ldr,
@@ -397,6 +403,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
                                     long long total_rows) {
   static_assert(KS == 1 || !(is_f32<TA> && !TF32), "the exact f32 path does not split K");
   static_assert(SPLITS == 1 || OFFSETS == 0, "groups do not split K");
+  static_assert(!GROUP_K || (OFFSETS != 0 && TRANS_A && !TRANS_B), "groups of K rows: a [K, M] and b [K, N]");
   const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
   int m0, n0;
   tile_origin<BM, BN, SWIZZLE>((int)mojo::block_x(), tiles_m, tiles_n, m0, n0);
@@ -413,7 +420,14 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
       k = k - k0 < split_length<BK, SPLITS>(k) ? k - k0 : split_length<BK, SPLITS>(k);
     }
   }
-  if constexpr (OFFSETS != 0) {
+  if constexpr (GROUP_K) {
+    // This group's rows are the K its product sums over (none: its C is zeros).
+    long long first;
+    group_rows<OFFSETS>(offsets, batch, total_rows, first, k);
+    a += first * lda;
+    b += first * ldb;
+    c += batch * batch_c;
+  } else if constexpr (OFFSETS != 0) {
     // This group's rows. The grid covers the m (max) rows given; a larger group takes more passes below.
     long long first;
     group_rows<OFFSETS>(offsets, batch, total_rows, first, m);
@@ -423,7 +437,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
     a += batch * batch_a;
     c += batch * batch_c;
   }
-  b += batch * batch_b;
+  if constexpr (!GROUP_K) b += batch * batch_b;
   const Problem<TA, TC> p{c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr};
 
   // One pass per BM rows of C this block owns: one for gemm and linear (the
@@ -466,12 +480,12 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
         MOJO_PARAM_ADDRESS(NAME, 15), MOJO_PARAM_ADDRESS(NAME, 16), MOJO_PARAM_ADDRESS(NAME, 17));                     \
   }
 #define MOJO_GEMM_KERNEL_0(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, SPLITS, TRANS_A, TRANS_B, VEC, BETA, \
-                           BIAS, ACT, RESIDUAL, OFFSETS, TF32)                                                         \
+                           BIAS, ACT, RESIDUAL, OFFSETS, TF32, GROUP_K)                                                \
   extern "C" __global__ void __launch_bounds__(WM * WN * KS * 32, mojo_gemm::kMinBlocks<TA, TF32>)                     \
       NAME(MOJO_ARG_PARAMS(MOJO_GEMM_ARGS, TA, MOJO_GEMM_OUT(TC, SPLITS))) {                                           \
     mojo::after_previous_kernels();                                                                                    \
     mojo_gemm::run<TA, MOJO_GEMM_PRODUCT_OUTPUT(TC, SPLITS, BETA, BIAS, ACT, RESIDUAL), BM, BN, BK, WM, WN, STAGES,    \
-                   KS, SWIZZLE, TRANS_A, TRANS_B, VEC, OFFSETS, TF32, SPLITS>(                                         \
+                   KS, SWIZZLE, TRANS_A, TRANS_B, VEC, OFFSETS, TF32, SPLITS, GROUP_K>(                                \
         c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr, batch_a, batch_b, batch_c, offsets,         \
         total_rows);                                                                                                   \
   }
@@ -499,7 +513,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 #define MOJO_GEMM_TILE(P) P::bm, P::bn, P::bk, P::wm, P::wn, P::stages, P::ks, P::swizzle, P::splits
 #define MOJO_KERNEL_gemm(NAME, P)                                                                          \
   MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_0, NAME, P::dtype, P::out, MOJO_GEMM_TILE(P), P::ta, P::tb, P::vec, P::beta, \
-                  0, 0, 0, 0, P::tf32)
+                  0, 0, 0, 0, P::tf32, 0)
 #define MOJO_KERNEL_gemm_sm90(NAME, P)                                                                     \
   MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_1, NAME, P::dtype, P::out, MOJO_GEMM_TILE(P), P::ta, P::tb, P::vec, P::beta, \
                   0, 0, 0, 0, P::tf32)
@@ -507,16 +521,20 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 #define MOJO_KERNEL_gemm_batched_sm90 MOJO_KERNEL_gemm_sm90
 #define MOJO_KERNEL_linear(NAME, P)                                                                            \
   MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_0, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, 1, P::vec, 0, P::bias, \
-                  P::act, P::residual, 0, P::tf32)
+                  P::act, P::residual, 0, P::tf32, 0)
 #define MOJO_KERNEL_linear_sm90(NAME, P)                                                                       \
   MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_1, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, 1, P::vec, 0, P::bias, \
                   P::act, P::residual, 0, P::tf32)
 #define MOJO_KERNEL_group_gemm(NAME, P)                                                                        \
   MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_0, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, 1, P::vec, 0, 0, P::act, 0, \
-                  P::offsets, P::tf32)
+                  P::offsets, P::tf32, 0)
 #define MOJO_KERNEL_group_gemm_sm90(NAME, P)                                                                   \
   MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_1, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, 1, P::vec, 0, 0, P::act, 0, \
                   P::offsets, P::tf32)
+// The groups' weight gradients: a = grad_out stored [K, M] and b = x stored [K, N], each group's rows its K.
+#define MOJO_KERNEL_group_gemm_weight_grad(NAME, P)                                                           \
+  MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_0, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 1, 0, P::vec, 0, 0, 0, 0, \
+                  P::offsets, P::tf32, 1)
 #define MOJO_KERNEL_gemm_reduce(NAME, P) MOJO_GEMM_REDUCE_KERNEL(NAME, P::out, P::splits, P::beta, 0, 0, 0)
 #define MOJO_KERNEL_gemm_batched_reduce MOJO_KERNEL_gemm_reduce
 #define MOJO_KERNEL_linear_reduce(NAME, P) \

@@ -51,6 +51,7 @@ const OddCase kCases[] = {
     {"linear", "x=1x4104 weight=72x4104"},
     {"group_gemm", "x=100x72 weight=4x136x72 offsets=5"},
     {"group_gemm", "x=100x72 weight=4x136x72 offsets=5 out=100x68", {{"gated_activation", 3}}},
+    {"group_gemm_weight_grad", "grad_out=100x136 x=100x72 offsets=9"},  // 8 groups of random sizes, some empty
     {"apply_penalties_temperature", "logits=17x1000 token_ids=17x40"},
     {"apply_penalties_temperature", "logits=3x151936 token_ids=3x50"},  // the temperature over 5-10 blocks a row
     {"sample", "logits=17x1000"},

@@ -30,6 +30,7 @@ CASES = [
     ("gemm_batched", "f32", {"a": (3, 72, 17), "b": (3, 72, 136), "c": (3, 17, 136)}, {"trans_a": 1}),
     ("linear", "f32", {"x": (17, 200), "weight": (136, 200), "bias": (136,)}, {"activation": 3}),
     ("group_gemm", "f32", {"x": (100, 72), "weight": (4, 136, 72), "offsets": (5,)}, {}),
+    ("group_gemm_weight_grad", "f32", {"grad_out": (100, 136), "x": (100, 72), "offsets": (9,)}, {}),
     ("sdpa", "f16", {"q": (40, 4, 64), "k": (40, 2, 64)}, {}),
     ("sdpa_backward", "f16", {"q": (40, 4, 64), "k": (40, 2, 64), "cu_seqlens_q": (3,)}, {}),
     ("paged_prefill_gqa", "f16",

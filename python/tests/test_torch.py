@@ -442,10 +442,10 @@ def test_gemm_differentiates_through_itself(op, ta, tb, beta):
 
 @pytest.mark.parametrize("gated", [0, 3])
 def test_group_gemm_differentiates_through_the_kernels(gated):
-    """group_gemm's gradients through group_gemm and gemm launches (no golden function, no warning), in f32, against
-    autograd through the golden function in float64: rows before the first group and after the last get none, an
-    empty group's weight a zero gradient; gated (silu) through the pre-activation computed again. Under
-    torch.compile, which does not trace the host's read of the offsets, backward says so."""
+    """group_gemm's gradients through group_gemm and group_gemm_weight_grad launches (no golden function, no
+    warning), in f32, against autograd through the golden function in float64: rows before the first group and after
+    the last get none, an empty group's weight a zero gradient; gated (silu) through the pre-activation computed
+    again. Under torch.compile (the offsets never read on the host), the same bits."""
     gen = torch.Generator().manual_seed(17 + gated)
     rows, k, n, groups = 40, 48, 24, 4
     x, weight = torch.randn(rows, k, generator=gen), torch.randn(groups, 2 * n if gated else n, k, generator=gen)
@@ -462,9 +462,13 @@ def test_group_gemm_differentiates_through_the_kernels(gated):
     _expect_grads([t.grad for t in leaves], want, f"group_gemm gated={gated}")
     assert float(leaves[0].grad[:3].abs().max()) == 0.0 and float(leaves[0].grad[37:].abs().max()) == 0.0
     assert float(leaves[1].grad[1].abs().max()) == 0.0, "the empty group's weight"
-    compiled = torch.compile(lambda x: mt.group_gemm(x, weight, offsets).sum(), fullgraph=True, backend="aot_eager")
-    with pytest.raises(Exception, match="group_gemm's backward reads the groups' offsets on the host"):
-        compiled(x.clone().requires_grad_()).backward()
+
+    def loss(x, weight):
+        return (mt.group_gemm(x, weight, offsets, gated_activation=gated)[3:37] * grad_out[3:37]).sum()
+    again = [t.clone().requires_grad_() for t in (x, weight)]
+    torch.compile(loss, fullgraph=True, backend="aot_eager")(*again).backward()
+    for got, eager in zip(again, leaves):
+        torch.testing.assert_close(got.grad, eager.grad, rtol=0, atol=0)
 
 
 def test_moe_dispatch_allocates_its_index_outputs_in_the_ids_dtype():
@@ -515,9 +519,10 @@ def test_moe_dispatch_and_combine_differentiate_as_a_pipeline():
 
 
 def test_moe_mlp_differentiates_through_the_kernels():
-    """moe_mlp's gradients (x, the routing weights, w13 and w2) through moe_dispatch, group_gemm, gemm and moe_combine
-    launches, in f32, against autograd through the golden function in float64: a slot routed nowhere (id -1) and an
-    expert no token chose included; the routing weights' alone, where nothing else requires grad, the same bits."""
+    """moe_mlp's gradients (x, the routing weights, w13 and w2) through moe_dispatch, group_gemm,
+    group_gemm_weight_grad and moe_combine launches, in f32, against autograd through the golden function in float64:
+    a slot routed nowhere (id -1) and an expert no token chose included; the routing weights' alone, where nothing
+    else requires grad, and all four under torch.compile, the same bits."""
     gen = torch.Generator().manual_seed(23)
     tokens, hidden, inter, experts = 10, 32, 24, 5
     x = torch.randn(tokens, hidden, generator=gen)
@@ -539,6 +544,12 @@ def test_moe_mlp_differentiates_through_the_kernels():
     only_weights = weights.clone().requires_grad_()  # the router alone trained: its gradient by itself
     (mt.moe_mlp(x, ids, only_weights, w13, w2) * grad_out).sum().backward()
     torch.testing.assert_close(only_weights.grad, leaves[1].grad, rtol=0, atol=0)
+    again = [t.clone().requires_grad_() for t in (x, weights, w13, w2)]
+    compiled = torch.compile(lambda x, w, a, b: (mt.moe_mlp(x, ids, w, a, b) * grad_out).sum(), fullgraph=True,
+                             backend="aot_eager")
+    compiled(*again).backward()
+    for got, eager in zip(again, leaves):
+        torch.testing.assert_close(got.grad, eager.grad, rtol=0, atol=0)
 
 
 @pytest.mark.filterwarnings("ignore:mojo_jit .* has no backward kernel")

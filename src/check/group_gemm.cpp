@@ -1,4 +1,4 @@
-// group_gemm (plain and gated) against the float64 reference, on groups of random sizes.
+// group_gemm (plain and gated) and its weights' gradient against the float64 reference, on groups of random sizes.
 #include <algorithm>
 
 #include "check/host_data.hpp"
@@ -8,6 +8,14 @@
 
 namespace mojo {
 namespace {
+
+// Offsets of groups of random sizes (some empty) covering every one of `rows`.
+std::vector<std::uint8_t> random_offsets(const TensorSpec& spec, std::int64_t rows, std::uint32_t seed) {
+  std::vector<std::int64_t> offsets = host_data::random_indices(spec.numel(), rows + 1, seed, false);
+  std::sort(offsets.begin(), offsets.end());
+  if (!offsets.empty()) offsets.front() = 0, offsets.back() = rows;
+  return host_data::index_bytes(spec.dtype(), offsets);
+}
 
 class GroupGemmCheck final : public OpCheck {
  public:
@@ -32,11 +40,32 @@ class GroupGemmCheck final : public OpCheck {
   std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs, ScalarList scalars,
                                         std::uint32_t seed) const override {
     if (i != 3) return OpCheck::random_data(i, specs, scalars, seed);
-    const std::int64_t rows = specs[1].dim(0);
-    std::vector<std::int64_t> offsets = host_data::random_indices(specs[3].numel(), rows + 1, seed, false);
-    std::sort(offsets.begin(), offsets.end());
-    if (!offsets.empty()) offsets.front() = 0, offsets.back() = rows;
-    return host_data::index_bytes(specs[3].dtype(), offsets);
+    return random_offsets(specs[3], specs[1].dim(0), seed);
+  }
+};
+
+class GroupGemmWeightGradCheck final : public OpCheck {
+ public:
+  GroupGemmWeightGradCheck() : OpCheck(group_gemm_weight_grad_op()) {}
+
+  // Each group's grad_out^T x over its rows, by the gemm reference (A stored [K, M]); zeros for a group without.
+  void reference(std::span<const TensorSpec> specs, std::span<std::vector<std::uint8_t>> d, ScalarList) const override {
+    const TensorSpec& gw = specs[0];
+    const std::int64_t groups = gw.dim(0), n = gw.dim(1), k = gw.dim(2);
+    const std::size_t es = dtype_size(gw.dtype());
+    const std::vector<std::int64_t> offsets = host_data::indices(specs[3], d[3]);
+    for (std::int64_t g = 0; g < groups; ++g)
+      reference::gemm(gw.dtype(), gw.dtype(), d[1].data() + std::size_t(offsets[g] * n) * es,
+                      d[2].data() + std::size_t(offsets[g] * k) * es, d[0].data() + std::size_t(g * n * k) * es, 1, n,
+                      k, offsets[g + 1] - offsets[g], 1.0, 0.0, true, false);
+  }
+  Tolerance tolerance(DType out, std::span<const TensorSpec> specs, ScalarList scalars) const override {
+    return product_tolerance(out, specs[2].dim(0), scalar(scalars, "tf32") != 0);  // at most every row a group's
+  }
+  std::vector<std::uint8_t> random_data(std::size_t i, std::span<const TensorSpec> specs, ScalarList scalars,
+                                        std::uint32_t seed) const override {
+    if (i != 3) return OpCheck::random_data(i, specs, scalars, seed);
+    return random_offsets(specs[3], specs[2].dim(0), seed);
   }
 };
 
@@ -44,6 +73,11 @@ class GroupGemmCheck final : public OpCheck {
 
 const OpCheck& group_gemm_check() {
   static const GroupGemmCheck check;
+  return check;
+}
+
+const OpCheck& group_gemm_weight_grad_check() {
+  static const GroupGemmWeightGradCheck check;
   return check;
 }
 

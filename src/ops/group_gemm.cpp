@@ -1,4 +1,5 @@
-// group_gemm: many products of different M sharing N and K (MoE experts) in one launch; the tiles:
+// group_gemm: many products of different M sharing N and K (MoE experts) in one launch; and
+// group_gemm_weight_grad, its weights' gradient: a product a group over that group's rows. The tiles:
 // gemm_tile.hpp.
 #include <fmt/format.h>
 
@@ -41,6 +42,24 @@ constexpr OpInfo kGroupGemm{
     .template_file = "gemm.cu",
     .example_shapes = "x=4096x4096 weight=64x1536x4096 offsets=65",
 };
+
+// Offsets decide which rows the kernels touch (they clamp them to x): with debug checks on they are read back and
+// must be a non-decreasing range within the rows of x.
+void check_offsets(std::string_view op, const Tensor& offsets, std::int64_t rows, StreamHandle stream) {
+  const std::vector<std::int64_t> off = indices::read(offsets, stream);
+  for (std::size_t g = 0; g + 1 < off.size(); ++g)
+    if (off[g] < 0 || off[g] > off[g + 1] || off[g + 1] > rows)
+      throw InvalidArgumentError(
+          fmt::format("{}: offsets[{}..{}] = {}, {} are not a non-decreasing range within the {} rows of x", op, g,
+                      g + 1, off[g], off[g + 1], rows));
+}
+
+// offsets: `groups` + 1 of i32 or i64.
+void expect_offsets(std::string_view op, const TensorSpec& off, std::int64_t groups) {
+  checks::expect_dtype_in(op, "offsets", off.dtype(), indices::kTypes);
+  if (off.rank() != 1 || off.dim(0) != groups + 1 || !off.is_contiguous())
+    throw ShapeError(fmt::format("{}: offsets is {}; expected [{}] (groups + 1)", op, off.str(), groups + 1));
+}
 
 class GroupGemm final : public TileOp {
   // Its tensors' places in kGroupTensors.
@@ -115,18 +134,8 @@ class GroupGemm final : public TileOp {
                      p);
   }
 
-  // Offsets decide which rows the kernel touches (it clamps them to x): with
-  // debug checks on they are read back and must be a non-decreasing range
-  // within the rows of x.
   void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
-    const Dims d = dims(t, {}, false);
-    const std::vector<std::int64_t> off = indices::read(t[kOffsets], stream);
-    for (std::size_t g = 0; g + 1 < off.size(); ++g)
-      if (off[g] < 0 || off[g] > off[g + 1] || off[g + 1] > d.rows)
-        throw InvalidArgumentError(
-            fmt::format("{}: offsets[{}..{}] = {}, {} are not a non-decreasing range within "
-                        "the {} rows of x",
-                        name(), g, g + 1, off[g], off[g + 1], d.rows));
+    check_offsets(name(), t[kOffsets], dims(t, {}, false).rows, stream);
   }
 
   std::string bucket(TensorList t) const override {
@@ -187,9 +196,7 @@ class GroupGemm final : public TileOp {
     const std::int64_t out_n = gated ? d.n / 2 : d.n;
     if (out.rank() != 2 || out.dim(0) != d.rows || out.dim(1) != out_n)
       throw ShapeError(fmt::format("{}: out is {}; expected [{}, {}]", name(), out.str(), d.rows, out_n));
-    checks::expect_dtype_in(name(), "offsets", off.dtype(), indices::kTypes);
-    if (off.rank() != 1 || off.dim(0) != d.groups + 1 || !off.is_contiguous())
-      throw ShapeError(fmt::format("{}: offsets is {}; expected [{}] (groups + 1)", name(), off.str(), d.groups + 1));
+    expect_offsets(name(), off, d.groups);
     const double max_rows = scalar(scalars, "max_rows");
     if (max_rows < 0 || max_rows != double(std::int64_t(max_rows)))
       throw InvalidArgumentError(fmt::format("{}: max_rows is {}; expected a whole number >= 0", name(), max_rows));
@@ -204,10 +211,153 @@ class GroupGemm final : public TileOp {
   }
 };
 
+constexpr TensorArgInfo kWeightGradTensors[] = {
+    {"grad_weight", "out", "[groups, N, K], contiguous, same dtype as x: group g's weight gradient (zeros: no rows)"},
+    {"grad_out", "in", "[rows, N], same dtype as x: the gradient of group_gemm's out (ungated)"},
+    {"x", "in", "[rows, K] f16, bf16 or f32: group_gemm's x, the groups' rows one after another"},
+    {"offsets", "in", "i32 or i64 [groups + 1]: group g owns rows [offsets[g], offsets[g + 1])"},
+};
+constexpr ScalarArgInfo kWeightGradScalars[] = {{"tf32", 0, "1: f32 inputs on tensor cores as tf32"}};
+constexpr OpInfo kGroupGemmWeightGrad{
+    .name = "group_gemm_weight_grad",
+    .summary =
+        "grad_weight[g] = grad_out[rows of g]^T * x[rows of g] for every group g: group_gemm's weights' "
+        "gradient in one launch",
+    .tensors = kWeightGradTensors,
+    .scalars = kWeightGradScalars,
+    .dtypes = kTileInputTypes,
+    .template_file = "gemm.cu",
+    .example_shapes = "grad_out=4096x1536 x=4096x4096 offsets=65",
+};
+
+// A product a group, summing over its rows: C[g] = A^T B with A = grad_out's rows ([rows_g, N], so op(A) is
+// [N, rows_g]) and B = x's ([rows_g, K]). The sm_80 path only (the sm_90a path's groups split M).
+class GroupGemmWeightGrad final : public TileOp {
+  static constexpr std::size_t kGradWeight = slot(kWeightGradTensors, "grad_weight");
+  static constexpr std::size_t kGradOut = slot(kWeightGradTensors, "grad_out");
+  static constexpr std::size_t kX = slot(kWeightGradTensors, "x");
+  static constexpr std::size_t kOffsets = slot(kWeightGradTensors, "offsets");
+
+ public:
+  GroupGemmWeightGrad() : TileOp(kGroupGemmWeightGrad) {}
+
+  Params derive_params(TensorList t, ScalarList scalars, const Target& target) const override {
+    const Dims d = dims(t);
+    const DType dtype = t[kX].spec.dtype();
+    const bool tf32 = tf32_of(*this, scalars, dtype);
+    expect_tensor_cores(name(), dtype, tf32, target);
+    Params p;
+    p.add_dtype("dtype", dtype);
+    // The tile for the groups' [N, K] outputs, over a typical group's rows.
+    const TileConfig tile = pick_tile(d.n, d.k, typical_rows(d), dtype, tf32, target, false, d.groups, Path::sm80);
+    add_tile(p, tile);
+    p.add("vec", vec_param(tile, chunk_aligned(dtype, t[kGradOut].data, {d.ld_grad}) &&
+                                     chunk_aligned(dtype, t[kX].data, {d.ldx})));
+    p.add("offsets", std::int64_t(dtype_size(t[kOffsets].spec.dtype())));
+    p.add("tf32", tf32);
+    p.add("wgmma", 0);
+    return p;
+  }
+
+  IdealCost ideal_cost(TensorList t, ScalarList s) const override {
+    IdealCost c = OpDef::ideal_cost(t, s);
+    const Dims d = dims(t);
+    c.flops = 2.0 * double(d.rows) * double(d.n) * double(d.k);
+    return c;
+  }
+
+  LaunchGeometry geometry(const Params& p, TensorList t) const override {
+    const Dims d = dims(t);
+    return tile_geometry(p, d.n, d.k, d.groups);
+  }
+
+  void pack_args(const Params& p, TensorList t, ScalarList, const Workspace&, KernelArgs& args) const override {
+    const Dims d = dims(t);
+    const unsigned chunk = operand_alignment(p);
+    checks::expect_pointer(name(), "grad_weight", t[kGradWeight], unsigned(dtype_size(t[kX].spec.dtype())));
+    checks::expect_pointer(name(), "grad_out", t[kGradOut], chunk);
+    checks::expect_pointer(name(), "x", t[kX], chunk);
+    checks::expect_pointer(name(), "offsets", t[kOffsets], unsigned(dtype_size(t[kOffsets].spec.dtype())));
+    push_kernel_args(args,
+                     {.c = t[kGradWeight].data,
+                      .a = t[kGradOut].data,
+                      .b = t[kX].data,
+                      .m = d.n,
+                      .n = d.k,
+                      .lda = d.ld_grad,
+                      .ldb = d.ldx,
+                      .ldc = d.k,
+                      .batch_c = d.n * d.k,  // one gradient matrix per group
+                      .offsets = t[kOffsets].data,
+                      .total_rows = d.rows,
+                      .batches = d.groups,
+                      .mn_major_a = true},
+                     p);
+  }
+
+  void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
+    check_offsets(name(), t[kOffsets], dims(t).rows, stream);
+  }
+
+  std::string bucket(TensorList t) const override {
+    const Dims d = dims(t);
+    return shape_bucket(d.n, d.k, typical_rows(d));
+  }
+  bool safe(TensorList, ScalarList) const override { return true; }
+
+  std::vector<TensorSpec> specs_from_shapes(DType dtype, const ShapeMap& shapes) const override {
+    const auto& g = shapes::required(name(), shapes, "grad_out", example_shapes());
+    const auto& x = shapes::required(name(), shapes, "x", example_shapes());
+    const auto& off = shapes::required(name(), shapes, "offsets", example_shapes());
+    const std::vector<std::int64_t> grad_weight = {off.size() == 1 ? off[0] - 1 : 0, g.size() == 2 ? g[1] : 0,
+                                                   x.size() == 2 ? x[1] : 0};
+    return {TensorSpec(dtype, shapes::value_or(shapes, "grad_weight", grad_weight)), TensorSpec(dtype, g),
+            TensorSpec(dtype, x), TensorSpec(DType::i64, off)};
+  }
+
+ private:
+  struct Dims {
+    std::int64_t rows, groups, n, k, ld_grad, ldx;
+  };
+  static std::int64_t typical_rows(const Dims& d) {
+    return std::max<std::int64_t>(1, d.rows / std::max<std::int64_t>(d.groups, 1));
+  }
+  Dims dims(TensorList t) const {
+    const TensorSpec &gw = t[kGradWeight].spec, &g = t[kGradOut].spec, &x = t[kX].spec;
+    checks::expect_dtype_in(name(), "x", x.dtype(), kTileInputTypes);
+    checks::expect_same_dtype(name(), "grad_out", g, "x", x);
+    checks::expect_same_dtype(name(), "grad_weight", gw, "x", x);
+    if (x.rank() != 2) throw ShapeError(fmt::format("{}: x is {}; expected [rows, K]", name(), x.str()));
+    if (g.rank() != 2 || g.dim(0) != x.dim(0))
+      throw ShapeError(fmt::format("{}: grad_out is {}; expected [{}, N] (x's rows)", name(), g.str(), x.dim(0)));
+    Dims d{};
+    d.rows = x.dim(0);
+    d.n = g.dim(1);
+    d.k = x.dim(1);
+    if (gw.rank() != 3 || gw.dim(1) != d.n || gw.dim(2) != d.k || !gw.is_contiguous())
+      throw ShapeError(
+          fmt::format("{}: grad_weight is {}; expected contiguous [groups, {}, {}]", name(), gw.str(), d.n, d.k));
+    d.groups = gw.dim(0);
+    expect_offsets(name(), t[kOffsets].spec, d.groups);
+    checked_dim(name(), "rows", d.rows);
+    checked_dim(name(), "N", d.n);
+    checked_dim(name(), "K", d.k);
+    checked_dim(name(), "groups", d.groups);
+    d.ld_grad = row_stride(name(), "grad_out", g);
+    d.ldx = row_stride(name(), "x", x);
+    return d;
+  }
+};
+
 }  // namespace
 
 const OpDef& group_gemm_op() {
   static const GroupGemm op;
+  return op;
+}
+
+const OpDef& group_gemm_weight_grad_op() {
+  static const GroupGemmWeightGrad op;
   return op;
 }
 

@@ -395,6 +395,38 @@ TEST_P(GpuGemm, HopperGroupGemm) {
   check_group_gemm(*h, DType::bf16, DType::i64, 2400, 1536, 200, offsets, 700, 0);
 }
 
+// group_gemm's weights' gradient over the same uneven groups: the rows outside every group hold NaN in grad_out
+// and x and must reach no sum; an empty group's gradient is written as zeros over poisoned memory.
+TEST_P(GpuGemm, GroupGemmWeightGradOverUnevenGroups) {
+  const std::vector<std::int64_t> offsets = {3, 3, 4, 104, 560, 560, 597};
+  const std::int64_t rows = 600, n = 136, k = 200, groups = std::int64_t(offsets.size()) - 1;
+  for (DType d : {DType::bf16, DType::f16, DType::f32})
+    for (DType index : {DType::i64, DType::i32})
+      for (double tf32 : {0.0, 1.0}) {
+        if (tf32 != 0 && d != DType::f32) continue;
+        SCOPED_TRACE(fmt::format("{} offsets {} tf32 {}", dtype_name(d), dtype_name(index), tf32));
+        const TensorSpec g(d, {rows, n}), x(d, {rows, k}), gw(d, {groups, n, k}), off(index, {groups + 1});
+        auto gh = random_matrix(d, g.numel(), 17), xh = random_matrix(d, x.numel(), 18);
+        for (auto [h, cols] : {std::pair{&gh, n}, std::pair{&xh, k}}) {
+          const std::size_t row_bytes = std::size_t(cols) * dtype_size(d);
+          std::fill(h->begin(), h->begin() + std::ptrdiff_t(std::size_t(offsets.front()) * row_bytes), 0xff);
+          std::fill(h->begin() + std::ptrdiff_t(std::size_t(offsets.back()) * row_bytes), h->end(), 0xff);
+        }
+        GpuTensor gd(g, gh), xd(x, xh), gwd(gw, std::vector<std::uint8_t>(gw.nbytes(), 0xff)),
+            od(off, test::index_bytes(index, offsets));
+        rt->launch("group_gemm_weight_grad", {gwd, gd, xd, od}, {{"tf32", tf32}});
+        rt->device().synchronize();
+        std::vector<std::uint8_t> want(gw.nbytes());
+        const std::size_t es = dtype_size(d);
+        for (std::int64_t e = 0; e < groups; ++e)
+          reference::gemm(d, d, gh.data() + std::size_t(offsets[e] * n) * es,
+                          xh.data() + std::size_t(offsets[e] * k) * es, want.data() + std::size_t(e * n * k) * es, 1, n,
+                          k, offsets[e + 1] - offsets[e], 1.0, 0.0, true, false);
+        test::expect_close(d, gwd.read(), want, "grad_weight",
+                           tf32 != 0 ? gemm_tolerance(DType::bf16, 456) : gemm_tolerance(d, 456));
+      }
+}
+
 TEST_P(GpuGemm, GroupGemmDebugCheckNamesBadOffsets) {
   RuntimeOptions o = options();
   o.debug_checks = true;

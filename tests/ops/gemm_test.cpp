@@ -268,6 +268,40 @@ TEST(GroupGemm, ParamsAndErrors) {
             "group_gemm: max_rows is -1; expected a whole number >= 0");
 }
 
+// group_gemm's weights' gradient: a product a group over its rows, on the sm_80 path on every target.
+TEST(GroupGemmWeightGrad, ParamsAndErrors) {
+  const OpDef& op = find_op("group_gemm_weight_grad");
+  const TensorSpec x(DType::bf16, {4096, 4096}), g(DType::bf16, {4096, 1536}), gw(DType::bf16, {64, 1536, 4096}),
+      off(DType::i32, {65});
+  const Params p = op.specialize(specs({gw, g, x, off}), {}, kSm90);
+  EXPECT_EQ(p.get("wgmma"), 0);
+  EXPECT_EQ(p.get("offsets"), 4);
+  const LaunchGeometry geo = op.geometry(p, specs({gw, g, x, off}));
+  EXPECT_EQ(geo.grid.z, 64u) << "one grid slice per group";
+  EXPECT_EQ(geo.grid.x, unsigned((1536 / p.get("bm")) * (4096 / p.get("bn")))) << "the tiles of one [N, K] output";
+  EXPECT_EQ(op.specs_from_shapes(DType::bf16, {{"grad_out", {4096, 1536}}, {"x", {4096, 4096}}, {"offsets", {65}}})
+                .front()
+                .str(),
+            gw.str())
+      << "grad_weight's shape from the others'";
+  EXPECT_EQ(error_of<ShapeError>([&] {
+              op.specialize(specs({gw, TensorSpec(DType::bf16, {4095, 1536}), x, off}), {}, kSm90);
+            }),
+            "group_gemm_weight_grad: grad_out is bf16[4095, 1536]; expected [4096, N] (x's rows)");
+  EXPECT_EQ(error_of<ShapeError>([&] {
+              op.specialize(specs({TensorSpec(DType::bf16, {64, 1536, 4095}), g, x, off}), {}, kSm90);
+            }),
+            "group_gemm_weight_grad: grad_weight is bf16[64, 1536, 4095]; expected contiguous [groups, 1536, 4096]");
+  EXPECT_EQ(error_of<ShapeError>([&] {
+              op.specialize(specs({gw, g, x, TensorSpec(DType::i32, {64})}), {}, kSm90);
+            }),
+            "group_gemm_weight_grad: offsets is i32[64]; expected [65] (groups + 1)");
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
+              op.specialize(specs({gw, g, x, off}), {{"tf32", 1}}, kSm90);
+            }),
+            "group_gemm_weight_grad: tf32 = 1 applies to f32 inputs; these are bf16");
+}
+
 TEST(GemmReference, SmallProductsAndTransposesAgree) {
   // [[1, 2], [3, 4]] x [[5, 6], [7, 8]] = [[19, 22], [43, 50]]; with alpha 2, beta 1 on c = 1.
   const auto a = reference::encode(DType::f32, {1, 2, 3, 4}), b = reference::encode(DType::f32, {5, 6, 7, 8});
@@ -328,7 +362,17 @@ TEST_P(GemmCompiles, EveryLayoutAndBucketWithoutSpills) {
           ASSERT_EQ(r.exit_code, 0) << r.output;
           EXPECT_NE(r.output.find("0 bytes spill stores, 0 bytes spill loads"), std::string::npos) << r.output;
         }
-  // group_gemm with both offset types, and linear with the whole epilogue, on sm_90a too.
+  // group_gemm and its weights' gradient with both offset types, and linear with the whole epilogue, on sm_90a too.
+  for (DType offsets : {DType::i32, DType::i64}) {
+    const TensorSpec gx(DType::bf16, {512, 256}), gg(DType::bf16, {512, 384}), gw(DType::bf16, {8, 384, 256});
+    Artifact art = rt.compile("group_gemm_weight_grad", specs({gw, gg, gx, TensorSpec(offsets, {9})}), {},
+                              Target::parse("sm_80"), Emit::ptx);
+    test::write_file(dir.path() / "wg.ptx", *art.binary);
+    auto r = test::run_command(std::string(MOJO_TEST_PTXAS) + " -v -arch=sm_80 " + (dir.path() / "wg.ptx").string() +
+                               " -o " + (dir.path() / "wg.cubin").string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("0 bytes spill stores"), std::string::npos) << r.output;
+  }
   for (DType offsets : {DType::i32, DType::i64}) {
     const TensorSpec gx(DType::bf16, {512, 256}), gw(DType::bf16, {8, 384, 256}), gy(DType::bf16, {512, 384});
     Artifact art =

@@ -218,7 +218,8 @@ TEST(Ops, UnknownOpListsTheKnownOnes) {
             "unknown op 'rmsnorm'; known ops: rms_norm, add_rms_norm, rms_norm_backward, layer_norm, "
             "layer_norm_backward, softmax, "
             "log_softmax, softmax_backward, silu, gelu, swiglu, gelu_and_mul, rotary_embedding, embedding, "
-            "store_kv_cache, gemm, gemm_batched, linear, group_gemm, sdpa, sdpa_backward, paged_prefill_gqa, "
+            "store_kv_cache, gemm, gemm_batched, linear, group_gemm, group_gemm_weight_grad, sdpa, sdpa_backward, "
+            "paged_prefill_gqa, "
             "paged_decode_gqa, "
             "apply_penalties_temperature, sample, reject_sample, moe_gate, moe_dispatch, moe_combine, moe_mlp, "
             "linear_cross_entropy, linear_cross_entropy_backward");

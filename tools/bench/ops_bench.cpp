@@ -55,8 +55,9 @@ std::vector<OpCase> qwen3_cases(bool smoke) {
 // Square products (f16 and bf16, b as [K, N] and as [N, K]), a batched one,
 // Qwen3-8B's linears (qkv, gate+up, down) at decode and prefill sizes, plus
 // gate+up with its bias and silu fused, and Qwen3-30B-A3B's experts: the
-// gated gate+up and the down product of 4096 tokens x 8 as group_gemm, and
-// the whole MoE MLP at 4096 and 32 tokens.
+// gated gate+up and the down product of 4096 tokens x 8 as group_gemm, their
+// weights' gradients (group_gemm_weight_grad), and the whole MoE MLP at 4096
+// and 32 tokens.
 std::vector<OpCase> gemm_cases(bool smoke) {
   if (smoke)
     return {{"gemm", "a=64x64 b=64x64"},
@@ -65,6 +66,7 @@ std::vector<OpCase> gemm_cases(bool smoke) {
             {"linear", "x=2x64 weight=64x64"},
             {"linear", "x=16x64 weight=64x64 bias=64", DType::bf16, {{"activation", 3}}},
             {"group_gemm", "x=64x64 weight=2x64x64 offsets=3"},
+            {"group_gemm_weight_grad", "grad_out=64x64 x=64x64 offsets=3"},
             {"moe_mlp", "x=8x64 ids=8x2 w13=4x64x64"}};
   std::vector<OpCase> out;
   for (DType dtype : {DType::bf16, DType::f16})
@@ -83,6 +85,8 @@ std::vector<OpCase> gemm_cases(bool smoke) {
   out.push_back({"group_gemm", "x=32768x2048 weight=128x1536x2048 offsets=129 out=32768x768", DType::bf16,
                  {{"gated_activation", 3}}});
   out.push_back({"group_gemm", "x=32768x768 weight=128x2048x768 offsets=129"});
+  out.push_back({"group_gemm_weight_grad", "grad_out=32768x1536 x=32768x2048 offsets=129"});
+  out.push_back({"group_gemm_weight_grad", "grad_out=32768x2048 x=32768x768 offsets=129"});
   for (int t : {4096, 32}) out.push_back({"moe_mlp", fmt::format("x={0}x2048 ids={0}x8 w13=128x1536x2048", t)});
   return out;
 }

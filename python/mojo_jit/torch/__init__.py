@@ -354,33 +354,26 @@ def _gated_grad(h: torch.Tensor, grad: torch.Tensor, code: int) -> torch.Tensor:
         .to(h.dtype)
 
 
-def _experts_backward(what: str, x, weight, offsets, g, scalars, wants_x: bool, wants_weight: bool):
+def _experts_backward(x, weight, offsets, g, scalars, wants_x: bool, wants_weight: bool):
     """The gradients of group_gemm(x, weight, offsets) (ungated) for its output's gradient g, through kernels: x's
-    one more group_gemm over the weights transposed (a copy, [groups, K, N]), rows in no group none; weight's a gemm
-    launch a group that has rows (g^T x of its rows, trans_a), for which the offsets are read on the host."""
-    if _is_compiling():
-        raise NotImplementedError(f"mojo_jit {what}'s backward reads the groups' offsets on the host, which "
-                                  f"torch.compile does not trace: call it outside the compiled region")
+    one more group_gemm over the weights transposed (a copy, [groups, K, N]), rows in no group (before the first
+    group's, after the last's) none; weight's one group_gemm_weight_grad launch (g^T x over each group's rows). The
+    offsets stay on the device: no host synchronisation, and torch.compile traces it whole."""
     x, g = x.contiguous(), g.contiguous()
-    bounds = [int(o) for o in offsets.tolist()]
-    first, last = bounds[0], bounds[-1]
     grad_x = grad_weight = None
     if wants_x:
-        grad_x = torch.zeros_like(x)
-        if last > first:
-            every = torch.ops.mojo_jit.group_gemm(g, weight.transpose(1, 2).contiguous(), offsets, **scalars)
-            grad_x[first:last] = every[first:last]
+        every = torch.ops.mojo_jit.group_gemm(g, weight.transpose(1, 2).contiguous(), offsets, **scalars)
+        rows = torch.arange(x.shape[0], device=x.device)
+        grouped = (rows >= offsets[0]) & (rows < offsets[-1])  # the rows group_gemm wrote
+        grad_x = torch.where(grouped.unsqueeze(-1), every, 0.0)
     if wants_weight:
-        grad_weight = torch.zeros_like(weight)
-        for e, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
-            if hi > lo:
-                torch.ops.mojo_jit.gemm(grad_weight[e], g[lo:hi], x[lo:hi], trans_a=1, tf32=scalars.get("tf32", 0))
+        grad_weight = torch.ops.mojo_jit.group_gemm_weight_grad(g, x, offsets, tf32=scalars.get("tf32", 0))
     return grad_x, grad_weight
 
 
 class _GroupGemm(torch.autograd.Function):
     """group_gemm, the MoE experts' products, through _experts_backward; gated (out = act(gate) up), the pre-activation
-    computed again (one ungated launch) and the act-and-mul's gradient taken in torch."""
+    computed again (one ungated launch) and the act-and-mul's gradient taken in torch. Eager and compiled."""
 
     @staticmethod
     def forward(ctx, x, weight, offsets, scalars):
@@ -396,7 +389,7 @@ class _GroupGemm(torch.autograd.Function):
         g = grad_out
         if gated:
             g = _gated_grad(torch.ops.mojo_jit.group_gemm(x, weight, offsets, **common), grad_out, gated)
-        return (*_experts_backward("group_gemm", x, weight, offsets, g, common, *ctx.needs_input_grad[:2]), None, None)
+        return (*_experts_backward(x, weight, offsets, g, common, *ctx.needs_input_grad[:2]), None, None)
 
 
 class _MoeDispatch(torch.autograd.Function):
@@ -425,7 +418,8 @@ class _MoeMlp(torch.autograd.Function):
     gradients by _experts_backward, and x's summed over its slots by moe_combine (in slot order: the same bits every
     run). The routing weights' gradient needs no second forward product: a row's y . g, y = act w2^T, is
     act . (g w2), and g w2 is the down product's input gradient before its routing weight scales it. So the
-    backward's products are 2.5 times the forward's: the up product again, and two a product for its gradients."""
+    backward's products are 2.5 times the forward's: the up product again, and two a product for its gradients.
+    Nothing is read on the host: eager and compiled."""
 
     @staticmethod
     def forward(ctx, x, ids, weights, w13, w2, scalars):
@@ -436,9 +430,6 @@ class _MoeMlp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         x, ids, weights, w13, w2 = ctx.saved_tensors
-        if _is_compiling():
-            raise NotImplementedError("mojo_jit moe_mlp's backward reads the experts' offsets on the host, which "
-                                      "torch.compile does not trace: call it outside the compiled region")
         code, common = int(ctx.scalars.get("activation", 3)), {"path": ctx.scalars.get("path", 0)}
         x = x.contiguous()
         offsets = ids.new_empty(w13.shape[0] + 1)
@@ -447,26 +438,27 @@ class _MoeMlp(torch.autograd.Function):
         gate, up = h[:, 0::2].float(), h[:, 1::2].float()
         act = (golden._act(gate, code) * up).to(x.dtype)
         routed = positions >= 0
-        row_weight = weights.new_zeros(xs.shape[0], dtype=torch.float32)  # each sorted row's (0 past the routed)
-        row_weight[positions[routed].long()] = weights[routed].float()
+        # Each sorted row's routing weight, 0 past the routed rows (a slot routed nowhere writes the spare last one).
+        row_weight = weights.new_zeros(xs.shape[0] + 1, dtype=torch.float32).scatter_(
+            0, torch.where(routed, positions, xs.shape[0]).long().flatten(), weights.float().flatten())[:-1]
         g_rows = grad_out.contiguous()[token_of_row.long().clamp(min=0)]
         want_x, want_w13, want_w2 = ctx.needs_input_grad[0], ctx.needs_input_grad[3], ctx.needs_input_grad[4]
         want_weights = ctx.needs_input_grad[2]
         grad_x = grad_weights = grad_w13 = grad_w2 = None
         if want_x or want_w13 or want_weights:
-            g_act, _ = _experts_backward("moe_mlp", act, w2, offsets, g_rows, common, True, False)  # g w2, a row
+            g_act, _ = _experts_backward(act, w2, offsets, g_rows, common, True, False)  # g w2, a row
             g_act = g_act.float()
             if want_weights:
                 per_row = (act.float() * g_act).sum(-1)
                 grad_weights = torch.where(routed, per_row[positions.long().clamp(min=0)], 0.0).to(weights.dtype)
             if want_x or want_w13:
                 dh = _gated_grad(h, g_act * row_weight.unsqueeze(-1), code)
-                d_xs, grad_w13 = _experts_backward("moe_mlp", xs, w13, offsets, dh, common, want_x, want_w13)
+                d_xs, grad_w13 = _experts_backward(xs, w13, offsets, dh, common, want_x, want_w13)
                 if want_x:
                     grad_x = torch.ops.mojo_jit.moe_combine(d_xs, positions, torch.ones_like(weights))
         if want_w2:
             dy = (g_rows.float() * row_weight.unsqueeze(-1)).to(x.dtype)
-            _, grad_w2 = _experts_backward("moe_mlp", act, w2, offsets, dy, common, False, True)
+            _, grad_w2 = _experts_backward(act, w2, offsets, dy, common, False, True)
         return grad_x, None, grad_weights, grad_w13, grad_w2, None
 
 

@@ -195,6 +195,17 @@ def group_gemm(x, weight, offsets, max_rows=0, tf32=0, path=0, gated_activation=
     return out.to(x.dtype)
 
 
+def group_gemm_weight_grad(grad_out, x, offsets, tf32=0):
+    """grad_weight[g] = grad_out[rows of g]^T x[rows of g]: group_gemm's weights' gradient; zeros for a group of no
+    rows."""
+    out = torch.zeros(offsets.shape[0] - 1, grad_out.shape[1], x.shape[1], dtype=_F64, device=x.device)
+    for g in range(out.shape[0]):
+        lo, hi = int(offsets[g]), int(offsets[g + 1])
+        if hi > lo:
+            out[g] = grad_out[lo:hi].to(_F64).T @ x[lo:hi].to(_F64)
+    return out.to(x.dtype)
+
+
 # ---- attention ---------------------------------------------------------------------------------------------------
 def _attend(q, keys, values, scale, window, softcap, causal, sinks):
     """One sequence: q [q_len, heads, d], keys/values [kv_len, kv_heads, d]; float64 out [q_len, heads, d] and lse
