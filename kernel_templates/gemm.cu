@@ -27,7 +27,7 @@
 //                *_reduce entry) adds them in split order and applies the
 //                epilogue (split_length below). 1: no split (gemm, linear)
 //   ta           A is stored [K, M] (op(A) = A^T); else [M, K]        (gemm)
-//   tb           B is stored [N, K] (op(B) = B^T); else [K, N]        (gemm)
+//   tb           B is stored [N, K] (op(B) = B^T); else [K, N]        (gemm; group_gemm: 0 with weight_kn)
 //   vec          8: rows are loaded as 16-byte cp.async chunks (strides and
 //                pointers 16-byte aligned); 1: element by element, any stride
 //   beta         1: C is read (beta != 0); 0: C is only written      (gemm)
@@ -525,11 +525,11 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 #define MOJO_KERNEL_linear_sm90(NAME, P)                                                                       \
   MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_1, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, 1, P::vec, 0, P::bias, \
                   P::act, P::residual, 0, P::tf32)
-#define MOJO_KERNEL_group_gemm(NAME, P)                                                                        \
-  MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_0, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, 1, P::vec, 0, 0, P::act, 0, \
+#define MOJO_KERNEL_group_gemm(NAME, P)                                                                           \
+  MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_0, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, P::tb, P::vec, 0, 0, P::act, 0, \
                   P::offsets, P::tf32, 0)
-#define MOJO_KERNEL_group_gemm_sm90(NAME, P)                                                                   \
-  MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_1, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, 1, P::vec, 0, 0, P::act, 0, \
+#define MOJO_KERNEL_group_gemm_sm90(NAME, P)                                                                      \
+  MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_1, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, P::tb, P::vec, 0, 0, P::act, 0, \
                   P::offsets, P::tf32)
 // The groups' weight gradients: a = grad_out stored [K, M] and b = x stored [K, N], each group's rows its K.
 #define MOJO_KERNEL_group_gemm_weight_grad(NAME, P)                                                           \

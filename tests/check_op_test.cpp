@@ -51,6 +51,9 @@ const OddCase kCases[] = {
     {"linear", "x=1x4104 weight=72x4104"},
     {"group_gemm", "x=100x72 weight=4x136x72 offsets=5"},
     {"group_gemm", "x=100x72 weight=4x136x72 offsets=5 out=100x68", {{"gated_activation", 3}}},
+    // The weights as another product's, [groups, K, N] (its input's gradient), gated too.
+    {"group_gemm", "x=100x72 weight=4x72x136 offsets=5 out=100x136", {{"weight_kn", 1}}},
+    {"group_gemm", "x=100x72 weight=4x72x136 offsets=5 out=100x68", {{"weight_kn", 1}, {"gated_activation", 1}}},
     {"group_gemm_weight_grad", "grad_out=100x136 x=100x72 offsets=9"},  // 8 groups of random sizes, some empty
     {"apply_penalties_temperature", "logits=17x1000 token_ids=17x40"},
     {"apply_penalties_temperature", "logits=3x151936 token_ids=3x50"},  // the temperature over 5-10 blocks a row
@@ -298,6 +301,8 @@ TEST(CheckOp, HopperPathAtOddShapes) {
     graph_pass(rt, "group_gemm", "x=300x72 weight=3x136x72 offsets=4", dtype, {{"path", 90}});
     graph_pass(rt, "group_gemm", "x=300x72 weight=3x136x72 offsets=4 out=300x68", dtype,
                {{"path", 90}, {"gated_activation", 3}});
+    graph_pass(rt, "group_gemm", "x=300x72 weight=3x72x136 offsets=4 out=300x136", dtype,
+               {{"path", 90}, {"weight_kn", 1}});
     graph_pass(rt, "moe_mlp", "x=130x64 ids=130x4 w13=8x128x64", dtype, {{"path", 90}});
     graph_pass(rt, "linear_cross_entropy", "hidden=130x64 weight=300x64", dtype, {{"path", 90}, {"vocab_chunk", 128}});
     graph_pass(rt, "linear_cross_entropy_backward", "hidden=130x64 weight=300x64", dtype,
@@ -328,6 +333,7 @@ TEST(CheckOp, HopperPathWithBlocksLoopingOverTiles) {
   expect_pass(rt, "linear", "x=130x640 weight=100x640 bias=100 residual=130x100", d,
               {{"path", 90}, {"activation", 3}, {"splits", 3}});
   expect_pass(rt, "group_gemm", "x=300x72 weight=3x136x72 offsets=4", d, {{"path", 90}});
+  expect_pass(rt, "group_gemm", "x=300x72 weight=3x72x136 offsets=4 out=300x136", d, {{"path", 90}, {"weight_kn", 1}});
   expect_pass(rt, "moe_mlp", "x=130x64 ids=130x4 w13=8x128x64", d, {{"path", 90}});
   expect_pass(rt, "linear_cross_entropy_backward", "hidden=512x512 weight=2432x512", d,
               {{"path", 90}, {"vocab_chunk", 512}}, CheckLaunch::graph);

@@ -440,31 +440,35 @@ def test_gemm_differentiates_through_itself(op, ta, tb, beta):
         _expect_grads(g[1:] if beta == 0 else g, want[1:] if beta == 0 else want, f"{op} {ta} {tb} {beta}")
 
 
-@pytest.mark.parametrize("gated", [0, 3])
-def test_group_gemm_differentiates_through_the_kernels(gated):
+@pytest.mark.parametrize("gated,kn", [(0, 0), (3, 0), (0, 1), (3, 1)])
+def test_group_gemm_differentiates_through_the_kernels(gated, kn):
     """group_gemm's gradients through group_gemm and group_gemm_weight_grad launches (no golden function, no
     warning), in f32, against autograd through the golden function in float64: rows before the first group and after
     the last get none, an empty group's weight a zero gradient; gated (silu) through the pre-activation computed
-    again. Under torch.compile (the offsets never read on the host), the same bits."""
-    gen = torch.Generator().manual_seed(17 + gated)
+    again; the weights stored [groups, K, N] (weight_kn). Under torch.compile (the offsets never read on the host),
+    the same bits."""
+    gen = torch.Generator().manual_seed(17 + gated + kn)
     rows, k, n, groups = 40, 48, 24, 4
     x, weight = torch.randn(rows, k, generator=gen), torch.randn(groups, 2 * n if gated else n, k, generator=gen)
+    if kn:
+        weight = weight.transpose(1, 2).contiguous()
     offsets = torch.tensor([3, 14, 14, 30, 37], dtype=torch.int32)  # rows 0-2 and 37-39 in no group; group 1 empty
     grad_out = torch.randn(rows, n, generator=gen)
     leaves = [t.clone().requires_grad_() for t in (x, weight)]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # not through the golden function (which warns)
-        out = mt.group_gemm(leaves[0], leaves[1], offsets, gated_activation=gated)
+        out = mt.group_gemm(leaves[0], leaves[1], offsets, gated_activation=gated, weight_kn=kn)
         (out[3:37] * grad_out[3:37]).sum().backward()  # the rows in no group hold what the kernel left there
     inside = torch.zeros(rows, 1)
     inside[3:37] = 1
-    want = _golden_grads(golden.group_gemm, [x, weight, offsets], grad_out * inside, gated_activation=gated)
-    _expect_grads([t.grad for t in leaves], want, f"group_gemm gated={gated}")
+    want = _golden_grads(golden.group_gemm, [x, weight, offsets], grad_out * inside, gated_activation=gated,
+                         weight_kn=kn)
+    _expect_grads([t.grad for t in leaves], want, f"group_gemm gated={gated} weight_kn={kn}")
     assert float(leaves[0].grad[:3].abs().max()) == 0.0 and float(leaves[0].grad[37:].abs().max()) == 0.0
     assert float(leaves[1].grad[1].abs().max()) == 0.0, "the empty group's weight"
 
     def loss(x, weight):
-        return (mt.group_gemm(x, weight, offsets, gated_activation=gated)[3:37] * grad_out[3:37]).sum()
+        return (mt.group_gemm(x, weight, offsets, gated_activation=gated, weight_kn=kn)[3:37] * grad_out[3:37]).sum()
     again = [t.clone().requires_grad_() for t in (x, weight)]
     torch.compile(loss, fullgraph=True, backend="aot_eager")(*again).backward()
     for got, eager in zip(again, leaves):

@@ -19,18 +19,23 @@ namespace {
 constexpr TensorArgInfo kGroupTensors[] = {
     {"out", "out", "[rows, N] ([rows, N / 2] gated), same dtype as x: each group's rows written with its own weight"},
     {"x", "in", "[rows, K] f16, bf16 or f32, the groups' rows one after another (tokens sorted by expert)"},
-    {"weight", "in", "[groups, N, K]: one [N, K] matrix per group (expert); gated: rows 2j, 2j + 1 are gate_j, up_j"},
+    {"weight", "in",
+     "[groups, N, K]: one [N, K] matrix per group (expert); gated: rows 2j, 2j + 1 are gate_j, up_j; with "
+     "weight_kn, [groups, K, N]"},
     {"offsets", "in", "i32 or i64 [groups + 1]: group g owns rows [offsets[g], offsets[g + 1])"},
 };
 constexpr ScalarArgInfo kGroupScalars[] = {
     {"max_rows", 0,
-     "a hint: the most rows a group usually has (0: all rows); fewer blocks are launched and a "
-     "larger group takes more passes"},
+     "a hint: the most rows a group usually has (0: all rows); fewer blocks are launched (a kernel per hint) and "
+     "a larger group takes more passes"},
     {"tf32", 0, "1: f32 inputs on tensor cores as tf32"},
     {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path; 90: the sm_90a path (TMA + wgmma)"},
     {"gated_activation", 0,
      "0: none; 1 gelu, 2 gelu (tanh), 3 silu: the MoE MLP's act-and-mul fused: out[r, j] = act(gate_j) * up_j "
-     "from interleaved gate/up weight rows"}};
+     "from interleaved gate/up weight rows"},
+    {"weight_kn", 0,
+     "1: weight is stored [groups, K, N] and out[rows of g] = x * weight[g]: another product's [groups, N, K] "
+     "weights as they are, for its input's gradient (no transposed copy)"}};
 
 // group_gemm: many products of different M sharing N and K (MoE experts), one launch.
 constexpr OpInfo kGroupGemm{
@@ -81,8 +86,8 @@ class GroupGemm final : public TileOp {
     // The tile for a typical group: rows / groups (decode-sized groups get the thin tile).
     // The sm_90a path walks every group's tiles up to all rows (no max_rows passes), skipping empty ones.
     const std::int64_t typical = std::max<std::int64_t>(1, d.rows / std::max<std::int64_t>(d.groups, 1));
-    const bool aligned =
-        chunk_aligned(dtype, t[kX].data, {d.ldx}) && chunk_aligned(dtype, t[kWeight].data, {d.k, d.n * d.k});
+    const bool aligned = chunk_aligned(dtype, t[kX].data, {d.ldx}) &&
+                         chunk_aligned(dtype, t[kWeight].data, {d.weight_kn ? d.n : d.k, d.n * d.k});
     const bool wgmma_ok = d.max_rows == d.rows && wgmma_possible(target, dtype, aligned, d.rows, d.n, d.k);
     const TileConfig tile = pick_tile(typical, d.n * d.groups, d.k, dtype, tf32, target, wgmma_ok, 1,
                                       path_of(*this, scalars, wgmma_ok, target));
@@ -93,6 +98,8 @@ class GroupGemm final : public TileOp {
     p.add("wgmma", tile.wgmma);
     const int gated = gated_activation(scalars);
     p.add("act", gated != 0 ? gated + kGated : 0);
+    p.add("tb", d.weight_kn ? 0 : 1);                        // gemm.cu's TRANS_B: the weights stored [N, K]
+    if (d.max_rows < d.rows) p.add("max_rows", d.max_rows);  // the grid's rows a group (geometry)
     return p;
   }
 
@@ -106,8 +113,8 @@ class GroupGemm final : public TileOp {
   }
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
-    const Dims d = dims(t, {}, false);
-    return tile_geometry(p, d.rows, d.n, d.groups);
+    const Dims d = dims(t, layout_of(p));
+    return tile_geometry(p, d.max_rows, d.n, d.groups);
   }
 
   void pack_args(const Params& p, TensorList t, ScalarList scalars, const Workspace&, KernelArgs& args) const override {
@@ -125,22 +132,25 @@ class GroupGemm final : public TileOp {
                       .n = d.n,
                       .k = d.k,
                       .lda = d.ldx,
-                      .ldb = d.k,
+                      .ldb = d.weight_kn ? d.n : d.k,
                       .ldc = d.ldo,
                       .batch_b = d.n * d.k,  // one weight matrix per group
                       .offsets = t[kOffsets].data,
                       .total_rows = d.rows,
-                      .batches = d.groups},
+                      .batches = d.groups,
+                      .mn_major_b = d.weight_kn},
                      p);
   }
 
-  void check_data(TensorList t, ScalarList, StreamHandle stream) const override {
-    check_offsets(name(), t[kOffsets], dims(t, {}, false).rows, stream);
+  void check_data(TensorList t, ScalarList scalars, StreamHandle stream) const override {
+    check_offsets(name(), t[kOffsets], dims(t, scalars).rows, stream);
   }
 
+  // Rows a group, and the weights' two dims (their order follows the layout, which bucket is not told).
   std::string bucket(TensorList t) const override {
-    const Dims d = dims(t, {}, false);
-    return shape_bucket(d.rows / std::max<std::int64_t>(d.groups, 1), d.n, d.k);
+    const TensorSpec& w = t[kWeight].spec;
+    if (w.rank() != 3) return shape_bucket(0, 0, 0);
+    return shape_bucket(t[kX].spec.dim(0) / std::max<std::int64_t>(w.dim(0), 1), w.dim(1), w.dim(2));
   }
   bool safe(TensorList, ScalarList) const override { return true; }
 
@@ -152,14 +162,15 @@ class GroupGemm final : public TileOp {
     return {TensorSpec(dtype, shapes::value_or(shapes, "out", out)), TensorSpec(dtype, x), TensorSpec(dtype, w),
             TensorSpec(DType::i64, shapes::value_or(shapes, "offsets", {w.empty() ? 1 : w.front() + 1}))};
   }
-  // Gated, out has half weight's rows: [rows, N / 2].
+  // out [rows, N], N the weights' rows or, with weight_kn, their columns; gated, half of it.
   void complete_shapes(ShapeMap& shapes, ScalarList scalars) const override {
     const auto x = shapes.find("x"), w = shapes.find("weight");
+    const Layout l = layout_of(scalars);
     if (shapes.contains("out") || x == shapes.end() || w == shapes.end() || x->second.empty() ||
-        w->second.size() != 3 || gated_activation(scalars) == 0)
+        w->second.size() != 3 || (!l.gated && !l.weight_kn))
       return;
     std::vector<std::int64_t> out = x->second;
-    out.back() = w->second[1] / 2;
+    out.back() = w->second[l.weight_kn ? 2 : 1] / (l.gated ? 2 : 1);
     shapes.emplace("out", std::move(out));
   }
 
@@ -172,35 +183,50 @@ class GroupGemm final : public TileOp {
           "{}: gated_activation is {}; expected 0 (none), 1 (gelu), 2 (gelu tanh) or 3 (silu)", name(), act));
     return int(act);
   }
+  // What the scalars (or the params, which record them) say of the tensors: out gated ([rows, N / 2]), the
+  // weights stored [groups, K, N], and the max_rows hint (0: none).
+  struct Layout {
+    bool gated = false, weight_kn = false;
+    std::int64_t max_rows = 0;
+  };
+  Layout layout_of(ScalarList scalars) const {
+    const double max_rows = scalar(scalars, "max_rows");
+    if (max_rows < 0 || max_rows != double(std::int64_t(max_rows)))
+      throw InvalidArgumentError(fmt::format("{}: max_rows is {}; expected a whole number >= 0", name(), max_rows));
+    return {gated_activation(scalars) != 0, zero_or_one(*this, scalars, "weight_kn") != 0, std::int64_t(max_rows)};
+  }
+  static Layout layout_of(const Params& p) {
+    return {p.get("act") >= kGated, p.get("tb") == 0, p.get_or("max_rows", 0)};
+  }
   struct Dims {
     std::int64_t rows, groups, n, k, max_rows, ldx, ldo;
+    bool weight_kn;
   };
-  Dims dims(TensorList t, ScalarList scalars, bool scalars_known = true) const {
+  Dims dims(TensorList t, ScalarList scalars) const { return dims(t, layout_of(scalars)); }
+  Dims dims(TensorList t, const Layout& l) const {
     const TensorSpec &out = t[kOut].spec, &x = t[kX].spec, &w = t[kWeight].spec, &off = t[kOffsets].spec;
     checks::expect_dtype_in(name(), "x", x.dtype(), kTileInputTypes);
     checks::expect_same_dtype(name(), "weight", w, "x", x);
     checks::expect_same_dtype(name(), "out", out, "x", x);
     if (x.rank() != 2) throw ShapeError(fmt::format("{}: x is {}; expected [rows, K]", name(), x.str()));
-    if (w.rank() != 3 || w.dim(2) != x.dim(1) || !w.is_contiguous())
-      throw ShapeError(fmt::format("{}: weight is {}; expected contiguous [groups, N, {}]", name(), w.str(), x.dim(1)));
+    if (w.rank() != 3 || w.dim(l.weight_kn ? 1 : 2) != x.dim(1) || !w.is_contiguous())
+      throw ShapeError(
+          fmt::format("{}: weight is {}; expected contiguous [groups, {}", name(), w.str(),
+                      l.weight_kn ? fmt::format("{}, N] (weight_kn)", x.dim(1)) : fmt::format("N, {}]", x.dim(1))));
     Dims d{};
     d.rows = x.dim(0);
     d.groups = w.dim(0);
-    d.n = w.dim(1);
-    d.k = w.dim(2);
-    // The scalars say whether out is gated ([rows, N / 2]); a caller without them (geometry) takes either.
-    const bool gated = scalars_known ? gated_activation(scalars) != 0 : out.rank() == 2 && out.dim(1) != d.n;
-    if (gated && d.n % 2 != 0)
+    d.weight_kn = l.weight_kn;
+    d.n = w.dim(l.weight_kn ? 2 : 1);
+    d.k = x.dim(1);
+    if (l.gated && d.n % 2 != 0)
       throw ShapeError(
-          fmt::format("{}: weight is {}; a gated product needs (gate, up) row pairs: an even N", name(), w.str()));
-    const std::int64_t out_n = gated ? d.n / 2 : d.n;
+          fmt::format("{}: weight is {}; a gated product needs (gate, up) pairs: an even N", name(), w.str()));
+    const std::int64_t out_n = l.gated ? d.n / 2 : d.n;
     if (out.rank() != 2 || out.dim(0) != d.rows || out.dim(1) != out_n)
       throw ShapeError(fmt::format("{}: out is {}; expected [{}, {}]", name(), out.str(), d.rows, out_n));
     expect_offsets(name(), off, d.groups);
-    const double max_rows = scalar(scalars, "max_rows");
-    if (max_rows < 0 || max_rows != double(std::int64_t(max_rows)))
-      throw InvalidArgumentError(fmt::format("{}: max_rows is {}; expected a whole number >= 0", name(), max_rows));
-    d.max_rows = max_rows > 0 ? std::min(d.rows, std::int64_t(max_rows)) : d.rows;
+    d.max_rows = l.max_rows > 0 ? std::min(d.rows, l.max_rows) : d.rows;
     checked_dim(name(), "rows", d.rows);
     checked_dim(name(), "N", d.n);
     checked_dim(name(), "K", d.k);

@@ -175,6 +175,7 @@ class MoeMlp final : public OpDef {
       g.add("tf32", 0);
       g.add("wgmma", tile.wgmma);
       g.add("act", act);
+      g.add("tb", 1);  // the experts' weights stored [N, K]
       g.add("step", step);
       return g;
     };

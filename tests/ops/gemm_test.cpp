@@ -266,6 +266,25 @@ TEST(GroupGemm, ParamsAndErrors) {
               op.specialize(specs({out, x, w, off64}), {{"max_rows", -1}}, kSm90);
             }),
             "group_gemm: max_rows is -1; expected a whole number >= 0");
+  // The max_rows hint: a grid for that many rows a group (its tiles, not all rows'), recorded in the params.
+  const Params hinted = op.specialize(specs({out, x, w, off64}), {{"max_rows", 100}}, kSm90);
+  EXPECT_EQ(hinted.get("max_rows"), 100);
+  EXPECT_EQ(op.geometry(hinted, specs({out, x, w, off64})).grid.x,
+            unsigned((100 + hinted.get("bm") - 1) / hinted.get("bm") * (1536 / hinted.get("bn"))));
+  EXPECT_EQ(op.specialize(specs({out, x, w, off64}), {{"max_rows", 5000}}, kSm90).get_or("max_rows", -1), -1)
+      << "a hint past every row is no hint";
+  // The weights stored [groups, K, N] (another product's, for its input's gradient): B MN-major.
+  const TensorSpec kn(DType::bf16, {64, 4096, 1536});
+  EXPECT_EQ(op.specialize(specs({out, x, kn, off64}), {{"weight_kn", 1}}, kSm90).get("tb"), 0);
+  EXPECT_EQ(op.specialize(specs({out, x, w, off64}), {}, kSm90).get("tb"), 1);
+  EXPECT_EQ(error_of<ShapeError>([&] {
+              op.specialize(specs({out, x, w, off64}), {{"weight_kn", 1}}, kSm90);
+            }),
+            "group_gemm: weight is bf16[64, 1536, 4096]; expected contiguous [groups, 4096, N] (weight_kn)");
+  EXPECT_EQ(op.specs_from_shapes(DType::bf16, {{"x", {4096, 4096}}, {"weight", {64, 4096, 1536}}}, {{"weight_kn", 1}})
+                .front()
+                .str(),
+            out.str());
 }
 
 // group_gemm's weights' gradient: a product a group over its rows, on the sm_80 path on every target.

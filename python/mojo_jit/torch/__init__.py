@@ -354,20 +354,22 @@ def _gated_grad(h: torch.Tensor, grad: torch.Tensor, code: int) -> torch.Tensor:
         .to(h.dtype)
 
 
-def _experts_backward(x, weight, offsets, g, scalars, wants_x: bool, wants_weight: bool):
-    """The gradients of group_gemm(x, weight, offsets) (ungated) for its output's gradient g, through kernels: x's
-    one more group_gemm over the weights transposed (a copy, [groups, K, N]), rows in no group (before the first
-    group's, after the last's) none; weight's one group_gemm_weight_grad launch (g^T x over each group's rows). The
-    offsets stay on the device: no host synchronisation, and torch.compile traces it whole."""
+def _experts_backward(x, weight, offsets, g, scalars, wants_x: bool, wants_weight: bool, weight_kn: int = 0):
+    """The gradients of group_gemm(x, weight, offsets, weight_kn) (ungated) for its output's gradient g, through
+    kernels: x's one more group_gemm over the same weights read in the other layout (no transposed copy), rows in no
+    group (before the first group's, after the last's) none; weight's one group_gemm_weight_grad launch (g^T x over
+    each group's rows, or x^T g for [groups, K, N] weights). The offsets stay on the device: no host
+    synchronisation, and torch.compile traces it whole."""
     x, g = x.contiguous(), g.contiguous()
     grad_x = grad_weight = None
     if wants_x:
-        every = torch.ops.mojo_jit.group_gemm(g, weight.transpose(1, 2).contiguous(), offsets, **scalars)
+        every = torch.ops.mojo_jit.group_gemm(g, weight, offsets, weight_kn=1 - weight_kn, **scalars)
         rows = torch.arange(x.shape[0], device=x.device)
         grouped = (rows >= offsets[0]) & (rows < offsets[-1])  # the rows group_gemm wrote
         grad_x = torch.where(grouped.unsqueeze(-1), every, 0.0)
     if wants_weight:
-        grad_weight = torch.ops.mojo_jit.group_gemm_weight_grad(g, x, offsets, tf32=scalars.get("tf32", 0))
+        pair = (x, g) if weight_kn else (g, x)
+        grad_weight = torch.ops.mojo_jit.group_gemm_weight_grad(*pair, offsets, tf32=scalars.get("tf32", 0))
     return grad_x, grad_weight
 
 
@@ -384,12 +386,12 @@ class _GroupGemm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         x, weight, offsets = ctx.saved_tensors
-        gated = int(ctx.scalars.get("gated_activation", 0))
+        gated, kn = int(ctx.scalars.get("gated_activation", 0)), int(ctx.scalars.get("weight_kn", 0))
         common = {n: v for n, v in ctx.scalars.items() if n in ("max_rows", "tf32", "path")}
         g = grad_out
         if gated:
-            g = _gated_grad(torch.ops.mojo_jit.group_gemm(x, weight, offsets, **common), grad_out, gated)
-        return (*_experts_backward(x, weight, offsets, g, common, *ctx.needs_input_grad[:2]), None, None)
+            g = _gated_grad(torch.ops.mojo_jit.group_gemm(x, weight, offsets, weight_kn=kn, **common), grad_out, gated)
+        return (*_experts_backward(x, weight, offsets, g, common, *ctx.needs_input_grad[:2], kn), None, None)
 
 
 class _MoeDispatch(torch.autograd.Function):

@@ -179,16 +179,17 @@ def linear(x, weight, bias=None, residual=None, activation=0, tf32=0, path=0, sp
     return y.to(x.dtype)
 
 
-def group_gemm(x, weight, offsets, max_rows=0, tf32=0, path=0, gated_activation=0):
-    """out[r] = x[r] weight[g]^T for the rows of group g, [offsets[g], offsets[g + 1]); gated: weight's rows are
-    (gate, up) pairs and out[r] = act(gate) * up. Rows in no group are zeros here (the kernel leaves them alone)."""
-    n = weight.shape[1] // (2 if gated_activation else 1)
+def group_gemm(x, weight, offsets, max_rows=0, tf32=0, path=0, gated_activation=0, weight_kn=0):
+    """out[r] = x[r] weight[g]^T for the rows of group g, [offsets[g], offsets[g + 1]) (weight_kn: x[r] weight[g],
+    the weights [groups, K, N]); gated: the weights' N are (gate, up) pairs and out[r] = act(gate) * up. Rows in no
+    group are zeros here (the kernel leaves them alone)."""
+    n = weight.shape[2 if weight_kn else 1] // (2 if gated_activation else 1)
     out = torch.zeros(x.shape[0], n, dtype=_F64, device=x.device)
     for g in range(weight.shape[0]):
         lo, hi = int(offsets[g]), int(offsets[g + 1])
         if hi <= lo:
             continue
-        y = x[lo:hi].to(_F64) @ weight[g].to(_F64).T
+        y = x[lo:hi].to(_F64) @ (weight[g].to(_F64) if weight_kn else weight[g].to(_F64).T)
         if gated_activation:
             y = _act(y[:, 0::2], gated_activation) * y[:, 1::2]
         out[lo:hi] = y
