@@ -48,7 +48,8 @@ MOJO_HOST_DEVICE constexpr unsigned smem_bytes(int fixed_tiles, int fixed_rows, 
 // What a key step computes (its `part`): both gradients, or at head_dim 256, where their two accumulators would
 // not fit a thread's registers together, one of them, a step each.
 enum KeyPart { kBothParts = 0, kGradVPart = 1, kGradKPart = 2 };
-MOJO_HOST_DEVICE constexpr int key_tiles_loaded(int part) { return part == kGradVPart ? 1 : 2; }  // K, and V where dP is needed
+// The tiles of keys a key step loads once: K, and V where it needs dP (grad_k).
+MOJO_HOST_DEVICE constexpr int key_tiles_loaded(int part) { return part == kGradVPart ? 1 : 2; }
 
 template <class T>
 struct Args {
