@@ -1,4 +1,4 @@
-// gemm, linear and group_gemm in float64.
+// gemm, linear, group_gemm and its weights' gradient in float64.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -65,6 +65,16 @@ void group_gemm(DType dtype, const void* x, const void* w, const std::int64_t* o
            static_cast<const std::uint8_t*>(w) + std::size_t(g * n * k) * es, nullptr, nullptr,
            static_cast<std::uint8_t*>(out) + std::size_t(offsets[g] * n) * es, rows, n, k, Act::none);
   }
+}
+
+void group_gemm_weight_grad(DType dtype, const void* grad_out, const void* x, const std::int64_t* offsets,
+                            void* grad_weight, std::int64_t groups, std::int64_t n, std::int64_t k) {
+  const std::size_t es = dtype_size(dtype);
+  for (std::int64_t g = 0; g < groups; ++g)  // A = grad_out's rows stored [K, M]: gemm's trans_a
+    gemm(dtype, dtype, static_cast<const std::uint8_t*>(grad_out) + std::size_t(offsets[g] * n) * es,
+         static_cast<const std::uint8_t*>(x) + std::size_t(offsets[g] * k) * es,
+         static_cast<std::uint8_t*>(grad_weight) + std::size_t(g * n * k) * es, 1, n, k, offsets[g + 1] - offsets[g],
+         1.0, 0.0, true, false);
 }
 
 }  // namespace mojo::reference

@@ -168,5 +168,9 @@ void linear(DType dtype, const void* x, const void* w, const void* bias, const v
 // gated: w's rows are (gate, up) pairs and out [rows, N / 2] = gated_act(gate) * up.
 void group_gemm(DType dtype, const void* x, const void* w, const std::int64_t* offsets, void* out, std::int64_t groups,
                 std::int64_t n, std::int64_t k, bool gated = false, Act gated_act = Act::none);
+// Its weights' gradient: grad_weight[g] = grad_out[rows of g]^T x[rows of g] for each group g, grad_out [rows, N],
+// x [rows, K], grad_weight [groups, N, K]; zeros for a group of no rows.
+void group_gemm_weight_grad(DType dtype, const void* grad_out, const void* x, const std::int64_t* offsets,
+                            void* grad_weight, std::int64_t groups, std::int64_t n, std::int64_t k);
 
 }  // namespace mojo::reference
