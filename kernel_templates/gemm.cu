@@ -46,15 +46,17 @@
 //                rounded to 10 mantissa bits); 0: f32 stays exact
 // Kernel args (the sm_80 path; gemm_sm90.cuh lists its own): MOJO_GEMM_ARGS (gemm_args.h),
 //   with ld* the row strides in elements and batch_* the batch strides. For
-//   group_gemm, grid.z runs over the groups, group g's rows of a and c are
-//   [offsets[g], offsets[g + 1]) (clamped to total_rows), b advances by
-//   batch_b per group, and m is the most rows a group may have. With GROUP_K,
-//   group g's rows are those of a ([K, M]) and b ([K, N]) that its product sums
-//   over, k is unused, and c advances by batch_c per group.
-// Geometry: WM * WN * KS * 32 threads; grid.x = ceil(m / BM) * ceil(n / BN), visited
-//   in groups of SWIZZLE block rows so that neighbouring blocks share tiles of
-//   B in L2; grid.z = batch; KS * STAGES * (BM + BN) * BK * sizeof(TA) bytes of
-//   dynamic shared memory.
+//   group_gemm, group g's rows of a and c are [offsets[g], offsets[g + 1])
+//   (clamped to total_rows), b advances by batch_b per group, and grid.x's row
+//   tiles are all groups' row tiles in group order (group_row_tiles of
+//   total_rows: one block a tile, none per empty group). With GROUP_K, grid.z
+//   runs over the groups, group g's rows are those of a ([K, M]) and b
+//   ([K, N]) that its product sums over, k is unused, and c advances by
+//   batch_c per group.
+// Geometry: WM * WN * KS * 32 threads; grid.x = ceil(m / BM) * ceil(n / BN) (group_gemm:
+//   group_row_tiles * ceil(n / BN)), visited in groups of SWIZZLE block rows so
+//   that neighbouring blocks share tiles of B in L2; grid.z = batch (group_gemm:
+//   1); KS * STAGES * (BM + BN) * BK * sizeof(TA) bytes of dynamic shared memory.
 //
 // Edges: loads outside the matrices are zero-filled (cp.async's src-size), so
 // every M, N and K is exact; stores are bounds-checked.
@@ -129,6 +131,36 @@ __device__ __forceinline__ void group_rows(const void* offsets, long long g, lon
   first = first < 0 ? 0 : (first > total_rows ? total_rows : first);
   end = end < first ? first : (end > total_rows ? total_rows : end);
   rows = (int)(end - first);
+}
+
+// Which group's row tile is `tile` of all the groups' row tiles of BM rows, in group order (their count is at most
+// group_row_tiles): false past the last. Every lane of a warp calls it, and each warp finds it alone (no shared
+// memory, no barrier): a lane counts the tiles of a run of consecutive groups, a warp-wide sum places `tile` in
+// one lane's run, and that lane walks its run again. With 128 groups a lane reads 4 groups' offsets.
+template <int BM, int OFFSETS>
+__device__ __forceinline__ bool find_group_tile(const void* offsets, int groups, long long total_rows, int tile,
+                                                int& group, int& local) {
+  const int run = (groups + 31) / 32, lane = (int)(mojo::thread_x() % 32);
+  const int begin = lane * run < groups ? lane * run : groups, end = begin + run < groups ? begin + run : groups;
+  auto tiles_of = [&](int g) {
+    long long first;
+    int rows;
+    group_rows<OFFSETS>(offsets, g, total_rows, first, rows);
+    return (rows + BM - 1) / BM;
+  };
+  unsigned long long mine = 0, all;
+  for (int g = begin; g < end; ++g) mine += (unsigned long long)tiles_of(g);
+  const unsigned long long through = mojo::warp_inclusive_sum(mine, all);
+  unsigned long long found = 0;  // the owner's (group + 1) << 32 | local; zero on every other lane
+  if (through - mine <= (unsigned long long)tile && (unsigned long long)tile < through) {
+    int g = begin, before = (int)(through - mine);
+    for (; before + tiles_of(g) <= tile; ++g) before += tiles_of(g);
+    found = (unsigned long long)(g + 1) << 32 | (unsigned)(tile - before);
+  }
+  mojo::warp_inclusive_sum(found, found);
+  group = (int)(found >> 32) - 1;
+  local = (int)(unsigned)found;
+  return found != 0;
 }
 
 // One problem's operands, already offset to this block's batch or group.
@@ -399,16 +431,19 @@ template <class TA, class TC, bool BETA, bool BIAS, int ACT, bool RESIDUAL, int 
 __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* __restrict__ b,
                                     const TC* __restrict__ bias, const TC* residual, float alpha, float beta, int m,
                                     int n, int k, long long lda, long long ldb, long long ldc, long long ldr,
-                                    long long batch_a, long long batch_b, long long batch_c, const void* offsets,
-                                    long long total_rows) {
+                                    long long batch_a, long long batch_b, long long batch_c, int batches,
+                                    const void* offsets, long long total_rows) {
   static_assert(KS == 1 || !(is_f32<TA> && !TF32), "the exact f32 path does not split K");
   static_assert(SPLITS == 1 || OFFSETS == 0, "groups do not split K");
   static_assert(!GROUP_K || (OFFSETS != 0 && TRANS_A && !TRANS_B), "groups of K rows: a [K, M] and b [K, N]");
-  const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
+  // group_gemm's grid is exact: its row tiles are all the groups' (group_row_tiles), in group order.
+  constexpr bool ROW_GROUPS = OFFSETS != 0 && !GROUP_K;
+  const int tiles_m = ROW_GROUPS ? group_row_tiles(total_rows, batches, BM) : (m + BM - 1) / BM;
+  const int tiles_n = (n + BN - 1) / BN;
   int m0, n0;
   tile_origin<BM, BN, SWIZZLE>((int)mojo::block_x(), tiles_m, tiles_n, m0, n0);
   // grid.z: the batches, each SPLITS times over (a split of K each).
-  const long long batch = mojo::block_z() / SPLITS;
+  long long batch = mojo::block_z() / SPLITS;
   if constexpr (SPLITS > 1) {
     const int split = (int)(mojo::block_z() % SPLITS), k0 = split * split_length<BK, SPLITS>(k);
     c += split * (long long)m * ldc;  // this split's sums
@@ -427,28 +462,26 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
     a += first * lda;
     b += first * ldb;
     c += batch * batch_c;
-  } else if constexpr (OFFSETS != 0) {
-    // This group's rows. The grid covers the m (max) rows given; a larger group takes more passes below.
+  } else if constexpr (ROW_GROUPS) {
+    // This block's group and its row tile there; a block past the groups' last tile has no work.
+    int group, local;
+    if (!find_group_tile<BM, OFFSETS>(offsets, batches, total_rows, m0 / BM, group, local)) return;
     long long first;
-    group_rows<OFFSETS>(offsets, batch, total_rows, first, m);
+    group_rows<OFFSETS>(offsets, group, total_rows, first, m);
     a += first * lda;
     c += first * ldc;
+    batch = group;
+    m0 = local * BM;
   } else {
     a += batch * batch_a;
     c += batch * batch_c;
   }
   if constexpr (!GROUP_K) b += batch * batch_b;
   const Problem<TA, TC> p{c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr};
-
-  // One pass per BM rows of C this block owns: one for gemm and linear (the
-  // grid covers M); for groups, as many as the group's rows need.
-  for (int row0 = m0; row0 < m; row0 += tiles_m * BM) {
-    if constexpr (is_f32<TA> && !TF32)
-      simt_tile<TC, BM, BN, BK, TRANS_A, TRANS_B, BETA, BIAS, ACT, RESIDUAL>(p, row0, n0);
-    else
-      mma_tile<TA, TC, BM, BN, BK, WM, WN, STAGES, KS, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL>(p, row0, n0);
-    mojo::sync_block();  // every warp is done with shared memory before the next pass refills it
-  }
+  if constexpr (is_f32<TA> && !TF32)
+    simt_tile<TC, BM, BN, BK, TRANS_A, TRANS_B, BETA, BIAS, ACT, RESIDUAL>(p, m0, n0);
+  else
+    mma_tile<TA, TC, BM, BN, BK, WM, WN, STAGES, KS, TRANS_A, TRANS_B, VEC, BETA, BIAS, ACT, RESIDUAL>(p, m0, n0);
 }
 
 }  // namespace mojo_gemm
@@ -486,8 +519,8 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
     mojo::after_previous_kernels();                                                                                    \
     mojo_gemm::run<TA, MOJO_GEMM_PRODUCT_OUTPUT(TC, SPLITS, BETA, BIAS, ACT, RESIDUAL), BM, BN, BK, WM, WN, STAGES,    \
                    KS, SWIZZLE, TRANS_A, TRANS_B, VEC, OFFSETS, TF32, SPLITS, GROUP_K>(                                \
-        c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr, batch_a, batch_b, batch_c, offsets,         \
-        total_rows);                                                                                                   \
+        c, a, b, bias, residual, alpha, beta, m, n, k, lda, ldb, ldc, ldr, batch_a, batch_b, batch_c, batches,         \
+        offsets, total_rows);                                                                                          \
   }
 // The reduce step of a K split (either path's): the output-side arguments, one thread a pair of columns.
 #define MOJO_GEMM_REDUCE_KERNEL(NAME, TC, SPLITS, BETA, BIAS, ACT, RESIDUAL)                                           \

@@ -34,7 +34,7 @@
   ARG(long long, ldc)                                                                                           \
   ARG(long long, ldr)                                                                                           \
   ARG(long long, batch_c)                                                                                       \
-  ARG(int, batches) /* the batches, or group_gemm's groups (the sm_80 path: grid.z) */                          \
+  ARG(int, batches) /* the batches (the sm_80 path: grid.z), or group_gemm's groups */                          \
   ARG(const void*, offsets) /* group_gemm: int32 or int64 [groups + 1]; else null */                            \
   ARG(long long, total_rows) /* group_gemm: the rows of x and c, which the offsets are clamped to */            \
   ARG(const float*, partials) /* the reduce step: the K splits' sums; else null */
@@ -65,6 +65,14 @@ MOJO_HOST_DEVICE constexpr Sm90Smem sm90_smem(int bm, int bn, int bk, int stages
   const unsigned a_bytes = unsigned(bm * bk) * 2, b_bytes = unsigned(bn * bk) * 2, stage_bytes = a_bytes + b_bytes;
   const unsigned full = unsigned(stages) * stage_bytes, empty = full + 8 * unsigned(stages);
   return {a_bytes, b_bytes, stage_bytes, full, empty, 1024 + empty + 8 * unsigned(stages)};
+}
+
+// group_gemm's row tiles on the sm_80 path: its grid, one block a (row tile, column tile), covers every group's
+// rows in tiles of bm, whatever the split of `rows` into `groups`: each non-empty group (at most min(groups,
+// rows)) adds at most bm - 1 rows of a partial last tile. The kernel finds its group from the offsets
+// (gemm.cu's find_group_tile); blocks past the groups' last tile have none.
+MOJO_HOST_DEVICE constexpr int group_row_tiles(long long rows, long long groups, int bm) {
+  return int((rows + (groups < rows ? groups : rows) * (bm - 1)) / bm);
 }
 
 // The threads of a K split's reduce step (gemm.cu's reduce_splits): a block's, for the kernel and its grid.

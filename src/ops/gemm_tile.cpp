@@ -355,6 +355,18 @@ LaunchGeometry tile_geometry(const Params& p, std::int64_t m, std::int64_t n, st
   return g;
 }
 
+LaunchGeometry group_tile_geometry(const Params& p, std::int64_t rows, std::int64_t n, std::int64_t groups) {
+  LaunchGeometry g = tile_geometry(p, rows, n, groups);
+  if (g.persistent) return g;
+  const TileConfig c = tile_of(p);
+  const std::int64_t blocks = std::int64_t(mojo_gemm::group_row_tiles(rows, groups, c.bm)) * ((n + c.bn - 1) / c.bn);
+  if (blocks > INT_MAX)
+    throw ShapeError(fmt::format("{} rows in {} groups by {} columns make {} tiles of {}x{}; supported: {}", rows,
+                                 groups, n, blocks, c.bm, c.bn, INT_MAX));
+  g.grid = {unsigned(blocks), 1, 1};
+  return g;
+}
+
 bool chunk_aligned(DType dtype, DevicePtr p, std::initializer_list<std::int64_t> strides) {
   if (checks::alignment_of(p) < 16) return false;
   const std::int64_t per_chunk = 16 / std::int64_t(dtype_size(dtype));

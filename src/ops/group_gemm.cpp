@@ -25,9 +25,6 @@ constexpr TensorArgInfo kGroupTensors[] = {
     {"offsets", "in", "i32 or i64 [groups + 1]: group g owns rows [offsets[g], offsets[g + 1])"},
 };
 constexpr ScalarArgInfo kGroupScalars[] = {
-    {"max_rows", 0,
-     "a hint: the most rows a group usually has (0: all rows); fewer blocks are launched (a kernel per hint) and "
-     "a larger group takes more passes"},
     {"tf32", 0, "1: f32 inputs on tensor cores as tf32"},
     {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path; 90: the sm_90a path (TMA + wgmma)"},
     {"gated_activation", 0,
@@ -84,11 +81,10 @@ class GroupGemm final : public TileOp {
     Params p;
     p.add_dtype("dtype", dtype);
     // The tile for a typical group: rows / groups (decode-sized groups get the thin tile).
-    // The sm_90a path walks every group's tiles up to all rows (no max_rows passes), skipping empty ones.
     const std::int64_t typical = std::max<std::int64_t>(1, d.rows / std::max<std::int64_t>(d.groups, 1));
     const bool aligned = chunk_aligned(dtype, t[kX].data, {d.ldx}) &&
                          chunk_aligned(dtype, t[kWeight].data, {d.weight_kn ? d.n : d.k, d.n * d.k});
-    const bool wgmma_ok = d.max_rows == d.rows && wgmma_possible(target, dtype, aligned, d.rows, d.n, d.k);
+    const bool wgmma_ok = wgmma_possible(target, dtype, aligned, d.rows, d.n, d.k);
     const TileConfig tile = pick_tile(typical, d.n * d.groups, d.k, dtype, tf32, target, wgmma_ok, 1,
                                       path_of(*this, scalars, wgmma_ok, target));
     add_tile(p, tile);
@@ -98,8 +94,7 @@ class GroupGemm final : public TileOp {
     p.add("wgmma", tile.wgmma);
     const int gated = gated_activation(scalars);
     p.add("act", gated != 0 ? gated + kGated : 0);
-    p.add("tb", d.weight_kn ? 0 : 1);                        // gemm.cu's TRANS_B: the weights stored [N, K]
-    if (d.max_rows < d.rows) p.add("max_rows", d.max_rows);  // the grid's rows a group (geometry)
+    p.add("tb", d.weight_kn ? 0 : 1);  // gemm.cu's TRANS_B: the weights stored [N, K]
     return p;
   }
 
@@ -114,7 +109,7 @@ class GroupGemm final : public TileOp {
 
   LaunchGeometry geometry(const Params& p, TensorList t) const override {
     const Dims d = dims(t, layout_of(p));
-    return tile_geometry(p, d.max_rows, d.n, d.groups);
+    return group_tile_geometry(p, d.rows, d.n, d.groups);
   }
 
   void pack_args(const Params& p, TensorList t, ScalarList scalars, const Workspace&, KernelArgs& args) const override {
@@ -128,7 +123,7 @@ class GroupGemm final : public TileOp {
                      {.c = t[kOut].data,
                       .a = t[kX].data,
                       .b = t[kWeight].data,
-                      .m = d.max_rows,
+                      .m = d.rows,
                       .n = d.n,
                       .k = d.k,
                       .lda = d.ldx,
@@ -184,22 +179,16 @@ class GroupGemm final : public TileOp {
     return int(act);
   }
   // What the scalars (or the params, which record them) say of the tensors: out gated ([rows, N / 2]), the
-  // weights stored [groups, K, N], and the max_rows hint (0: none).
+  // weights stored [groups, K, N].
   struct Layout {
     bool gated = false, weight_kn = false;
-    std::int64_t max_rows = 0;
   };
   Layout layout_of(ScalarList scalars) const {
-    const double max_rows = scalar(scalars, "max_rows");
-    if (max_rows < 0 || max_rows != double(std::int64_t(max_rows)))
-      throw InvalidArgumentError(fmt::format("{}: max_rows is {}; expected a whole number >= 0", name(), max_rows));
-    return {gated_activation(scalars) != 0, zero_or_one(*this, scalars, "weight_kn") != 0, std::int64_t(max_rows)};
+    return {gated_activation(scalars) != 0, zero_or_one(*this, scalars, "weight_kn") != 0};
   }
-  static Layout layout_of(const Params& p) {
-    return {p.get("act") >= kGated, p.get("tb") == 0, p.get_or("max_rows", 0)};
-  }
+  static Layout layout_of(const Params& p) { return {p.get("act") >= kGated, p.get("tb") == 0}; }
   struct Dims {
-    std::int64_t rows, groups, n, k, max_rows, ldx, ldo;
+    std::int64_t rows, groups, n, k, ldx, ldo;
     bool weight_kn;
   };
   Dims dims(TensorList t, ScalarList scalars) const { return dims(t, layout_of(scalars)); }
@@ -226,7 +215,6 @@ class GroupGemm final : public TileOp {
     if (out.rank() != 2 || out.dim(0) != d.rows || out.dim(1) != out_n)
       throw ShapeError(fmt::format("{}: out is {}; expected [{}, {}]", name(), out.str(), d.rows, out_n));
     expect_offsets(name(), off, d.groups);
-    d.max_rows = l.max_rows > 0 ? std::min(d.rows, l.max_rows) : d.rows;
     checked_dim(name(), "rows", d.rows);
     checked_dim(name(), "N", d.n);
     checked_dim(name(), "K", d.k);

@@ -235,9 +235,9 @@ class MoeMlp final : public OpDef {
         g.block.x = unsigned(p.get("gather_threads") * p.get("rows"));
         return g;
       case kUp:
-        return tile_geometry(p, pairs, 2 * inter, experts);
+        return group_tile_geometry(p, pairs, 2 * inter, experts);
       case kDown:
-        return tile_geometry(p, pairs, hidden, experts);
+        return group_tile_geometry(p, pairs, hidden, experts);
       default:
         return rows::geometry(tokens, p);
     }

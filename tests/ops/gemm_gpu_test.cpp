@@ -335,8 +335,8 @@ namespace {
 // rows of x outside every group are NaN, which tiles read past a group's end
 // and must not store) vs the reference; `wgmma`: the path the heuristic must pick.
 void check_group_gemm(Runtime& rt, DType d, DType index, std::int64_t rows, std::int64_t n, std::int64_t k,
-                      const std::vector<std::int64_t>& offsets, double max_rows, int wgmma, int path = 0) {
-  SCOPED_TRACE(fmt::format("{} offsets {} max_rows {}", dtype_name(d), dtype_name(index), max_rows));
+                      const std::vector<std::int64_t>& offsets, int wgmma, int path = 0) {
+  SCOPED_TRACE(fmt::format("{} offsets {}, {} groups", dtype_name(d), dtype_name(index), offsets.size() - 1));
   const std::int64_t groups = std::int64_t(offsets.size()) - 1;
   const TensorSpec x(d, {rows, k}), w(d, {groups, n, k}), y(d, {rows, n}), off(index, {groups + 1});
   auto xh = random_matrix(d, x.numel(), 13);
@@ -346,7 +346,7 @@ void check_group_gemm(Runtime& rt, DType d, DType index, std::int64_t rows, std:
   std::fill(xh.begin() + std::ptrdiff_t(std::size_t(offsets.back()) * row_bytes), xh.end(), 0xff);
   GpuTensor xd(x, xh), wd(w, wh), yd(y), od(off, test::index_bytes(index, offsets));
   const std::vector<Tensor> tensors = {yd, xd, wd, od};
-  const std::vector<ScalarArg> scalars = {{"max_rows", max_rows}, {"path", path}};
+  const std::vector<ScalarArg> scalars = {{"path", path}};
   EXPECT_EQ(rt.get_kernel("group_gemm", tensors, scalars).params().get("wgmma"), wgmma);
   rt.launch("group_gemm", tensors, scalars);
   rt.device().synchronize();
@@ -369,30 +369,37 @@ TEST_P(GpuGemm, GroupGemmOverUnevenGroups) {
   // first and after the last group stay untouched (poisoned).
   const std::vector<std::int64_t> offsets = {3, 3, 4, 104, 560, 560, 597};
   for (DType d : {DType::bf16, DType::f16, DType::f32})
-    for (DType index : {DType::i64, DType::i32})
-      for (double max_rows : {0.0, 64.0})  // 64: groups above it take several passes
-        check_group_gemm(*rt, d, index, 600, 136, 200, offsets, max_rows, 0);
+    for (DType index : {DType::i64, DType::i32}) check_group_gemm(*rt, d, index, 600, 136, 200, offsets, 0);
+  // 77 groups (3 a lane of the warp that finds a block's group), sized at random from 0 to 90 rows: many
+  // empty, some over a tile. Each block's group is found from the offsets, the grid bounding any split.
+  std::vector<std::int64_t> many = {5};
+  std::uint64_t state = 7;
+  for (int g = 0; g < 77; ++g) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const std::int64_t size = std::int64_t(state >> 33) % 4 == 0 ? 0 : std::int64_t(state >> 40) % 91;
+    many.push_back(many.back() + size);
+  }
+  check_group_gemm(*rt, DType::bf16, DType::i32, many.back() + 2, 40, 24, many, 0);
 }
 
 // MoE prefill on the sm_90a path: groups of 0, 1, 20 and several hundred
 // rows (tiles past a group's rows skipped, rows of the next group loaded but
-// never stored), untouched rows around them; with a max_rows hint the
-// sm_80 path's passes take over.
+// never stored), untouched rows around them; and the sm_80 path on the same groups.
 TEST_P(GpuGemm, HopperGroupGemm) {
   Runtime* h = hopper();
   if (h == nullptr) GTEST_SKIP() << "the sm_90a path needs a Hopper GPU (or no GPU: the CPU device emulates one)";
   if (h->device().is_cpu()) {
     const std::vector<std::int64_t> offsets = {0, 0, 130, 140, 300, 301, 419, 420};
     for (DType d : {DType::bf16, DType::f16})
-      for (DType index : {DType::i64, DType::i32}) check_group_gemm(*h, d, index, 420, 256, 72, offsets, 0, 1, 90);
+      for (DType index : {DType::i64, DType::i32}) check_group_gemm(*h, d, index, 420, 256, 72, offsets, 1, 90);
     // Rows past the last group (NaN) inside its last tile: the emulator compares operands bit for bit.
-    check_group_gemm(*h, DType::bf16, DType::i64, 430, 256, 64, offsets, 0, 1, 90);
+    check_group_gemm(*h, DType::bf16, DType::i64, 430, 256, 64, offsets, 1, 90);
     return;
   }
   const std::vector<std::int64_t> offsets = {0, 0, 500, 520, 1100, 1101, 1800, 2399, 2400};
   for (DType d : {DType::bf16, DType::f16})
-    for (DType index : {DType::i64, DType::i32}) check_group_gemm(*h, d, index, 2400, 1536, 200, offsets, 0, 1);
-  check_group_gemm(*h, DType::bf16, DType::i64, 2400, 1536, 200, offsets, 700, 0);
+    for (DType index : {DType::i64, DType::i32}) check_group_gemm(*h, d, index, 2400, 1536, 200, offsets, 1);
+  check_group_gemm(*h, DType::bf16, DType::i64, 2400, 1536, 200, offsets, 0, 80);
 }
 
 // group_gemm's weights' gradient over the same uneven groups: the rows outside every group hold NaN in grad_out

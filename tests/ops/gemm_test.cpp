@@ -233,8 +233,14 @@ TEST(GroupGemm, ParamsAndErrors) {
   EXPECT_EQ(p.get("offsets"), 8);
   EXPECT_EQ(op.specialize(specs({out, x, w, off32}), {}, kSm90).get("offsets"), 4);
   LaunchGeometry g = op.geometry(p, specs({out, x, w, off64}));
-  EXPECT_EQ(g.grid.z, 64u) << "one grid slice per group";
-  EXPECT_EQ(g.grid.x, 64u * 24u) << "rows / 64 x N / 64 tiles: the grid covers a group holding every row";
+  // One block a tile of the groups' rows, whatever their split: 4096 / 64 tiles, and 63 more where every group
+  // ends in a partial tile; by N / 64 columns. (Before, each group had a grid for all rows: 64 x 64 x 24 blocks.)
+  EXPECT_EQ(g.grid.z, 1u);
+  EXPECT_EQ(g.grid.x, (4096u / 64u + 63u) * 24u);
+  EXPECT_EQ(mojo_gemm::group_row_tiles(4096, 64, 64), 64 + 63);
+  EXPECT_EQ(mojo_gemm::group_row_tiles(10, 64, 64), 10) << "at most one tile a row: no more non-empty groups";
+  EXPECT_EQ(mojo_gemm::group_row_tiles(0, 64, 64), 0);
+  EXPECT_EQ(mojo_gemm::group_row_tiles(128, 1, 64), 2);
   EXPECT_EQ(error_of<ShapeError>([&] {
               op.specialize(specs({out, x, w, TensorSpec(DType::i64, {64})}), {}, kSm90);
             }),
@@ -262,17 +268,6 @@ TEST(GroupGemm, ParamsAndErrors) {
               op.specialize(specs({out, x, w, TensorSpec(DType::f32, {65})}), {}, kSm90);
             }).find("offsets has dtype f32"),
             std::string::npos);
-  EXPECT_EQ(error_of<InvalidArgumentError>([&] {
-              op.specialize(specs({out, x, w, off64}), {{"max_rows", -1}}, kSm90);
-            }),
-            "group_gemm: max_rows is -1; expected a whole number >= 0");
-  // The max_rows hint: a grid for that many rows a group (its tiles, not all rows'), recorded in the params.
-  const Params hinted = op.specialize(specs({out, x, w, off64}), {{"max_rows", 100}}, kSm90);
-  EXPECT_EQ(hinted.get("max_rows"), 100);
-  EXPECT_EQ(op.geometry(hinted, specs({out, x, w, off64})).grid.x,
-            unsigned((100 + hinted.get("bm") - 1) / hinted.get("bm") * (1536 / hinted.get("bn"))));
-  EXPECT_EQ(op.specialize(specs({out, x, w, off64}), {{"max_rows", 5000}}, kSm90).get_or("max_rows", -1), -1)
-      << "a hint past every row is no hint";
   // The weights stored [groups, K, N] (another product's, for its input's gradient): B MN-major.
   const TensorSpec kn(DType::bf16, {64, 4096, 1536});
   EXPECT_EQ(op.specialize(specs({out, x, kn, off64}), {{"weight_kn", 1}}, kSm90).get("tb"), 0);
@@ -514,15 +509,14 @@ TEST(Gemm, HopperPathForSixteenBitOperandsInAnyLayout) {
   // Batches apart from each other: TMA walks them by stride.
   const auto batched = specs({bf({8, 1024, 1024}), bf({8, 1024, 512}), bf({8, 1024, 512})});
   EXPECT_EQ(find_op("gemm_batched").specialize(batched, {{"trans_b", 1}}, sm90a).get("wgmma"), 1);
-  // group_gemm: MoE prefill-sized groups take it; decode-sized ones, or a max_rows hint, the sm_80 path.
+  // group_gemm: MoE prefill-sized groups take it; decode-sized ones the sm_80 path.
   const OpDef& group = find_op("group_gemm");
   const TensorSpec experts(DType::bf16, {64, 1536, 4096}), offsets(DType::i64, {65});
-  auto group_params = [&](std::int64_t rows, ScalarList scalars) {
-    return group.specialize(specs({bf({rows, 1536}), bf({rows, 4096}), experts, offsets}), scalars, sm90a);
+  auto group_params = [&](std::int64_t rows) {
+    return group.specialize(specs({bf({rows, 1536}), bf({rows, 4096}), experts, offsets}), {}, sm90a);
   };
-  EXPECT_EQ(group_params(32768, {}).get("wgmma"), 1);
-  EXPECT_EQ(group_params(32768, {{"max_rows", 1024}}).get("wgmma"), 0);
-  EXPECT_EQ(group_params(4096, {}).get("wgmma"), 0) << "64 rows per expert";
+  EXPECT_EQ(group_params(32768).get("wgmma"), 1);
+  EXPECT_EQ(group_params(4096).get("wgmma"), 0) << "64 rows per expert";
   // Autotuning tries both sm_90a tiles and the sm_80 ones, and the heuristic's path with K split 2, 4 and 8 ways.
   const std::vector<Params> candidates = gemm.tuning()->candidates(p, nt, {{"trans_b", 1}}, sm90a);
   EXPECT_EQ(std::count_if(candidates.begin(), candidates.end(),

@@ -48,8 +48,9 @@ def rotate_neox(t, cos, sin):
     return torch.cat((rotated, t[..., 2 * half :]), dim=-1)
 
 
-def case(op, s, dt, activation=0, trans_b=0, causal=1):
-    """(make_inputs(gen) -> tuple of tensors, fn(*inputs)) for one row of the table; `causal`: sdpa's."""
+def case(op, s, dt, activation=0, trans_b=0, causal=1, gated=0):
+    """(make_inputs(gen) -> tuple of tensors, fn(*inputs)) for one row of the table; `causal`: sdpa's; `gated`:
+    group_gemm's gated_activation."""
     if op in ("rms_norm", "add_rms_norm", "rms_norm_backward", "layer_norm", "layer_norm_backward"):
         rows, h = math.prod(s["x"][:-1]), s["x"][-1]
         if op == "rms_norm":
@@ -211,6 +212,21 @@ def case(op, s, dt, activation=0, trans_b=0, causal=1):
         return (lambda g: (rand(s["expert_out"], dt, g), perm(rows, tokens * top_k, g).view(tokens, top_k),
                            torch.rand((tokens, top_k), generator=g, device="cuda")),
                 lambda out, pos, w: (out[pos].float() * w[..., None]).sum(1).to(dt))
+    if op == "group_gemm" and "offsets" in s and hasattr(torch, "_grouped_mm"):
+        # torch's grouped GEMM (PyTorch 2.8 and later: CUTLASS's on Hopper) over groups of random sizes, as mojo-bench
+        # makes them (sorted random cuts of the rows); gated, then act(gate) * up on the interleaved columns.
+        rows, k = s["x"]
+        groups, n = s["weight"][0], s["weight"][1]
+        act = {0: None, 1: F.gelu, 2: lambda y: F.gelu(y, approximate="tanh"), 3: F.silu}[int(gated)]
+
+        def ends(g):  # offsets[1:], as torch takes them: each group's end
+            cuts = torch.randint(0, rows + 1, (groups - 1,), generator=g, device="cuda").sort().values
+            return torch.cat((cuts, torch.tensor([rows], device="cuda"))).to(torch.int32)
+
+        def grouped(x, w, offs):
+            y = torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)
+            return y if act is None else act(y[:, 0::2]) * y[:, 1::2]
+        return lambda g: (rand((rows, k), dt, g), rand((groups, n, k), dt, g), ends(g)), grouped
     if op in ("linear_cross_entropy", "linear_cross_entropy_backward"):
         # The unfused computation: the [N, V] logits, then cross-entropy in f32; the backward row: forward and
         # backward together (autograd), against mojo-jit's forward row plus its backward row.
@@ -281,8 +297,9 @@ def main():
     for row in rows:
         op, dt, mojo_us = row["op"], DTYPES[row["dtype"]], row["us"]
         try:  # a counterpart that fails to build costs its row, not the table
+            params = row.get("params", {})
             made = case(op, parse_shapes(row["shapes"]), dt, row.get("activation", 0), row.get("trans_b", 0),
-                        row.get("params", {}).get("causal", 1))
+                        params.get("causal", 1), params.get("gated_activation", 0))
             if made is None:  # no PyTorch counterpart written (reject_sample)
                 print(f"| {op} | {row['dtype']} | {row['shapes']} | {mojo_us:.2f} | - | - | - | - |", flush=True)
                 continue

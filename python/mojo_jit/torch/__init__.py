@@ -387,7 +387,7 @@ class _GroupGemm(torch.autograd.Function):
     def backward(ctx, grad_out):
         x, weight, offsets = ctx.saved_tensors
         gated, kn = int(ctx.scalars.get("gated_activation", 0)), int(ctx.scalars.get("weight_kn", 0))
-        common = {n: v for n, v in ctx.scalars.items() if n in ("max_rows", "tf32", "path")}
+        common = {n: v for n, v in ctx.scalars.items() if n in ("tf32", "path")}
         g = grad_out
         if gated:
             g = _gated_grad(torch.ops.mojo_jit.group_gemm(x, weight, offsets, weight_kn=kn, **common), grad_out, gated)

@@ -179,7 +179,7 @@ def linear(x, weight, bias=None, residual=None, activation=0, tf32=0, path=0, sp
     return y.to(x.dtype)
 
 
-def group_gemm(x, weight, offsets, max_rows=0, tf32=0, path=0, gated_activation=0, weight_kn=0):
+def group_gemm(x, weight, offsets, tf32=0, path=0, gated_activation=0, weight_kn=0):
     """out[r] = x[r] weight[g]^T for the rows of group g, [offsets[g], offsets[g + 1]) (weight_kn: x[r] weight[g],
     the weights [groups, K, N]); gated: the weights' N are (gate, up) pairs and out[r] = act(gate) * up. Rows in no
     group are zeros here (the kernel leaves them alone)."""
