@@ -486,7 +486,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
 
 }  // namespace mojo_gemm
 
-// The sm_90a path; it uses Problem, store_pair and tile_origin from above.
+// The sm_90a path; it uses Problem, store_pair, tile_origin and find_group_tile from above.
 #include "gemm_sm90.cuh"
 // linear at decode sizes (gemv.cuh); it uses Problem and output_value.
 #include "gemv.cuh"

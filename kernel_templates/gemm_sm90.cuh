@@ -23,9 +23,9 @@
 //
 // Kernel args: MOJO_GEMM_OUTPUT_ARGS (gemm_args.h), then
 //   TensorMap a_map, TensorMap b_map, TensorMap a_tail_map: for group_gemm
-//   (OFFSETS 4 or 8) the batches are the groups, m covers the largest, tiles
-//   past a group's rows are skipped, a_map is x [total_rows, K] and b_map the
-//   weights; the maps cover the operands as stored ([batches, M, K] or
+//   (OFFSETS 4 or 8) the batches are the groups, the units are every group's
+//   row tiles in group order (gemm.cu's group_row_tiles and find_group_tile),
+//   a_map is x [total_rows, K] and b_map the weights; the maps cover the operands as stored ([batches, M, K] or
 //   [batches, K, M], ...) with boxes of 64 k x BM (BN) rows when K-major and
 //   64 x 64 when MN-major, 128-byte swizzled (the runtime encodes them).
 //   a_tail_map is a_map with boxes of M % BM rows, for the last row tile of a
@@ -84,13 +84,14 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
   }
   mojo::sync_block();
 
-  const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN, per_batch = tiles_m * tiles_n;
+  // group_gemm's row tiles are all the groups' in group order (group_row_tiles, as on the sm_80 path).
+  const int tiles_m = OFFSETS != 0 ? group_row_tiles(total_rows, batches, BM) : (m + BM - 1) / BM;
+  const int tiles_n = (n + BN - 1) / BN, per_batch = tiles_m * tiles_n;
   // Work units: the tiles of C, each SPLITS times over with K split (the split's k tiles [k_first, k_end)).
   const int k_tiles = (k + BK - 1) / BK, split_tiles = (k_tiles + SPLITS - 1) / SPLITS;
-  const int tiles = per_batch * batches * SPLITS;
-  // Unit t: its tile's origin, its batch (or group), the group's first row and
-  // its rows, and its k tiles. A group's tiles go row by row, so the first one past its rows
-  // ends it: `next` then jumps to this block's first tile of the next group.
+  const int tiles = per_batch * (OFFSETS != 0 ? 1 : batches) * SPLITS;
+  // Unit t: its tile's origin, its batch (or group), the group's first row and its rows, and its k tiles. A
+  // group's unit is found by a warp (find_group_tile); past the groups' last tile a unit has no rows.
   // Producer and consumers walk the same units, hence the same stages.
   struct Where {
     int m0, n0, batch, rows, split, k_first, k_end;
@@ -100,29 +101,28 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
     const int t = unit / SPLITS, split = unit % SPLITS;
     const int k_first = split * split_tiles, k_end = k_first + split_tiles < k_tiles ? k_first + split_tiles : k_tiles;
     Where w{0, 0, t / per_batch, m, split, k_first, k_end, 0};
+    tile_origin<BM, BN, SWIZZLE>(t % per_batch, tiles_m, tiles_n, w.m0, w.n0);
     if constexpr (OFFSETS != 0) {
-      w.m0 = (t % per_batch) / tiles_n * BM;
-      w.n0 = (t % per_batch) % tiles_n * BN;
-      group_rows<OFFSETS>(offsets, w.batch, total_rows, w.first, w.rows);
-    } else {
-      tile_origin<BM, BN, SWIZZLE>(t % per_batch, tiles_m, tiles_n, w.m0, w.n0);
+      int local;
+      if (find_group_tile<BM, OFFSETS>(offsets, batches, total_rows, w.m0 / BM, w.batch, local)) {
+        group_rows<OFFSETS>(offsets, w.batch, total_rows, w.first, w.rows);
+        w.m0 = local * BM;
+      } else {
+        w.rows = 0;  // no work
+      }
     }
     return w;
   };
   const int grid = (int)mojo::grid_dim_x();
-  auto next = [&](int t, const Where& w) {
-    if (OFFSETS == 0 || w.m0 < w.rows) return t + grid;
-    return t + ((w.batch + 1) * per_batch - t + grid - 1) / grid * grid;
-  };
   if (warpgroup == 0) {
     mojo::setmaxnreg_dec<40>();
-    if (tid != 0) return;
+    // One thread issues the loads; with groups its whole warp walks the units (find_group_tile takes a warp).
+    if (OFFSETS != 0 ? tid >= 32 : tid != 0) return;
     int stage = 0;
     unsigned phase = 0;
-    for (int t = (int)mojo::block_x(); t < tiles;) {
+    for (int t = (int)mojo::block_x(); t < tiles; t += grid) {
       const Where w = where(t);
-      t = next(t, w);
-      if (w.m0 >= w.rows) continue;
+      if (tid != 0 || w.m0 >= w.rows) continue;
       // Groups: rows of x from the group's first (past its end they belong to the next group: computed, not stored).
       const int a_row = (int)w.first + w.m0, a_batch = OFFSETS != 0 ? 0 : w.batch;
       // The last row tile of a K-major A: its rows alone (above).
@@ -156,9 +156,8 @@ __device__ __forceinline__ void run_sm90(TC* c, const TC* bias, const TC* residu
   int stage = 0;
   unsigned phase = 0;
   float acc[BN / 2];
-  for (int t = (int)mojo::block_x(); t < tiles;) {
+  for (int t = (int)mojo::block_x(); t < tiles; t += grid) {
     const Where w = where(t);
-    t = next(t, w);
     if (w.m0 >= w.rows) continue;
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;

@@ -356,8 +356,7 @@ LaunchGeometry tile_geometry(const Params& p, std::int64_t m, std::int64_t n, st
 }
 
 LaunchGeometry group_tile_geometry(const Params& p, std::int64_t rows, std::int64_t n, std::int64_t groups) {
-  LaunchGeometry g = tile_geometry(p, rows, n, groups);
-  if (g.persistent) return g;
+  LaunchGeometry g = tile_geometry(p, rows, n, 1);
   const TileConfig c = tile_of(p);
   const std::int64_t blocks = std::int64_t(mojo_gemm::group_row_tiles(rows, groups, c.bm)) * ((n + c.bn - 1) / c.bn);
   if (blocks > INT_MAX)

@@ -123,9 +123,9 @@ TileConfig tile_of(const Params& p);
 // The grid of either form: tiles of C (each split's), or linear's decode form (cols columns a block); the grid of
 // a K split's reduce step (param step 1): a thread a pair of columns of C.
 LaunchGeometry tile_geometry(const Params& p, std::int64_t m, std::int64_t n, std::int64_t batch);
-// The grid of a product over `groups` groups of `rows` rows in all (group_gemm, moe_mlp): on the sm_80 path one
-// block a (row tile, column tile) of any split of the rows (mojo_gemm::group_row_tiles); on the sm_90a path the
-// persistent grid over every group's tiles.
+// The grid of a product over `groups` groups of `rows` rows in all (group_gemm, moe_mlp): a unit a (row tile,
+// column tile) of any split of the rows (mojo_gemm::group_row_tiles), a block each on the sm_80 path, the
+// persistent grid's units on the sm_90a path.
 LaunchGeometry group_tile_geometry(const Params& p, std::int64_t rows, std::int64_t n, std::int64_t groups);
 
 // The sm_90a path's preconditions: a Hopper-specific build, 16-bit inputs,

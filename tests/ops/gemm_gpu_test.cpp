@@ -362,6 +362,18 @@ void check_group_gemm(Runtime& rt, DType d, DType index, std::int64_t rows, std:
       std::vector<std::uint8_t>(want.begin() + std::ptrdiff_t(first), want.begin() + std::ptrdiff_t(last)), "out",
       gemm_tolerance(d, k));
 }
+
+// Offsets of `groups` groups from row `first`, a quarter of them empty and the rest of 0 to `most` rows, at random.
+std::vector<std::int64_t> random_groups(int groups, std::int64_t most, std::int64_t first) {
+  std::vector<std::int64_t> offsets = {first};
+  std::uint64_t state = 7;
+  for (int g = 0; g < groups; ++g) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const std::int64_t size = std::int64_t(state >> 33) % 4 == 0 ? 0 : std::int64_t(state >> 40) % (most + 1);
+    offsets.push_back(offsets.back() + size);
+  }
+  return offsets;
+}
 }  // namespace
 
 TEST_P(GpuGemm, GroupGemmOverUnevenGroups) {
@@ -372,13 +384,7 @@ TEST_P(GpuGemm, GroupGemmOverUnevenGroups) {
     for (DType index : {DType::i64, DType::i32}) check_group_gemm(*rt, d, index, 600, 136, 200, offsets, 0);
   // 77 groups (3 a lane of the warp that finds a block's group), sized at random from 0 to 90 rows: many
   // empty, some over a tile. Each block's group is found from the offsets, the grid bounding any split.
-  std::vector<std::int64_t> many = {5};
-  std::uint64_t state = 7;
-  for (int g = 0; g < 77; ++g) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    const std::int64_t size = std::int64_t(state >> 33) % 4 == 0 ? 0 : std::int64_t(state >> 40) % 91;
-    many.push_back(many.back() + size);
-  }
+  const std::vector<std::int64_t> many = random_groups(77, 90, 5);
   check_group_gemm(*rt, DType::bf16, DType::i32, many.back() + 2, 40, 24, many, 0);
 }
 
@@ -394,6 +400,9 @@ TEST_P(GpuGemm, HopperGroupGemm) {
       for (DType index : {DType::i64, DType::i32}) check_group_gemm(*h, d, index, 420, 256, 72, offsets, 1, 90);
     // Rows past the last group (NaN) inside its last tile: the emulator compares operands bit for bit.
     check_group_gemm(*h, DType::bf16, DType::i64, 430, 256, 64, offsets, 1, 90);
+    // 45 groups of up to 24 rows (2 a lane of the warps that find each unit's group).
+    const std::vector<std::int64_t> many = random_groups(45, 24, 3);
+    check_group_gemm(*h, DType::bf16, DType::i32, many.back() + 5, 64, 64, many, 1, 90);
     return;
   }
   const std::vector<std::int64_t> offsets = {0, 0, 500, 520, 1100, 1101, 1800, 2399, 2400};
