@@ -45,15 +45,6 @@
 
 namespace mojo_attention {
 
-// Byte offset of element (row, col) of a K-major tile of ROWS rows as TMA
-// writes it with 128-byte swizzling and wgmma_descriptor reads it: 64-column
-// sub-tiles (128-byte rows) ROWS * 128 bytes apart; in each 1024-byte atom of
-// 8 rows, 16-byte chunk c of row r sits at chunk c ^ (r % 8).
-template <int ROWS> __device__ __forceinline__ unsigned swizzled(int row, int col) {
-  const unsigned byte = unsigned(col % 64) * 2;
-  return unsigned(col / 64) * ROWS * 128 + unsigned(row) * 128 + (((byte >> 4) ^ unsigned(row % 8)) << 4) + byte % 16;
-}
-
 // A key tile's scores S of a thread's two rows (at positions pos) into log2 units, capped, and masked where
 // MASKED; each row's maximum into tile_max. Element 4j + e of s is row e / 2's, key key0 + 8j + e % 2.
 template <class P, bool MASKED, int N>
@@ -143,7 +134,7 @@ __device__ __forceinline__ void produce_keys(const T* __restrict__ k, const T* _
       const int r = warp * ROWS + c / CHUNKS, col = (c % CHUNKS) * 8;
       const long long row = m.key_rows[r];
       const bool valid = row >= 0 && col < D;
-      const unsigned at = k_dst + swizzled<BN>(r, col);
+      const unsigned at = k_dst + mojo::swizzled<BN>(r, col);
       mojo::cp_async_16(at, valid ? k + row + col : k, valid ? 16 : 0);
       mojo::cp_async_16(at + KV_BYTES, valid ? v + row + col : v, valid ? 16 : 0);
     }
@@ -483,7 +474,7 @@ __device__ __forceinline__ void run_sm90(T* __restrict__ out, const T* __restric
       else
 #pragma unroll
         for (int i = 0; i < 8; ++i) v.v[i] = mojo::from_float<T>(0.f);
-      mojo::store<T, 8>(reinterpret_cast<T*>(q_ptr + swizzled<64>(r, col)), v);
+      mojo::store<T, 8>(reinterpret_cast<T*>(q_ptr + mojo::swizzled<64>(r, col)), v);
     }
     mojo::fence_proxy_async();
     mojo::sync_warps(1 + consumer, 128);  // named barriers 1 to CONSUMERS

@@ -501,16 +501,16 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
   MOJO_GEMM_OUT(TC, SPLITS), (BETA) && SPLITS == 1, (BIAS) && SPLITS == 1, SPLITS == 1 ? (ACT) : 0,                    \
       (RESIDUAL) && SPLITS == 1
 #define MOJO_GEMM_KERNEL_1(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, SPLITS, TRANS_A, TRANS_B, VEC, BETA, \
-                           BIAS, ACT, RESIDUAL, OFFSETS, TF32)                                                         \
+                           BIAS, ACT, RESIDUAL, OFFSETS, TF32, GROUP_K)                                                \
   extern "C" __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)                                                 \
-      NAME(MOJO_ARG_PARAMS(MOJO_GEMM_OUTPUT_ARGS, MOJO_GEMM_OUT(TC, SPLITS)), const mojo::TensorMap,                   \
+      NAME(MOJO_ARG_PARAMS(MOJO_GEMM_ARGS, TA, MOJO_GEMM_OUT(TC, SPLITS)), const mojo::TensorMap,                      \
            const mojo::TensorMap, const mojo::TensorMap) {                                                             \
-    static_assert(MOJO_ARG_COUNT(MOJO_GEMM_OUTPUT_ARGS, MOJO_GEMM_OUT(TC, SPLITS)) == 15, "the descriptors' indices"); \
+    static_assert(MOJO_ARG_COUNT(MOJO_GEMM_ARGS, TA, MOJO_GEMM_OUT(TC, SPLITS)) == 21, "the descriptors' indices");    \
     mojo::after_previous_kernels();                                                                                    \
     mojo_gemm::run_sm90<TA, MOJO_GEMM_PRODUCT_OUTPUT(TC, SPLITS, BETA, BIAS, ACT, RESIDUAL), BM, BN, BK, STAGES,       \
-                        SWIZZLE, TRANS_A, !TRANS_B, OFFSETS, SPLITS>(                                                  \
-        c, bias, residual, alpha, beta, m, n, k, ldc, ldr, batch_c, batches, offsets, total_rows,                      \
-        MOJO_PARAM_ADDRESS(NAME, 15), MOJO_PARAM_ADDRESS(NAME, 16), MOJO_PARAM_ADDRESS(NAME, 17));                     \
+                        SWIZZLE, TRANS_A, !TRANS_B, OFFSETS, SPLITS, GROUP_K>(                                         \
+        c, a, b, lda, ldb, bias, residual, alpha, beta, m, n, k, ldc, ldr, batch_c, batches, offsets, total_rows,      \
+        MOJO_PARAM_ADDRESS(NAME, 21), MOJO_PARAM_ADDRESS(NAME, 22), MOJO_PARAM_ADDRESS(NAME, 23));                     \
   }
 #define MOJO_GEMM_KERNEL_0(NAME, TA, TC, BM, BN, BK, WM, WN, STAGES, KS, SWIZZLE, SPLITS, TRANS_A, TRANS_B, VEC, BETA, \
                            BIAS, ACT, RESIDUAL, OFFSETS, TF32, GROUP_K)                                                \
@@ -549,7 +549,7 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
                   0, 0, 0, 0, P::tf32, 0)
 #define MOJO_KERNEL_gemm_sm90(NAME, P)                                                                     \
   MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_1, NAME, P::dtype, P::out, MOJO_GEMM_TILE(P), P::ta, P::tb, P::vec, P::beta, \
-                  0, 0, 0, 0, P::tf32)
+                  0, 0, 0, 0, P::tf32, 0)
 #define MOJO_KERNEL_gemm_batched MOJO_KERNEL_gemm
 #define MOJO_KERNEL_gemm_batched_sm90 MOJO_KERNEL_gemm_sm90
 #define MOJO_KERNEL_linear(NAME, P)                                                                            \
@@ -557,16 +557,19 @@ __device__ __forceinline__ void run(TC* c, const TA* __restrict__ a, const TA* _
                   P::act, P::residual, 0, P::tf32, 0)
 #define MOJO_KERNEL_linear_sm90(NAME, P)                                                                       \
   MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_1, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, 1, P::vec, 0, P::bias, \
-                  P::act, P::residual, 0, P::tf32)
+                  P::act, P::residual, 0, P::tf32, 0)
 #define MOJO_KERNEL_group_gemm(NAME, P)                                                                           \
   MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_0, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, P::tb, P::vec, 0, 0, P::act, 0, \
                   P::offsets, P::tf32, 0)
 #define MOJO_KERNEL_group_gemm_sm90(NAME, P)                                                                      \
   MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_1, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 0, P::tb, P::vec, 0, 0, P::act, 0, \
-                  P::offsets, P::tf32)
+                  P::offsets, P::tf32, 0)
 // The groups' weight gradients: a = grad_out stored [K, M] and b = x stored [K, N], each group's rows its K.
 #define MOJO_KERNEL_group_gemm_weight_grad(NAME, P)                                                           \
   MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_0, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 1, 0, P::vec, 0, 0, 0, 0, \
+                  P::offsets, P::tf32, 1)
+#define MOJO_KERNEL_group_gemm_weight_grad_sm90(NAME, P)                                                      \
+  MOJO_GEMM_ENTRY(MOJO_GEMM_KERNEL_1, NAME, P::dtype, P::dtype, MOJO_GEMM_TILE(P), 1, 0, P::vec, 0, 0, 0, 0, \
                   P::offsets, P::tf32, 1)
 #define MOJO_KERNEL_gemm_reduce(NAME, P) MOJO_GEMM_REDUCE_KERNEL(NAME, P::out, P::splits, P::beta, 0, 0, 0)
 #define MOJO_KERNEL_gemm_batched_reduce MOJO_KERNEL_gemm_reduce

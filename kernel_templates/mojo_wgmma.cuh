@@ -47,6 +47,15 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned smem_add
          ((1024ull >> 4) << 32) | (1ull << 62);
 }
 
+// Byte offset of 16-bit element (row, col) of a tile of ROWS rows as TMA writes it with 128-byte swizzling and
+// wgmma_descriptor reads it: 64-column sub-tiles (128-byte rows) ROWS * 128 bytes apart; in each 1024-byte atom
+// of 8 rows, 16-byte chunk c of row r sits at chunk c ^ (r % 8). A K-major tile's rows are along M/N, an MN-major
+// one's along K. For a kernel that writes a tile itself (cp.async, stores) where TMA cannot.
+template <int ROWS> __device__ __forceinline__ unsigned swizzled(int row, int col) {
+  const unsigned byte = unsigned(col % 64) * 2;
+  return unsigned(col / 64) * ROWS * 128 + unsigned(row) * 128 + (((byte >> 4) ^ unsigned(row % 8)) << 4) + byte % 16;
+}
+
 template <class T> constexpr bool is_bf16 = false;
 template <> constexpr bool is_bf16<bf16> = true;
 

@@ -9,10 +9,11 @@
 #include <random>
 
 #include "device/hooks.hpp"
-#include "mojo/error.hpp"
-#include "reference/reference.hpp"
-#include "mojo/runtime.hpp"
+#include "gemm_args.h"
 #include "gpu_util.hpp"
+#include "mojo/error.hpp"
+#include "mojo/runtime.hpp"
+#include "reference/reference.hpp"
 
 // Counts heap allocations made by this thread, to prove the hot path makes none.
 namespace {
@@ -210,11 +211,14 @@ TEST_F(GpuFixture, GpuCacheHitLaunchDoesNotAllocate) {
   expect_output_matches(DType::bf16, ob, inputs, 32, 4096, 1e-6f);
 }
 
-// The launches a sink took: each one's first argument (every op's output pointer).
+// The launches a sink took: each one's output pointer, argument g_output_arg (the first for most ops; gemm.cu's
+// products take their inputs first, gemm_args.h's MOJO_GEMM_INPUT_ARGS).
 namespace {
 std::vector<DevicePtr> g_sunk_outputs;
+std::size_t g_output_arg = 0;
 void sink(const Function&, Dim3, Dim3, unsigned, StreamHandle, void** args, LaunchOptions) {
-  if (g_sunk_outputs.size() < g_sunk_outputs.capacity()) g_sunk_outputs.push_back(*static_cast<DevicePtr*>(args[0]));
+  if (g_sunk_outputs.size() < g_sunk_outputs.capacity())
+    g_sunk_outputs.push_back(*static_cast<DevicePtr*>(args[g_output_arg]));
 }
 std::vector<bool> g_sunk_overlaps;
 void sink_overlap(const Function&, Dim3, Dim3, unsigned, StreamHandle, void**, LaunchOptions options) {
@@ -300,8 +304,11 @@ TEST(HotPath, ReusesTheBindingWithoutAllocationOrDriverCallAndPacksTheTensorsGiv
   const Case cases[] = {{"rms_norm", {x, x, w}, {{"eps", 1e-5}}},
                         {"linear", {x, x, lw, TensorSpec(), TensorSpec()}, {{"path", 90}}},
                         {"paged_decode_gqa", {q, q, cache, cache, table, lens, TensorSpec(), TensorSpec()}, {}}};
+  std::size_t gemm_inputs = 0;  // the sm_90a linear's arguments before its output (gemm.cu's products: a, b, ...)
+  mojo_gemm::for_each_arg(mojo_gemm::InputArgs<void>{}, [&](const auto&) { ++gemm_inputs; });
   for (const Case& c : cases) {
     SCOPED_TRACE(c.op);
+    g_output_arg = std::string(c.op) == "linear" ? gemm_inputs : 0;
     std::vector<DeviceBuffer> buffers;
     std::vector<Tensor> sets[2];
     for (const TensorSpec& s : c.specs)

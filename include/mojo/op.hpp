@@ -176,7 +176,7 @@ class KernelArgs {
  private:
   [[noreturn]] static void overflow();
   static constexpr int kMaxArgs = 32;
-  alignas(64) unsigned char storage_[512];  // room for two TMA descriptors (128 bytes each)
+  alignas(64) unsigned char storage_[640];  // room for the sm_90a GEMM's: 21 arguments, 3 TMA descriptors of 128 bytes
   std::array<void*, kMaxArgs> pointers_{};
   std::array<std::uint8_t, kMaxArgs> sizes_{}, alignments_{};  // size - 1: a TMA descriptor is 128
   std::size_t used_ = 0;

@@ -23,14 +23,13 @@ constexpr TensorArgInfo kBatchedTensors[] = {
     {"a", "in", "[batch, M, K], or [batch, K, M] with trans_a; f16, bf16 or f32"},
     {"b", "in", "[batch, K, N], or [batch, N, K] with trans_b; same dtype as a"},
 };
-constexpr ScalarArgInfo kGemmScalars[] = {
-    {"alpha", 1, "scales a * b"},
-    {"beta", 0, "scales the old c (0: c is only written)"},
-    {"trans_a", 0, "1: a is stored [K, M]"},
-    {"trans_b", 0, "1: b is stored [N, K] (the LLM weight layout)"},
-    {"tf32", 0, "1: f32 inputs on tensor cores as tf32 (10-bit mantissa)"},
-    {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path; 90: the sm_90a path (TMA + wgmma)"},
-    {"splits", 0, kSplitsDoc}};
+constexpr ScalarArgInfo kGemmScalars[] = {{"alpha", 1, "scales a * b"},
+                                          {"beta", 0, "scales the old c (0: c is only written)"},
+                                          {"trans_a", 0, "1: a is stored [K, M]"},
+                                          {"trans_b", 0, "1: b is stored [N, K] (the LLM weight layout)"},
+                                          {"tf32", 0, "1: f32 inputs on tensor cores as tf32 (10-bit mantissa)"},
+                                          {"path", 0, kPathDoc},
+                                          {"splits", 0, kSplitsDoc}};
 
 // gemm ([M, K] x [K, N]) and gemm_batched (a batch of those, strided).
 constexpr OpInfo kGemm{

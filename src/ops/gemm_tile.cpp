@@ -230,6 +230,11 @@ TileConfig tile_of(const Params& p) {
 }
 
 namespace {
+// The inputs both paths' products take (gemm_args.h; the sm_90a path reads them only for its K groups' last k
+// tiles, its operands otherwise through the TMA descriptors).
+mojo_gemm::InputArgs<void> input_args(const GemmArgs& g) {
+  return {.a = ptr(g.a), .b = ptr(g.b), .lda = g.lda, .ldb = g.ldb, .batch_a = g.batch_a, .batch_b = g.batch_b};
+}
 // The output side every gemm.cu kernel takes (gemm_args.h).
 mojo_gemm::OutputArgs<void> output_args(const GemmArgs& g) {
   return {
@@ -273,29 +278,22 @@ void push_kernel_args(KernelArgs& args, const GemmArgs& given, const Params& p) 
     const std::int64_t a_rows = g.offsets ? g.total_rows : g.m, a_batches = g.offsets ? 1 : g.batches;
     const TensorMap a = g.mn_major_a ? tile_tensor_map(g.a, dtype, g.m, g.k, a_batches, g.lda, g.batch_a, 64, bk)
                                      : tile_tensor_map(g.a, dtype, g.k, a_rows, a_batches, g.lda, g.batch_a, bk, bm);
-    const TensorMap b = g.mn_major_b ? tile_tensor_map(g.b, dtype, g.n, g.k, g.batches, g.ldb, g.batch_b, 64, bk)
-                                     : tile_tensor_map(g.b, dtype, g.k, g.n, g.batches, g.ldb, g.batch_b, bk, bn);
+    const std::int64_t b_batches = g.group_k ? 1 : g.batches;  // K groups read their rows out of one x too
+    const TensorMap b = g.mn_major_b ? tile_tensor_map(g.b, dtype, g.n, g.k, b_batches, g.ldb, g.batch_b, 64, bk)
+                                     : tile_tensor_map(g.b, dtype, g.k, g.n, b_batches, g.ldb, g.batch_b, bk, bn);
     // The last row tile of a K-major A in a box of its own rows (gemm_sm90.cuh says why); a itself where the
     // tiles divide M, or where the kernel does not use it (MN-major A, groups).
     const unsigned tail_rows = unsigned(g.m % bm);
     const TensorMap a_tail = tail_rows == 0 || g.mn_major_a || g.offsets
                                  ? a
                                  : tile_tensor_map(g.a, dtype, g.k, a_rows, a_batches, g.lda, g.batch_a, bk, tail_rows);
-    args.push_args(output_args(g));
+    args.push_args(mojo_gemm::Args<void, void>{.in = input_args(g), .out = output_args(g)});
     args.push(a);
     args.push(b);
     args.push(a_tail);
     return;
   }
-  args.push_args(mojo_gemm::Args<void, void>{
-      .in = {.a = ptr(g.a),
-             .b = ptr(g.b),
-             .lda = g.lda,
-             .ldb = g.ldb,
-             .batch_a = g.batch_a,
-             .batch_b = g.batch_b},
-      .out = output_args(g),
-  });
+  args.push_args(mojo_gemm::Args<void, void>{.in = input_args(g), .out = output_args(g)});
 }
 
 std::string shape_bucket(std::int64_t m, std::int64_t n, std::int64_t k) {

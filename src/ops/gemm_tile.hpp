@@ -75,6 +75,10 @@ TileConfig pick_wgmma_tile(std::int64_t m, std::int64_t n, std::int64_t batch, S
 TileConfig pick_tile(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, bool tf32, const Target& target,
                      bool wgmma_ok = false, std::int64_t batch = 1, Path path = Path::any,
                      Sm90Tiles sm90_tiles = Sm90Tiles::fixed);
+// The "path" scalar of the tile ops that take one (gemm, gemm_batched, linear, group_gemm and its weights'
+// gradient).
+inline constexpr std::string_view kPathDoc =
+    "0: the heuristic picks the kernel path; 80: the sm_80 path; 90: the sm_90a path (TMA + wgmma)";
 // Splitting K over blocks (gemm, gemm_batched and linear: their "splits" scalar). Each split's block (a work unit
 // on the sm_90a path) stores its tile's f32 sums to the workspace, [batch, splits, M, N]; a second kernel adds them
 // in split order, the same sums whatever the blocks' timing, and applies the epilogue (gemm.cu: split_length).
@@ -160,10 +164,11 @@ struct GemmArgs {
   std::int64_t batches = 1;
   DevicePtr partials = 0;                       // the workspace: a K split's sums (split_workspace_bytes)
   bool mn_major_a = false, mn_major_b = false;  // a stored [K, M], b stored [K, N] (gemm's layouts)
+  bool group_k = false;  // the groups' rows are K (group_gemm_weight_grad): a and b are each one matrix of k rows
 };
 // Pushes the kernel's arguments (kernel_templates/gemm_args.h): mojo_gemm::Args (the inputs, then the
-// output side) for the sm_80 path; mojo_gemm::OutputArgs, then the TMA descriptors of A, of B and of A's
-// last row tile (from the device part), for the sm_90a one; OutputArgs alone for a K split's reduce step.
+// output side) for either path's product, and for the sm_90a one then the TMA descriptors of A, of B and of
+// A's last row tile (from the device part); OutputArgs alone for a K split's reduce step.
 // A split's product step writes to g.partials.
 void push_kernel_args(KernelArgs& args, const GemmArgs& g, const Params& p);
 

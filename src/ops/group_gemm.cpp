@@ -26,7 +26,7 @@ constexpr TensorArgInfo kGroupTensors[] = {
 };
 constexpr ScalarArgInfo kGroupScalars[] = {
     {"tf32", 0, "1: f32 inputs on tensor cores as tf32"},
-    {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path; 90: the sm_90a path (TMA + wgmma)"},
+    {"path", 0, kPathDoc},
     {"gated_activation", 0,
      "0: none; 1 gelu, 2 gelu (tanh), 3 silu: the MoE MLP's act-and-mul fused: out[r, j] = act(gate_j) * up_j "
      "from interleaved gate/up weight rows"},
@@ -231,7 +231,8 @@ constexpr TensorArgInfo kWeightGradTensors[] = {
     {"x", "in", "[rows, K] f16, bf16 or f32: group_gemm's x, the groups' rows one after another"},
     {"offsets", "in", "i32 or i64 [groups + 1]: group g owns rows [offsets[g], offsets[g + 1])"},
 };
-constexpr ScalarArgInfo kWeightGradScalars[] = {{"tf32", 0, "1: f32 inputs on tensor cores as tf32"}};
+constexpr ScalarArgInfo kWeightGradScalars[] = {{"tf32", 0, "1: f32 inputs on tensor cores as tf32"},
+                                                {"path", 0, kPathDoc}};
 constexpr OpInfo kGroupGemmWeightGrad{
     .name = "group_gemm_weight_grad",
     .summary =
@@ -245,7 +246,8 @@ constexpr OpInfo kGroupGemmWeightGrad{
 };
 
 // A product a group, summing over its rows: C[g] = A^T B with A = grad_out's rows ([rows_g, N], so op(A) is
-// [N, rows_g]) and B = x's ([rows_g, K]). The sm_80 path only (the sm_90a path's groups split M).
+// [N, rows_g]) and B = x's ([rows_g, K]), both MN-major. On the sm_90a path a group's last k tile is copied
+// with cp.async, zeros past its rows (gemm_sm90.cuh).
 class GroupGemmWeightGrad final : public TileOp {
   static constexpr std::size_t kGradWeight = slot(kWeightGradTensors, "grad_weight");
   static constexpr std::size_t kGradOut = slot(kWeightGradTensors, "grad_out");
@@ -263,13 +265,16 @@ class GroupGemmWeightGrad final : public TileOp {
     Params p;
     p.add_dtype("dtype", dtype);
     // The tile for the groups' [N, K] outputs, over a typical group's rows.
-    const TileConfig tile = pick_tile(d.n, d.k, typical_rows(d), dtype, tf32, target, false, d.groups, Path::sm80);
+    const bool aligned =
+        chunk_aligned(dtype, t[kGradOut].data, {d.ld_grad}) && chunk_aligned(dtype, t[kX].data, {d.ldx});
+    const bool wgmma_ok = wgmma_possible(target, dtype, aligned, d.n, d.k, d.rows);
+    const TileConfig tile = pick_tile(d.n, d.k, typical_rows(d), dtype, tf32, target, wgmma_ok, d.groups,
+                                      path_of(*this, scalars, wgmma_ok, target), Sm90Tiles::widths_of_64);
     add_tile(p, tile);
-    p.add("vec", vec_param(tile, chunk_aligned(dtype, t[kGradOut].data, {d.ld_grad}) &&
-                                     chunk_aligned(dtype, t[kX].data, {d.ldx})));
+    p.add("vec", vec_param(tile, aligned));
     p.add("offsets", std::int64_t(dtype_size(t[kOffsets].spec.dtype())));
     p.add("tf32", tf32);
-    p.add("wgmma", 0);
+    p.add("wgmma", tile.wgmma);
     return p;
   }
 
@@ -298,6 +303,7 @@ class GroupGemmWeightGrad final : public TileOp {
                       .b = t[kX].data,
                       .m = d.n,
                       .n = d.k,
+                      .k = d.rows,  // the sm_90a path's maps: a and b of every row
                       .lda = d.ld_grad,
                       .ldb = d.ldx,
                       .ldc = d.k,
@@ -305,7 +311,9 @@ class GroupGemmWeightGrad final : public TileOp {
                       .offsets = t[kOffsets].data,
                       .total_rows = d.rows,
                       .batches = d.groups,
-                      .mn_major_a = true},
+                      .mn_major_a = true,
+                      .mn_major_b = true,
+                      .group_k = true},
                      p);
   }
 

@@ -24,7 +24,7 @@ constexpr TensorArgInfo kLinearTensors[] = {
 constexpr ScalarArgInfo kLinearScalars[] = {
     {"activation", 0, "applied after the bias: 0 none, 1 gelu (erf), 2 gelu (tanh), 3 silu"},
     {"tf32", 0, "1: f32 inputs on tensor cores as tf32"},
-    {"path", 0, "0: the heuristic picks the kernel path; 80: the sm_80 path; 90: the sm_90a path (TMA + wgmma)"},
+    {"path", 0, kPathDoc},
     {"splits", 0, kSplitsDoc}};
 
 // linear: out = act(x * weight^T + bias) + residual, the epilogue fused.

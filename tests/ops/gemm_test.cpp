@@ -314,6 +314,17 @@ TEST(GroupGemmWeightGrad, ParamsAndErrors) {
               op.specialize(specs({gw, g, x, off}), {{"tf32", 1}}, kSm90);
             }),
             "group_gemm_weight_grad: tf32 = 1 applies to f32 inputs; these are bf16");
+  // On sm_90a the wgmma path, its tiles [N, K] wide units of every group on a persistent grid; path 80 keeps the
+  // sm_80 path's grid.z of groups. (Device pointers 0: aligned for TMA.)
+  const Target sm90a = Target::parse("sm_90a");
+  const Params hopper = op.specialize(specs({gw, g, x, off}), {}, sm90a);
+  EXPECT_EQ(hopper.get("wgmma"), 1);
+  EXPECT_EQ(hopper.get("bn") % 64, 0) << "x is MN-major: TMA loads it in boxes of 64 columns";
+  const LaunchGeometry units = op.geometry(hopper, specs({gw, g, x, off}));
+  EXPECT_TRUE(units.persistent);
+  EXPECT_EQ(units.grid.x, unsigned(64 * ((1536 + hopper.get("bm") - 1) / hopper.get("bm")) *
+                                   ((4096 + hopper.get("bn") - 1) / hopper.get("bn"))));
+  EXPECT_EQ(op.specialize(specs({gw, g, x, off}), {{"path", 80}}, sm90a).get("wgmma"), 0);
 }
 
 TEST(GemmReference, SmallProductsAndTransposesAgree) {

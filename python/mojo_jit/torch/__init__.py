@@ -369,7 +369,7 @@ def _experts_backward(x, weight, offsets, g, scalars, wants_x: bool, wants_weigh
         grad_x = torch.where(grouped.unsqueeze(-1), every, 0.0)
     if wants_weight:
         pair = (x, g) if weight_kn else (g, x)
-        grad_weight = torch.ops.mojo_jit.group_gemm_weight_grad(*pair, offsets, tf32=scalars.get("tf32", 0))
+        grad_weight = torch.ops.mojo_jit.group_gemm_weight_grad(*pair, offsets, **scalars)
     return grad_x, grad_weight
 
 

@@ -196,7 +196,7 @@ def group_gemm(x, weight, offsets, tf32=0, path=0, gated_activation=0, weight_kn
     return out.to(x.dtype)
 
 
-def group_gemm_weight_grad(grad_out, x, offsets, tf32=0):
+def group_gemm_weight_grad(grad_out, x, offsets, tf32=0, path=0):
     """grad_weight[g] = grad_out[rows of g]^T x[rows of g]: group_gemm's weights' gradient; zeros for a group of no
     rows."""
     out = torch.zeros(offsets.shape[0] - 1, grad_out.shape[1], x.shape[1], dtype=_F64, device=x.device)
