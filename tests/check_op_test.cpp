@@ -314,13 +314,17 @@ TEST(CheckOp, HopperPathAtOddShapes) {
   // 128 past a multiple of 256), in 5 slices.
   graph_pass(rt, "linear_cross_entropy_backward", "hidden=512x512 weight=2432x512", DType::bf16,
              {{"path", 90}, {"vocab_chunk", 512}});
+  // The experts' weight gradients on the full-size configuration (128x256 tiles, 4 stages: 33 groups of
+  // [256, 512] fill 132 units), over groups of random sizes: each group's last k tile copied with cp.async into
+  // two boxes of A and four of B.
+  graph_pass(rt, "group_gemm_weight_grad", "grad_out=1500x256 x=1500x512 offsets=34", DType::bf16, {{"path", 90}});
 }
 
 // The same kernels on an emulated Hopper of 2 SMs, so that the persistent sm_90a GEMM's blocks each loop over
 // several tiles (on 132 SMs these shapes give every block one): the stage ring and its phases carried from
-// tile to tile, group_gemm's jump to a block's first tile of the next group, a partial row tile after full
-// ones, a K split's units of unequal k ranges (10 k tiles in 4, 4 and 2) one after another. On a GPU the large
-// shapes of the GPU tests do this.
+// tile to tile, group_gemm's groups' row tiles, the weight gradients' groups (the producer warpgroup copying
+// their last k tiles in the ring's turn), a partial row tile after full ones, a K split's units of unequal k ranges (10
+// k tiles in 4, 4 and 2) one after another. On a GPU the large shapes of the GPU tests do this.
 TEST(CheckOp, HopperPathWithBlocksLoopingOverTiles) {
   if (!test::on_cpu_device()) GTEST_SKIP() << "the emulated GPU's SM count is the CPU device's";
   test::TempDir cache;
@@ -335,6 +339,7 @@ TEST(CheckOp, HopperPathWithBlocksLoopingOverTiles) {
   expect_pass(rt, "group_gemm", "x=300x72 weight=3x136x72 offsets=4", d, {{"path", 90}});
   expect_pass(rt, "group_gemm", "x=300x72 weight=3x72x136 offsets=4 out=300x136", d, {{"path", 90}, {"weight_kn", 1}});
   expect_pass(rt, "moe_mlp", "x=130x64 ids=130x4 w13=8x128x64", d, {{"path", 90}});
+  expect_pass(rt, "group_gemm_weight_grad", "grad_out=300x136 x=300x200 offsets=6", d, {{"path", 90}});
   expect_pass(rt, "linear_cross_entropy_backward", "hidden=512x512 weight=2432x512", d,
               {{"path", 90}, {"vocab_chunk", 512}}, CheckLaunch::graph);
   // The persistent prefill (persistent=1): each block takes every second (tile, KV head) in the longest-first
