@@ -139,10 +139,9 @@ __device__ __forceinline__ void run_sm90(TC* c, const T* a, const T* b, long lon
       const bool in_a = i < A_CHUNKS;
       const int piece = in_a ? i : i - A_CHUNKS, width = in_a ? BM : BN;
       const int r = piece / (width / 8), col = piece % (width / 8) * 8, global_col = (in_a ? w.m0 : w.n0) + col;
-      // The columns come in whole 16-byte pieces: TMA's 16-byte row strides make m and n multiples of 8.
-      const bool valid = r < rows && global_col < (in_a ? m : n);
+      const int left = (in_a ? m : n) - global_col, valid = r < rows && left > 0 ? (left < 8 ? left : 8) : 0;
       const T* const src = !valid ? a : in_a ? a + (row0 + r) * lda + global_col : b + (row0 + r) * ldb + global_col;
-      mojo::cp_async_16(dst + (in_a ? 0u : A_BYTES) + mojo::swizzled<BK>(r, col), src, valid ? 16 : 0);
+      mojo::cp_async_16(dst + (in_a ? 0u : A_BYTES) + mojo::swizzled<BK>(r, col), src, valid * 2);
     }
     mojo::cp_async_commit();
     mojo::cp_async_wait<0>();

@@ -280,6 +280,7 @@ TEST(CheckOp, HopperPathWithEachTensorMisplacedRunsOrSaysWhy) {
   sweep.over(rt, "gemm", "a=130x72 b=72x136", DType::bf16, {{"path", 90}});
   sweep.over(rt, "linear", "x=17x200 weight=136x200 bias=136", DType::bf16, {{"path", 90}});
   sweep.over(rt, "sdpa", "q=130x4x128 k=130x1x128", DType::bf16);
+  sweep.over(rt, "group_gemm_weight_grad", "grad_out=300x136 x=300x200 offsets=6", DType::bf16);
   EXPECT_GE(sweep.ran, 25);  // 29 on 2026-11-29, 19 refused
 }
 
