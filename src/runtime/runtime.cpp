@@ -198,6 +198,9 @@ void check_sync_words_left_zero(const OpDef& op, const Params& params, TensorLis
                   set - words.begin(), *set));
 }
 
+// CUDA's grid: at most 2^31 - 1 blocks along x, 65,535 along y and z.
+constexpr unsigned kMaxGridX = 2147483647u, kMaxGridYZ = 65535u;
+
 // Launches the kernels of `kernel`'s plan in order, with `workspace` from `arena`; `packed`: their geometry and
 // arguments, when already packed for these tensors and this workspace.
 void launch_plan(const OpDef& op, const LoadedKernel& kernel, TensorList tensors, ScalarList scalars,
@@ -211,6 +214,11 @@ void launch_plan(const OpDef& op, const LoadedKernel& kernel, TensorList tensors
     const PackedStep* mine = packed ? &packed[i++] : nullptr;
     LaunchGeometry g = mine ? mine->geometry : op.geometry(params, tensors);
     if (g.grid.x == 0 || g.grid.y == 0 || g.grid.z == 0) return;  // empty tensor, or a step this run skips
+    if (g.grid.x > kMaxGridX || g.grid.y > kMaxGridYZ || g.grid.z > kMaxGridYZ)  // the driver's, said as the op's
+      throw ShapeError(
+          fmt::format("{}: these shapes need a grid of [{}, {}, {}] blocks; CUDA takes at most {} in x "
+                      "and {} in y and z",
+                      op.name(), g.grid.x, g.grid.y, g.grid.z, kMaxGridX, kMaxGridYZ));
     KernelArgs args;
     if (mine == nullptr) op.pack_args(params, tensors, scalars, workspace, args);
     if (g.persistent) g.grid.x = std::min(g.grid.x, unsigned(kernel.device->sm_count()));

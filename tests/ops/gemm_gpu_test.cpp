@@ -463,6 +463,17 @@ TEST_P(GpuGemm, HopperGroupGemmWeightGrad) {
       check_group_weight_grad(*h, d, index, 600, 136, 200, offsets, 0, 1, 90);
 }
 
+// More batches than the sm_80 path's grid.z holds: the op's ShapeError before any launch, not the driver's.
+TEST_P(GpuGemm, BatchesPastTheGridsLimitAreAClearError) {
+  const TensorSpec a(DType::bf16, {70000, 1, 8}), b(DType::bf16, {70000, 8, 1}), c(DType::bf16, {70000, 1, 1});
+  GpuTensor ad(a), bd(b), cd(c);
+  EXPECT_EQ(test::error_of<ShapeError>([&] {
+              rt->launch("gemm_batched", {cd, ad, bd}, {{"path", 80}});
+            }),
+            "gemm_batched: these shapes need a grid of [1, 1, 70000] blocks; CUDA takes at most 2147483647 in x "
+            "and 65535 in y and z");
+}
+
 TEST_P(GpuGemm, GroupGemmDebugCheckNamesBadOffsets) {
   RuntimeOptions o = options();
   o.debug_checks = true;
