@@ -155,7 +155,7 @@ __device__ __forceinline__ void run_sm90(TC* c, const T* a, const T* b, long lon
     // with K groups the whole warpgroup does, and waits for every stage in turn as thread 0 does (a thread that
     // skipped to a later tile would wait for a phase two or more ahead, which a parity wait cannot tell from one
     // that completed before), for the groups' last k tiles.
-    if (GROUP_K ? false : ROW_GROUPS ? tid >= 32 : tid != 0) return;
+    if (!GROUP_K && (ROW_GROUPS ? tid >= 32 : tid != 0)) return;
     int stage = 0;
     unsigned phase = 0;
     for (int t = (int)mojo::block_x(); t < tiles; t += grid) {

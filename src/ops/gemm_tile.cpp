@@ -269,6 +269,8 @@ void push_kernel_args(KernelArgs& args, const GemmArgs& given, const Params& p) 
     g.ldr = 0;
     g.batch_c = splits * g.m * g.n;
   }
+  // Both paths' products take the sm_80 path's Args; the sm_90a one then its TMA descriptors.
+  args.push_args(mojo_gemm::Args<void, void>{.in = input_args(g), .out = output_args(g)});
   if (p.get_or("wgmma", 0)) {  // linear's decode form has no wgmma param: the sm_80 path's arguments
     // Each operand as stored: K-major in boxes of bk (one 128-byte row) x the tile's rows, MN-major in
     // boxes of 64 m or n (128 bytes) x bk.
@@ -287,13 +289,10 @@ void push_kernel_args(KernelArgs& args, const GemmArgs& given, const Params& p) 
     const TensorMap a_tail = tail_rows == 0 || g.mn_major_a || g.offsets
                                  ? a
                                  : tile_tensor_map(g.a, dtype, g.k, a_rows, a_batches, g.lda, g.batch_a, bk, tail_rows);
-    args.push_args(mojo_gemm::Args<void, void>{.in = input_args(g), .out = output_args(g)});
     args.push(a);
     args.push(b);
     args.push(a_tail);
-    return;
   }
-  args.push_args(mojo_gemm::Args<void, void>{.in = input_args(g), .out = output_args(g)});
 }
 
 std::string shape_bucket(std::int64_t m, std::int64_t n, std::int64_t k) {
